@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# A real local Kubernetes control plane (etcd + kube-apiserver [+ kube-controller-manager])
+# built from the published Go modules, cached outside the repo, run as plain processes on
+# 127.0.0.1. No Docker, no downloads of release binaries.
+#
+#   control-plane.sh install                 build (or reuse) the cached binaries, print their dir
+#   control-plane.sh start DIR [--kcm] [--watch PID]
+#                                            start a control plane with its state in DIR; prints
+#                                            the kubeconfig path. --watch PID stops it when PID exits.
+#   control-plane.sh stop DIR                stop everything started for DIR
+#   control-plane.sh restart-apiserver DIR [SECONDS]
+#                                            stop kube-apiserver, wait, start it again (fault tests)
+#   control-plane.sh env DIR                 print `export KUBECONFIG=...` for a shell
+#   control-plane.sh bin-dir                 print the cache dir (does not build)
+set -euo pipefail
+
+K8S_VERSION="v1.34.4"
+ETCD_VERSION="v3.6.16"
+CACHE_ROOT="${TDSET_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tdset-operator}"
+BIN_DIR="$CACHE_ROOT/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}/bin"
+BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
+
+die() { echo "control-plane: $*" >&2; exit 1; }
+log() { echo "control-plane: $*" >&2; }
+
+have_binaries() {
+  local b
+  for b in "${BINARIES[@]}"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
+}
+
+# The k8s.io/kubernetes module requires its staging modules at v0.0.0, which only resolve
+# inside the kubernetes repo; outside it every one needs a replace to the published tag.
+STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
+  cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
+  cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
+  kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
+  mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller)
+
+build_kubernetes() {
+  local work="$1" stage_ver="v0.${K8S_VERSION#v1.}" m
+  mkdir -p "$work/k8s" && cd "$work/k8s"
+  {
+    echo "module tdset.local/k8s-build"
+    echo
+    echo "go 1.24.0"
+    echo
+    echo "require k8s.io/kubernetes ${K8S_VERSION}"
+    echo
+    for m in "${STAGING[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $stage_ver"; done
+  } >go.mod
+  log "resolving k8s.io/kubernetes ${K8S_VERSION} (staging modules at $stage_ver)"
+  go get "k8s.io/kubernetes/cmd/kube-apiserver@${K8S_VERSION}" \
+    "k8s.io/kubernetes/cmd/kube-controller-manager@${K8S_VERSION}" \
+    "k8s.io/kubernetes/cmd/kubectl@${K8S_VERSION}"
+  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  local date; date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  local ld="-s -w" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $pkg.gitVersion=${K8S_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor}"
+    ld="$ld -X $pkg.gitTreeState=clean -X $pkg.buildDate=${date}"
+  done
+  for m in kube-apiserver kube-controller-manager kubectl; do
+    log "building $m ${K8S_VERSION}"
+    go build -trimpath -ldflags "$ld" -o "$work/out/$m" "k8s.io/kubernetes/cmd/$m"
+  done
+}
+
+build_etcd() {
+  local work="$1"
+  mkdir -p "$work/etcd" && cd "$work/etcd"
+  printf 'module tdset.local/etcd-build\n\ngo 1.24.0\n' >go.mod
+  log "resolving go.etcd.io/etcd/server/v3 ${ETCD_VERSION}"
+  go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
+  log "building etcd ${ETCD_VERSION}"
+  go build -trimpath -ldflags "-s -w" -o "$work/out/etcd" go.etcd.io/etcd/server/v3
+}
+
+cmd_install() {
+  if have_binaries; then echo "$BIN_DIR"; return 0; fi
+  command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
+  command -v openssl >/dev/null || die "openssl is missing; install it (apt-get install -y openssl) and retry"
+  local work; work="$(mktemp -d "${TMPDIR:-/tmp}/tdset-k8s-build.XXXXXX")"
+  local buildlog="$CACHE_ROOT/build-${K8S_VERSION}-${ETCD_VERSION}.log"
+  mkdir -p "$CACHE_ROOT" "$work/out"
+  log "building the control plane into $BIN_DIR (cold: tens of minutes; log: $buildlog)"
+  if ! (
+    export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
+    build_kubernetes "$work" && build_etcd "$work"
+  ) >"$buildlog" 2>&1; then
+    tail -n 15 "$buildlog" >&2
+    rm -rf "$work"
+    die "building the control plane failed; full log: $buildlog"
+  fi
+  mkdir -p "$BIN_DIR"
+  # Move into place last so a half-finished build never looks like a cache hit.
+  for b in "${BINARIES[@]}"; do mv "$work/out/$b" "$BIN_DIR/$b.tmp" && mv "$BIN_DIR/$b.tmp" "$BIN_DIR/$b"; done
+  rm -rf "$work"
+  log "built: $("$BIN_DIR/kube-apiserver" --version), etcd $("$BIN_DIR/etcd" --version | head -1)"
+  echo "$BIN_DIR"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+gen_certs() {
+  local d="$1/pki"
+  mkdir -p "$d"
+  (
+    cd "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=tdset-local-serving-ca" \
+      -keyout serving-ca.key -out serving-ca.crt
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout apiserver.key -out apiserver.csr
+    printf 'subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.0.0.1\nextendedKeyUsage=serverAuth\n' >apiserver.ext
+    openssl x509 -req -in apiserver.csr -CA serving-ca.crt -CAkey serving-ca.key -CAcreateserial \
+      -days 3650 -extfile apiserver.ext -out apiserver.crt
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=tdset-local-client-ca" \
+      -keyout client-ca.key -out client-ca.crt
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=admin" -keyout admin.key -out admin.csr
+    printf 'extendedKeyUsage=clientAuth\n' >admin.ext
+    openssl x509 -req -in admin.csr -CA client-ca.crt -CAkey client-ca.key -CAcreateserial \
+      -days 3650 -extfile admin.ext -out admin.crt
+    openssl genrsa -out sa.key 2048
+    openssl rsa -in sa.key -pubout -out sa.pub
+  ) >"$1/logs/pki.log" 2>&1 || die "generating certificates failed; log: $1/logs/pki.log"
+}
+
+write_kubeconfig() {
+  local dir="$1" port="$2"
+  local b64="base64 -w0"
+  cat >"$dir/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: tdset-local
+  cluster:
+    server: https://127.0.0.1:${port}
+    certificate-authority-data: $($b64 <"$dir/pki/serving-ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $($b64 <"$dir/pki/admin.crt")
+    client-key-data: $($b64 <"$dir/pki/admin.key")
+contexts:
+- name: tdset-local
+  context: {cluster: tdset-local, user: admin}
+current-context: tdset-local
+EOF
+}
+
+# Record a pid we own so `stop` can find it, even after this shell is gone.
+track() { echo "$2" >"$1/pids/$3"; }
+
+wait_ready() {
+  local dir="$1" what="$2" url="$3" logf="$4" pidf="$5" i
+  for i in $(seq 1 240); do
+    if ! kill -0 "$(cat "$pidf")" 2>/dev/null; then
+      tail -n 5 "$logf" >&2 || true
+      return 1
+    fi
+    if curl -sf -o /dev/null --cacert "$dir/pki/serving-ca.crt" --cert "$dir/pki/admin.crt" \
+      --key "$dir/pki/admin.key" "$url"; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  log "$what did not become ready within 120s"
+  return 1
+}
+
+start_etcd() {
+  local dir="$1" cport pport
+  cport="$(cat "$dir/etcd.port")"; pport="$(free_port)"
+  setsid "$BIN_DIR/etcd" --name tdset-local --data-dir "$dir/etcd-data" --unsafe-no-fsync \
+    --listen-client-urls "http://127.0.0.1:${cport}" --advertise-client-urls "http://127.0.0.1:${cport}" \
+    --listen-peer-urls "http://127.0.0.1:${pport}" --initial-advertise-peer-urls "http://127.0.0.1:${pport}" \
+    --initial-cluster "tdset-local=http://127.0.0.1:${pport}" --listen-metrics-urls "" \
+    >"$dir/logs/etcd.log" 2>&1 </dev/null &
+  track "$dir" $! etcd
+}
+
+start_apiserver() {
+  local dir="$1" port eport
+  port="$(cat "$dir/apiserver.port")"; eport="$(cat "$dir/etcd.port")"
+  setsid "$BIN_DIR/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:${eport}" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
+    --cert-dir "$dir/pki" --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
+    --client-ca-file "$dir/pki/client-ca.crt" \
+    --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --authorization-mode RBAC --service-cluster-ip-range 10.0.0.0/24 \
+    --endpoint-reconciler-type none --allow-privileged=true \
+    >"$dir/logs/kube-apiserver.log" 2>&1 </dev/null &
+  track "$dir" $! kube-apiserver
+}
+
+start_kcm() {
+  local dir="$1"
+  setsid "$BIN_DIR/kube-controller-manager" --kubeconfig "$dir/kubeconfig" \
+    --controllers garbage-collector-controller,deployment-controller,replicaset-controller,namespace-controller,serviceaccount-controller \
+    --leader-elect=false --secure-port 0 --root-ca-file "$dir/pki/serving-ca.crt" \
+    --service-account-private-key-file "$dir/pki/sa.key" --use-service-account-credentials=false \
+    --concurrent-gc-syncs 5 \
+    >"$dir/logs/kube-controller-manager.log" 2>&1 </dev/null &
+  track "$dir" $! kube-controller-manager
+}
+
+kill_pidfile() {
+  local f="$1" pid i
+  [[ -f "$f" ]] || return 0
+  pid="$(cat "$f")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+cmd_stop() {
+  local dir="${1:?usage: control-plane.sh stop DIR}" p
+  [[ -d "$dir/pids" ]] || return 0
+  # Reverse start order: clients first, etcd last.
+  for p in watchdog kube-controller-manager kube-apiserver etcd; do kill_pidfile "$dir/pids/$p"; done
+}
+
+cmd_start() {
+  local dir="${1:?usage: control-plane.sh start DIR [--kcm] [--watch PID]}"; shift
+  local kcm=0 watch=""
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --kcm) kcm=1 ;;
+      --watch) watch="${2:?--watch needs a pid}"; shift ;;
+      *) die "unknown option $1" ;;
+    esac
+    shift
+  done
+  have_binaries || die "control-plane binaries missing in $BIN_DIR; run: scripts/control-plane.sh install"
+  mkdir -p "$dir/logs" "$dir/pids"
+  dir="$(cd "$dir" && pwd)"
+  # Any failure from here on must not leave half a control plane running.
+  trap 'cmd_stop "$dir"' ERR
+  gen_certs "$dir"
+  free_port >"$dir/etcd.port"; free_port >"$dir/apiserver.port"
+  local port; port="$(cat "$dir/apiserver.port")"
+  start_etcd "$dir"
+  write_kubeconfig "$dir" "$port"
+  start_apiserver "$dir"
+  wait_ready "$dir" kube-apiserver "https://127.0.0.1:${port}/readyz" "$dir/logs/kube-apiserver.log" "$dir/pids/kube-apiserver" ||
+    { cmd_stop "$dir"; die "kube-apiserver failed to start (port ${port} taken?); log: $dir/logs/kube-apiserver.log, $dir/logs/etcd.log"; }
+  if [[ $kcm -eq 1 ]]; then
+    start_kcm "$dir"
+    sleep 0.5
+    kill -0 "$(cat "$dir/pids/kube-controller-manager")" 2>/dev/null ||
+      { cmd_stop "$dir"; die "kube-controller-manager exited at start; log: $dir/logs/kube-controller-manager.log"; }
+  fi
+  if [[ -n "$watch" ]]; then
+    # Stops the control plane when the process that asked for it is gone, however it ended.
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; "$2" stop "$3"' _ \
+      "$watch" "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")" "$dir" \
+      >/dev/null 2>&1 </dev/null &
+    track "$dir" $! watchdog
+  fi
+  trap - ERR
+  echo "$dir/kubeconfig"
+}
+
+cmd_restart_apiserver() {
+  local dir="${1:?usage: control-plane.sh restart-apiserver DIR [SECONDS]}" down="${2:-5}"
+  kill_pidfile "$dir/pids/kube-apiserver"
+  sleep "$down"
+  start_apiserver "$dir"
+  wait_ready "$dir" kube-apiserver "https://127.0.0.1:$(cat "$dir/apiserver.port")/readyz" \
+    "$dir/logs/kube-apiserver.log" "$dir/pids/kube-apiserver" ||
+    die "kube-apiserver did not come back; log: $dir/logs/kube-apiserver.log"
+}
+
+case "${1:-}" in
+  install) cmd_install ;;
+  start) shift; cmd_start "$@" ;;
+  stop) shift; cmd_stop "$@" ;;
+  restart-apiserver) shift; cmd_restart_apiserver "$@" ;;
+  env) echo "export KUBECONFIG=${2:?usage: control-plane.sh env DIR}/kubeconfig; export PATH=$BIN_DIR:\$PATH" ;;
+  bin-dir) echo "$BIN_DIR" ;;
+  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+esac

@@ -1,0 +1,128 @@
+//! The command line: `run` (the operator), `crd` (print the CRD), `preview` (what a manifest
+//! will do, without a cluster).
+
+use chrono::{DateTime, Duration, Utc};
+use clap::{Parser, Subcommand, ValueEnum};
+use kube::CustomResourceExt;
+
+use crate::api::TDSet;
+use crate::error::{Error, Result};
+use crate::preview;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tdset-operator",
+    version,
+    about = "Scales a Deployment by time of day (TDSet, schedule.rs/v1)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the CustomResourceDefinition as YAML (what crds/ holds).
+    Crd,
+    /// Show what a TDSet manifest does at an instant or over a range. Never talks to a cluster.
+    Preview(PreviewArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PreviewArgs {
+    /// The TDSet manifest (YAML or JSON).
+    #[arg(short = 'f', long = "file")]
+    pub file: String,
+    /// One instant (RFC 3339). Default: now, unless --from/--to are given.
+    #[arg(long, value_parser = parse_time, conflicts_with_all = ["from", "to"])]
+    pub at: Option<DateTime<Utc>>,
+    /// Start of a range (RFC 3339); default: --to minus one day, or now.
+    #[arg(long, value_parser = parse_time)]
+    pub from: Option<DateTime<Utc>>,
+    /// End of a range (RFC 3339); default: --from plus one day.
+    #[arg(long, value_parser = parse_time)]
+    pub to: Option<DateTime<Utc>>,
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Chart width in columns.
+    #[arg(long, default_value_t = 96)]
+    pub width: usize,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Table,
+    Json,
+    Chart,
+}
+
+fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
+    preview::parse_rfc3339(s)
+        .ok_or_else(|| format!("{s:?} is not an RFC 3339 time such as 2026-03-08T07:00:00Z"))
+}
+
+pub fn crd_yaml() -> Result<String> {
+    let crd = TDSet::crd();
+    serde_saphyr::to_string(&crd).map_err(|e| Error::Config(format!("serialising the CRD: {e}")))
+}
+
+/// Runs `preview`; returns what to print on stdout.
+pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
+    let (_, schedule) = preview::load_manifest(&args.file)?;
+    let json = |v: &dyn erased::Json| v.to_pretty();
+    let ranged = args.from.is_some()
+        || args.to.is_some()
+        || args.output == Output::Chart && args.at.is_none();
+    if !ranged {
+        let at = args.at.unwrap_or(now);
+        let p = preview::at(&schedule, at);
+        return match args.output {
+            Output::Json => json(&p),
+            Output::Table => Ok(preview::point_table(&schedule, &p, at)),
+            Output::Chart => Ok(preview::chart(
+                &schedule,
+                at,
+                at + Duration::days(1),
+                args.width,
+            )),
+        };
+    }
+    let (from, to) = match (args.from, args.to) {
+        (Some(f), Some(t)) => (f, t),
+        (Some(f), None) => (f, f + Duration::days(1)),
+        (None, Some(t)) => (t - Duration::days(1), t),
+        (None, None) => (now, now + Duration::days(1)),
+    };
+    if to <= from {
+        return Err(Error::Config(format!(
+            "--to ({to}) must be after --from ({from})"
+        )));
+    }
+    match args.output {
+        Output::Json => json(&preview::range(&schedule, from, to)),
+        Output::Table => Ok(preview::range_table(
+            &schedule,
+            &preview::range(&schedule, from, to),
+            from,
+        )),
+        Output::Chart => Ok(preview::chart(&schedule, from, to, args.width)),
+    }
+}
+
+mod erased {
+    use crate::error::{Error, Result};
+    /// Pretty JSON for any of the preview shapes.
+    pub trait Json {
+        fn to_pretty(&self) -> Result<String>;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn to_pretty(&self) -> Result<String> {
+            serde_json::to_string_pretty(self)
+                .map(|s| s + "\n")
+                .map_err(|source| Error::Serialize {
+                    what: "preview",
+                    source,
+                })
+        }
+    }
+}

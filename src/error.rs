@@ -1,0 +1,80 @@
+//! The one error type. Each variant carries enough context for a log line to be actionable.
+
+use crate::schedule::SpecError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API call failed: {context}: {source}")]
+    Kube {
+        context: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("invalid TDSet spec: {}", join(.0))]
+    InvalidSpec(Vec<SpecError>),
+
+    #[error("{kind} {namespace}/{name} exists and is not owned by this TDSet; not touching it")]
+    ForeignObject {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+
+    #[error("TDSet has no {0}; it cannot be reconciled")]
+    MissingField(&'static str),
+
+    #[error("reading {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{path}: {message}")]
+    Manifest { path: String, message: String },
+
+    #[error("serialising {what}: {source}")]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+
+    #[error("{0}")]
+    Config(String),
+}
+
+impl Error {
+    pub fn kube(context: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Kube { context, source }
+    }
+
+    /// A short, stable label for the `reconcile_errors_total{kind}` metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } => "kube",
+            Error::InvalidSpec(_) => "invalid_spec",
+            Error::ForeignObject { .. } => "foreign_object",
+            Error::MissingField(_) => "missing_field",
+            Error::Io { .. } | Error::Manifest { .. } => "input",
+            Error::Serialize { .. } => "serialize",
+            Error::Metrics(_) => "metrics",
+            Error::Config(_) => "config",
+        }
+    }
+}
+
+fn join(errors: &[SpecError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,14 @@
+//! tdset-operator: scales a Deployment by time of day.
+//!
+//! Pure core: [`api`] (the resource), [`schedule`] (replicas at an instant, next change),
+//! [`resources`] (desired Deployment/Service), [`status`] (next status and conditions).
+//! Edges: [`controller`] (the only module that talks to the API server), [`telemetry`],
+//! [`http`], and the [`cli`] with [`preview`].
+
+pub mod api;
+pub mod cli;
+pub mod error;
+pub mod preview;
+pub mod schedule;
+
+pub use error::{Error, Result};

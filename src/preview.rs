@@ -1,0 +1,330 @@
+//! `tdset-operator preview`: what a TDSet manifest will do, computed by the same schedule
+//! module the controller uses, from a file and never a cluster.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Duration, SecondsFormat, Utc};
+use serde::Serialize;
+
+use crate::api::TDSet;
+use crate::error::{Error, Result};
+use crate::schedule::{Schedule, Transition};
+
+/// Reads one TDSet manifest (YAML or JSON) and checks it as the API server and the
+/// controller would, reporting every problem with its field path.
+pub fn load_manifest(path: &str) -> Result<(TDSet, Schedule)> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.into(),
+        source,
+    })?;
+    parse_manifest(path, &text)
+}
+
+pub fn parse_manifest(path: &str, text: &str) -> Result<(TDSet, Schedule)> {
+    let manifest_err = |message: String| Error::Manifest {
+        path: path.into(),
+        message,
+    };
+    // Through a generic value first so decode errors can carry the field path.
+    let value: serde_json::Value = serde_saphyr::from_str(text)
+        .map_err(|e| manifest_err(format!("not valid YAML or JSON: {e}")))?;
+    let api_version = value
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let kind = value
+        .get("kind")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    if api_version != "schedule.rs/v1" || kind != "TDSet" {
+        return Err(manifest_err(format!(
+            "expected apiVersion: schedule.rs/v1 and kind: TDSet, found apiVersion: {api_version:?} kind: {kind:?}"
+        )));
+    }
+    let tdset: TDSet = serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        manifest_err(format!("{field}: {}", e.into_inner()))
+    })?;
+    let schedule = Schedule::compile(&tdset.spec).map_err(|errors| {
+        manifest_err(
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n  "),
+        )
+    })?;
+    Ok((tdset, schedule))
+}
+
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PointPreview {
+    pub at: String,
+    pub time_zone: String,
+    pub desired_replicas: i32,
+    pub active_window: Option<String>,
+    pub next_transition_time: Option<String>,
+    pub next_replicas: Option<i32>,
+}
+
+pub fn at(schedule: &Schedule, at: DateTime<Utc>) -> PointPreview {
+    let eval = schedule.evaluate(at);
+    let next = schedule.next_transition(at);
+    PointPreview {
+        at: rfc3339(at),
+        time_zone: schedule.time_zone().name().to_string(),
+        desired_replicas: eval.replicas,
+        active_window: eval.window_label,
+        next_transition_time: next.map(|n| rfc3339(n.at)),
+        next_replicas: next.map(|n| n.replicas),
+    }
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RangePreview {
+    pub from: String,
+    pub to: String,
+    pub time_zone: String,
+    pub initial_replicas: i32,
+    pub initial_window: Option<String>,
+    pub transitions: Vec<TransitionOut>,
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+pub struct TransitionOut {
+    pub at: String,
+    pub replicas: i32,
+    pub window: Option<String>,
+}
+
+pub fn range(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> RangePreview {
+    let initial = schedule.evaluate(from);
+    RangePreview {
+        from: rfc3339(from),
+        to: rfc3339(to),
+        time_zone: schedule.time_zone().name().to_string(),
+        initial_replicas: initial.replicas,
+        initial_window: initial.window_label,
+        transitions: schedule
+            .transitions(from, to)
+            .into_iter()
+            .map(|Transition { at, replicas }| TransitionOut {
+                at: rfc3339(at),
+                replicas,
+                window: schedule.evaluate(at).window_label,
+            })
+            .collect(),
+    }
+}
+
+fn local(schedule: &Schedule, t: DateTime<Utc>) -> String {
+    t.with_timezone(&schedule.time_zone())
+        .format("%a %Y-%m-%d %H:%M:%S %Z")
+        .to_string()
+}
+
+pub fn point_table(schedule: &Schedule, p: &PointPreview, at: DateTime<Utc>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "at:        {} ({})", p.at, local(schedule, at));
+    let _ = writeln!(s, "replicas:  {}", p.desired_replicas);
+    let _ = writeln!(
+        s,
+        "window:    {}",
+        p.active_window
+            .as_deref()
+            .unwrap_or("(none: defaultReplica)")
+    );
+    match (schedule.next_transition(at), p.next_replicas) {
+        (Some(n), Some(r)) => {
+            let _ = writeln!(
+                s,
+                "next:      {} ({}) -> {r} replicas",
+                p.next_transition_time.as_deref().unwrap_or(""),
+                local(schedule, n.at)
+            );
+        }
+        _ => {
+            let _ = writeln!(s, "next:      never (the replica count does not change)");
+        }
+    }
+    s
+}
+
+pub fn range_table(schedule: &Schedule, r: &RangePreview, from: DateTime<Utc>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<22} {:<34} {:>8}  WINDOW",
+        "AT (UTC)",
+        format!("LOCAL ({})", r.time_zone),
+        "REPLICAS"
+    );
+    let _ = writeln!(
+        s,
+        "{:<22} {:<34} {:>8}  {}",
+        r.from,
+        local(schedule, from),
+        r.initial_replicas,
+        r.initial_window.as_deref().unwrap_or("-")
+    );
+    for t in schedule.transitions(from, parse_rfc3339(&r.to).unwrap_or(from)) {
+        let _ = writeln!(
+            s,
+            "{:<22} {:<34} {:>8}  {}",
+            rfc3339(t.at),
+            local(schedule, t.at),
+            t.replicas,
+            schedule
+                .evaluate(t.at)
+                .window_label
+                .as_deref()
+                .unwrap_or("-")
+        );
+    }
+    s
+}
+
+pub fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// A step chart of replicas over `[from, to)`: one column per equal slice of time, each
+/// showing the highest count in its slice, so a short window is never hidden.
+pub fn chart(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>, width: usize) -> String {
+    let width = width.clamp(10, 400);
+    let span = (to - from).max(Duration::seconds(1));
+    let slice = span / width as i32;
+    let transitions = schedule.transitions(from, to);
+    let mut columns = Vec::with_capacity(width);
+    for c in 0..width {
+        let start = from + slice * c as i32;
+        let end = start + slice;
+        let mut peak = schedule.evaluate(start).replicas;
+        for t in transitions.iter().filter(|t| t.at > start && t.at < end) {
+            peak = peak.max(t.replicas);
+        }
+        columns.push(peak);
+    }
+    let max = columns.iter().copied().max().unwrap_or(0).max(1);
+    let height = (max as usize).min(12);
+    let label_w = max.to_string().len();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "replicas over {} .. {} ({})",
+        local(schedule, from),
+        local(schedule, to),
+        schedule.time_zone().name()
+    );
+    for row in (1..=height).rev() {
+        // Row `row` is filled when the column reaches this share of the maximum.
+        let threshold = (row as f64 / height as f64) * max as f64;
+        let label = if row == height || row == 1 || row == height.div_ceil(2) {
+            format!("{:>label_w$}", threshold.round() as i64)
+        } else {
+            " ".repeat(label_w)
+        };
+        let bar: String = columns
+            .iter()
+            .map(|&v| {
+                if v as f64 >= threshold - 1e-9 && v > 0 {
+                    '█'
+                } else {
+                    ' '
+                }
+            })
+            .collect();
+        let _ = writeln!(s, "{label} ┤{bar}");
+    }
+    let _ = writeln!(
+        s,
+        "{} └{}",
+        " ".repeat(label_w.saturating_sub(1)).to_string() + "0",
+        "─".repeat(width)
+    );
+    // Time ticks: about every 12 columns, in the schedule's zone.
+    let mut ticks = vec![' '; width + 1];
+    let mut labels = String::new();
+    let fmt = if span > Duration::days(2) {
+        "%a %H:%M"
+    } else {
+        "%H:%M"
+    };
+    let step = if span > Duration::days(2) {
+        width / 7
+    } else {
+        12
+    }
+    .max(1);
+    let mut c = 0;
+    while c < width {
+        ticks[c] = '^';
+        let t = (from + slice * c as i32)
+            .with_timezone(&schedule.time_zone())
+            .format(fmt)
+            .to_string();
+        while labels.chars().count() < c {
+            labels.push(' ');
+        }
+        if labels.chars().count() == c {
+            labels.push_str(&t);
+        }
+        c += step;
+    }
+    let pad = " ".repeat(label_w + 2);
+    let _ = writeln!(s, "{pad}{}", ticks.iter().collect::<String>().trim_end());
+    let _ = writeln!(s, "{pad}{labels}");
+    let _ = writeln!(
+        s,
+        "{} change(s) in range; each column is {} min",
+        transitions.len(),
+        slice.num_minutes().max(1)
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED: &str = include_str!("../examples/tdset_helloworld.yaml");
+
+    #[test]
+    fn seed_manifest_parses_and_previews() {
+        let (_, s) = parse_manifest("seed", SEED).unwrap();
+        let p = at(&s, parse_rfc3339("2026-05-01T12:00:00Z").unwrap());
+        assert_eq!(p.desired_replicas, 5);
+        assert_eq!(p.active_window.as_deref(), Some("09:00-17:00"));
+        assert_eq!(
+            p.next_transition_time.as_deref(),
+            Some("2026-05-01T17:00:00Z")
+        );
+        assert_eq!(p.next_replicas, Some(3));
+    }
+
+    #[test]
+    fn bad_field_is_named() {
+        let bad = SEED.replace("startTime: 9 ", "startTime: 25 ");
+        let err = parse_manifest("bad.yaml", &bad).unwrap_err().to_string();
+        assert!(err.contains("spec.schedulingConfig[0].startTime"), "{err}");
+        let bad = SEED.replace("endTime: 17", "endTime: 9");
+        let err = parse_manifest("bad.yaml", &bad).unwrap_err().to_string();
+        assert!(err.contains("spec.schedulingConfig[0].endTime"), "{err}");
+    }
+
+    #[test]
+    fn chart_shows_peak() {
+        let (_, s) = parse_manifest("seed", SEED).unwrap();
+        let from = parse_rfc3339("2026-05-01T00:00:00Z").unwrap();
+        let c = chart(&s, from, from + Duration::days(1), 96);
+        assert!(c.lines().any(|l| l.starts_with("5 ┤")), "{c}");
+    }
+}
