@@ -210,7 +210,8 @@ kill_pidfile() {
   local f="$1" pid i
   [[ -f "$f" ]] || return 0
   pid="$(cat "$f")"
-  if kill -0 "$pid" 2>/dev/null; then
+  # The watchdog's bash execs `stop` as its last command, so that pid may be our own.
+  if [[ "$pid" != "$$" ]] && kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid" 2>/dev/null || true
     for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true

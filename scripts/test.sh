@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every test: builds (or reuses) the cached local control plane, starts one for the whole
+# run, and runs the unit, property and integration suites against it. Extra arguments go to
+# `cargo test` (e.g. `scripts/test.sh --test admission`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need() { command -v "$1" >/dev/null 2>&1; }
+missing=()
+for tool in openssl curl python3; do need "$tool" || missing+=("$tool"); done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  if need apt-get && [[ $(id -u) -eq 0 ]]; then
+    echo "test.sh: installing ${missing[*]} with apt-get" >&2
+    apt-get update -qq && apt-get install -y -qq "${missing[@]/python3/python3}" >/dev/null
+  else
+    echo "test.sh: missing ${missing[*]}; install them and retry" >&2; exit 1
+  fi
+fi
+need cargo || { echo "test.sh: no Rust toolchain; install it with rustup (https://rustup.rs) and retry" >&2; exit 1; }
+
+scripts/control-plane.sh install >/dev/null
+
+state="$(mktemp -d "${TMPDIR:-/tmp}/tdset-test.XXXXXX")"
+cleanup() { scripts/control-plane.sh stop "$state" || true; rm -rf "$state"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+export TDSET_TEST_KUBECONFIG
+TDSET_TEST_KUBECONFIG="$(scripts/control-plane.sh start "$state" --kcm --watch $$)"
+export TDSET_TEST_STATE_DIR="$state"
+echo "test.sh: control plane up ($TDSET_TEST_KUBECONFIG); logs in $state/logs" >&2
+
+cargo fmt --all -- --check
+cargo test --all-targets "$@"

@@ -1,0 +1,299 @@
+//! The CRD's schema and CEL rules on the real API server: what `kubectl apply` accepts, and
+//! what it rejects with a message naming the field.
+
+mod support;
+
+use support::*;
+
+fn manifest(ns: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: schedule.rs/v1\nkind: TDSet\nmetadata:\n  name: t\n  namespace: {ns}\nspec:\n{spec}"
+    )
+}
+
+const OK_SPEC: &str = "  container: {image: nginx, port: 80}
+  defaultReplica: 1
+  schedulingConfig:
+  - {startTime: 9, endTime: 17, replica: 3}
+";
+
+/// A valid spec with one line replaced (by a prefix match on the trimmed line) or appended.
+fn variant(replace: &str, with: &str) -> String {
+    let mut found = false;
+    let mut out: Vec<String> = OK_SPEC
+        .lines()
+        .map(|l| {
+            if !found && l.trim_start().starts_with(replace) && !replace.is_empty() {
+                found = true;
+                with.to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    if !found {
+        out.push(with.to_string());
+    }
+    out.join("\n") + "\n"
+}
+
+fn apply(yaml: &str) -> (bool, String) {
+    let out = kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], yaml);
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+async fn setup(prefix: &str) -> (kube::Client, TestNamespace) {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, prefix).await;
+    (client, ns)
+}
+
+#[tokio::test]
+async fn seed_manifest_is_accepted_unchanged() {
+    let client = client().await;
+    install_crd(&client).await;
+    // The seed names its namespace (`temp`); create it so the manifest applies as written.
+    let _ = kubectl(&["create", "namespace", "temp"]);
+    let path = repo_root().join("examples/tdset_helloworld.yaml");
+    let out = kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn valid_manifests_are_accepted() {
+    let (_, ns) = setup("adm-ok").await;
+    let specs = [
+        OK_SPEC.to_string(),
+        variant("defaultReplica", "  defaultReplica: 0"),
+        variant("schedulingConfig", "  schedulingConfig: []")
+            .replace("  - {startTime: 9, endTime: 17, replica: 3}\n", ""),
+        variant(
+            "- {startTime",
+            r#"  - {name: business-hours, startTime: "08:30", endTime: "17:45", replica: 3, days: [Mon, Tue, Wed, Thu, Fri]}"#,
+        ),
+        variant(
+            "- {startTime",
+            r#"  - {startTime: "22:00", endTime: 6, replica: 0, days: [Fri]}"#,
+        ),
+        variant(
+            "- {startTime",
+            r#"  - {startTime: 23, endTime: 0, replica: 10000}"#,
+        ),
+        variant("", "  timeZone: America/New_York"),
+        variant("", "  timeZone: Etc/GMT+5"),
+        variant("", "  intervalMint: 1440"),
+        variant("", "  service: {port: 8080}"),
+    ];
+    for (i, spec) in specs.iter().enumerate() {
+        let (ok, out) = apply(&manifest(&ns.name, spec));
+        assert!(ok, "valid case {i} was rejected:\n{spec}\n{out}");
+    }
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn invalid_manifests_are_rejected_naming_the_field() {
+    let (_, ns) = setup("adm-bad").await;
+    let w = "- {startTime";
+    let many_windows = format!(
+        "  container: {{image: nginx, port: 80}}\n  defaultReplica: 1\n  schedulingConfig:\n{}",
+        (0..65)
+            .map(|i| format!(
+                "  - {{startTime: {}, endTime: {}, replica: 1}}\n",
+                i % 23,
+                i % 23 + 1
+            ))
+            .collect::<String>()
+    );
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "missing container",
+            variant("container", ""),
+            "spec.container: Required value",
+        ),
+        (
+            "empty image",
+            variant("container", r#"  container: {image: "", port: 80}"#),
+            "spec.container.image",
+        ),
+        (
+            "image with a space",
+            variant(
+                "container",
+                r#"  container: {image: "nginx latest", port: 80}"#,
+            ),
+            "spec.container.image",
+        ),
+        (
+            "missing port",
+            variant("container", "  container: {image: nginx}"),
+            "spec.container.port: Required value",
+        ),
+        (
+            "port 0",
+            variant("container", "  container: {image: nginx, port: 0}"),
+            "spec.container.port",
+        ),
+        (
+            "port 70000",
+            variant("container", "  container: {image: nginx, port: 70000}"),
+            "spec.container.port",
+        ),
+        (
+            "port as text",
+            variant("container", "  container: {image: nginx, port: http}"),
+            "spec.container.port",
+        ),
+        (
+            "missing defaultReplica",
+            variant("defaultReplica", ""),
+            "spec.defaultReplica: Required value",
+        ),
+        (
+            "negative defaultReplica",
+            variant("defaultReplica", "  defaultReplica: -1"),
+            "spec.defaultReplica",
+        ),
+        (
+            "huge defaultReplica",
+            variant("defaultReplica", "  defaultReplica: 10001"),
+            "spec.defaultReplica",
+        ),
+        (
+            "missing schedulingConfig",
+            OK_SPEC.lines().take(2).collect::<Vec<_>>().join("\n") + "\n",
+            "spec.schedulingConfig: Required value",
+        ),
+        (
+            "startTime 24",
+            variant(w, "  - {startTime: 24, endTime: 17, replica: 3}"),
+            "spec.schedulingConfig[0].startTime",
+        ),
+        (
+            "startTime negative",
+            variant(w, "  - {startTime: -1, endTime: 17, replica: 3}"),
+            "spec.schedulingConfig[0].startTime",
+        ),
+        (
+            "startTime H:MM",
+            variant(w, r#"  - {startTime: "9:00", endTime: 17, replica: 3}"#),
+            "spec.schedulingConfig[0].startTime",
+        ),
+        (
+            "endTime 24:00",
+            variant(w, r#"  - {startTime: 9, endTime: "24:00", replica: 3}"#),
+            "spec.schedulingConfig[0].endTime",
+        ),
+        (
+            "endTime 12:60",
+            variant(w, r#"  - {startTime: 9, endTime: "12:60", replica: 3}"#),
+            "spec.schedulingConfig[0].endTime",
+        ),
+        (
+            "missing startTime",
+            variant(w, "  - {endTime: 17, replica: 3}"),
+            "spec.schedulingConfig[0].startTime: Required value",
+        ),
+        (
+            "start equals end",
+            variant(w, r#"  - {startTime: 9, endTime: "09:00", replica: 3}"#),
+            "spec.schedulingConfig[0].endTime: Invalid value",
+        ),
+        (
+            "negative replica",
+            variant(w, "  - {startTime: 9, endTime: 17, replica: -2}"),
+            "spec.schedulingConfig[0].replica",
+        ),
+        (
+            "missing replica",
+            variant(w, "  - {startTime: 9, endTime: 17}"),
+            "spec.schedulingConfig[0].replica: Required value",
+        ),
+        (
+            "unknown day",
+            variant(
+                w,
+                "  - {startTime: 9, endTime: 17, replica: 3, days: [Funday]}",
+            ),
+            "spec.schedulingConfig[0].days[0]",
+        ),
+        (
+            "lower-case day",
+            variant(
+                w,
+                "  - {startTime: 9, endTime: 17, replica: 3, days: [mon]}",
+            ),
+            "spec.schedulingConfig[0].days[0]",
+        ),
+        (
+            "duplicate day",
+            variant(
+                w,
+                "  - {startTime: 9, endTime: 17, replica: 3, days: [Mon, Mon]}",
+            ),
+            "spec.schedulingConfig[0].days[1]",
+        ),
+        (
+            "empty days",
+            variant(w, "  - {startTime: 9, endTime: 17, replica: 3, days: []}"),
+            "spec.schedulingConfig[0].days",
+        ),
+        (
+            "window name with space",
+            variant(
+                w,
+                r#"  - {name: "office hours", startTime: 9, endTime: 17, replica: 3}"#,
+            ),
+            "spec.schedulingConfig[0].name",
+        ),
+        (
+            "intervalMint 0",
+            variant("", "  intervalMint: 0"),
+            "spec.intervalMint",
+        ),
+        (
+            "intervalMint over a day",
+            variant("", "  intervalMint: 1441"),
+            "spec.intervalMint",
+        ),
+        (
+            "service port 0",
+            variant("", "  service: {port: 0}"),
+            "spec.service.port",
+        ),
+        (
+            "timeZone with spaces",
+            variant("", "  timeZone: New York"),
+            "spec.timeZone",
+        ),
+        (
+            "too many windows",
+            many_windows,
+            "spec.schedulingConfig: Too many",
+        ),
+    ];
+    assert!(cases.len() >= 15);
+    let mut failures = Vec::new();
+    for (what, spec, field) in &cases {
+        let (ok, out) = apply(&manifest(&ns.name, spec));
+        if ok {
+            failures.push(format!("{what}: accepted, should be rejected"));
+        } else if !out.contains(field) {
+            failures.push(format!("{what}: message does not name {field:?}:\n  {out}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    ns.cleanup().await;
+}

@@ -1,0 +1,138 @@
+//! The `preview` command's contract, through the real binary.
+
+use std::process::Command;
+
+fn preview(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tdset-operator"))
+        .arg("preview")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+const SEED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/tdset_helloworld.yaml"
+);
+
+#[test]
+fn at_json_has_the_contract_shape() {
+    let (ok, out, err) = preview(&["-f", SEED, "--at", "2026-05-01T18:30:00Z", "-o", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["at"], "2026-05-01T18:30:00Z");
+    assert_eq!(v["desiredReplicas"], 3);
+    assert_eq!(v["activeWindow"], "17:00-19:00");
+    assert_eq!(v["nextTransitionTime"], "2026-05-01T19:00:00Z");
+    assert_eq!(v["nextReplicas"], 2);
+}
+
+#[test]
+fn at_json_outside_windows_has_null_window() {
+    let (ok, out, _) = preview(&[
+        "-f",
+        SEED,
+        "--at",
+        "2026-05-01T00:30:00+00:00",
+        "-o",
+        "json",
+    ]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["desiredReplicas"], 3);
+    assert!(v["activeWindow"].is_null());
+    assert_eq!(v["nextTransitionTime"], "2026-05-01T01:00:00Z");
+    assert_eq!(v["nextReplicas"], 2);
+}
+
+#[test]
+fn range_json_lists_every_change() {
+    let (ok, out, err) = preview(&[
+        "-f",
+        SEED,
+        "--from",
+        "2026-05-01T00:00:00Z",
+        "--to",
+        "2026-05-02T00:00:00Z",
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["initialReplicas"], 3);
+    let got: Vec<(String, i64)> = v["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["at"].as_str().unwrap().to_string(),
+                t["replicas"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    // 00:00 default 3 -> 01:00 2 -> 07:00 3 -> 09:00 5 -> 17:00 3 -> 19:00 2 -> 00:00 3 (in range, at `to`)
+    let want = [
+        ("01:00", 2),
+        ("07:00", 3),
+        ("09:00", 5),
+        ("17:00", 3),
+        ("19:00", 2),
+    ];
+    let mut want: Vec<(String, i64)> = want
+        .iter()
+        .map(|(t, r)| (format!("2026-05-01T{t}:00Z"), *r))
+        .collect();
+    want.push(("2026-05-02T00:00:00Z".into(), 3));
+    assert_eq!(got, want);
+}
+
+#[test]
+fn chart_draws_a_day() {
+    let (ok, out, _) = preview(&["-f", SEED, "--from", "2026-05-01T00:00:00Z", "-o", "chart"]);
+    assert!(ok);
+    assert!(out.contains('█') && out.lines().count() >= 7, "{out}");
+}
+
+#[test]
+fn invalid_manifest_says_what_and_where_and_fails() {
+    let dir = std::env::temp_dir().join(format!("tdset-preview-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        (
+            "startTime: 9 ",
+            "startTime: 24 ",
+            "spec.schedulingConfig[0].startTime",
+        ),
+        (
+            "endTime: 17",
+            "endTime: 9",
+            "spec.schedulingConfig[0].endTime",
+        ),
+        (
+            "defaultReplica: 3",
+            "defaultReplica: 3\n  timeZone: Mars/Base",
+            "spec.timeZone",
+        ),
+        ("port: 8000", "port: 70000", "spec.container.port"),
+        (
+            "replica: 5",
+            "replica: many",
+            "spec.schedulingConfig[0].replica",
+        ),
+    ];
+    let seed = std::fs::read_to_string(SEED).unwrap();
+    for (i, (from, to, field)) in cases.iter().enumerate() {
+        let path = dir.join(format!("bad{i}.yaml"));
+        std::fs::write(&path, seed.replacen(from, to, 1)).unwrap();
+        let (ok, _, err) = preview(&["-f", path.to_str().unwrap(), "--at", "2026-05-01T00:00:00Z"]);
+        assert!(!ok, "case {i} should fail");
+        assert!(err.contains(field), "case {i}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

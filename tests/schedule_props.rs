@@ -1,0 +1,272 @@
+//! Property tests of the schedule engine against brute force, in zones chosen for their DST
+//! quirks. No cluster involved.
+
+use chrono::{DateTime, Datelike, Duration, NaiveDate, Offset, TimeZone, Timelike, Utc};
+use chrono_tz::Tz;
+use proptest::prelude::*;
+use tdset_operator::api::{ContainerSpec, Day, TDSetSpec, TimeOfDay, Window};
+use tdset_operator::schedule::Schedule;
+
+const ZONES: &[&str] = &[
+    "UTC",
+    "America/New_York",    // north, 02:00 switches
+    "Europe/Berlin",       // north, 02:00/03:00 switches
+    "Australia/Sydney",    // south
+    "Australia/Lord_Howe", // 30-minute DST
+    "Pacific/Chatham",     // +12:45/+13:45
+    "America/Havana",      // switches at midnight
+    "America/Santiago",    // south, switches at 24:00
+    "Asia/Beirut",         // switches at midnight
+    "Africa/Casablanca",   // DST suspended for Ramadan
+    "America/St_Johns",    // -03:30
+    "Asia/Kolkata",        // +05:30, no DST
+];
+
+/// Minutes of day that sit on or near typical switch times, mixed with any minute.
+fn minute() -> impl Strategy<Value = u16> {
+    prop_oneof![
+        3 => 0u16..1440,
+        2 => prop::sample::select(vec![0u16, 30, 60, 90, 120, 135, 150, 180, 210, 1380, 1410, 1425]),
+        1 => (0u16..24).prop_map(|h| h * 60),
+    ]
+}
+
+fn window() -> impl Strategy<Value = Window> {
+    (
+        minute(),
+        minute(),
+        0i32..6,
+        prop::option::of(prop::collection::btree_set(0usize..7, 1..=7)),
+        any::<bool>(),
+    )
+        .prop_filter("start != end", |(s, e, ..)| s != e)
+        .prop_map(|(s, e, replica, days, as_hour)| {
+            let t = |m: u16| {
+                if as_hour && m % 60 == 0 {
+                    TimeOfDay::hour((m / 60) as u8).unwrap()
+                } else {
+                    TimeOfDay::hm((m / 60) as u8, (m % 60) as u8).unwrap()
+                }
+            };
+            Window {
+                name: None,
+                start_time: t(s),
+                end_time: t(e),
+                replica,
+                days: days.map(|d| d.into_iter().map(|i| Day::ALL[i]).collect()),
+            }
+        })
+}
+
+fn spec() -> impl Strategy<Value = TDSetSpec> {
+    (
+        prop::sample::select(ZONES),
+        prop::collection::vec(window(), 0..6),
+        0i32..6,
+    )
+        .prop_map(|(tz, windows, default)| TDSetSpec {
+            container: ContainerSpec {
+                image: "app".into(),
+                port: 8080,
+            },
+            service: None,
+            scheduling_config: windows,
+            default_replica: default,
+            interval_mint: None,
+            time_zone: Some(tz.to_string()),
+        })
+}
+
+fn offset_changes(tz: Tz, year: i32) -> Vec<DateTime<Utc>> {
+    let start = Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0).unwrap();
+    let off = |t: DateTime<Utc>| tz.offset_from_utc_datetime(&t.naive_utc()).fix();
+    (0..(366 * 24))
+        .map(|h| start + Duration::hours(h))
+        .filter(|&t| off(t) != off(t - Duration::hours(1)))
+        .collect()
+}
+
+/// "now": anywhere in 2025..2028, or within two days of one of the zone's offset changes.
+fn instant_for(spec: &TDSetSpec, near_change: bool, pick: usize, secs: i64) -> DateTime<Utc> {
+    let tz: Tz = spec.time_zone_name().parse().unwrap();
+    if near_change {
+        let changes = offset_changes(tz, 2026);
+        if !changes.is_empty() {
+            return changes[pick % changes.len()] - Duration::days(2)
+                + Duration::seconds(secs % (4 * 86_400));
+        }
+    }
+    Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap()
+        + Duration::seconds(secs % (3 * 365 * 86_400))
+}
+
+/// An independent formulation of "which window applies": each window covers a set of
+/// minutes of the week, starting on its start day; the first covering window wins.
+fn oracle(spec: &TDSetSpec, at: DateTime<Utc>) -> i32 {
+    let tz: Tz = spec.time_zone_name().parse().unwrap();
+    let local = at.with_timezone(&tz).naive_local();
+    let week_minute = local.weekday().num_days_from_monday() as i64 * 1440
+        + local.hour() as i64 * 60
+        + local.minute() as i64;
+    for w in &spec.scheduling_config {
+        let (s, e) = (
+            w.start_time.minute_of_day() as i64,
+            w.end_time.minute_of_day() as i64,
+        );
+        let len = (e - s).rem_euclid(1440);
+        let days: Vec<i64> = match &w.days {
+            None => (0..7).collect(),
+            Some(d) => d.iter().map(|d| d.index() as i64).collect(),
+        };
+        for d in days {
+            let from = d * 1440 + s;
+            if (week_minute - from).rem_euclid(7 * 1440) < len {
+                return w.replica;
+            }
+        }
+    }
+    spec.default_replica
+}
+
+fn next_whole_minute(t: DateTime<Utc>) -> DateTime<Utc> {
+    let floor = DateTime::from_timestamp(t.timestamp() - t.timestamp().rem_euclid(60), 0).unwrap();
+    floor + Duration::minutes(1)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn next_transition_agrees_with_minute_scan(spec in spec(), near in any::<bool>(), pick in 0usize..16, secs in 0i64..i64::MAX / 2) {
+        let now = instant_for(&spec, near, pick, secs);
+        let schedule = Schedule::compile(&spec).unwrap();
+        let current = schedule.evaluate(now).replicas;
+        prop_assert_eq!(current, oracle(&spec, now), "evaluate disagrees with the oracle at {}", now);
+
+        let next = schedule.next_transition(now);
+        let horizon = now + Duration::days(3);
+        // Brute force: the first whole minute after now where the oracle's count differs.
+        let mut t = next_whole_minute(now);
+        let mut scanned = None;
+        while t <= horizon {
+            if oracle(&spec, t) != current {
+                scanned = Some((t, oracle(&spec, t)));
+                break;
+            }
+            t += Duration::minutes(1);
+        }
+        match next {
+            Some(n) => {
+                prop_assert!(n.at > now, "next {} is not after now {}", n.at, now);
+                prop_assert_ne!(n.replicas, current);
+                prop_assert_eq!(schedule.evaluate(n.at).replicas, n.replicas);
+                if n.at <= horizon {
+                    prop_assert_eq!(scanned, Some((n.at, n.replicas)), "now {} zone {}", now, spec.time_zone_name());
+                } else {
+                    prop_assert_eq!(scanned, None);
+                }
+            }
+            None => prop_assert_eq!(scanned, None, "engine says never, scan found a change; now {}", now),
+        }
+    }
+
+    #[test]
+    fn transitions_are_strictly_increasing_and_real(spec in spec(), secs in 0i64..i64::MAX / 2) {
+        let from = instant_for(&spec, false, 0, secs);
+        let schedule = Schedule::compile(&spec).unwrap();
+        let mut last = (from, schedule.evaluate(from).replicas);
+        for t in schedule.transitions(from, from + Duration::days(8)) {
+            prop_assert!(t.at > last.0);
+            prop_assert_ne!(t.replicas, last.1);
+            // Constant in between: sampled at the midpoint.
+            let mid = last.0 + (t.at - last.0) / 2;
+            prop_assert_eq!(schedule.evaluate(mid).replicas, last.1);
+            last = (t.at, t.replicas);
+        }
+    }
+}
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn one_window(tz: &str, start: (u8, u8), end: (u8, u8)) -> Schedule {
+    Schedule::compile(&TDSetSpec {
+        container: ContainerSpec {
+            image: "app".into(),
+            port: 80,
+        },
+        service: None,
+        scheduling_config: vec![Window {
+            name: Some("w".into()),
+            start_time: TimeOfDay::hm(start.0, start.1).unwrap(),
+            end_time: TimeOfDay::hm(end.0, end.1).unwrap(),
+            replica: 9,
+            days: None,
+        }],
+        default_replica: 1,
+        interval_mint: None,
+        time_zone: Some(tz.into()),
+    })
+    .unwrap()
+}
+
+#[test]
+fn contract_example_new_york_spring_forward() {
+    let s = one_window("America/New_York", (2, 30), (4, 0));
+    let t = s.next_transition(utc("2026-03-08T00:00:00Z")).unwrap();
+    assert_eq!((t.at, t.replicas), (utc("2026-03-08T07:00:00Z"), 9));
+}
+
+#[test]
+fn contract_example_berlin_fall_back() {
+    let s = one_window("Europe/Berlin", (2, 0), (2, 30));
+    let got: Vec<_> = s
+        .transitions(utc("2026-10-24T22:00:00Z"), utc("2026-10-25T03:00:00Z"))
+        .into_iter()
+        .map(|t| (t.at, t.replicas))
+        .collect();
+    let want = vec![
+        (utc("2026-10-25T00:00:00Z"), 9),
+        (utc("2026-10-25T00:30:00Z"), 1),
+        (utc("2026-10-25T01:00:00Z"), 9),
+        (utc("2026-10-25T01:30:00Z"), 1),
+    ];
+    assert_eq!(got, want);
+}
+
+#[test]
+fn lord_howe_half_hour_shift() {
+    // Lord Howe springs forward 02:00 -> 02:30 local on 2026-10-04 (15:00Z, +10:30 -> +11).
+    let s = one_window("Australia/Lord_Howe", (2, 15), (5, 0));
+    let t = s.next_transition(utc("2026-10-03T12:00:00Z")).unwrap();
+    assert_eq!(
+        t.at,
+        utc("2026-10-03T15:30:00Z"),
+        "the 02:15 boundary is inside the gap: it fires when the gap ends"
+    );
+}
+
+#[test]
+fn midnight_switch_zone_havana() {
+    // Havana springs forward at 00:00 -> 01:00 on 2026-03-08; a window starting 00:30 starts at 01:00 CDT.
+    let s = one_window("America/Havana", (0, 30), (6, 0));
+    let t = s.next_transition(utc("2026-03-07T12:00:00Z")).unwrap();
+    let local = t.at.with_timezone(&"America/Havana".parse::<Tz>().unwrap());
+    assert_eq!((local.hour(), local.minute()), (1, 0));
+    assert_eq!(
+        local.date_naive(),
+        NaiveDate::from_ymd_opt(2026, 3, 8).unwrap()
+    );
+}
+
+#[test]
+fn next_transition_is_never_now_even_on_a_boundary() {
+    let s = one_window("UTC", (9, 0), (17, 0));
+    let at = utc("2026-05-01T09:00:00Z");
+    assert_eq!(s.evaluate(at).replicas, 9);
+    assert_eq!(
+        s.next_transition(at).unwrap().at,
+        utc("2026-05-01T17:00:00Z")
+    );
+}

@@ -1,0 +1,217 @@
+//! The local control plane for integration tests.
+//!
+//! One control plane per test run: `scripts/test.sh` starts it and passes its kubeconfig in
+//! `TDSET_TEST_KUBECONFIG`; a test binary run on its own (plain `cargo test`) starts one itself,
+//! watched by a process that stops it when the test binary exits, however it exits.
+//! Every test gets its own namespace.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, Config};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn script() -> PathBuf {
+    repo_root().join("scripts/control-plane.sh")
+}
+
+pub struct ControlPlane {
+    pub kubeconfig: PathBuf,
+    /// The state dir when this process started it (logs are under `logs/`).
+    pub dir: Option<PathBuf>,
+}
+
+fn bin_dir() -> PathBuf {
+    let out = Command::new(script())
+        .arg("bin-dir")
+        .output()
+        .expect("running scripts/control-plane.sh bin-dir");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+pub fn kubectl_path() -> PathBuf {
+    bin_dir().join("kubectl")
+}
+
+/// Starts a fresh control plane in `dir` (with kube-controller-manager), stopped when this
+/// process exits.
+pub fn start_control_plane(dir: &Path) -> ControlPlane {
+    let bins = bin_dir();
+    if !bins.join("kube-apiserver").exists() || !bins.join("etcd").exists() {
+        panic!(
+            "control-plane binaries missing in {}; run: scripts/control-plane.sh install",
+            bins.display()
+        );
+    }
+    let out = Command::new(script())
+        .arg("start")
+        .arg(dir)
+        .args(["--kcm", "--watch", &std::process::id().to_string()])
+        .output()
+        .expect("running scripts/control-plane.sh start");
+    if !out.status.success() {
+        panic!(
+            "starting the control plane failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    ControlPlane {
+        kubeconfig: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
+        dir: Some(dir.to_path_buf()),
+    }
+}
+
+/// The shared control plane of this test run.
+pub fn control_plane() -> &'static ControlPlane {
+    static CP: OnceLock<ControlPlane> = OnceLock::new();
+    CP.get_or_init(|| {
+        if let Ok(path) = std::env::var("TDSET_TEST_KUBECONFIG") {
+            return ControlPlane {
+                kubeconfig: PathBuf::from(path),
+                dir: None,
+            };
+        }
+        let dir = std::env::temp_dir().join(format!("tdset-test-cp-{}", std::process::id()));
+        start_control_plane(&dir)
+    })
+}
+
+pub async fn client_for(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("reading the test kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    Client::try_from(config).expect("building a client")
+}
+
+/// A client for the shared control plane. Make one per test: a client belongs to the tokio
+/// runtime it was made on, and each `#[tokio::test]` has its own.
+pub async fn client() -> Client {
+    client_for(&control_plane().kubeconfig).await
+}
+
+/// Runs the control plane's kubectl against the shared control plane.
+pub fn kubectl(args: &[&str]) -> std::process::Output {
+    Command::new(kubectl_path())
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .args(args)
+        .output()
+        .expect("running kubectl")
+}
+
+/// Like `kubectl`, with `stdin` fed to it.
+pub fn kubectl_stdin(args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(kubectl_path())
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running kubectl");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("writing to kubectl");
+    child.wait_with_output().expect("kubectl output")
+}
+
+/// A namespace of its own for one test; `cleanup` deletes it.
+pub struct TestNamespace {
+    pub name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    pub async fn new(client: &Client, prefix: &str) -> TestNamespace {
+        let name = format!("{prefix}-{}", unique_suffix());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+            .expect("namespace");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("creating namespace");
+        TestNamespace {
+            name,
+            client: client.clone(),
+        }
+    }
+
+    pub async fn cleanup(self) {
+        let _ = Api::<Namespace>::all(self.client)
+            .delete(&self.name, &DeleteParams::background())
+            .await;
+    }
+}
+
+pub fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{:x}{:x}{}",
+        std::process::id() % 4096,
+        nanos % 65536,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Installs the checked-in CRD (server-side apply, so it is idempotent across tests) and
+/// waits until it is Established.
+pub async fn install_crd(client: &Client) {
+    let text = std::fs::read_to_string(repo_root().join("crds/tdset.yaml"))
+        .expect("reading crds/tdset.yaml");
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(&text).expect("parsing crds/tdset.yaml");
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    api.patch(
+        "tdsets.schedule.rs",
+        &PatchParams::apply("tdset-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("applying the CRD");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(api, "tdsets.schedule.rs", conditions::is_crd_established()),
+    )
+    .await
+    .expect("CRD not Established within 60s")
+    .expect("watching the CRD");
+}
+
+/// Polls `f` until it returns Some, for at most `limit`. The limit only stops a hung test;
+/// it is not an assertion about speed.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("gave up waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
