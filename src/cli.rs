@@ -22,10 +22,51 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run the operator.
+    Run(RunArgs),
     /// Print the CustomResourceDefinition as YAML (what crds/ holds).
     Crd,
     /// Show what a TDSet manifest does at an instant or over a range. Never talks to a cluster.
     Preview(PreviewArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Kubeconfig file; default: in-cluster config, then $KUBECONFIG / ~/.kube/config.
+    #[arg(long, env = "TDSET_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "TDSET_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, env = "TDSET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: std::net::SocketAddr,
+    /// Only the holder of a Lease reconciles (run several replicas for failover).
+    #[arg(long, env = "TDSET_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    #[arg(long, env = "TDSET_LEASE_NAME", default_value = "tdset-operator")]
+    pub lease_name: String,
+    /// Namespace of the Lease; default: the pod's namespace, else "default".
+    #[arg(long, env = "TDSET_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Seconds a lease stays valid without renewal (the longest failover).
+    #[arg(long, env = "TDSET_LEASE_DURATION", default_value_t = 15)]
+    pub lease_duration: u64,
+    /// Identity of this instance (pod name); default: hostname.
+    #[arg(long, env = "TDSET_INSTANCE")]
+    pub instance: Option<String>,
+    /// Reconciles run at once.
+    #[arg(long, env = "TDSET_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: u16,
+    /// Log filter, e.g. `info` or `tdset_operator=debug,kube=info`.
+    #[arg(long, env = "TDSET_LOG", default_value = "info")]
+    pub log_level: String,
+    #[arg(long, env = "TDSET_LOG_FORMAT", value_enum, default_value_t = crate::telemetry::LogFormat::Text)]
+    pub log_format: crate::telemetry::LogFormat,
+    /// Testing aid: run the schedule as if the clock read this instant now (RFC 3339); it
+    /// then advances in real time. Never set in production.
+    #[arg(long, env = "TDSET_FAKE_NOW", value_parser = parse_time, hide = true)]
+    pub fake_now: Option<DateTime<Utc>>,
 }
 
 #[derive(clap::Args, Debug)]

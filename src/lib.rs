@@ -7,8 +7,14 @@
 
 pub mod api;
 pub mod cli;
+pub mod clock;
+pub mod controller;
 pub mod error;
+pub mod http;
 pub mod preview;
+pub mod resources;
 pub mod schedule;
+pub mod status;
+pub mod telemetry;
 
 pub use error::{Error, Result};

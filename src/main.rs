@@ -1,22 +1,121 @@
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
-use tdset_operator::cli::{Cli, Command, crd_yaml, run_preview};
+use tdset_operator::cli::{Cli, Command, RunArgs, crd_yaml, run_preview};
+use tdset_operator::clock::SystemClock;
+use tdset_operator::controller::{self, LeaseOptions, RunOptions};
+use tdset_operator::http::{self, Health};
+use tdset_operator::telemetry::{self, Metrics};
+use tdset_operator::{Error, Result};
+use tracing::{error, info};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Crd => crd_yaml(),
-        Command::Preview(args) => run_preview(&args, chrono::Utc::now()),
+        Command::Crd => crd_yaml().map(|out| print!("{out}")),
+        Command::Preview(args) => run_preview(&args, chrono::Utc::now()).map(|out| print!("{out}")),
+        Command::Run(args) => run(args),
     };
     match result {
-        Ok(out) => {
-            print!("{out}");
-            ExitCode::SUCCESS
-        }
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    telemetry::init_logging(&args.log_level, args.log_format);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Config(format!("starting the async runtime: {e}")))?;
+    rt.block_on(async move {
+        let result = operate(args).await;
+        if let Err(e) = &result {
+            error!(error = %e, "operator stopped with an error");
+        }
+        result
+    })
+}
+
+async fn operate(args: RunArgs) -> Result<()> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                Error::Config(format!("reading kubeconfig {}: {e}", path.display()))
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Config(format!("kubeconfig {}: {e}", path.display())))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| Error::Config(format!("no cluster configuration found: {e}")))?,
+    };
+    let client = kube::Client::try_from(config)
+        .map_err(|e| Error::Config(format!("building the API client: {e}")))?;
+    let metrics = Arc::new(Metrics::new()?);
+    let health = Arc::new(Health::default());
+    let (addr, server) = http::serve(args.metrics_addr, metrics.clone(), health.clone()).await?;
+    info!(%addr, "serving /metrics, /healthz, /readyz");
+
+    let instance = args
+        .instance
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("tdset-operator-{}", std::process::id()));
+    let clock = match args.fake_now {
+        Some(at) => SystemClock::starting_at(at),
+        None => SystemClock::default(),
+    };
+    let lease = args.leader_elect.then(|| LeaseOptions {
+        name: args.lease_name.clone(),
+        namespace: args
+            .lease_namespace
+            .clone()
+            .or_else(|| {
+                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+            })
+            .unwrap_or_else(|| "default".into()),
+        duration_seconds: args.lease_duration,
+        grace_seconds: (args.lease_duration / 3).max(1),
+    });
+    let opts = RunOptions {
+        namespace: args.namespace.clone(),
+        concurrency: args.concurrency,
+        instance,
+    };
+    let result = controller::run(
+        client,
+        opts,
+        lease,
+        Arc::new(clock),
+        metrics,
+        health,
+        shutdown_signal(),
+    )
+    .await;
+    server.abort();
+    info!("shut down");
+    result
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = term => info!("SIGTERM received; finishing in-flight reconciles"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT received; finishing in-flight reconciles"),
     }
 }

@@ -1,0 +1,684 @@
+//! The reconciler: the one place that talks to the API server.
+//!
+//! Each reconcile evaluates the schedule at `ctx.clock.now()`, makes the owned Deployment (and
+//! Service) match, writes status, and requeues at the next transition. It reads the owned
+//! objects from caches that may be stale, so every write is guarded: creates fail on an
+//! existing object instead of overwriting it, and applies carry the observed uid as a
+//! precondition, so an object someone else created meanwhile is never written to.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::api::{TDSet, TDSetStatus};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::http::Health;
+use crate::resources::{self, FIELD_MANAGER};
+use crate::schedule::{Evaluation, Schedule};
+use crate::status::{self, DEGRADED, Inputs, Problem};
+use crate::telemetry::Metrics;
+
+/// Everything a reconcile needs, shared by all of them.
+pub struct Context {
+    pub client: Client,
+    pub clock: Arc<dyn Clock>,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    /// Owned Deployments (label-selected), without managedFields.
+    pub deployments: Store<Deployment>,
+    pub services: Store<Service>,
+}
+
+/// What happened to an owned object in this reconcile.
+#[derive(Debug, PartialEq, Eq)]
+enum Change {
+    Unchanged,
+    Created,
+    Updated,
+}
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Watch only this namespace; all when `None`.
+    pub namespace: Option<String>,
+    pub concurrency: u16,
+    /// Identity in Events (and the lease holder).
+    pub instance: String,
+}
+
+pub async fn reconcile(tdset: Arc<TDSet>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let span = info_span!("reconcile", tdset = %format!("{}/{}", tdset.namespace().unwrap_or_default(), tdset.name_any()));
+    let result = reconcile_inner(&tdset, &ctx).instrument(span).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    match &result {
+        Ok(_) => ctx.metrics.reconciles.with_label_values(&["ok"]).inc(),
+        Err(e) => {
+            ctx.metrics.reconciles.with_label_values(&["error"]).inc();
+            ctx.metrics
+                .reconcile_errors
+                .with_label_values(&[e.metric_label()])
+                .inc();
+            // Best effort: make the failure visible on the TDSet, then let the error policy back off.
+            let problem = Problem::ApiError(e.to_string());
+            if let Err(e2) = report_problem(&tdset, &ctx, &problem, None).await {
+                debug!(error = %e2, "could not record the reconcile error in status");
+            }
+        }
+    }
+    result
+}
+
+/// Backs off on errors: one broken TDSet is retried on its own schedule and never blocks others.
+pub fn error_policy(tdset: Arc<TDSet>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(tdset = %format!("{}/{}", tdset.namespace().unwrap_or_default(), tdset.name_any()), %error, "reconcile failed; retrying in 15s");
+    Action::requeue(Duration::from_secs(15))
+}
+
+async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
+    if tdset.meta().deletion_timestamp.is_some() {
+        // The garbage collector removes the owned objects; nothing to do.
+        return Ok(Action::await_change());
+    }
+    let ns = tdset
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = tdset.name_any();
+    let now = ctx.clock.now();
+    let interval = tdset.spec.check_interval();
+    let cached_deploy = ctx.deployments.get(&ObjectRef::new(&name).within(&ns));
+
+    let schedule = match Schedule::compile(&tdset.spec) {
+        Ok(s) => s,
+        Err(errors) => {
+            let message = format!(
+                "{}; the Deployment is left as it is until the spec is fixed",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            warn!(%message, "invalid spec");
+            report_problem(
+                tdset,
+                ctx,
+                &Problem::InvalidSpec(message),
+                cached_deploy.as_deref(),
+            )
+            .await?;
+            return Ok(Action::requeue(interval));
+        }
+    };
+    let eval = schedule.evaluate(now);
+    let next = schedule.next_transition(now);
+    let warnings = schedule.warnings();
+
+    let desired = resources::desired_deployment(tdset, eval.replicas)?;
+    let deploy_api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let (deployment, problem) = match ensure(
+        ctx,
+        tdset,
+        &deploy_api,
+        "deployments",
+        desired,
+        cached_deploy.as_deref(),
+    )
+    .await
+    {
+        Ok((d, change)) => {
+            record_deployment_change(tdset, ctx, &eval, cached_deploy.as_deref(), &change).await;
+            (Some(d), None)
+        }
+        Err(Error::ForeignObject {
+            kind,
+            namespace,
+            name,
+        }) => {
+            let msg = format!(
+                "{kind} {namespace}/{name} exists and is not controlled by this TDSet; the operator will not adopt or \
+                 scale it. Delete or rename it, or rename the TDSet"
+            );
+            (None, Some(Problem::ForeignObject(msg)))
+        }
+        Err(e) => return Err(e),
+    };
+
+    let problem = match (problem, ensure_service(tdset, ctx, &ns).await) {
+        (Some(p), _) => Some(p),
+        (
+            None,
+            Err(Error::ForeignObject {
+                kind,
+                namespace,
+                name,
+            }),
+        ) => Some(Problem::ForeignObject(format!(
+            "{kind} {namespace}/{name} exists and is not controlled by this TDSet; the operator will not adopt it"
+        ))),
+        (None, Err(e)) => return Err(e),
+        (None, Ok(())) => None,
+    };
+
+    let new_status = status::next_status(&Inputs {
+        previous: tdset.status.as_ref(),
+        generation: tdset.meta().generation,
+        evaluation: Some(&eval),
+        next: next.as_ref(),
+        warnings: &warnings,
+        deployment: deployment.as_ref(),
+        problem: problem.as_ref(),
+        now,
+    });
+    write_status(tdset, ctx, new_status).await?;
+
+    let wait = match next {
+        Some(n) => (n.at - now).to_std().unwrap_or_default().min(interval),
+        None => interval,
+    };
+    debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), ?wait, "reconciled");
+    Ok(Action::requeue(wait))
+}
+
+/// Makes an owned object match `desired`, writing only when it differs. Never writes to an
+/// object of that name that this TDSet does not control.
+async fn ensure<K>(
+    ctx: &Context,
+    tdset: &TDSet,
+    api: &Api<K>,
+    resource: &'static str,
+    mut desired: K,
+    cached: Option<&K>,
+) -> Result<(K, Change)>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let name = desired.name_any();
+    let ns = desired.namespace().unwrap_or_default();
+    let foreign = || Error::ForeignObject {
+        kind: kind_of::<K>(),
+        namespace: ns.clone(),
+        name: name.clone(),
+    };
+    let observed = match cached {
+        Some(o) => o.clone(),
+        None => {
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            };
+            ctx.metrics.write(resource, "create");
+            match api.create(&pp, &desired).await {
+                Ok(created) => return Ok((created, Change::Created)),
+                // The cache had not seen it: read the real thing and decide from that.
+                Err(kube::Error::Api(s)) if s.code == 409 => api.get(&name).await.map_err(
+                    Error::kube(format!("reading existing {resource} {ns}/{name}")),
+                )?,
+                Err(e) => return Err(Error::kube(format!("creating {resource} {ns}/{name}"))(e)),
+            }
+        }
+    };
+    if !resources::is_owned_by(&observed, tdset) {
+        return Err(foreign());
+    }
+    if resources::is_satisfied_by(&desired, &observed) {
+        return Ok((observed, Change::Unchanged));
+    }
+    // The uid turns the apply into "only if it is still the object I looked at".
+    desired.meta_mut().uid = observed.meta().uid.clone();
+    ctx.metrics.write(resource, "apply");
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&desired),
+        )
+        .await
+        .map_err(Error::kube(format!("applying {resource} {ns}/{name}")))?;
+    Ok((applied, Change::Updated))
+}
+
+async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    let cached = ctx
+        .services
+        .get(&ObjectRef::new(&tdset.name_any()).within(ns));
+    match resources::desired_service(tdset)? {
+        Some(desired) => {
+            let (_, change) =
+                ensure(ctx, tdset, &api, "services", desired, cached.as_deref()).await?;
+            if change != Change::Unchanged {
+                let verb = if change == Change::Created {
+                    "created"
+                } else {
+                    "updated"
+                };
+                publish(
+                    ctx,
+                    tdset,
+                    EventType::Normal,
+                    "ServiceApplied",
+                    format!("{verb} Service {ns}/{}", tdset.name_any()),
+                )
+                .await;
+            }
+        }
+        // spec.service was removed: delete the Service only if it is ours, and only that one.
+        None => {
+            if let Some(svc) = cached.filter(|s| resources::is_owned_by(&**s, tdset)) {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: svc.metadata.uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                ctx.metrics.write("services", "delete");
+                match api.delete(&svc.name_any(), &dp).await {
+                    Ok(_) | Err(kube::Error::Api(_)) => {}
+                    Err(e) => {
+                        return Err(Error::kube(format!(
+                            "deleting Service {ns}/{}",
+                            svc.name_any()
+                        ))(e));
+                    }
+                }
+                publish(
+                    ctx,
+                    tdset,
+                    EventType::Normal,
+                    "ServiceDeleted",
+                    format!(
+                        "deleted Service {ns}/{} (spec.service removed)",
+                        svc.name_any()
+                    ),
+                )
+                .await;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
+    match K::kind(&()).as_ref() {
+        "Deployment" => "Deployment",
+        "Service" => "Service",
+        _ => "object",
+    }
+}
+
+fn why(eval: &Evaluation) -> String {
+    match &eval.window_label {
+        Some(w) => format!("window {w} is active"),
+        None => "no window is active, defaultReplica applies".into(),
+    }
+}
+
+async fn record_deployment_change(
+    tdset: &TDSet,
+    ctx: &Context,
+    eval: &Evaluation,
+    before: Option<&Deployment>,
+    change: &Change,
+) {
+    let name = format!(
+        "{}/{}",
+        tdset.namespace().unwrap_or_default(),
+        tdset.name_any()
+    );
+    match change {
+        Change::Unchanged => {}
+        Change::Created => {
+            info!(replicas = eval.replicas, window = ?eval.window_label, "created Deployment");
+            let note = format!(
+                "created Deployment {name} with {} replicas ({})",
+                eval.replicas,
+                why(eval)
+            );
+            publish(ctx, tdset, EventType::Normal, "Created", note).await;
+        }
+        Change::Updated => {
+            let from = before
+                .and_then(|d| d.spec.as_ref())
+                .and_then(|s| s.replicas);
+            match from {
+                Some(from) if from != eval.replicas => {
+                    let (direction, reason) = if eval.replicas > from {
+                        ("up", "ScaledUp")
+                    } else {
+                        ("down", "ScaledDown")
+                    };
+                    ctx.metrics
+                        .scale_operations
+                        .with_label_values(&[direction])
+                        .inc();
+                    info!(from, to = eval.replicas, window = ?eval.window_label, "scaled Deployment");
+                    let note = format!(
+                        "scaled Deployment {name} from {from} to {} replicas: {}",
+                        eval.replicas,
+                        why(eval)
+                    );
+                    publish(ctx, tdset, EventType::Normal, reason, note).await;
+                }
+                _ => {
+                    info!("updated Deployment to match the TDSet");
+                    let note = format!(
+                        "updated Deployment {name} to match spec.container (image {})",
+                        tdset.spec.container.image
+                    );
+                    publish(ctx, tdset, EventType::Normal, "Updated", note).await;
+                }
+            }
+        }
+    }
+}
+
+/// Sets Degraded (and a Warning Event when the problem is new) without touching owned objects.
+async fn report_problem(
+    tdset: &TDSet,
+    ctx: &Context,
+    problem: &Problem,
+    deployment: Option<&Deployment>,
+) -> Result<()> {
+    let new_status = status::next_status(&Inputs {
+        previous: tdset.status.as_ref(),
+        generation: tdset.meta().generation,
+        evaluation: None,
+        next: None,
+        warnings: &[],
+        deployment,
+        problem: Some(problem),
+        now: ctx.clock.now(),
+    });
+    write_status(tdset, ctx, new_status).await
+}
+
+/// Patches status only when it differs, and publishes a Warning when Degraded's reason or
+/// message changes (so a persisting problem is reported once, not every reconcile).
+async fn write_status(tdset: &TDSet, ctx: &Context, new: TDSetStatus) -> Result<()> {
+    if tdset.status.as_ref() == Some(&new) {
+        return Ok(());
+    }
+    let old_degraded = status::find(tdset.status.as_ref(), DEGRADED)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    let new_degraded = status::find(Some(&new), DEGRADED)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    let ns = tdset.namespace().unwrap_or_default();
+    let api: Api<TDSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": new});
+    ctx.metrics.write("tdsets/status", "apply");
+    api.patch_status(
+        &tdset.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "patching status of TDSet {ns}/{}",
+        tdset.name_any()
+    )))?;
+    if old_degraded != new_degraded
+        && let Some((state, reason, message)) = new_degraded
+        && (state == "True" || reason == "OverlappingWindows")
+    {
+        publish(ctx, tdset, EventType::Warning, &reason, message).await;
+    }
+    Ok(())
+}
+
+async fn publish(ctx: &Context, tdset: &TDSet, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(truncate(note, 1000)),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    ctx.metrics.write("events", "create");
+    if let Err(e) = ctx.recorder.publish(&event, &tdset.object_ref(&())).await {
+        // An Event is a courtesy; failing to record one must not fail the reconcile.
+        warn!(error = %e, reason, "could not publish Event");
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+/// A watch of `K` whose cached objects drop managedFields (and the last-applied annotation),
+/// which are most of an object's size and never read here.
+fn slim_watch<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, wc)
+        .default_backoff()
+        .modify(|o: &mut K| {
+            o.meta_mut().managed_fields = None;
+            if let Some(a) = o.meta_mut().annotations.as_mut() {
+                a.remove("kubectl.kubernetes.io/last-applied-configuration");
+            }
+        })
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
+}
+
+fn api_for<K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>>(
+    client: &Client,
+    ns: &Option<String>,
+) -> Api<K> {
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
+pub async fn run_controller(
+    client: Client,
+    opts: &RunOptions,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=tdset-operator");
+    let (tdsets, tdset_stream) = slim_watch(
+        api_for::<TDSet>(&client, &opts.namespace),
+        watcher::Config::default(),
+    );
+    let (deployments, deploy_stream) = slim_watch(
+        api_for::<Deployment>(&client, &opts.namespace),
+        owned.clone(),
+    );
+    let (services, svc_stream) = slim_watch(api_for::<Service>(&client, &opts.namespace), owned);
+    metrics.set_tdset_store(Some(tdsets.clone()));
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        clock,
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(opts.instance.clone()),
+            },
+        ),
+        metrics: metrics.clone(),
+        deployments: deployments.clone(),
+        services: services.clone(),
+    });
+
+    // Ready once all three caches hold a full list. Polled, not awaited: a store's readiness
+    // wakes only its last waiter, and the controller itself waits on the TDSet store.
+    let readiness = {
+        let (t, d, s, health) = (
+            tdsets.clone(),
+            deployments.clone(),
+            services.clone(),
+            health.clone(),
+        );
+        tokio::spawn(async move {
+            let synced =
+                |r: Option<Result<(), reflector::store::WriterDropped>>| matches!(r, Some(Ok(())));
+            loop {
+                if synced(t.wait_until_ready().now_or_never())
+                    && synced(d.wait_until_ready().now_or_never())
+                    && synced(s.wait_until_ready().now_or_never())
+                {
+                    info!("caches synced; ready");
+                    health.set_ready(true);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    info!(
+        namespace = opts.namespace.as_deref().unwrap_or("(all)"),
+        "starting the TDSet controller"
+    );
+    Controller::for_stream(tdset_stream, tdsets)
+        .owns_stream(deploy_stream)
+        .owns_stream(svc_stream)
+        .with_config(ControllerConfig::default().concurrency(opts.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    readiness.abort();
+    metrics.set_tdset_store(None);
+    info!("controller stopped");
+    Ok(())
+}
+
+/// Runs the controller, with Lease-based leader election when `lease` is set: only the
+/// holder reconciles; a standby waits, ready, and takes over when the lease expires.
+pub async fn run(
+    client: Client,
+    opts: RunOptions,
+    lease: Option<LeaseOptions>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let shutdown = shutdown.shared();
+    let Some(lease) = lease else {
+        metrics.leader.set(1);
+        return run_controller(client, &opts, clock, metrics, health, shutdown).await;
+    };
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease.name)
+        .with_namespace(&lease.namespace)
+        .with_identity(&opts.instance)
+        .with_duration(lease.duration_seconds)
+        .with_grace(lease.grace_seconds)
+        .build()
+        .await
+        .map_err(|e| {
+            Error::Config(format!(
+                "leader election: cannot use Lease {}/{}: {e}",
+                lease.namespace, lease.name
+            ))
+        })?;
+    let (mut leading, task) = manager.watch().await;
+    health.set_ready(true);
+    info!(lease = %format!("{}/{}", lease.namespace, lease.name), identity = %opts.instance, "waiting for the leader lease");
+    loop {
+        if !*leading.borrow_and_update() {
+            tokio::select! {
+                changed = leading.changed() => if changed.is_err() { break } else { continue },
+                _ = shutdown.clone() => break,
+            }
+        }
+        info!("acquired the leader lease; reconciling");
+        metrics.leader.set(1);
+        let mut watch = leading.clone();
+        let lost = async move {
+            while *watch.borrow_and_update() {
+                if watch.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        let stop = {
+            let shutdown = shutdown.clone();
+            async move {
+                tokio::select! { _ = lost => {}, _ = shutdown => {} }
+            }
+        };
+        run_controller(
+            client.clone(),
+            &opts,
+            clock.clone(),
+            metrics.clone(),
+            health.clone(),
+            stop,
+        )
+        .await?;
+        metrics.leader.set(0);
+        health.set_ready(true);
+        if shutdown.clone().now_or_never().is_some() {
+            break;
+        }
+        warn!("lost the leader lease; standing by");
+    }
+    drop(leading);
+    match task.await {
+        Ok(Ok(manager)) => {
+            if let Err(e) = manager.release().await {
+                warn!(error = %e, "could not release the leader lease; it expires on its own");
+            } else {
+                info!("released the leader lease");
+            }
+        }
+        Ok(Err(e)) => warn!(error = %e, "leader election ended with an error"),
+        Err(e) => warn!(error = %e, "leader election task failed"),
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaseOptions {
+    pub name: String,
+    pub namespace: String,
+    pub duration_seconds: u64,
+    pub grace_seconds: u64,
+}

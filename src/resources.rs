@@ -1,0 +1,313 @@
+//! The objects a TDSet owns, as pure functions of the TDSet and the replica count: a
+//! Deployment, and a ClusterIP Service when `spec.service` is set. Names are deterministic, so
+//! a restarted operator finds what it created before instead of creating it again.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use crate::api::TDSet;
+use crate::error::{Error, Result};
+
+/// The server-side-apply field manager: every write the operator makes uses it.
+pub const FIELD_MANAGER: &str = "tdset-operator";
+/// Selector label linking the owned Deployment's pods (and the Service) to the TDSet.
+pub const INSTANCE_LABEL: &str = "schedule.rs/tdset";
+const PORT_NAME: &str = "http";
+
+/// 64-bit FNV-1a: tiny, and stable across Rust versions (std's hasher is not guaranteed to be).
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Fits `name` into `max` characters of `[a-z0-9-]` (plus `.` when `allow_dot`), starting and
+/// ending alphanumeric. Names that already fit are kept as they are; others are cut and given
+/// a hash suffix of the full name, so two long names never collide on their common prefix.
+fn sanitise(name: &str, max: usize, allow_dot: bool) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || (allow_dot && c == '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trim = |s: &str| {
+        s.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+            .to_string()
+    };
+    let trimmed = trim(&clean);
+    if trimmed == name && !trimmed.is_empty() && trimmed.len() <= max {
+        return trimmed;
+    }
+    let suffix = format!("{:08x}", fnv1a(name) as u32);
+    let head = trim(
+        &trimmed
+            .chars()
+            .take(max - suffix.len() - 1)
+            .collect::<String>(),
+    );
+    if head.is_empty() {
+        format!("x-{suffix}")
+    } else {
+        format!("{head}-{suffix}")
+    }
+}
+
+/// The TDSet's name as a label value (at most 63 characters).
+pub fn instance_label_value(tdset_name: &str) -> String {
+    sanitise(tdset_name, 63, true)
+}
+
+/// The container name: a DNS-1123 label (no dots, at most 63 characters).
+pub fn container_name(tdset_name: &str) -> String {
+    sanitise(tdset_name, 63, false)
+}
+
+fn labels(tdset_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (INSTANCE_LABEL.to_string(), instance_label_value(tdset_name)),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            FIELD_MANAGER.to_string(),
+        ),
+    ])
+}
+
+fn selector(tdset_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(INSTANCE_LABEL.to_string(), instance_label_value(tdset_name))])
+}
+
+/// The controller ownerReference to the TDSet; `None` until the TDSet has a uid.
+pub fn owner_reference(tdset: &TDSet) -> Option<OwnerReference> {
+    tdset.controller_owner_ref(&())
+}
+
+fn owned_meta(tdset: &TDSet) -> Result<ObjectMeta> {
+    Ok(ObjectMeta {
+        name: Some(tdset.name_any()),
+        namespace: Some(
+            tdset
+                .namespace()
+                .ok_or(Error::MissingField("metadata.namespace"))?,
+        ),
+        labels: Some(labels(&tdset.name_any())),
+        owner_references: Some(vec![
+            owner_reference(tdset).ok_or(Error::MissingField("metadata.uid"))?,
+        ]),
+        ..ObjectMeta::default()
+    })
+}
+
+/// The Deployment the TDSet wants, with `replicas` from the schedule.
+pub fn desired_deployment(tdset: &TDSet, replicas: i32) -> Result<Deployment> {
+    let name = tdset.name_any();
+    Ok(Deployment {
+        metadata: owned_meta(tdset)?,
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector(&name)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(&name)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: container_name(&name),
+                        image: Some(tdset.spec.container.image.clone()),
+                        ports: Some(vec![ContainerPort {
+                            name: Some(PORT_NAME.into()),
+                            container_port: tdset.spec.container.port,
+                            protocol: Some("TCP".into()),
+                            ..ContainerPort::default()
+                        }]),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The Service the TDSet wants, if `spec.service` is set.
+pub fn desired_service(tdset: &TDSet) -> Result<Option<Service>> {
+    let Some(svc) = &tdset.spec.service else {
+        return Ok(None);
+    };
+    Ok(Some(Service {
+        metadata: owned_meta(tdset)?,
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector(&tdset.name_any())),
+            ports: Some(vec![ServicePort {
+                name: Some(PORT_NAME.into()),
+                port: svc.port,
+                target_port: Some(IntOrString::Int(tdset.spec.container.port)),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }))
+}
+
+/// Whether the object is controlled by this TDSet (same uid), per its ownerReferences.
+pub fn is_owned_by<K: Resource>(obj: &K, tdset: &TDSet) -> bool {
+    let Some(uid) = tdset.meta().uid.as_deref() else {
+        return false;
+    };
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.uid == uid)
+}
+
+/// True when every field the operator sets in `desired` already has that value in `observed`.
+/// Fields only the server or other managers set (defaults, status, extra labels) are ignored,
+/// so a steady state produces no write.
+pub fn is_satisfied_by<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
+    match (
+        serde_json::to_value(desired),
+        serde_json::to_value(observed),
+    ) {
+        (Ok(d), Ok(o)) => subset(&d, &o),
+        _ => false,
+    }
+}
+
+fn subset(desired: &Value, observed: &Value) -> bool {
+    match (desired, observed) {
+        (Value::Object(d), Value::Object(o)) => d
+            .iter()
+            .all(|(k, dv)| o.get(k).is_some_and(|ov| subset(dv, ov))),
+        (Value::Array(d), Value::Array(o)) => {
+            d.len() == o.len() && d.iter().zip(o).all(|(dv, ov)| subset(dv, ov))
+        }
+        (d, o) => d == o,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ContainerSpec, ServiceSpec as TdsService, TDSetSpec};
+
+    fn tdset(name: &str) -> TDSet {
+        let mut t = TDSet::new(
+            name,
+            TDSetSpec {
+                container: ContainerSpec {
+                    image: "nginx:1.27".into(),
+                    port: 8080,
+                },
+                service: Some(TdsService { port: 80 }),
+                scheduling_config: vec![],
+                default_replica: 2,
+                interval_mint: None,
+                time_zone: None,
+            },
+        );
+        t.metadata.namespace = Some("ns".into());
+        t.metadata.uid = Some("uid-1".into());
+        t
+    }
+
+    #[test]
+    fn names_are_kept_when_valid_and_sanitised_deterministically_when_not() {
+        assert_eq!(container_name("web"), "web");
+        assert_eq!(container_name("web.v2"), container_name("web.v2"));
+        let c = container_name("web.v2");
+        assert!(c.starts_with("web-v2-") && !c.contains('.'), "{c}");
+        let long = "a".repeat(100) + ".example.com";
+        let v = instance_label_value(&long);
+        assert!(
+            v.len() <= 63 && v.chars().last().unwrap().is_ascii_alphanumeric(),
+            "{v}"
+        );
+        assert_ne!(
+            instance_label_value(&("a".repeat(70) + "x")),
+            instance_label_value(&("a".repeat(70) + "y"))
+        );
+        assert_eq!(
+            instance_label_value("tdset-hello-world"),
+            "tdset-hello-world"
+        );
+    }
+
+    #[test]
+    fn deployment_carries_owner_replicas_image_and_port() {
+        let d = desired_deployment(&tdset("web"), 5).unwrap();
+        let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("TDSet", "uid-1")
+        );
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
+        let spec = d.spec.unwrap();
+        assert_eq!(spec.replicas, Some(5));
+        let c = &spec.template.spec.unwrap().containers[0];
+        assert_eq!(c.image.as_deref(), Some("nginx:1.27"));
+        assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 8080);
+    }
+
+    #[test]
+    fn satisfied_ignores_server_defaults_but_not_our_fields() {
+        let t = tdset("web");
+        let desired = desired_deployment(&t, 3).unwrap();
+        let mut observed = desired.clone();
+        observed.metadata.resource_version = Some("42".into());
+        observed.spec.as_mut().unwrap().revision_history_limit = Some(10);
+        assert!(is_satisfied_by(&desired, &observed));
+        observed.spec.as_mut().unwrap().replicas = Some(7);
+        assert!(!is_satisfied_by(&desired, &observed));
+        let mut observed = desired.clone();
+        observed
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .image = Some("evil".into());
+        assert!(!is_satisfied_by(&desired, &observed));
+    }
+
+    #[test]
+    fn service_only_with_spec_service() {
+        let mut t = tdset("web");
+        let s = desired_service(&t).unwrap().unwrap();
+        let port = &s.spec.unwrap().ports.unwrap()[0];
+        assert_eq!(
+            (port.port, port.target_port.clone()),
+            (80, Some(IntOrString::Int(8080)))
+        );
+        t.spec.service = None;
+        assert!(desired_service(&t).unwrap().is_none());
+    }
+}
