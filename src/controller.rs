@@ -225,7 +225,10 @@ where
             };
             ctx.metrics.write(resource, "create");
             match api.create(&pp, &desired).await {
-                Ok(created) => return Ok((created, Change::Created)),
+                Ok(created) => {
+                    hand_over_to_apply(ctx, api, resource, &created).await?;
+                    return Ok((created, Change::Created));
+                }
                 // The cache had not seen it: read the real thing and decide from that.
                 Err(kube::Error::Api(s)) if s.code == 409 => api.get(&name).await.map_err(
                     Error::kube(format!("reading existing {resource} {ns}/{name}")),
@@ -252,6 +255,55 @@ where
         .await
         .map_err(Error::kube(format!("applying {resource} {ns}/{name}")))?;
     Ok((applied, Change::Updated))
+}
+
+/// A create records its fields under an *Update* entry of our manager. Server-side apply
+/// cannot remove a field another entry still owns, so a later change of a keyed list item
+/// (a port) would leave the old item behind. Turning that entry into our Apply entry makes the
+/// object look as if apply had created it. Guarded by the uid, like every other write.
+async fn hand_over_to_apply<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    resource: &'static str,
+    created: &K,
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let meta = created.meta();
+    let Some(fields) = meta.managed_fields.as_ref() else {
+        return Ok(());
+    };
+    let mut entries = serde_json::to_value(fields).map_err(|source| Error::Serialize {
+        what: "managedFields",
+        source,
+    })?;
+    let mut changed = false;
+    for e in entries.as_array_mut().into_iter().flatten() {
+        if e["manager"] == FIELD_MANAGER && e["operation"] == "Update" {
+            e["operation"] = "Apply".into();
+            changed = true;
+        }
+    }
+    if !changed {
+        return Ok(());
+    }
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/uid", "value": meta.uid},
+        {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+    ]))
+    .map_err(|source| Error::Serialize {
+        what: "managedFields patch",
+        source,
+    })?;
+    let name = created.name_any();
+    ctx.metrics.write(resource, "patch");
+    api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+        .map_err(Error::kube(format!(
+            "handing {resource} {name} to the apply manager"
+        )))?;
+    Ok(())
 }
 
 async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
@@ -420,6 +472,7 @@ async fn write_status(tdset: &TDSet, ctx: &Context, new: TDSetStatus) -> Result<
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
     let new_degraded = status::find(Some(&new), DEGRADED)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    debug!(old = ?tdset.status, new = ?new, "status differs; patching");
     let ns = tdset.namespace().unwrap_or_default();
     let api: Api<TDSet> = Api::namespaced(ctx.client.clone(), &ns);
     let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": new});

@@ -93,7 +93,10 @@ fn selector(tdset_name: &str) -> BTreeMap<String, String> {
 /// The controller ownerReference to the TDSet; `None` until the TDSet has a uid.
 /// blockOwnerDeletion: a foreground delete of the TDSet waits for its Deployment.
 pub fn owner_reference(tdset: &TDSet) -> Option<OwnerReference> {
-    tdset.controller_owner_ref(&()).map(|r| OwnerReference { block_owner_deletion: Some(true), ..r })
+    tdset.controller_owner_ref(&()).map(|r| OwnerReference {
+        block_owner_deletion: Some(true),
+        ..r
+    })
 }
 
 fn owned_meta(tdset: &TDSet) -> Result<ObjectMeta> {

@@ -215,3 +215,101 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The operator, in-process, watching one namespace with an injected clock.
+pub struct Operator {
+    pub metrics: std::sync::Arc<tdset_operator::telemetry::Metrics>,
+    pub health: std::sync::Arc<tdset_operator::http::Health>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<tdset_operator::Result<()>>>,
+}
+
+impl Operator {
+    pub fn start(
+        client: &Client,
+        namespace: &str,
+        clock: tdset_operator::clock::SystemClock,
+        lease: Option<tdset_operator::controller::LeaseOptions>,
+        instance: &str,
+    ) -> Operator {
+        use std::sync::Arc;
+        let metrics = Arc::new(tdset_operator::telemetry::Metrics::new().expect("metrics"));
+        let health = Arc::new(tdset_operator::http::Health::default());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let opts = tdset_operator::controller::RunOptions {
+            namespace: Some(namespace.to_string()),
+            concurrency: 8,
+            instance: instance.to_string(),
+        };
+        let task = tokio::spawn(tdset_operator::controller::run(
+            client.clone(),
+            opts,
+            lease,
+            Arc::new(clock),
+            metrics.clone(),
+            health.clone(),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Operator {
+            metrics,
+            health,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Graceful stop: in-flight reconciles finish, a held lease is released.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await
+                .expect("operator task panicked")
+                .expect("operator returned an error");
+        }
+    }
+
+    /// Abrupt stop, as when the process dies: nothing is released.
+    pub fn kill(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    /// Write requests this operator sent (from its `tdset_api_writes_total`).
+    pub fn writes(&self) -> u64 {
+        self.counter("tdset_api_writes_total") as u64
+    }
+
+    pub fn counter(&self, name: &str) -> f64 {
+        let text = self.metrics.render();
+        text.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// Events recorded for an object, as (type, reason, note).
+pub async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<(String, String, String)> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let list = api
+        .list(&kube::api::ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    list.into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
