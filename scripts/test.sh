@@ -30,4 +30,8 @@ export TDSET_TEST_STATE_DIR="$state"
 echo "test.sh: control plane up ($TDSET_TEST_KUBECONFIG); logs in $state/logs" >&2
 
 cargo fmt --all -- --check
-cargo test --all-targets "$@"
+# Benchmarks are not tests (they take minutes and write BENCHMARKS.md); only check they build.
+cargo check --benches --quiet
+cargo test --lib --bins --tests "$@"
+# The README's demo, start to stop, on its own control plane.
+if [[ $# -eq 0 ]]; then scripts/demo.sh smoke; fi

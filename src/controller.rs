@@ -536,7 +536,7 @@ where
 {
     let (reader, writer) = reflector::store();
     let stream = watcher(api, wc)
-        .default_backoff()
+        .backoff(api_backoff())
         .modify(|o: &mut K| {
             o.meta_mut().managed_fields = None;
             if let Some(a) = o.meta_mut().annotations.as_mut() {
@@ -546,6 +546,40 @@ where
         .reflect(writer)
         .touched_objects();
     (reader, stream)
+}
+
+/// Retries against an unreachable API server every few seconds at most: kube's default grows
+/// to 30 s per layer, and the watch and the controller each back off, so an operator could sit
+/// idle for a minute after the API server was already back.
+#[derive(Clone, Copy, Debug)]
+struct ApiBackoff {
+    next: Duration,
+}
+
+impl ApiBackoff {
+    const MIN: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(5);
+}
+
+impl Iterator for ApiBackoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        Some(now)
+    }
+}
+
+impl kube::runtime::utils::Backoff for ApiBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
+fn api_backoff() -> ApiBackoff {
+    ApiBackoff {
+        next: ApiBackoff::MIN,
+    }
 }
 
 fn api_for<K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>>(
@@ -628,6 +662,7 @@ pub async fn run_controller(
         .owns_stream(deploy_stream)
         .owns_stream(svc_stream)
         .with_config(ControllerConfig::default().concurrency(opts.concurrency))
+        .trigger_backoff(api_backoff())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {

@@ -232,12 +232,23 @@ impl Operator {
         lease: Option<tdset_operator::controller::LeaseOptions>,
         instance: &str,
     ) -> Operator {
+        Self::start_with(client, Some(namespace), clock, lease, instance)
+    }
+
+    /// `namespace: None` watches all namespaces, as the deployed operator does.
+    pub fn start_with(
+        client: &Client,
+        namespace: Option<&str>,
+        clock: tdset_operator::clock::SystemClock,
+        lease: Option<tdset_operator::controller::LeaseOptions>,
+        instance: &str,
+    ) -> Operator {
         use std::sync::Arc;
         let metrics = Arc::new(tdset_operator::telemetry::Metrics::new().expect("metrics"));
         let health = Arc::new(tdset_operator::http::Health::default());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let opts = tdset_operator::controller::RunOptions {
-            namespace: Some(namespace.to_string()),
+            namespace: namespace.map(str::to_string),
             concurrency: 8,
             instance: instance.to_string(),
         };

@@ -1,0 +1,553 @@
+//! Benchmarks against a real local control plane (etcd + kube-apiserver, no controller
+//! manager, so pods do not add load that is not the operator's). The operator runs as a
+//! separate release process, so its RSS and CPU are its own.
+//!
+//!   cargo bench --bench operator                 all scenarios, writes BENCHMARKS.md
+//!   cargo bench --bench operator -- converge lag  some of them (converge, lag, steady, memory)
+//!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use support::*;
+use tdset_operator::api::TDSet;
+
+const CONCURRENCY: usize = 32;
+
+struct OperatorProcess {
+    child: Child,
+    metrics: String,
+}
+
+impl OperatorProcess {
+    fn start(
+        kubeconfig: &std::path::Path,
+        ns: Option<&str>,
+        fake_now: Option<DateTime<Utc>>,
+        log: &std::path::Path,
+    ) -> Self {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tdset-operator"));
+        cmd.args([
+            "run",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ]);
+        cmd.args(["--concurrency", "64", "--log-level", "warn"]);
+        if let Some(ns) = ns {
+            cmd.args(["--namespace", ns]);
+        }
+        if let Some(t) = fake_now {
+            cmd.env("TDSET_FAKE_NOW", t.to_rfc3339());
+        }
+        let out = std::fs::File::create(log).unwrap();
+        let child = cmd
+            .stdout(Stdio::from(out.try_clone().unwrap()))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .unwrap();
+        let p = OperatorProcess {
+            child,
+            metrics: format!("http://127.0.0.1:{port}"),
+        };
+        for _ in 0..200 {
+            if p.get("/readyz").is_some_and(|b| b.starts_with("ready")) {
+                return p;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("operator did not become ready; log: {}", log.display());
+    }
+
+    fn get(&self, path: &str) -> Option<String> {
+        let out = Command::new("curl")
+            .args(["-sf", &format!("{}{path}", self.metrics)])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+    }
+
+    fn sum(&self, metric: &str) -> f64 {
+        self.get("/metrics")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(metric) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn proc_status(&self, key: &str) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        s.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// user+system CPU seconds so far.
+    fn cpu_seconds(&self) -> f64 {
+        let s =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let fields: Vec<&str> = s
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+            + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        ticks / 100.0
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn tdset(name: &str, windows: serde_json::Value, default: i32) -> TDSet {
+    serde_json::from_value(json!({
+        "apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": name},
+        "spec": {"container": {"image": "nginx:1.27", "port": 8080}, "schedulingConfig": windows, "defaultReplica": default}
+    }))
+    .unwrap()
+}
+
+async fn create_all<K>(api: &Api<K>, objs: Vec<K>) -> Duration
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let started = Instant::now();
+    stream::iter(objs)
+        .map(|o| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &o).await.map(|_| ()) }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("create");
+    started.elapsed()
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
+struct Bench {
+    client: Client,
+    kubeconfig: std::path::PathBuf,
+    logs: std::path::PathBuf,
+    report: String,
+}
+
+impl Bench {
+    async fn namespace(&self, prefix: &str) -> TestNamespace {
+        TestNamespace::new(&self.client, prefix).await
+    }
+
+    /// Waits until `n` Deployments carry `replicas` and `n` TDSets report it in status.
+    async fn converged(&self, ns: &str, n: usize, replicas: i32) {
+        let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
+        let tdsets: Api<TDSet> = Api::namespaced(self.client.clone(), ns);
+        loop {
+            let d = deploys
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            let ok_d = d
+                .iter()
+                .filter(|d| d.spec.as_ref().and_then(|s| s.replicas) == Some(replicas))
+                .count();
+            if ok_d >= n {
+                let t = tdsets
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default();
+                let ok_t = t
+                    .iter()
+                    .filter(|t| {
+                        t.status.as_ref().is_some_and(|s| {
+                            s.desired_replicas == Some(replicas)
+                                && s.observed_generation == t.metadata.generation
+                        })
+                    })
+                    .count();
+                if ok_t >= n {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn converge(&mut self, n: usize) {
+        let ns = self.namespace(&format!("conv{n}")).await;
+        let op = OperatorProcess::start(
+            &self.kubeconfig,
+            Some(&ns.name),
+            None,
+            &self.logs.join(format!("converge-{n}.log")),
+        );
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        let objs = (0..n)
+            .map(|i| tdset(&format!("t{i}"), json!([]), 2))
+            .collect();
+        let started = Instant::now();
+        let create = create_all(&api, objs).await;
+        self.converged(&ns.name, n, 2).await;
+        let converge = started.elapsed();
+        let writes = op.sum("tdset_api_writes_total");
+        op.stop();
+        // The same client creating the same N Deployments directly.
+        let direct_ns = self.namespace(&format!("direct{n}")).await;
+        let dapi: Api<Deployment> = Api::namespaced(self.client.clone(), &direct_ns.name);
+        let deploys = (0..n)
+            .map(|i| {
+                serde_json::from_value::<Deployment>(json!({
+                    "metadata": {"name": format!("t{i}")},
+                    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": format!("t{i}")}},
+                             "template": {"metadata": {"labels": {"app": format!("t{i}")}},
+                                          "spec": {"containers": [{"name": "c", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]}]}}}
+                }))
+                .unwrap()
+            })
+            .collect();
+        let direct = create_all(&dapi, deploys).await;
+        let ratio = converge.as_secs_f64() / direct.as_secs_f64();
+        let verdict = if ratio <= 1.5 { "met" } else { "MISSED" };
+        let _ = writeln!(
+            self.report,
+            "| converge | N = {n} | {:.2} s to converge (TDSet creates took {:.2} s) | direct Deployment creates {:.2} s | ratio {ratio:.2} (target <= 1.5: {verdict}); operator writes {writes:.0} ({:.1}/TDSet) |",
+            converge.as_secs_f64(),
+            create.as_secs_f64(),
+            direct.as_secs_f64(),
+            writes / n as f64
+        );
+        println!(
+            "converge N={n}: {:.2}s, direct {:.2}s, ratio {ratio:.2}, writes {writes}",
+            converge.as_secs_f64(),
+            direct.as_secs_f64()
+        );
+        ns.cleanup().await;
+        direct_ns.cleanup().await;
+    }
+
+    async fn lag(&mut self, n: usize) {
+        let ns = self.namespace(&format!("lag{n}")).await;
+        let boundary: DateTime<Utc> = "2026-05-01T09:00:00Z".parse().unwrap();
+        let lead = Duration::from_secs(if n > 200 { 40 } else { 12 });
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        let objs = (0..n)
+            .map(|i| {
+                tdset(
+                    &format!("t{i}"),
+                    json!([{"startTime": 9, "endTime": 17, "replica": 3}]),
+                    1,
+                )
+            })
+            .collect();
+        create_all(&api, objs).await;
+        // The operator's clock reads `boundary - lead` when it starts; the boundary then comes
+        // `lead` later in real time (measured from just before the spawn: lag is overstated
+        // by the process start-up, never understated).
+        let spawned = Utc::now();
+        let op = OperatorProcess::start(
+            &self.kubeconfig,
+            Some(&ns.name),
+            Some(boundary - chrono::Duration::from_std(lead).unwrap()),
+            &self.logs.join(format!("lag-{n}.log")),
+        );
+        let boundary_real = spawned + chrono::Duration::from_std(lead).unwrap();
+        let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+        let mut seen: HashMap<String, DateTime<Utc>> = HashMap::new();
+        let mut before = 0usize;
+        let mut events = watcher(deploys, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        let deadline = tokio::time::Instant::now() + lead + Duration::from_secs(120);
+        while seen.len() < n {
+            let next = tokio::time::timeout_at(deadline, events.next()).await;
+            let Ok(Some(Ok(d))) = next else { break };
+            let now = Utc::now();
+            let r = d.spec.as_ref().and_then(|s| s.replicas);
+            if r == Some(1) && now < boundary_real {
+                before += 1;
+            }
+            if r == Some(3) {
+                seen.entry(d.name_any()).or_insert(now);
+            }
+        }
+        op.stop();
+        let mut lags: Vec<f64> = seen
+            .values()
+            .map(|t| (*t - boundary_real).num_microseconds().unwrap_or(0) as f64 / 1e6)
+            .collect();
+        lags.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let early = lags.iter().filter(|l| **l < 0.0).count();
+        let (p50, p99, max) = (
+            quantile(&lags, 0.5),
+            quantile(&lags, 0.99),
+            lags.last().copied().unwrap_or(f64::NAN),
+        );
+        let target = if n <= 100 {
+            if p99 < 1.0 {
+                " (target p99 < 1 s: met)"
+            } else {
+                " (target p99 < 1 s: MISSED)"
+            }
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            self.report,
+            "| boundary lag | N = {n} | p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s{target} | {} of {n} scaled; {before} seen at 1 replica before the boundary; {early} scaled early |",
+            seen.len()
+        );
+        println!(
+            "lag N={n}: p50 {p50:.3} p99 {p99:.3} max {max:.3}; scaled {} early {early}",
+            seen.len()
+        );
+        ns.cleanup().await;
+    }
+
+    async fn steady(&mut self, n: usize, secs: u64) {
+        let ns = self.namespace("steady").await;
+        let op = OperatorProcess::start(
+            &self.kubeconfig,
+            Some(&ns.name),
+            None,
+            &self.logs.join("steady.log"),
+        );
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        // No transition in the window: every window is 10 minutes wide and far from now.
+        let now = Utc::now();
+        let far = (now + chrono::Duration::hours(12))
+            .format("%H:00")
+            .to_string();
+        let far_end = (now + chrono::Duration::hours(13))
+            .format("%H:00")
+            .to_string();
+        let objs = (0..n)
+            .map(|i| {
+                tdset(
+                    &format!("t{i}"),
+                    json!([{"startTime": far, "endTime": far_end, "replica": 5}]),
+                    2,
+                )
+            })
+            .collect();
+        create_all(&api, objs).await;
+        self.converged(&ns.name, n, 2).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (w0, cpu0, server0) = (
+            op.sum("tdset_api_writes_total"),
+            op.cpu_seconds(),
+            apiserver_writes(&self.client).await,
+        );
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+        let (w1, cpu1, server1) = (
+            op.sum("tdset_api_writes_total"),
+            op.cpu_seconds(),
+            apiserver_writes(&self.client).await,
+        );
+        op.stop();
+        let writes = w1 - w0;
+        let verdict = if writes == 0.0 { "met" } else { "MISSED" };
+        let _ = writeln!(
+            self.report,
+            "| steady state | N = {n}, {secs} s | {writes:.0} operator writes (target 0: {verdict}); API server saw {:.0} mutating requests other than its own Leases | {:.2} CPU s ({:.3}% of one core) |",
+            server1 - server0,
+            cpu1 - cpu0,
+            (cpu1 - cpu0) / secs as f64 * 100.0
+        );
+        println!(
+            "steady N={n}: writes {writes}, server writes {}, cpu {:.2}s",
+            server1 - server0,
+            cpu1 - cpu0
+        );
+        ns.cleanup().await;
+    }
+
+    async fn memory(&mut self, n: usize) {
+        let ns = self.namespace(&format!("mem{n}")).await;
+        let op = OperatorProcess::start(
+            &self.kubeconfig,
+            Some(&ns.name),
+            None,
+            &self.logs.join(format!("memory-{n}.log")),
+        );
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        let objs = (0..n).map(|i| tdset(&format!("t{i}"), json!([{"startTime": 9, "endTime": 17, "replica": 3}, {"startTime": 17, "endTime": 9, "replica": 1}]), 2)).collect();
+        create_all(&api, objs).await;
+        let tdsets: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        loop {
+            let ok = tdsets
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.iter().filter(|t| t.status.is_some()).count())
+                .unwrap_or(0);
+            if ok >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (hwm, rss) = (op.proc_status("VmHWM:"), op.proc_status("VmRSS:"));
+        op.stop();
+        let peak = hwm as f64 / 1024.0;
+        let target = if n >= 10_000 {
+            if peak < 100.0 {
+                " (target < 100 MiB: met)"
+            } else {
+                " (target < 100 MiB: MISSED)"
+            }
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            self.report,
+            "| memory | N = {n} | peak RSS {peak:.1} MiB{target} | RSS after converging {:.1} MiB |",
+            rss as f64 / 1024.0
+        );
+        println!("memory N={n}: peak {peak:.1} MiB");
+        ns.cleanup().await;
+    }
+}
+
+/// Mutating requests the API server has served, except Lease updates (its own heartbeats).
+async fn apiserver_writes(client: &Client) -> f64 {
+    let req = http_get("/metrics");
+    let text = client.request_text(req).await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| {
+            [
+                "verb=\"POST\"",
+                "verb=\"PATCH\"",
+                "verb=\"PUT\"",
+                "verb=\"DELETE\"",
+                "verb=\"APPLY\"",
+            ]
+            .iter()
+            .any(|v| l.contains(v))
+        })
+        .filter(|l| !l.contains("resource=\"leases\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn http_get(path: &str) -> http::Request<Vec<u8>> {
+    http::Request::get(path).body(Vec::new()).unwrap()
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cpu}, {cores} cores, {}, Linux {}",
+        mem.replace("MemTotal:", "memory")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        kernel.trim()
+    )
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = std::env::temp_dir().join(format!("tdset-bench-{}", std::process::id()));
+        // Without kube-controller-manager: no ReplicaSets or pods, only the operator's load.
+        let bins = std::path::PathBuf::from(String::from_utf8_lossy(&Command::new(script()).arg("bin-dir").output().unwrap().stdout).trim());
+        assert!(bins.join("kube-apiserver").exists(), "run scripts/control-plane.sh install first");
+        let out = Command::new(script()).arg("start").arg(&dir).args(["--watch", &std::process::id().to_string()]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let kubeconfig = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let client = client_for(&kubeconfig).await;
+        let text = std::fs::read_to_string(repo_root().join("crds/tdset.yaml")).unwrap();
+        let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+        Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
+            .patch("tdsets.schedule.rs", &kube::api::PatchParams::apply("bench").force(), &kube::api::Patch::Apply(&crd))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let logs = dir.join("logs");
+        let mut b = Bench { client, kubeconfig, logs, report: String::new() };
+        if want("converge") {
+            b.converge(100).await;
+            b.converge(1000).await;
+        }
+        if want("lag") {
+            b.lag(100).await;
+            b.lag(1000).await;
+        }
+        if want("steady") {
+            let secs = std::env::var("TDSET_BENCH_STEADY_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+            b.steady(1000, secs).await;
+        }
+        if want("memory") {
+            b.memory(1000).await;
+            b.memory(10_000).await;
+        }
+        let _ = Command::new(script()).arg("stop").arg(&dir).status();
+        let mut md = String::new();
+        let _ = writeln!(md, "## Run of {} (`cargo bench --bench operator{}`)\n", Utc::now().format("%Y-%m-%d %H:%M UTC"), if args.is_empty() { String::new() } else { format!(" -- {}", args.join(" ")) });
+        let _ = writeln!(md, "Machine: {}. Control plane: etcd 3.6.16 (--unsafe-no-fsync) + kube-apiserver v1.34.4 on the same machine, no controller manager. Operator: release build, separate process, --concurrency 64; client concurrency {CONCURRENCY}.\n", machine());
+        let _ = writeln!(md, "| scenario | size | result | detail |\n|---|---|---|---|\n{}", b.report);
+        println!("\n{md}");
+        let path = repo_root().join("BENCHMARKS.md");
+        let old = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\nProduced by `cargo bench --bench operator` (see benches/operator.rs); newest run first.\n\n".into());
+        let (head, rest) = old.split_once("\n## ").map(|(h, r)| (h.to_string() + "\n", format!("## {r}"))).unwrap_or((old.clone(), String::new()));
+        std::fs::write(&path, format!("{head}{md}\n{rest}")).unwrap();
+    });
+}

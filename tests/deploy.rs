@@ -1,0 +1,136 @@
+//! deploy/ on the real API server: everything applies with `kubectl apply -k`, the RBAC has
+//! no wildcards, and the operator works under the ServiceAccount's own identity.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use support::*;
+use tdset_operator::api::TDSet;
+use tdset_operator::clock::SystemClock;
+use tdset_operator::controller::LeaseOptions;
+
+fn apply_deploy_dir() {
+    let out = kubectl(&["apply", "-k", repo_root().join("deploy").to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "kubectl apply -k deploy/: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn rbac_has_no_wildcards() {
+    let text = std::fs::read_to_string(repo_root().join("deploy/rbac.yaml")).unwrap();
+    for doc in text.split("\n---\n") {
+        let v: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
+        for rule in v["rules"].as_array().into_iter().flatten() {
+            for key in ["apiGroups", "resources", "verbs"] {
+                let items = rule[key].as_array().unwrap();
+                assert!(!items.iter().any(|i| i == "*"), "wildcard in {key}: {rule}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn deploy_dir_applies_and_the_operator_works_as_its_service_account() {
+    let client = client().await;
+    install_crd(&client).await;
+    apply_deploy_dir();
+    // Idempotent: a second apply changes nothing.
+    let again = kubectl(&["apply", "-k", repo_root().join("deploy").to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(text.lines().all(|l| l.ends_with("unchanged")), "{text}");
+
+    // A kubeconfig carrying the ServiceAccount's token instead of the admin certificate.
+    let token = kubectl(&[
+        "-n",
+        "tdset-system",
+        "create",
+        "token",
+        "tdset-operator",
+        "--duration=1h",
+    ]);
+    assert!(
+        token.status.success(),
+        "{}",
+        String::from_utf8_lossy(&token.stderr)
+    );
+    let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
+    let admin: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&control_plane().kubeconfig).unwrap())
+            .unwrap();
+    let sa_config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": admin["clusters"][0]["name"], "user": "sa"}}],
+        "current-context": "sa"
+    });
+    let path = std::env::temp_dir().join(format!("tdset-sa-{}.kubeconfig", unique_suffix()));
+    std::fs::write(&path, serde_json::to_string(&sa_config).unwrap()).unwrap();
+    let sa_client = client_for(&path).await;
+
+    let ns = TestNamespace::new(&client, "rbac").await;
+    // Permissions come from the ClusterRole and the leader-election Role, as deployed. The watch
+    // is limited to the test's namespace so it cannot fight the other tests' operators.
+    let lease = LeaseOptions {
+        name: format!("rbac-test-{}", unique_suffix()),
+        namespace: "tdset-system".into(),
+        duration_seconds: 10,
+        grace_seconds: 3,
+    };
+    let op = Operator::start(
+        &sa_client,
+        &ns.name,
+        SystemClock::default(),
+        Some(lease),
+        "rbac-test",
+    );
+    let t: TDSet = serde_json::from_value(json!({
+        "apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": "web"},
+        "spec": {"container": {"image": "nginx", "port": 80}, "service": {"port": 80},
+                 "schedulingConfig": [{"startTime": 0, "endTime": 12, "replica": 2}, {"startTime": 12, "endTime": 0, "replica": 3}],
+                 "defaultReplica": 1}
+    }))
+    .unwrap();
+    Api::<TDSet>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &t)
+        .await
+        .unwrap();
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    eventually(
+        Duration::from_secs(60),
+        "Deployment created by the ServiceAccount",
+        || async { deploys.get_opt("web").await.ok().flatten() },
+    )
+    .await;
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    eventually(
+        Duration::from_secs(60),
+        "status written by the ServiceAccount",
+        || async {
+            tdsets
+                .get("web")
+                .await
+                .ok()
+                .filter(|t| t.status.as_ref().is_some_and(|s| s.replicas.is_some()))
+        },
+    )
+    .await;
+    let events = events_for(&client, &ns.name, "web").await;
+    assert!(events.iter().any(|(_, r, _)| r == "Created"), "{events:?}");
+    assert_eq!(
+        op.counter("tdset_reconcile_errors_total"),
+        0.0,
+        "RBAC denied something: {}",
+        op.metrics.render()
+    );
+    op.stop().await;
+    let _ = std::fs::remove_file(path);
+    ns.cleanup().await;
+}

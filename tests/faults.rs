@@ -1,0 +1,506 @@
+//! Faults on the real control plane: the operator killed mid-way, the API server going away,
+//! a leader dying, objects deleted under a reconcile. The operator runs as a real process
+//! (the built binary) where a test kills it. Waits are hang guards, not speed assertions.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::*;
+use tdset_operator::api::TDSet;
+use tdset_operator::clock::SystemClock;
+
+const GUARD: Duration = Duration::from_secs(120);
+
+struct Proc {
+    child: Child,
+    addr: String,
+}
+
+impl Proc {
+    fn start(kubeconfig: &std::path::Path, ns: &str, extra: &[&str], log: &str) -> Proc {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log =
+            std::fs::File::create(std::env::temp_dir().join(format!("{}-{log}", unique_suffix())))
+                .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_tdset-operator"))
+            .args([
+                "run",
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--namespace",
+                ns,
+            ])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args([
+                "--log-level",
+                &std::env::var("TDSET_TEST_OPERATOR_LOG").unwrap_or_else(|_| "info".into()),
+            ])
+            .args(extra)
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        Proc {
+            child,
+            addr: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-m",
+                "2",
+                "-w",
+                "\n%{http_code}",
+                &format!("{}{path}", self.addr),
+            ])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n')?;
+        Some((code.parse().ok()?, body.to_string()))
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        self.get("/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn sigkill(self) {
+        drop(self);
+    }
+
+    fn sigterm(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().unwrap()
+    }
+}
+
+/// A test that fails must not leave its operator running.
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tdset(name: &str, image: &str) -> TDSet {
+    serde_json::from_value(json!({
+        "apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": name},
+        "spec": {"container": {"image": image, "port": 8080},
+                 "schedulingConfig": [{"startTime": 0, "endTime": 12, "replica": 2}, {"startTime": 12, "endTime": 0, "replica": 2}],
+                 "defaultReplica": 2}
+    }))
+    .unwrap()
+}
+
+async fn wait_until<F, Fut>(what: &str, f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut f = f;
+    eventually(GUARD, what, || {
+        let fut = f();
+        async move { fut.await.then_some(()) }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_converging_then_restart_leaves_no_duplicates_or_orphans() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fault-kill").await;
+    let kubeconfig = control_plane().kubeconfig.clone();
+    let op = Proc::start(&kubeconfig, &ns.name, &[], "fault-kill-1.log");
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let n = 200;
+    let creating = {
+        let tdsets = tdsets.clone();
+        tokio::spawn(async move {
+            stream::iter(0..n)
+                .map(|i| {
+                    let api = tdsets.clone();
+                    async move {
+                        api.create(&PostParams::default(), &tdset(&format!("t{i}"), "nginx"))
+                            .await
+                            .map(|_| ())
+                    }
+                })
+                .buffer_unordered(16)
+                .try_collect::<Vec<_>>()
+                .await
+        })
+    };
+    // Kill it part-way: some Deployments made, most not.
+    wait_until("the operator to be part-way", || async {
+        deploys
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.len() >= 20)
+            .unwrap_or(false)
+    })
+    .await;
+    op.sigkill();
+    let at_kill = deploys
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    creating.await.unwrap().unwrap();
+    assert!(
+        at_kill < n,
+        "the operator finished before it was killed ({at_kill}); the test proves nothing"
+    );
+
+    let op = Proc::start(&kubeconfig, &ns.name, &[], "fault-kill-2.log");
+    wait_until("all 200 converged after the restart", || async {
+        let d = deploys
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let t = tdsets
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        d.iter()
+            .filter(|d| d.spec.as_ref().and_then(|s| s.replicas) == Some(2))
+            .count()
+            == n
+            && t.iter()
+                .filter(|t| {
+                    t.status
+                        .as_ref()
+                        .is_some_and(|s| s.desired_replicas == Some(2))
+                })
+                .count()
+                == n
+    })
+    .await;
+    let d = deploys.list(&ListParams::default()).await.unwrap().items;
+    let t = tdsets.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(d.len(), n, "duplicates or extras");
+    for dep in &d {
+        let owner = &dep
+            .metadata
+            .owner_references
+            .as_ref()
+            .expect("orphan Deployment")[0];
+        let td = t
+            .iter()
+            .find(|t| t.name_any() == dep.name_any())
+            .expect("Deployment without a TDSet of its name");
+        assert_eq!(Some(owner.uid.as_str()), td.metadata.uid.as_deref());
+    }
+    eprintln!(
+        "killed with {at_kill}/{n} Deployments made; after restart {}/{n}, all owned",
+        d.len()
+    );
+    assert!(op.sigterm().success(), "SIGTERM must exit 0");
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_outage_is_survived_without_restart() {
+    // A private control plane: this test stops its API server.
+    let dir = std::env::temp_dir().join(format!("tdset-fault-cp-{}", unique_suffix()));
+    let cp = start_control_plane(&dir);
+    let client = client_for(&cp.kubeconfig).await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fault-outage").await;
+    let mut op = Proc::start(&cp.kubeconfig, &ns.name, &[], "fault-outage.log");
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    tdsets
+        .create(&PostParams::default(), &tdset("web", "nginx:1"))
+        .await
+        .unwrap();
+    wait_until("converged before the outage", || async {
+        deploys.get_opt("web").await.ok().flatten().is_some()
+    })
+    .await;
+
+    let restart = {
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            Command::new(script())
+                .arg("restart-apiserver")
+                .arg(&dir)
+                .arg("6")
+                .output()
+                .unwrap()
+        })
+    };
+    // While the API server is down (and coming back), the operator keeps answering /healthz.
+    let started = Instant::now();
+    let mut probes = 0;
+    while !restart.is_finished() {
+        let (code, _) = op.get("/healthz").expect("operator unreachable");
+        assert_eq!(code, 200);
+        probes += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = restart.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() >= Duration::from_secs(6) && probes > 10);
+    assert!(op.alive(), "the operator exited during the outage");
+
+    // Changes made after the outage converge: the watches reconnected by themselves.
+    let client = client_for(&cp.kubeconfig).await;
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    tdsets
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"container": {"image": "nginx:2", "port": 8080}}})),
+        )
+        .await
+        .unwrap();
+    tdsets
+        .create(&PostParams::default(), &tdset("after", "nginx:1"))
+        .await
+        .unwrap();
+    wait_until("changes after the outage applied", || async {
+        let web = deploys.get_opt("web").await.ok().flatten();
+        let image = web.and_then(|d| d.spec?.template.spec?.containers.first()?.image.clone());
+        image.as_deref() == Some("nginx:2")
+            && deploys.get_opt("after").await.ok().flatten().is_some()
+    })
+    .await;
+    assert!(op.alive());
+    assert!(op.sigterm().success());
+    let _ = Command::new(script()).arg("stop").arg(&dir).status();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_hands_over_to_the_standby() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fault-leader").await;
+    let kubeconfig = control_plane().kubeconfig.clone();
+    let lease_args = [
+        "--leader-elect",
+        "true",
+        "--lease-namespace",
+        ns.name.as_str(),
+        "--lease-duration",
+        "6",
+    ];
+    let a = Proc::start(
+        &kubeconfig,
+        &ns.name,
+        &[&lease_args[..], &["--instance", "a"]].concat(),
+        "fault-leader-a.log",
+    );
+    wait_until("a leads", || async { a.metric("tdset_leader") == 1.0 }).await;
+    let b = Proc::start(
+        &kubeconfig,
+        &ns.name,
+        &[&lease_args[..], &["--instance", "b"]].concat(),
+        "fault-leader-b.log",
+    );
+    wait_until("b ready as a standby", || async {
+        b.get("/readyz").is_some_and(|(c, _)| c == 200)
+    })
+    .await;
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    tdsets
+        .create(&PostParams::default(), &tdset("web", "nginx:1"))
+        .await
+        .unwrap();
+    wait_until("the leader creates the Deployment", || async {
+        deploys.get_opt("web").await.ok().flatten().is_some()
+    })
+    .await;
+    assert!(a.metric("tdset_api_writes_total") > 0.0);
+    assert_eq!(b.metric("tdset_api_writes_total"), 0.0, "the standby wrote");
+
+    let killed = Instant::now();
+    a.sigkill(); // no release: b must wait for the lease to expire
+    wait_until("b takes over", || async { b.metric("tdset_leader") == 1.0 }).await;
+    let handover = killed.elapsed();
+    tdsets
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"container": {"image": "nginx:2", "port": 8080}}})),
+        )
+        .await
+        .unwrap();
+    wait_until("the new leader applies changes", || async {
+        let image = deploys
+            .get_opt("web")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|d| d.spec?.template.spec?.containers.first()?.image.clone());
+        image.as_deref() == Some("nginx:2")
+    })
+    .await;
+    eprintln!(
+        "leader SIGKILLed; standby took over after {:.1} s (lease duration 6 s)",
+        handover.as_secs_f64()
+    );
+    assert!(b.sigterm().success());
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn deletes_under_reconcile_and_create_delete_loops_leave_nothing_behind() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fault-churn").await;
+    let op = Operator::start(&client, &ns.name, SystemClock::default(), None, "churn");
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    // Tight loops: create then delete at once, many names, and the same name over and over.
+    for round in 0..5 {
+        for i in 0..10 {
+            tdsets
+                .create(
+                    &PostParams::default(),
+                    &tdset(&format!("churn-{i}"), "nginx"),
+                )
+                .await
+                .unwrap();
+        }
+        for i in 0..10 {
+            tdsets
+                .delete(&format!("churn-{i}"), &DeleteParams::background())
+                .await
+                .unwrap();
+        }
+        tdsets
+            .create(
+                &PostParams::default(),
+                &tdset("same", &format!("nginx:{round}")),
+            )
+            .await
+            .unwrap();
+        if round < 4 {
+            tdsets
+                .delete("same", &DeleteParams::background())
+                .await
+                .unwrap();
+            wait_until("same deleted", || async {
+                matches!(tdsets.get_opt("same").await, Ok(None))
+            })
+            .await;
+        }
+    }
+    // The survivor converges; everything else is garbage-collected.
+    wait_until("only the survivor's Deployment remains", || async {
+        let d = deploys
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        d.len() == 1
+            && d[0].name_any() == "same"
+            && d[0]
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref()?.containers.first()?.image.clone())
+                .as_deref()
+                == Some("nginx:4")
+    })
+    .await;
+    let same = tdsets.get("same").await.unwrap();
+    let owner = &deploys
+        .get("same")
+        .await
+        .unwrap()
+        .metadata
+        .owner_references
+        .unwrap()[0];
+    assert_eq!(
+        Some(owner.uid.as_str()),
+        same.metadata.uid.as_deref(),
+        "the survivor's Deployment belongs to the current TDSet"
+    );
+    wait_until("the survivor is healthy", || async {
+        tdsets
+            .get("same")
+            .await
+            .ok()
+            .and_then(|t| t.status)
+            .is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Degraded" && c.status == "False")
+            })
+    })
+    .await;
+    // No leak in the caches: the per-TDSet series exist for the survivor only.
+    let text = op.metrics.render();
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tdset_desired_replicas{"))
+        .collect();
+    assert_eq!(series.len(), 1, "{series:?}");
+    assert!(series[0].contains("name=\"same\""));
+    // And no error sticks: a fresh change reconciles cleanly.
+    let errors = op.counter("tdset_reconcile_errors_total");
+    tdsets
+        .patch(
+            "same",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"defaultReplica": 3,
+        "schedulingConfig": []}})),
+        )
+        .await
+        .unwrap();
+    wait_until("change after churn", || async {
+        deploys
+            .get("same")
+            .await
+            .ok()
+            .and_then(|d| d.spec?.replicas)
+            == Some(3)
+    })
+    .await;
+    assert_eq!(
+        op.counter("tdset_reconcile_errors_total"),
+        errors,
+        "a reconcile error after the churn"
+    );
+    eprintln!("reconcile errors during churn (retried): {errors}");
+    op.stop().await;
+    ns.cleanup().await;
+}
