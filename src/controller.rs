@@ -327,8 +327,7 @@ async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
                     EventType::Normal,
                     "ServiceApplied",
                     format!("{verb} Service {ns}/{}", tdset.name_any()),
-                )
-                .await;
+                );
             }
         }
         // spec.service was removed: delete the Service only if it is ours, and only that one.
@@ -360,8 +359,7 @@ async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
                         "deleted Service {ns}/{} (spec.service removed)",
                         svc.name_any()
                     ),
-                )
-                .await;
+                );
             }
         }
     }
@@ -404,42 +402,74 @@ async fn record_deployment_change(
                 eval.replicas,
                 why(eval)
             );
-            publish(ctx, tdset, EventType::Normal, "Created", note).await;
+            publish(ctx, tdset, EventType::Normal, "Created", note);
         }
         Change::Updated => {
             let from = before
                 .and_then(|d| d.spec.as_ref())
                 .and_then(|s| s.replicas);
-            match from {
-                Some(from) if from != eval.replicas => {
-                    let (direction, reason) = if eval.replicas > from {
-                        ("up", "ScaledUp")
-                    } else {
-                        ("down", "ScaledDown")
-                    };
-                    ctx.metrics
-                        .scale_operations
-                        .with_label_values(&[direction])
-                        .inc();
-                    info!(from, to = eval.replicas, window = ?eval.window_label, "scaled Deployment");
-                    let note = format!(
-                        "scaled Deployment {name} from {from} to {} replicas: {}",
-                        eval.replicas,
-                        why(eval)
-                    );
-                    publish(ctx, tdset, EventType::Normal, reason, note).await;
-                }
-                _ => {
-                    info!("updated Deployment to match the TDSet");
-                    let note = format!(
-                        "updated Deployment {name} to match spec.container (image {})",
-                        tdset.spec.container.image
-                    );
-                    publish(ctx, tdset, EventType::Normal, "Updated", note).await;
-                }
+            let scaled = from.filter(|&f| f != eval.replicas);
+            if let Some(from) = scaled {
+                let (direction, reason) = if eval.replicas > from {
+                    ("up", "ScaledUp")
+                } else {
+                    ("down", "ScaledDown")
+                };
+                ctx.metrics
+                    .scale_operations
+                    .with_label_values(&[direction])
+                    .inc();
+                info!(from, to = eval.replicas, window = ?eval.window_label, "scaled Deployment");
+                let note = format!(
+                    "scaled Deployment {name} from {from} to {} replicas: {}",
+                    eval.replicas,
+                    why(eval)
+                );
+                publish(ctx, tdset, EventType::Normal, reason, note);
+            }
+            let what = template_changes(before, tdset);
+            if what.is_some() || scaled.is_none() {
+                let what =
+                    what.unwrap_or_else(|| "restored labels, selector or owner reference".into());
+                info!(changes = %what, "updated Deployment to match the TDSet");
+                publish(
+                    ctx,
+                    tdset,
+                    EventType::Normal,
+                    "Updated",
+                    format!("updated Deployment {name}: {what}"),
+                );
             }
         }
     }
+}
+
+/// "image a -> b, port 80 -> 8080": what an update changed in the pod template, for Events.
+fn template_changes(before: Option<&Deployment>, tdset: &TDSet) -> Option<String> {
+    let container = before
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.first());
+    let old_image = container.and_then(|c| c.image.clone()).unwrap_or_default();
+    let old_port = container
+        .and_then(|c| c.ports.as_ref())
+        .and_then(|p| p.first())
+        .map(|p| p.container_port);
+    let mut parts = Vec::new();
+    if old_image != tdset.spec.container.image {
+        parts.push(format!(
+            "image {old_image} -> {}",
+            tdset.spec.container.image
+        ));
+    }
+    if old_port != Some(tdset.spec.container.port) {
+        parts.push(format!(
+            "port {} -> {}",
+            old_port.map_or("-".into(), |p| p.to_string()),
+            tdset.spec.container.port
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// Sets Degraded (and a Warning Event when the problem is new) without touching owned objects.
@@ -491,12 +521,14 @@ async fn write_status(tdset: &TDSet, ctx: &Context, new: TDSetStatus) -> Result<
         && let Some((state, reason, message)) = new_degraded
         && (state == "True" || reason == "OverlappingWindows")
     {
-        publish(ctx, tdset, EventType::Warning, &reason, message).await;
+        publish(ctx, tdset, EventType::Warning, &reason, message);
     }
     Ok(())
 }
 
-async fn publish(ctx: &Context, tdset: &TDSet, type_: EventType, reason: &str, note: String) {
+/// Publishes an Event without holding up the reconcile: an Event is a courtesy, and at a
+/// boundary shared by many TDSets the Deployment writes should not queue behind them.
+fn publish(ctx: &Context, tdset: &TDSet, type_: EventType, reason: &str, note: String) {
     let event = Event {
         type_,
         reason: reason.into(),
@@ -504,11 +536,13 @@ async fn publish(ctx: &Context, tdset: &TDSet, type_: EventType, reason: &str, n
         action: "Reconcile".into(),
         secondary: None,
     };
+    let (recorder, reference) = (ctx.recorder.clone(), tdset.object_ref(&()));
     ctx.metrics.write("events", "create");
-    if let Err(e) = ctx.recorder.publish(&event, &tdset.object_ref(&())).await {
-        // An Event is a courtesy; failing to record one must not fail the reconcile.
-        warn!(error = %e, reason, "could not publish Event");
-    }
+    tokio::spawn(async move {
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            warn!(error = %e, reason = %event.reason, "could not publish Event");
+        }
+    });
 }
 
 fn truncate(mut s: String, max: usize) -> String {

@@ -1,0 +1,64 @@
+//! The control-plane script fails with one clear line naming what failed and what to run.
+
+use std::process::Command;
+
+fn script() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/control-plane.sh")
+}
+
+#[test]
+fn start_without_binaries_names_the_install_command() {
+    let cache = std::env::temp_dir().join(format!("tdset-empty-cache-{}", std::process::id()));
+    let state = std::env::temp_dir().join(format!("tdset-empty-state-{}", std::process::id()));
+    let out = Command::new(script())
+        .arg("start")
+        .arg(&state)
+        .env("TDSET_CACHE_DIR", &cache)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("run: scripts/control-plane.sh install"),
+        "{err}"
+    );
+    assert!(!state.join("pids").exists(), "nothing may be started");
+}
+
+#[test]
+fn install_without_go_says_so() {
+    let cache = std::env::temp_dir().join(format!("tdset-nogo-cache-{}", std::process::id()));
+    // A PATH with the basic tools but no Go.
+    let dir = std::env::temp_dir().join(format!("tdset-nogo-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for tool in [
+        "bash", "mkdir", "mktemp", "dirname", "basename", "cat", "rm", "mv", "tail", "sed", "date",
+    ] {
+        if let Ok(p) = which(tool) {
+            let _ = std::os::unix::fs::symlink(p, dir.join(tool));
+        }
+    }
+    let out = Command::new(script())
+        .arg("install")
+        .env("TDSET_CACHE_DIR", &cache)
+        .env("PATH", &dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.trim().lines().count() == 1 && err.contains("no Go toolchain"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn which(tool: &str) -> Result<std::path::PathBuf, ()> {
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map_err(|_| ())?;
+    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if p.is_empty() { Err(()) } else { Ok(p.into()) }
+}
