@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -36,7 +38,7 @@ use crate::telemetry::Metrics;
 pub struct Context {
     pub client: Client,
     pub clock: Arc<dyn Clock>,
-    pub recorder: Recorder,
+    pub events: EventPublisher,
     pub metrics: Arc<Metrics>,
     /// Owned Deployments (label-selected), without managedFields.
     pub deployments: Store<Deployment>,
@@ -526,21 +528,70 @@ async fn write_status(tdset: &TDSet, ctx: &Context, new: TDSetStatus) -> Result<
     Ok(())
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EventType {
+    Normal,
+    Warning,
+}
+
+/// Writes Events (events.k8s.io/v1) for TDSets. Each is created once: the operator emits only
+/// on real changes, so kube's Recorder, which keeps every Event for six minutes to aggregate
+/// repeats and scans that cache on each publish, cost memory in proportion to the TDSets and
+/// bought nothing.
+#[derive(Clone)]
+pub struct EventPublisher {
+    client: Client,
+    instance: String,
+}
+
+impl EventPublisher {
+    async fn create(
+        &self,
+        type_: EventType,
+        reason: &str,
+        note: String,
+        regarding: ObjectReference,
+    ) -> Result<(), kube::Error> {
+        let ns = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let event = Event {
+            metadata: ObjectMeta {
+                // A trailing "-" is the one separator generateName allows.
+                generate_name: Some(format!("{}-", regarding.name.as_deref().unwrap_or("tdset"))),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            type_: Some(format!("{type_:?}")),
+            reason: Some(reason.into()),
+            action: Some("Reconcile".into()),
+            note: Some(truncate(note, 1000)),
+            regarding: Some(regarding),
+            reporting_controller: Some(FIELD_MANAGER.into()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Event::default()
+        };
+        Api::<Event>::namespaced(self.client.clone(), &ns)
+            .create(&PostParams::default(), &event)
+            .await
+            .map(|_| ())
+    }
+}
+
 /// Publishes an Event without holding up the reconcile: an Event is a courtesy, and at a
 /// boundary shared by many TDSets the Deployment writes should not queue behind them.
 fn publish(ctx: &Context, tdset: &TDSet, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(truncate(note, 1000)),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    let (recorder, reference) = (ctx.recorder.clone(), tdset.object_ref(&()));
+    let (events, reference, reason) = (
+        ctx.events.clone(),
+        tdset.object_ref(&()),
+        reason.to_string(),
+    );
     ctx.metrics.write("events", "create");
     tokio::spawn(async move {
-        if let Err(e) = recorder.publish(&event, &reference).await {
-            warn!(error = %e, reason = %event.reason, "could not publish Event");
+        if let Err(e) = events.create(type_, &reason, note, reference).await {
+            warn!(error = %e, %reason, "could not publish Event");
         }
     });
 }
@@ -556,8 +607,7 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-/// A watch of `K` whose cached objects drop managedFields (and the last-applied annotation),
-/// which are most of an object's size and never read here.
+/// A watch of `K` whose cached objects are pruned to what the operator reads (see `Prune`).
 fn slim_watch<K>(
     api: Api<K>,
     wc: watcher::Config,
@@ -566,17 +616,19 @@ fn slim_watch<K>(
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send,
 )
 where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + resources::Prune
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store();
     let stream = watcher(api, wc)
         .backoff(api_backoff())
-        .modify(|o: &mut K| {
-            o.meta_mut().managed_fields = None;
-            if let Some(a) = o.meta_mut().annotations.as_mut() {
-                a.remove("kubectl.kubernetes.io/last-applied-configuration");
-            }
-        })
+        .modify(|o: &mut K| o.prune())
         .reflect(writer)
         .touched_objects();
     (reader, stream)
@@ -650,13 +702,10 @@ pub async fn run_controller(
     let ctx = Arc::new(Context {
         client: client.clone(),
         clock,
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.into(),
-                instance: Some(opts.instance.clone()),
-            },
-        ),
+        events: EventPublisher {
+            client: client.clone(),
+            instance: opts.instance.clone(),
+        },
         metrics: metrics.clone(),
         deployments: deployments.clone(),
         services: services.clone(),

@@ -122,8 +122,7 @@ async fn deploy_dir_applies_and_the_operator_works_as_its_service_account() {
         },
     )
     .await;
-    let events = events_for(&client, &ns.name, "web").await;
-    assert!(events.iter().any(|(_, r, _)| r == "Created"), "{events:?}");
+    wait_for_event(&client, &ns.name, "web", |(_, r, _)| r == "Created").await;
     assert_eq!(
         op.counter("tdset_reconcile_errors_total"),
         0.0,

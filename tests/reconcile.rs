@@ -182,13 +182,10 @@ async fn creates_owned_deployment_with_scheduled_replicas_and_status() {
         "{progressing:?}"
     );
 
-    let events = events_for(&client, &ns.name, "web").await;
-    assert!(
-        events.iter().any(|(ty, reason, note)| ty == "Normal"
-            && reason == "Created"
-            && note.contains("4 replicas")),
-        "{events:?}"
-    );
+    wait_for_event(&client, &ns.name, "web", |(ty, reason, note)| {
+        ty == "Normal" && reason == "Created" && note.contains("4 replicas")
+    })
+    .await;
     op.stop().await;
     ns.cleanup().await;
 }
@@ -272,13 +269,10 @@ async fn container_change_reaches_deployment_and_drift_is_reverted() {
         replicas(d) == Some(4)
     })
     .await;
-    let events = events_for(&client, &ns.name, "web").await;
-    assert!(
-        events
-            .iter()
-            .any(|(_, r, note)| r == "ScaledDown" && note.contains("from 9 to 4")),
-        "{events:?}"
-    );
+    wait_for_event(&client, &ns.name, "web", |(_, r, note)| {
+        r == "ScaledDown" && note.contains("from 9 to 4")
+    })
+    .await;
 
     // Another field manager changing the image is overridden too.
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -332,13 +326,10 @@ async fn foreign_deployment_is_never_touched() {
             .message
             .contains("not controlled by this TDSet")
     );
-    let events = events_for(&client, &ns.name, "web").await;
-    assert!(
-        events
-            .iter()
-            .any(|(ty, r, _)| ty == "Warning" && r == "ForeignObject"),
-        "{events:?}"
-    );
+    wait_for_event(&client, &ns.name, "web", |(ty, r, _)| {
+        ty == "Warning" && r == "ForeignObject"
+    })
+    .await;
     // Give the operator further reconciles (a TDSet change), then check the Deployment.
     Api::<TDSet>::namespaced(client.clone(), &ns.name)
         .patch(
@@ -545,13 +536,10 @@ async fn unknown_time_zone_degrades_without_touching_owned_objects() {
         msg.contains("spec.timeZone") && msg.contains("Mars/Olympus_Mons"),
         "{msg}"
     );
-    let events = events_for(&client, &ns.name, "web").await;
-    assert!(
-        events.iter().any(|(ty, r, note)| ty == "Warning"
-            && r == "InvalidSpec"
-            && note.contains("spec.timeZone")),
-        "{events:?}"
-    );
+    wait_for_event(&client, &ns.name, "web", |(ty, r, note)| {
+        ty == "Warning" && r == "InvalidSpec" && note.contains("spec.timeZone")
+    })
+    .await;
     let after = Api::<Deployment>::namespaced(client.clone(), &ns.name)
         .get("web")
         .await
@@ -610,13 +598,10 @@ async fn overlapping_windows_warn_but_keep_working() {
     })
     .await;
     assert_eq!(condition(&t, "Degraded").unwrap().status, "False");
-    let events = events_for(&client, &ns.name, "web").await;
-    assert!(
-        events
-            .iter()
-            .any(|(ty, r, _)| ty == "Warning" && r == "OverlappingWindows"),
-        "{events:?}"
-    );
+    wait_for_event(&client, &ns.name, "web", |(ty, r, _)| {
+        ty == "Warning" && r == "OverlappingWindows"
+    })
+    .await;
     op.stop().await;
     ns.cleanup().await;
 }

@@ -324,3 +324,23 @@ pub async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<(String, S
         })
         .collect()
 }
+
+/// Waits until an Event for the object matches `pred` (Events are published asynchronously).
+pub async fn wait_for_event(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    pred: impl Fn(&(String, String, String)) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = events_for(client, ns, name).await;
+        if events.iter().any(&pred) {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("no matching Event for {ns}/{name}; have {events:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
