@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -329,7 +328,8 @@ async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
                     EventType::Normal,
                     "ServiceApplied",
                     format!("{verb} Service {ns}/{}", tdset.name_any()),
-                );
+                )
+                .await;
             }
         }
         // spec.service was removed: delete the Service only if it is ours, and only that one.
@@ -361,7 +361,8 @@ async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
                         "deleted Service {ns}/{} (spec.service removed)",
                         svc.name_any()
                     ),
-                );
+                )
+                .await;
             }
         }
     }
@@ -404,7 +405,7 @@ async fn record_deployment_change(
                 eval.replicas,
                 why(eval)
             );
-            publish(ctx, tdset, EventType::Normal, "Created", note);
+            publish(ctx, tdset, EventType::Normal, "Created", note).await;
         }
         Change::Updated => {
             let from = before
@@ -427,7 +428,7 @@ async fn record_deployment_change(
                     eval.replicas,
                     why(eval)
                 );
-                publish(ctx, tdset, EventType::Normal, reason, note);
+                publish(ctx, tdset, EventType::Normal, reason, note).await;
             }
             let what = template_changes(before, tdset);
             if what.is_some() || scaled.is_none() {
@@ -440,7 +441,8 @@ async fn record_deployment_change(
                     EventType::Normal,
                     "Updated",
                     format!("updated Deployment {name}: {what}"),
-                );
+                )
+                .await;
             }
         }
     }
@@ -523,7 +525,7 @@ async fn write_status(tdset: &TDSet, ctx: &Context, new: TDSetStatus) -> Result<
         && let Some((state, reason, message)) = new_degraded
         && (state == "True" || reason == "OverlappingWindows")
     {
-        publish(ctx, tdset, EventType::Warning, &reason, message);
+        publish(ctx, tdset, EventType::Warning, &reason, message).await;
     }
     Ok(())
 }
@@ -538,62 +540,72 @@ enum EventType {
 /// on real changes, so kube's Recorder, which keeps every Event for six minutes to aggregate
 /// repeats and scans that cache on each publish, cost memory in proportion to the TDSets and
 /// bought nothing.
+///
+/// Events go through a bounded queue written by a fixed number of concurrent requests: a
+/// reconcile does not wait for its Event to be written, but a burst (thousands of TDSets
+/// created at once) cannot open thousands of requests to the API server either.
 #[derive(Clone)]
 pub struct EventPublisher {
-    client: Client,
-    instance: String,
+    tx: tokio::sync::mpsc::Sender<Event>,
 }
 
+const EVENT_QUEUE: usize = 256;
+const EVENT_WRITERS: usize = 16;
+
 impl EventPublisher {
-    async fn create(
-        &self,
-        type_: EventType,
-        reason: &str,
-        note: String,
-        regarding: ObjectReference,
-    ) -> Result<(), kube::Error> {
-        let ns = regarding
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let event = Event {
-            metadata: ObjectMeta {
-                // A trailing "-" is the one separator generateName allows.
-                generate_name: Some(format!("{}-", regarding.name.as_deref().unwrap_or("tdset"))),
-                namespace: Some(ns.clone()),
-                ..ObjectMeta::default()
-            },
-            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-            type_: Some(format!("{type_:?}")),
-            reason: Some(reason.into()),
-            action: Some("Reconcile".into()),
-            note: Some(truncate(note, 1000)),
-            regarding: Some(regarding),
-            reporting_controller: Some(FIELD_MANAGER.into()),
-            reporting_instance: Some(self.instance.clone()),
-            ..Event::default()
-        };
-        Api::<Event>::namespaced(self.client.clone(), &ns)
-            .create(&PostParams::default(), &event)
-            .await
-            .map(|_| ())
+    /// Starts the writers; they stop when the last publisher is dropped.
+    pub fn start(client: Client, instance: String) -> EventPublisher {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Event>(EVENT_QUEUE);
+        let events =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+        tokio::spawn(events.for_each_concurrent(EVENT_WRITERS, move |mut event| {
+            let client = client.clone();
+            event.reporting_instance = Some(instance.clone());
+            async move {
+                let ns = event
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into());
+                if let Err(e) = Api::<Event>::namespaced(client, &ns)
+                    .create(&PostParams::default(), &event)
+                    .await
+                {
+                    warn!(error = %e, reason = ?event.reason, "could not publish Event");
+                }
+            }
+        }));
+        EventPublisher { tx }
     }
 }
 
-/// Publishes an Event without holding up the reconcile: an Event is a courtesy, and at a
-/// boundary shared by many TDSets the Deployment writes should not queue behind them.
-fn publish(ctx: &Context, tdset: &TDSet, type_: EventType, reason: &str, note: String) {
-    let (events, reference, reason) = (
-        ctx.events.clone(),
-        tdset.object_ref(&()),
-        reason.to_string(),
-    );
+/// Queues an Event about a TDSet. Waits only when the queue is full.
+async fn publish(ctx: &Context, tdset: &TDSet, type_: EventType, reason: &str, note: String) {
+    let regarding = tdset.object_ref(&());
+    let ns = regarding
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let event = Event {
+        metadata: ObjectMeta {
+            // A trailing "-" is the one separator generateName allows.
+            generate_name: Some(format!("{}-", regarding.name.as_deref().unwrap_or("tdset"))),
+            namespace: Some(ns),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        type_: Some(format!("{type_:?}")),
+        reason: Some(reason.into()),
+        action: Some("Reconcile".into()),
+        note: Some(truncate(note, 1000)),
+        regarding: Some(regarding),
+        reporting_controller: Some(FIELD_MANAGER.into()),
+        ..Event::default()
+    };
     ctx.metrics.write("events", "create");
-    tokio::spawn(async move {
-        if let Err(e) = events.create(type_, &reason, note, reference).await {
-            warn!(error = %e, %reason, "could not publish Event");
-        }
-    });
+    if ctx.events.tx.send(event).await.is_err() {
+        warn!(reason, "Event writers have stopped; Event dropped");
+    }
 }
 
 fn truncate(mut s: String, max: usize) -> String {
@@ -702,10 +714,7 @@ pub async fn run_controller(
     let ctx = Arc::new(Context {
         client: client.clone(),
         clock,
-        events: EventPublisher {
-            client: client.clone(),
-            instance: opts.instance.clone(),
-        },
+        events: EventPublisher::start(client.clone(), opts.instance.clone()),
         metrics: metrics.clone(),
         deployments: deployments.clone(),
         services: services.clone(),
