@@ -110,7 +110,6 @@ pub fn crd_yaml() -> Result<String> {
 /// Runs `preview`; returns what to print on stdout.
 pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
     let (_, schedule) = preview::load_manifest(&args.file)?;
-    let json = |v: &dyn erased::Json| v.to_pretty();
     let ranged = args.from.is_some()
         || args.to.is_some()
         || args.output == Output::Chart && args.at.is_none();
@@ -118,7 +117,7 @@ pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
         let at = args.at.unwrap_or(now);
         let p = preview::at(&schedule, at);
         return match args.output {
-            Output::Json => json(&p),
+            Output::Json => pretty_json(&p),
             Output::Table => Ok(preview::point_table(&schedule, &p, at)),
             Output::Chart => Ok(preview::chart(
                 &schedule,
@@ -140,30 +139,21 @@ pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
         )));
     }
     match args.output {
-        Output::Json => json(&preview::range(&schedule, from, to)),
+        Output::Json => pretty_json(&preview::range(&schedule, from, to)),
         Output::Table => Ok(preview::range_table(
             &schedule,
             &preview::range(&schedule, from, to),
-            from,
         )),
         Output::Chart => Ok(preview::chart(&schedule, from, to, args.width)),
     }
 }
 
-mod erased {
-    use crate::error::{Error, Result};
-    /// Pretty JSON for any of the preview shapes.
-    pub trait Json {
-        fn to_pretty(&self) -> Result<String>;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn to_pretty(&self) -> Result<String> {
-            serde_json::to_string_pretty(self)
-                .map(|s| s + "\n")
-                .map_err(|source| Error::Serialize {
-                    what: "preview",
-                    source,
-                })
-        }
-    }
+/// Pretty JSON for any of the preview shapes.
+fn pretty_json<T: serde::Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string_pretty(v)
+        .map(|s| s + "\n")
+        .map_err(|source| Error::Serialize {
+            what: "preview",
+            source,
+        })
 }

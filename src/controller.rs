@@ -147,32 +147,13 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
             record_deployment_change(tdset, ctx, &eval, cached_deploy.as_deref(), &change).await;
             (Some(d), None)
         }
-        Err(Error::ForeignObject {
-            kind,
-            namespace,
-            name,
-        }) => {
-            let msg = format!(
-                "{kind} {namespace}/{name} exists and is not controlled by this TDSet; the operator will not adopt or \
-                 scale it. Delete or rename it, or rename the TDSet"
-            );
-            (None, Some(Problem::ForeignObject(msg)))
-        }
+        Err(e @ Error::ForeignObject { .. }) => (None, Some(foreign_problem(&e))),
         Err(e) => return Err(e),
     };
 
     let problem = match (problem, ensure_service(tdset, ctx, &ns).await) {
         (Some(p), _) => Some(p),
-        (
-            None,
-            Err(Error::ForeignObject {
-                kind,
-                namespace,
-                name,
-            }),
-        ) => Some(Problem::ForeignObject(format!(
-            "{kind} {namespace}/{name} exists and is not controlled by this TDSet; the operator will not adopt it"
-        ))),
+        (None, Err(e @ Error::ForeignObject { .. })) => Some(foreign_problem(&e)),
         (None, Err(e)) => return Err(e),
         (None, Ok(())) => None,
     };
@@ -197,6 +178,13 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
     Ok(Action::requeue(wait))
 }
 
+/// The Degraded problem for an object of the owned name that belongs to someone else.
+fn foreign_problem(e: &Error) -> Problem {
+    Problem::ForeignObject(format!(
+        "{e}; the operator will not adopt, scale or patch it. Delete or rename it, or rename the TDSet"
+    ))
+}
+
 /// Makes an owned object match `desired`, writing only when it differs. Never writes to an
 /// object of that name that this TDSet does not control.
 async fn ensure<K>(
@@ -208,12 +196,17 @@ async fn ensure<K>(
     cached: Option<&K>,
 ) -> Result<(K, Change)>
 where
-    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+    K: Resource<DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
 {
     let name = desired.name_any();
     let ns = desired.namespace().unwrap_or_default();
     let foreign = || Error::ForeignObject {
-        kind: kind_of::<K>(),
+        kind: K::KIND,
         namespace: ns.clone(),
         name: name.clone(),
     };
@@ -367,14 +360,6 @@ async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
-    match K::kind(&()).as_ref() {
-        "Deployment" => "Deployment",
-        "Service" => "Service",
-        _ => "object",
-    }
 }
 
 fn why(eval: &Evaluation) -> String {

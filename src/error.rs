@@ -14,7 +14,7 @@ pub enum Error {
     #[error("invalid TDSet spec: {}", join(.0))]
     InvalidSpec(Vec<SpecError>),
 
-    #[error("{kind} {namespace}/{name} exists and is not owned by this TDSet; not touching it")]
+    #[error("{kind} {namespace}/{name} exists and is not controlled by this TDSet")]
     ForeignObject {
         kind: &'static str,
         namespace: String,

@@ -156,7 +156,17 @@ pub fn point_table(schedule: &Schedule, p: &PointPreview, at: DateTime<Utc>) -> 
     s
 }
 
-pub fn range_table(schedule: &Schedule, r: &RangePreview, from: DateTime<Utc>) -> String {
+pub fn range_table(schedule: &Schedule, r: &RangePreview) -> String {
+    let row = |s: &mut String, at: &str, replicas: i32, window: Option<&str>| {
+        let local = parse_rfc3339(at)
+            .map(|t| local(schedule, t))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "{at:<22} {local:<34} {replicas:>8}  {}",
+            window.unwrap_or("-")
+        );
+    };
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -165,27 +175,14 @@ pub fn range_table(schedule: &Schedule, r: &RangePreview, from: DateTime<Utc>) -
         format!("LOCAL ({})", r.time_zone),
         "REPLICAS"
     );
-    let _ = writeln!(
-        s,
-        "{:<22} {:<34} {:>8}  {}",
-        r.from,
-        local(schedule, from),
+    row(
+        &mut s,
+        &r.from,
         r.initial_replicas,
-        r.initial_window.as_deref().unwrap_or("-")
+        r.initial_window.as_deref(),
     );
-    for t in schedule.transitions(from, parse_rfc3339(&r.to).unwrap_or(from)) {
-        let _ = writeln!(
-            s,
-            "{:<22} {:<34} {:>8}  {}",
-            rfc3339(t.at),
-            local(schedule, t.at),
-            t.replicas,
-            schedule
-                .evaluate(t.at)
-                .window_label
-                .as_deref()
-                .unwrap_or("-")
-        );
+    for t in &r.transitions {
+        row(&mut s, &t.at, t.replicas, t.window.as_deref());
     }
     s
 }

@@ -366,8 +366,7 @@ impl Prune for Deployment {
             spec.progress_deadline_seconds = None;
             spec.min_ready_seconds = None;
             if let Some(m) = spec.template.metadata.as_mut() {
-                m.annotations = None;
-                m.creation_timestamp = None;
+                prune_meta(m);
             }
             if let Some(pod) = spec.template.spec.as_mut() {
                 let containers = std::mem::take(&mut pod.containers)
