@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::{TDSet, TDSetStatus};
+use crate::cache::{Cached, Prune};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::http::Health;
@@ -39,9 +40,9 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     pub events: EventPublisher,
     pub metrics: Arc<Metrics>,
-    /// Owned Deployments (label-selected), without managedFields.
-    pub deployments: Store<Deployment>,
-    pub services: Store<Service>,
+    /// Owned Deployments and Services (label-selected), pruned and compact.
+    pub deployments: Store<Cached<Deployment>>,
+    pub services: Store<Cached<Service>>,
 }
 
 /// What happened to an owned object in this reconcile.
@@ -103,7 +104,11 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
     let name = tdset.name_any();
     let now = ctx.clock.now();
     let interval = tdset.spec.check_interval();
-    let cached_deploy = ctx.deployments.get(&ObjectRef::new(&name).within(&ns));
+    let cached_deploy = ctx
+        .deployments
+        .get(&ObjectRef::new(&name).within(&ns))
+        .map(|c| c.object())
+        .transpose()?;
 
     let schedule = match Schedule::compile(&tdset.spec) {
         Ok(s) => s,
@@ -121,7 +126,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
                 tdset,
                 ctx,
                 &Problem::InvalidSpec(message),
-                cached_deploy.as_deref(),
+                cached_deploy.as_ref(),
             )
             .await?;
             return Ok(Action::requeue(interval));
@@ -139,12 +144,12 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
         &deploy_api,
         "deployments",
         desired,
-        cached_deploy.as_deref(),
+        cached_deploy.as_ref(),
     )
     .await
     {
         Ok((d, change)) => {
-            record_deployment_change(tdset, ctx, &eval, cached_deploy.as_deref(), &change).await;
+            record_deployment_change(tdset, ctx, &eval, cached_deploy.as_ref(), &change).await;
             (Some(d), None)
         }
         Err(e @ Error::ForeignObject { .. }) => (None, Some(foreign_problem(&e))),
@@ -304,11 +309,13 @@ async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
     let cached = ctx
         .services
-        .get(&ObjectRef::new(&tdset.name_any()).within(ns));
+        .get(&ObjectRef::new(&tdset.name_any()).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
     match resources::desired_service(tdset)? {
         Some(desired) => {
             let (_, change) =
-                ensure(ctx, tdset, &api, "services", desired, cached.as_deref()).await?;
+                ensure(ctx, tdset, &api, "services", desired, cached.as_ref()).await?;
             if change != Change::Unchanged {
                 let verb = if change == Change::Created {
                     "created"
@@ -327,7 +334,7 @@ async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
         }
         // spec.service was removed: delete the Service only if it is ours, and only that one.
         None => {
-            if let Some(svc) = cached.filter(|s| resources::is_owned_by(&**s, tdset)) {
+            if let Some(svc) = cached.filter(|s| resources::is_owned_by(s, tdset)) {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions {
                         uid: svc.metadata.uid.clone(),
@@ -604,28 +611,52 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-/// A watch of `K` whose cached objects are pruned to what the operator reads (see `Prune`).
-fn slim_watch<K>(
-    api: Api<K>,
-    wc: watcher::Config,
+/// A watch of TDSets whose cached objects are pruned to what the operator reads.
+fn tdset_watch(
+    api: Api<TDSet>,
 ) -> (
-    Store<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send,
+    Store<TDSet>,
+    impl futures::Stream<Item = Result<TDSet, watcher::Error>> + Send,
+) {
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .backoff(api_backoff())
+        .modify(|o: &mut TDSet| o.prune())
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
+}
+
+/// A watch of the owned objects of kind `K` (by label), cached compactly (see `Cached`).
+fn owned_watch<K>(
+    api: Api<K>,
+) -> (
+    Store<Cached<K>>,
+    impl futures::Stream<Item = Result<Cached<K>, watcher::Error>> + Send,
 )
 where
     K: Resource<DynamicType = ()>
-        + resources::Prune
+        + Prune
         + Clone
         + Debug
+        + Serialize
         + DeserializeOwned
         + Send
         + Sync
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, wc)
+    let owned = watcher::Config::default()
+        .labels(&format!("{}={FIELD_MANAGER}", resources::MANAGED_BY_LABEL));
+    let stream = watcher(api, owned)
         .backoff(api_backoff())
-        .modify(|o: &mut K| o.prune())
+        .map_ok(|event| match event {
+            watcher::Event::Apply(o) => watcher::Event::Apply(Cached::new(o)),
+            watcher::Event::Delete(o) => watcher::Event::Delete(Cached::new(o)),
+            watcher::Event::InitApply(o) => watcher::Event::InitApply(Cached::new(o)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        })
         .reflect(writer)
         .touched_objects();
     (reader, stream)
@@ -684,16 +715,9 @@ pub async fn run_controller(
     health: Arc<Health>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
-    let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=tdset-operator");
-    let (tdsets, tdset_stream) = slim_watch(
-        api_for::<TDSet>(&client, &opts.namespace),
-        watcher::Config::default(),
-    );
-    let (deployments, deploy_stream) = slim_watch(
-        api_for::<Deployment>(&client, &opts.namespace),
-        owned.clone(),
-    );
-    let (services, svc_stream) = slim_watch(api_for::<Service>(&client, &opts.namespace), owned);
+    let (tdsets, tdset_stream) = tdset_watch(api_for(&client, &opts.namespace));
+    let (deployments, deploy_stream) = owned_watch::<Deployment>(api_for(&client, &opts.namespace));
+    let (services, svc_stream) = owned_watch::<Service>(api_for(&client, &opts.namespace));
     metrics.set_tdset_store(Some(tdsets.clone()));
 
     let ctx = Arc::new(Context {

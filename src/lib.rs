@@ -2,10 +2,12 @@
 //!
 //! Pure core: [`api`] (the resource), [`schedule`] (replicas at an instant, next change),
 //! [`resources`] (desired Deployment/Service), [`status`] (next status and conditions).
+//! Caches: [`cache`] (what is kept of watched objects).
 //! Edges: [`controller`] (the only module that talks to the API server), [`telemetry`],
 //! [`http`], and the [`cli`] with [`preview`].
 
 pub mod api;
+pub mod cache;
 pub mod cli;
 pub mod clock;
 pub mod controller;

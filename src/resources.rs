@@ -20,6 +20,8 @@ use crate::error::{Error, Result};
 pub const FIELD_MANAGER: &str = "tdset-operator";
 /// Selector label linking the owned Deployment's pods (and the Service) to the TDSet.
 pub const INSTANCE_LABEL: &str = "schedule.rs/tdset";
+/// Set on every owned object; the operator's watches select on it.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 const PORT_NAME: &str = "http";
 
 /// 64-bit FNV-1a: tiny, and stable across Rust versions (std's hasher is not guaranteed to be).
@@ -79,10 +81,7 @@ pub fn container_name(tdset_name: &str) -> String {
 fn labels(tdset_name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (INSTANCE_LABEL.to_string(), instance_label_value(tdset_name)),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            FIELD_MANAGER.to_string(),
-        ),
+        (MANAGED_BY_LABEL.to_string(), FIELD_MANAGER.to_string()),
     ])
 }
 
@@ -213,11 +212,11 @@ fn subset(desired: &Value, observed: &Value) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::{ContainerSpec, ServiceSpec as TdsService, TDSetSpec};
 
-    fn tdset(name: &str) -> TDSet {
+    pub(crate) fn tdset(name: &str) -> TDSet {
         let mut t = TDSet::new(
             name,
             TDSetSpec {
@@ -313,102 +312,5 @@ mod tests {
         );
         t.spec.service = None;
         assert!(desired_service(&t).unwrap().is_none());
-    }
-
-    #[test]
-    fn a_pruned_deployment_still_satisfies_and_still_detects_drift() {
-        let t = tdset("web");
-        let desired = desired_deployment(&t, 3).unwrap();
-        let mut observed = desired.clone();
-        // What the API server adds.
-        observed.metadata.annotations = Some(BTreeMap::from([(
-            "deployment.kubernetes.io/revision".into(),
-            "1".into(),
-        )]));
-        let pod = observed
-            .spec
-            .as_mut()
-            .unwrap()
-            .template
-            .spec
-            .as_mut()
-            .unwrap();
-        pod.dns_policy = Some("ClusterFirst".into());
-        pod.containers[0].image_pull_policy = Some("Always".into());
-        observed.prune();
-        assert!(is_satisfied_by(&desired, &observed));
-        assert!(is_owned_by(&observed, &t));
-        observed.spec.as_mut().unwrap().replicas = Some(9);
-        assert!(!is_satisfied_by(&desired, &observed));
-    }
-}
-
-/// What the operator's caches keep of an object: only what is compared with the desired
-/// object, checked for ownership, or reported in status. managedFields, annotations, server
-/// defaults and status conditions are most of an object's size and are never read; at 10 000
-/// TDSets they were most of the operator's memory.
-pub trait Prune {
-    fn prune(&mut self);
-}
-
-fn prune_meta(m: &mut ObjectMeta) {
-    m.managed_fields = None;
-    m.annotations = None;
-    m.creation_timestamp = None;
-}
-
-impl Prune for Deployment {
-    fn prune(&mut self) {
-        prune_meta(&mut self.metadata);
-        if let Some(spec) = self.spec.as_mut() {
-            spec.strategy = None;
-            spec.revision_history_limit = None;
-            spec.progress_deadline_seconds = None;
-            spec.min_ready_seconds = None;
-            if let Some(m) = spec.template.metadata.as_mut() {
-                prune_meta(m);
-            }
-            if let Some(pod) = spec.template.spec.as_mut() {
-                let containers = std::mem::take(&mut pod.containers)
-                    .into_iter()
-                    .map(|c| Container {
-                        name: c.name,
-                        image: c.image,
-                        ports: c.ports,
-                        ..Container::default()
-                    })
-                    .collect();
-                *pod = PodSpec {
-                    containers,
-                    ..PodSpec::default()
-                };
-            }
-        }
-        if let Some(status) = self.status.as_mut() {
-            status.conditions = None;
-            status.collision_count = None;
-        }
-    }
-}
-
-impl Prune for Service {
-    fn prune(&mut self) {
-        prune_meta(&mut self.metadata);
-        if let Some(spec) = self.spec.take() {
-            self.spec = Some(ServiceSpec {
-                type_: spec.type_,
-                selector: spec.selector,
-                ports: spec.ports,
-                ..ServiceSpec::default()
-            });
-        }
-        self.status = None;
-    }
-}
-
-impl Prune for TDSet {
-    fn prune(&mut self) {
-        prune_meta(&mut self.metadata);
-        self.metadata.labels = None;
     }
 }

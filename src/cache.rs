@@ -1,0 +1,262 @@
+//! What the operator's caches keep of the objects it watches.
+//!
+//! At 10 000 TDSets the caches were most of the operator's memory (see BENCHMARKS.md). Two
+//! things cut them down: objects are pruned to what a reconcile reads (`Prune`), and owned
+//! objects are kept as compact JSON rather than as k8s-openapi structs (`Cached`), whose
+//! mostly-`None` fields still take their full size: 2.4 KiB for a `Deployment` and another
+//! 2.1 KiB for each `Container`, before any of their contents.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, PodSpec, Service, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::api::TDSet;
+use crate::error::{Error, Result};
+
+/// Drops what the operator never reads: managedFields, annotations, server defaults and
+/// status conditions, which are most of an object's size.
+pub trait Prune {
+    fn prune(&mut self);
+}
+
+fn prune_meta(m: &mut ObjectMeta) {
+    m.managed_fields = None;
+    m.annotations = None;
+    m.creation_timestamp = None;
+}
+
+impl Prune for Deployment {
+    fn prune(&mut self) {
+        prune_meta(&mut self.metadata);
+        if let Some(spec) = self.spec.as_mut() {
+            spec.strategy = None;
+            spec.revision_history_limit = None;
+            spec.progress_deadline_seconds = None;
+            spec.min_ready_seconds = None;
+            if let Some(m) = spec.template.metadata.as_mut() {
+                prune_meta(m);
+            }
+            if let Some(pod) = spec.template.spec.as_mut() {
+                let containers = std::mem::take(&mut pod.containers)
+                    .into_iter()
+                    .map(|c| Container {
+                        name: c.name,
+                        image: c.image,
+                        ports: c.ports,
+                        ..Container::default()
+                    })
+                    .collect();
+                *pod = PodSpec {
+                    containers,
+                    ..PodSpec::default()
+                };
+            }
+        }
+        if let Some(status) = self.status.as_mut() {
+            status.conditions = None;
+            status.collision_count = None;
+        }
+    }
+}
+
+impl Prune for Service {
+    fn prune(&mut self) {
+        prune_meta(&mut self.metadata);
+        if let Some(spec) = self.spec.take() {
+            self.spec = Some(ServiceSpec {
+                type_: spec.type_,
+                selector: spec.selector,
+                ports: spec.ports,
+                ..ServiceSpec::default()
+            });
+        }
+        self.status = None;
+    }
+}
+
+impl Prune for TDSet {
+    fn prune(&mut self) {
+        prune_meta(&mut self.metadata);
+        self.metadata.labels = None;
+    }
+}
+
+/// A pruned owned object as its cache keeps it. Identity and ownership stay typed, because
+/// the controller maps each event to the owning TDSet through them; everything else is one
+/// JSON string, decoded only when a reconcile of that TDSet reads it.
+pub struct Cached<K> {
+    metadata: ObjectMeta,
+    rest: Box<str>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Cached<K>
+where
+    K: Resource + Prune + Serialize + DeserializeOwned,
+{
+    pub fn new(mut obj: K) -> Self {
+        obj.prune();
+        let m = obj.meta_mut();
+        let metadata = ObjectMeta {
+            name: m.name.take(),
+            namespace: m.namespace.take(),
+            uid: m.uid.take(),
+            resource_version: m.resource_version.take(),
+            generation: m.generation.take(),
+            deletion_timestamp: m.deletion_timestamp.take(),
+            owner_references: m.owner_references.take(),
+            ..ObjectMeta::default()
+        };
+        // Serialising a k8s-openapi struct does not fail; should it ever, `object` reports it.
+        let rest = serde_json::to_string(&obj).unwrap_or_default().into();
+        Cached {
+            metadata,
+            rest,
+            kind: PhantomData,
+        }
+    }
+
+    /// The pruned object, whole again.
+    pub fn object(&self) -> Result<K> {
+        let mut obj: K = serde_json::from_str(&self.rest).map_err(|source| Error::Serialize {
+            what: "a cached object",
+            source,
+        })?;
+        let m = obj.meta_mut();
+        m.name.clone_from(&self.metadata.name);
+        m.namespace.clone_from(&self.metadata.namespace);
+        m.uid.clone_from(&self.metadata.uid);
+        m.resource_version
+            .clone_from(&self.metadata.resource_version);
+        m.generation = self.metadata.generation;
+        m.deletion_timestamp
+            .clone_from(&self.metadata.deletion_timestamp);
+        m.owner_references
+            .clone_from(&self.metadata.owner_references);
+        Ok(obj)
+    }
+}
+
+// Written by hand: derives would require `K: Clone` / `K: Debug`, which `Cached` does not hold.
+impl<K> Clone for Cached<K> {
+    fn clone(&self) -> Self {
+        Cached {
+            metadata: self.metadata.clone(),
+            rest: self.rest.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> fmt::Debug for Cached<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cached")
+            .field("metadata", &self.metadata)
+            .field("rest", &self.rest)
+            .finish()
+    }
+}
+
+/// The cache of `K` is addressed like `K` itself (same kind, group and plural), so store
+/// lookups and owner mapping work unchanged.
+impl<K: Resource> Resource for Cached<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::resources::tests::tdset;
+    use crate::resources::{desired_deployment, desired_service, is_owned_by, is_satisfied_by};
+
+    fn served(mut d: Deployment) -> Deployment {
+        // What the API server adds.
+        d.metadata.uid = Some("d-uid".into());
+        d.metadata.resource_version = Some("42".into());
+        d.metadata.generation = Some(3);
+        d.metadata.annotations = Some(BTreeMap::from([(
+            "deployment.kubernetes.io/revision".into(),
+            "1".into(),
+        )]));
+        let pod = d.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+        pod.dns_policy = Some("ClusterFirst".into());
+        pod.containers[0].image_pull_policy = Some("Always".into());
+        d
+    }
+
+    #[test]
+    fn a_pruned_deployment_still_satisfies_and_still_detects_drift() {
+        let t = tdset("web");
+        let desired = desired_deployment(&t, 3).unwrap();
+        let mut observed = served(desired.clone());
+        observed.prune();
+        assert!(is_satisfied_by(&desired, &observed));
+        assert!(is_owned_by(&observed, &t));
+        observed.spec.as_mut().unwrap().replicas = Some(9);
+        assert!(!is_satisfied_by(&desired, &observed));
+    }
+
+    #[test]
+    fn a_cached_object_comes_back_as_the_pruned_object() {
+        let t = tdset("web");
+        let desired = desired_deployment(&t, 3).unwrap();
+        let observed = served(desired.clone());
+        let cached = Cached::new(observed.clone());
+        assert!(
+            is_owned_by(&cached, &t),
+            "ownership is read without decoding"
+        );
+        assert_eq!(cached.meta().uid.as_deref(), Some("d-uid"));
+        let back = cached.object().unwrap();
+        let mut pruned = observed;
+        pruned.prune();
+        assert_eq!(back, pruned);
+        assert!(is_satisfied_by(&desired, &back));
+        let mut drifted = back.clone();
+        drifted
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .image = Some("evil".into());
+        assert!(!is_satisfied_by(
+            &desired,
+            &Cached::new(drifted).object().unwrap()
+        ));
+
+        let svc = desired_service(&t).unwrap().unwrap();
+        assert_eq!(Cached::new(svc.clone()).object().unwrap(), svc);
+    }
+}
