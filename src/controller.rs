@@ -6,8 +6,9 @@
 //! existing object instead of overwriting it, and applies carry the observed uid as a
 //! precondition, so an object someone else created meanwhile is never written to.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -43,6 +44,68 @@ pub struct Context {
     /// Owned Deployments and Services (label-selected), pruned and compact.
     pub deployments: Store<Cached<Deployment>>,
     pub services: Store<Cached<Service>>,
+    pub statuses: StatusMemo,
+}
+
+/// The statuses this operator wrote that its TDSet cache may not show yet ("read your own
+/// writes"). A reconcile can run before the watch delivers the operator's own status patch
+/// (one triggered by the Deployment it just created, say); computed from the stale status,
+/// the next status would differ in its transition times and be written a second time.
+#[derive(Default)]
+pub struct StatusMemo {
+    written: Mutex<HashMap<String, Written>>,
+}
+
+struct Written {
+    /// resourceVersion of the TDSet the status was computed from.
+    over: Option<String>,
+    status: TDSetStatus,
+    at: Instant,
+}
+
+impl StatusMemo {
+    /// Bounds the memo; past it a stale cache costs a repeated write, nothing worse.
+    const MAX: usize = 4096;
+    /// Entries normally go on the next reconcile; this clears those of deleted TDSets.
+    const MAX_AGE: Duration = Duration::from_secs(60);
+
+    /// The TDSet's status as the API server has it, as far as this operator knows: what it
+    /// last wrote, while the cached TDSet is still the revision that write was made over.
+    pub fn current(&self, tdset: &TDSet) -> Option<TDSetStatus> {
+        let Some(uid) = tdset.meta().uid.as_deref() else {
+            return tdset.status.clone();
+        };
+        let Ok(mut written) = self.written.lock() else {
+            return tdset.status.clone();
+        };
+        match written.get(uid) {
+            Some(w) if w.over == tdset.meta().resource_version => return Some(w.status.clone()),
+            Some(_) => {
+                written.remove(uid);
+            }
+            None => {}
+        }
+        tdset.status.clone()
+    }
+
+    fn record(&self, tdset: &TDSet, status: TDSetStatus) {
+        let (Some(uid), Ok(mut written)) = (tdset.meta().uid.clone(), self.written.lock()) else {
+            return;
+        };
+        if written.len() >= Self::MAX {
+            written.retain(|_, w| w.at.elapsed() < Self::MAX_AGE);
+        }
+        if written.len() < Self::MAX || written.contains_key(&uid) {
+            written.insert(
+                uid,
+                Written {
+                    over: tdset.meta().resource_version.clone(),
+                    status,
+                    at: Instant::now(),
+                },
+            );
+        }
+    }
 }
 
 /// What happened to an owned object in this reconcile.
@@ -163,8 +226,9 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
         (None, Ok(())) => None,
     };
 
+    let previous = ctx.statuses.current(tdset);
     let new_status = status::next_status(&Inputs {
-        previous: tdset.status.as_ref(),
+        previous: previous.as_ref(),
         generation: tdset.meta().generation,
         evaluation: Some(&eval),
         next: next.as_ref(),
@@ -173,7 +237,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
         problem: problem.as_ref(),
         now,
     });
-    write_status(tdset, ctx, new_status).await?;
+    write_status(tdset, ctx, previous.as_ref(), new_status).await?;
 
     let wait = match next {
         Some(n) => (n.at - now).to_std().unwrap_or_default().min(interval),
@@ -224,10 +288,7 @@ where
             };
             ctx.metrics.write(resource, "create");
             match api.create(&pp, &desired).await {
-                Ok(created) => {
-                    hand_over_to_apply(ctx, api, resource, &created).await?;
-                    return Ok((created, Change::Created));
-                }
+                Ok(created) => return Ok((created, Change::Created)),
                 // The cache had not seen it: read the real thing and decide from that.
                 Err(kube::Error::Api(s)) if s.code == 409 => api.get(&name).await.map_err(
                     Error::kube(format!("reading existing {resource} {ns}/{name}")),
@@ -242,8 +303,15 @@ where
     if resources::is_satisfied_by(&desired, &observed) {
         return Ok((observed, Change::Unchanged));
     }
+    let uid = observed.meta().uid.clone();
+    if !resources::only_replicas_differ(&desired, &observed) {
+        // A scale removes nothing, so only other changes need the fields a create left under
+        // an Update entry (see `resources::handed_over`). Deferring it to here spares a write
+        // per created object; spec changes are rare.
+        hand_over_to_apply(ctx, api, resource, &name, uid.as_deref()).await?;
+    }
     // The uid turns the apply into "only if it is still the object I looked at".
-    desired.meta_mut().uid = observed.meta().uid.clone();
+    desired.meta_mut().uid = uid;
     ctx.metrics.write(resource, "apply");
     let applied = api
         .patch(
@@ -256,52 +324,66 @@ where
     Ok((applied, Change::Updated))
 }
 
-/// A create records its fields under an *Update* entry of our manager. Server-side apply
-/// cannot remove a field another entry still owns, so a later change of a keyed list item
-/// (a port) would leave the old item behind. Turning that entry into our Apply entry makes the
-/// object look as if apply had created it. Guarded by the uid, like every other write.
+/// Hands the fields a create left under our Update entry to our Apply entry, if there is
+/// such an entry. Reads the live object (the caches drop managedFields) and patches only if
+/// neither its uid nor its resourceVersion changed meanwhile, so no other manager's entry is
+/// overwritten; retried a few times when another write got in between.
 async fn hand_over_to_apply<K>(
     ctx: &Context,
     api: &Api<K>,
     resource: &'static str,
-    created: &K,
+    name: &str,
+    uid: Option<&str>,
 ) -> Result<()>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
-    let meta = created.meta();
-    let Some(fields) = meta.managed_fields.as_ref() else {
-        return Ok(());
-    };
-    let mut entries = serde_json::to_value(fields).map_err(|source| Error::Serialize {
-        what: "managedFields",
-        source,
-    })?;
-    let mut changed = false;
-    for e in entries.as_array_mut().into_iter().flatten() {
-        if e["manager"] == FIELD_MANAGER && e["operation"] == "Update" {
-            e["operation"] = "Apply".into();
-            changed = true;
+    const ATTEMPTS: usize = 3;
+    for attempt in 1..=ATTEMPTS {
+        let live = api.get(name).await.map_err(Error::kube(format!(
+            "reading {resource} {name} to hand its fields to the apply manager"
+        )))?;
+        let meta = live.meta();
+        if meta.uid.as_deref() != uid {
+            // Replaced meanwhile: the uid-guarded apply that follows refuses it.
+            return Ok(());
+        }
+        let Some(fields) = meta
+            .managed_fields
+            .as_deref()
+            .and_then(resources::handed_over)
+        else {
+            return Ok(());
+        };
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+            {"op": "test", "path": "/metadata/uid", "value": meta.uid},
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta.resource_version},
+            {"op": "replace", "path": "/metadata/managedFields", "value": fields},
+        ]))
+        .map_err(|source| Error::Serialize {
+            what: "managedFields patch",
+            source,
+        })?;
+        ctx.metrics.write(resource, "patch");
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            // A failed test op (422) or a conflict (409): someone wrote in between; look again.
+            Err(kube::Error::Api(s)) if (s.code == 409 || s.code == 422) && attempt < ATTEMPTS => {
+                debug!(
+                    resource,
+                    name, attempt, "object changed during the hand-over; retrying"
+                );
+            }
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "handing {resource} {name} to the apply manager"
+                ))(e));
+            }
         }
     }
-    if !changed {
-        return Ok(());
-    }
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": "/metadata/uid", "value": meta.uid},
-        {"op": "replace", "path": "/metadata/managedFields", "value": entries},
-    ]))
-    .map_err(|source| Error::Serialize {
-        what: "managedFields patch",
-        source,
-    })?;
-    let name = created.name_any();
-    ctx.metrics.write(resource, "patch");
-    api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
-        .await
-        .map_err(Error::kube(format!(
-            "handing {resource} {name} to the apply manager"
-        )))?;
     Ok(())
 }
 
@@ -475,8 +557,9 @@ async fn report_problem(
     problem: &Problem,
     deployment: Option<&Deployment>,
 ) -> Result<()> {
+    let previous = ctx.statuses.current(tdset);
     let new_status = status::next_status(&Inputs {
-        previous: tdset.status.as_ref(),
+        previous: previous.as_ref(),
         generation: tdset.meta().generation,
         evaluation: None,
         next: None,
@@ -485,20 +568,26 @@ async fn report_problem(
         problem: Some(problem),
         now: ctx.clock.now(),
     });
-    write_status(tdset, ctx, new_status).await
+    write_status(tdset, ctx, previous.as_ref(), new_status).await
 }
 
-/// Patches status only when it differs, and publishes a Warning when Degraded's reason or
-/// message changes (so a persisting problem is reported once, not every reconcile).
-async fn write_status(tdset: &TDSet, ctx: &Context, new: TDSetStatus) -> Result<()> {
-    if tdset.status.as_ref() == Some(&new) {
+/// Patches status only when it differs from `previous` (from `StatusMemo::current`), and
+/// publishes a Warning when Degraded's reason or message changes (so a persisting problem is
+/// reported once, not every reconcile).
+async fn write_status(
+    tdset: &TDSet,
+    ctx: &Context,
+    previous: Option<&TDSetStatus>,
+    new: TDSetStatus,
+) -> Result<()> {
+    if previous == Some(&new) {
         return Ok(());
     }
-    let old_degraded = status::find(tdset.status.as_ref(), DEGRADED)
+    let old_degraded = status::find(previous, DEGRADED)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
     let new_degraded = status::find(Some(&new), DEGRADED)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
-    debug!(old = ?tdset.status, new = ?new, "status differs; patching");
+    debug!(old = ?previous, new = ?new, "status differs; patching");
     let ns = tdset.namespace().unwrap_or_default();
     let api: Api<TDSet> = Api::namespaced(ctx.client.clone(), &ns);
     let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": new});
@@ -513,6 +602,7 @@ async fn write_status(tdset: &TDSet, ctx: &Context, new: TDSetStatus) -> Result<
         "patching status of TDSet {ns}/{}",
         tdset.name_any()
     )))?;
+    ctx.statuses.record(tdset, new);
     if old_degraded != new_degraded
         && let Some((state, reason, message)) = new_degraded
         && (state == "True" || reason == "OverlappingWindows")
@@ -727,6 +817,7 @@ pub async fn run_controller(
         metrics: metrics.clone(),
         deployments: deployments.clone(),
         services: services.clone(),
+        statuses: StatusMemo::default(),
     });
 
     // Ready once all three caches hold a full list. Polled, not awaited: a store's readiness
@@ -870,4 +961,38 @@ pub struct LeaseOptions {
     pub namespace: String,
     pub duration_seconds: u64,
     pub grace_seconds: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::tests::tdset;
+
+    fn at(rv: &str, status: Option<TDSetStatus>) -> TDSet {
+        let mut t = tdset("web");
+        t.metadata.resource_version = Some(rv.into());
+        t.status = status;
+        t
+    }
+
+    #[test]
+    fn status_memo_answers_for_a_stale_cache_and_forgets_once_it_catches_up() {
+        let memo = StatusMemo::default();
+        let ours = TDSetStatus {
+            desired_replicas: Some(3),
+            ..TDSetStatus::default()
+        };
+        assert_eq!(memo.current(&at("1", None)), None);
+        memo.record(&at("1", None), ours.clone());
+        // The cache still holds revision 1: the status is what we wrote over it.
+        assert_eq!(memo.current(&at("1", None)), Some(ours.clone()));
+        // The cache moved on: it is the truth again, whatever it says.
+        let theirs = TDSetStatus {
+            desired_replicas: Some(5),
+            ..TDSetStatus::default()
+        };
+        assert_eq!(memo.current(&at("2", Some(theirs.clone()))), Some(theirs));
+        // ... and the entry is gone, so a revision-1 object is no longer overlaid.
+        assert_eq!(memo.current(&at("1", None)), None);
+    }
 }

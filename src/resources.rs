@@ -8,7 +8,9 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldsV1, LabelSelector, ManagedFieldsEntry, ObjectMeta, OwnerReference,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
@@ -199,6 +201,72 @@ pub fn is_satisfied_by<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
     }
 }
 
+/// True when `observed` differs from `desired` at most in `spec.replicas`: a scale, which an
+/// apply can make without removing anything.
+pub fn only_replicas_differ<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
+    match (
+        serde_json::to_value(desired),
+        serde_json::to_value(observed),
+    ) {
+        (Ok(mut d), Ok(o)) => {
+            if let Some(spec) = d.get_mut("spec").and_then(Value::as_object_mut) {
+                match o.pointer("/spec/replicas") {
+                    Some(r) => spec.insert("replicas".into(), r.clone()),
+                    None => spec.remove("replicas"),
+                };
+            }
+            subset(&d, &o)
+        }
+        _ => false,
+    }
+}
+
+/// The managedFields of an object after handing our manager's *Update* entry over to its
+/// *Apply* entry, or `None` when there is no such Update entry.
+///
+/// A create (POST) records the fields it set under an Update entry. Server-side apply removes
+/// a field the applier stopped setting only if no other entry owns it, so while that entry
+/// exists, an apply that changes a keyed list item (a port) leaves the old item behind. Merging
+/// the entry's fields into our Apply entry makes the object look as if apply had set them all.
+pub fn handed_over(fields: &[ManagedFieldsEntry]) -> Option<Vec<ManagedFieldsEntry>> {
+    let ours = |e: &ManagedFieldsEntry, op: &str| {
+        e.manager.as_deref() == Some(FIELD_MANAGER)
+            && e.operation.as_deref() == Some(op)
+            && e.subresource.as_deref().unwrap_or_default().is_empty()
+    };
+    let update = fields.iter().position(|e| ours(e, "Update"))?;
+    let mut out = fields.to_vec();
+    let update = out.remove(update);
+    match out
+        .iter_mut()
+        .find(|e| ours(e, "Apply") && e.api_version == update.api_version)
+    {
+        Some(apply) => {
+            let mut merged = apply.fields_v1.take().map_or(Value::Null, |f| f.0);
+            union(&mut merged, update.fields_v1.map_or(Value::Null, |f| f.0));
+            apply.fields_v1 = Some(FieldsV1(merged));
+        }
+        None => out.push(ManagedFieldsEntry {
+            operation: Some("Apply".into()),
+            ..update
+        }),
+    }
+    Some(out)
+}
+
+/// Merges the field set `more` into `into` (fieldsV1 is a trie of JSON objects).
+fn union(into: &mut Value, more: Value) {
+    match (into, more) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                union(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a @ Value::Null, b) => *a = b,
+        _ => {}
+    }
+}
+
 fn subset(desired: &Value, observed: &Value) -> bool {
     match (desired, observed) {
         (Value::Object(d), Value::Object(o)) => d
@@ -213,6 +281,8 @@ fn subset(desired: &Value, observed: &Value) -> bool {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::api::{ContainerSpec, ServiceSpec as TdsService, TDSetSpec};
 
@@ -299,6 +369,77 @@ pub(crate) mod tests {
             .containers[0]
             .image = Some("evil".into());
         assert!(!is_satisfied_by(&desired, &observed));
+    }
+
+    #[test]
+    fn a_scale_is_told_apart_from_other_drift() {
+        let t = tdset("web");
+        let desired = desired_deployment(&t, 3).unwrap();
+        let mut observed = desired.clone();
+        observed.spec.as_mut().unwrap().replicas = Some(7);
+        assert!(only_replicas_differ(&desired, &observed));
+        observed.spec.as_mut().unwrap().replicas = None;
+        assert!(only_replicas_differ(&desired, &observed));
+        let pod = observed
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap();
+        pod.containers[0].ports.as_mut().unwrap()[0].container_port = 9090;
+        assert!(!only_replicas_differ(&desired, &observed));
+        let svc = desired_service(&t).unwrap().unwrap();
+        let mut other = svc.clone();
+        other.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 81;
+        assert!(!only_replicas_differ(&svc, &other));
+    }
+
+    fn entry(manager: &str, op: &str, fields: serde_json::Value) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(op.into()),
+            api_version: Some("apps/v1".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
+    #[test]
+    fn hand_over_renames_or_merges_our_update_entry_and_leaves_others_alone() {
+        let kcm = ManagedFieldsEntry {
+            subresource: Some("status".into()),
+            ..entry("kube-controller-manager", "Update", json!({"f:status": {}}))
+        };
+        let created = entry(
+            FIELD_MANAGER,
+            "Update",
+            json!({"f:spec": {"f:replicas": {}, "f:ports": {"k:8080": {}}}}),
+        );
+        assert_eq!(handed_over(&[kcm.clone()]), None);
+
+        // Only created: the entry becomes our Apply entry.
+        let out = handed_over(&[created.clone(), kcm.clone()]).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0], kcm);
+        assert_eq!(out[1].operation.as_deref(), Some("Apply"));
+        assert_eq!(out[1].fields_v1, created.fields_v1);
+
+        // Created, then applied (a scale): the fields are merged into the Apply entry.
+        let applied = entry(
+            FIELD_MANAGER,
+            "Apply",
+            json!({"f:spec": {"f:replicas": {}, "f:image": {}}}),
+        );
+        let out = handed_over(&[created, kcm.clone(), applied]).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0], kcm);
+        assert_eq!(
+            out[1].fields_v1.as_ref().unwrap().0,
+            json!({"f:spec": {"f:replicas": {}, "f:image": {}, "f:ports": {"k:8080": {}}}})
+        );
     }
 
     #[test]
