@@ -30,8 +30,14 @@ export TDSET_TEST_STATE_DIR="$state"
 echo "test.sh: control plane up ($TDSET_TEST_KUBECONFIG); logs in $state/logs" >&2
 
 cargo fmt --all -- --check
-# Benchmarks are not tests (they take minutes and write BENCHMARKS.md); only check they build.
-cargo check --benches --quiet
+# Lints, on every target; this also checks that the benchmarks build (they are not run: they
+# take minutes and write BENCHMARKS.md).
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --all-targets --quiet -- -D warnings
+else
+  echo "test.sh: clippy is not installed (rustup component add clippy); only checking the build" >&2
+  cargo check --all-targets --quiet
+fi
 cargo test --lib --bins --tests "$@"
 # The README's demo, start to stop, on its own control plane.
 if [[ $# -eq 0 ]]; then scripts/demo.sh smoke; fi

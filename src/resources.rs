@@ -418,7 +418,7 @@ pub(crate) mod tests {
             "Update",
             json!({"f:spec": {"f:replicas": {}, "f:ports": {"k:8080": {}}}}),
         );
-        assert_eq!(handed_over(&[kcm.clone()]), None);
+        assert_eq!(handed_over(std::slice::from_ref(&kcm)), None);
 
         // Only created: the entry becomes our Apply entry.
         let out = handed_over(&[created.clone(), kcm.clone()]).unwrap();
