@@ -194,7 +194,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::resources::tests::tdset;
+    use crate::resources::tests::{container_mut, tdset};
     use crate::resources::{desired_deployment, desired_service, is_owned_by, is_satisfied_by};
 
     fn served(mut d: Deployment) -> Deployment {
@@ -206,9 +206,15 @@ mod tests {
             "deployment.kubernetes.io/revision".into(),
             "1".into(),
         )]));
-        let pod = d.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
-        pod.dns_policy = Some("ClusterFirst".into());
-        pod.containers[0].image_pull_policy = Some("Always".into());
+        d.spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .dns_policy = Some("ClusterFirst".into());
+        container_mut(&mut d).image_pull_policy = Some("Always".into());
         d
     }
 
@@ -241,16 +247,7 @@ mod tests {
         assert_eq!(back, pruned);
         assert!(is_satisfied_by(&desired, &back));
         let mut drifted = back.clone();
-        drifted
-            .spec
-            .as_mut()
-            .unwrap()
-            .template
-            .spec
-            .as_mut()
-            .unwrap()
-            .containers[0]
-            .image = Some("evil".into());
+        container_mut(&mut drifted).image = Some("evil".into());
         assert!(!is_satisfied_by(
             &desired,
             &Cached::new(drifted).object().unwrap()

@@ -286,6 +286,19 @@ pub(crate) mod tests {
     use super::*;
     use crate::api::{ContainerSpec, ServiceSpec as TdsService, TDSetSpec};
 
+    /// The first container of a Deployment's pod template.
+    pub(crate) fn container_mut(d: &mut Deployment) -> &mut Container {
+        &mut d
+            .spec
+            .as_mut()
+            .expect("spec")
+            .template
+            .spec
+            .as_mut()
+            .expect("pod spec")
+            .containers[0]
+    }
+
     pub(crate) fn tdset(name: &str) -> TDSet {
         let mut t = TDSet::new(
             name,
@@ -358,16 +371,7 @@ pub(crate) mod tests {
         observed.spec.as_mut().unwrap().replicas = Some(7);
         assert!(!is_satisfied_by(&desired, &observed));
         let mut observed = desired.clone();
-        observed
-            .spec
-            .as_mut()
-            .unwrap()
-            .template
-            .spec
-            .as_mut()
-            .unwrap()
-            .containers[0]
-            .image = Some("evil".into());
+        container_mut(&mut observed).image = Some("evil".into());
         assert!(!is_satisfied_by(&desired, &observed));
     }
 
@@ -380,15 +384,7 @@ pub(crate) mod tests {
         assert!(only_replicas_differ(&desired, &observed));
         observed.spec.as_mut().unwrap().replicas = None;
         assert!(only_replicas_differ(&desired, &observed));
-        let pod = observed
-            .spec
-            .as_mut()
-            .unwrap()
-            .template
-            .spec
-            .as_mut()
-            .unwrap();
-        pod.containers[0].ports.as_mut().unwrap()[0].container_port = 9090;
+        container_mut(&mut observed).ports.as_mut().unwrap()[0].container_port = 9090;
         assert!(!only_replicas_differ(&desired, &observed));
         let svc = desired_service(&t).unwrap().unwrap();
         let mut other = svc.clone();
