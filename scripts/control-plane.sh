@@ -12,6 +12,8 @@
 #                                            stop kube-apiserver, wait, start it again (fault tests)
 #   control-plane.sh env DIR                 print `export KUBECONFIG=...` for a shell
 #   control-plane.sh bin-dir                 print the cache dir (does not build)
+#
+# TDSET_APISERVER_PORT=N makes `start` serve on that port instead of a free one it picks.
 set -euo pipefail
 
 K8S_VERSION="v1.34.4"
@@ -97,6 +99,10 @@ cmd_install() {
   rm -rf "$work"
   log "built: $("$BIN_DIR/kube-apiserver" --version), etcd $("$BIN_DIR/etcd" --version | head -1)"
   echo "$BIN_DIR"
+}
+
+port_free() {
+  python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.close()' "$1" 2>/dev/null
 }
 
 free_port() {
@@ -237,19 +243,31 @@ cmd_start() {
     esac
     shift
   done
+  local port="${TDSET_APISERVER_PORT:-}"
+  if [[ -n "$port" ]]; then
+    [[ "$port" =~ ^[0-9]+$ && "$port" -ge 1 && "$port" -le 65535 ]] ||
+      die "TDSET_APISERVER_PORT=$port is not a port number (1-65535)"
+    port_free "$port" ||
+      die "port $port (TDSET_APISERVER_PORT) is already in use on 127.0.0.1; free it or choose another"
+  fi
   have_binaries || die "control-plane binaries missing in $BIN_DIR; run: scripts/control-plane.sh install"
   mkdir -p "$dir/logs" "$dir/pids"
   dir="$(cd "$dir" && pwd)"
   # Any failure from here on must not leave half a control plane running.
   trap 'cmd_stop "$dir"' ERR
   gen_certs "$dir"
-  free_port >"$dir/etcd.port"; free_port >"$dir/apiserver.port"
-  local port; port="$(cat "$dir/apiserver.port")"
+  free_port >"$dir/etcd.port"
+  [[ -n "$port" ]] || port="$(free_port)"
+  echo "$port" >"$dir/apiserver.port"
   start_etcd "$dir"
   write_kubeconfig "$dir" "$port"
   start_apiserver "$dir"
   wait_ready "$dir" kube-apiserver "https://127.0.0.1:${port}/readyz" "$dir/logs/kube-apiserver.log" "$dir/pids/kube-apiserver" ||
-    { cmd_stop "$dir"; die "kube-apiserver failed to start (port ${port} taken?); log: $dir/logs/kube-apiserver.log, $dir/logs/etcd.log"; }
+    { cmd_stop "$dir"
+      if grep -q "address already in use" "$dir/logs/kube-apiserver.log" 2>/dev/null; then
+        die "port ${port} was taken by another process before kube-apiserver could bind it; run start again"
+      fi
+      die "kube-apiserver failed to start; log: $dir/logs/kube-apiserver.log, $dir/logs/etcd.log"; }
   if [[ $kcm -eq 1 ]]; then
     start_kcm "$dir"
     sleep 0.5

@@ -54,6 +54,41 @@ fn install_without_go_says_so() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+#[test]
+fn a_requested_port_that_is_taken_is_named_before_anything_starts() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let state = std::env::temp_dir().join(format!("tdset-port-state-{}", std::process::id()));
+    let out = Command::new(script())
+        .arg("start")
+        .arg(&state)
+        .env("TDSET_APISERVER_PORT", port.to_string())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "port {port} (TDSET_APISERVER_PORT) is already in use"
+        )),
+        "{err}"
+    );
+    assert!(!state.join("pids").exists(), "nothing may be started");
+
+    let out = Command::new(script())
+        .arg("start")
+        .arg(&state)
+        .env("TDSET_APISERVER_PORT", "http")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("is not a port number"),
+        "{err}"
+    );
+}
+
 fn which(tool: &str) -> Result<std::path::PathBuf, ()> {
     let out = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
