@@ -6,9 +6,8 @@
 //! existing object instead of overwriting it, and applies carry the observed uid as a
 //! precondition, so an object someone else created meanwhile is never written to.
 
-use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -26,7 +25,7 @@ use serde::de::DeserializeOwned;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::{TDSet, TDSetStatus};
-use crate::cache::{Cached, Prune};
+use crate::cache::{Cached, Prune, StatusMemo};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::http::Health;
@@ -45,67 +44,6 @@ pub struct Context {
     pub deployments: Store<Cached<Deployment>>,
     pub services: Store<Cached<Service>>,
     pub statuses: StatusMemo,
-}
-
-/// The statuses this operator wrote that its TDSet cache may not show yet ("read your own
-/// writes"). A reconcile can run before the watch delivers the operator's own status patch
-/// (one triggered by the Deployment it just created, say); computed from the stale status,
-/// the next status would differ in its transition times and be written a second time.
-#[derive(Default)]
-pub struct StatusMemo {
-    written: Mutex<HashMap<String, Written>>,
-}
-
-struct Written {
-    /// resourceVersion of the TDSet the status was computed from.
-    over: Option<String>,
-    status: TDSetStatus,
-    at: Instant,
-}
-
-impl StatusMemo {
-    /// Bounds the memo; past it a stale cache costs a repeated write, nothing worse.
-    const MAX: usize = 4096;
-    /// Entries normally go on the next reconcile; this clears those of deleted TDSets.
-    const MAX_AGE: Duration = Duration::from_secs(60);
-
-    /// The TDSet's status as the API server has it, as far as this operator knows: what it
-    /// last wrote, while the cached TDSet is still the revision that write was made over.
-    pub fn current(&self, tdset: &TDSet) -> Option<TDSetStatus> {
-        let Some(uid) = tdset.meta().uid.as_deref() else {
-            return tdset.status.clone();
-        };
-        let Ok(mut written) = self.written.lock() else {
-            return tdset.status.clone();
-        };
-        match written.get(uid) {
-            Some(w) if w.over == tdset.meta().resource_version => return Some(w.status.clone()),
-            Some(_) => {
-                written.remove(uid);
-            }
-            None => {}
-        }
-        tdset.status.clone()
-    }
-
-    fn record(&self, tdset: &TDSet, status: TDSetStatus) {
-        let (Some(uid), Ok(mut written)) = (tdset.meta().uid.clone(), self.written.lock()) else {
-            return;
-        };
-        if written.len() >= Self::MAX {
-            written.retain(|_, w| w.at.elapsed() < Self::MAX_AGE);
-        }
-        if written.len() < Self::MAX || written.contains_key(&uid) {
-            written.insert(
-                uid,
-                Written {
-                    over: tdset.meta().resource_version.clone(),
-                    status,
-                    at: Instant::now(),
-                },
-            );
-        }
-    }
 }
 
 /// What happened to an owned object in this reconcile.
@@ -961,38 +899,4 @@ pub struct LeaseOptions {
     pub namespace: String,
     pub duration_seconds: u64,
     pub grace_seconds: u64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::resources::tests::tdset;
-
-    fn at(rv: &str, status: Option<TDSetStatus>) -> TDSet {
-        let mut t = tdset("web");
-        t.metadata.resource_version = Some(rv.into());
-        t.status = status;
-        t
-    }
-
-    #[test]
-    fn status_memo_answers_for_a_stale_cache_and_forgets_once_it_catches_up() {
-        let memo = StatusMemo::default();
-        let ours = TDSetStatus {
-            desired_replicas: Some(3),
-            ..TDSetStatus::default()
-        };
-        assert_eq!(memo.current(&at("1", None)), None);
-        memo.record(&at("1", None), ours.clone());
-        // The cache still holds revision 1: the status is what we wrote over it.
-        assert_eq!(memo.current(&at("1", None)), Some(ours.clone()));
-        // The cache moved on: it is the truth again, whatever it says.
-        let theirs = TDSetStatus {
-            desired_replicas: Some(5),
-            ..TDSetStatus::default()
-        };
-        assert_eq!(memo.current(&at("2", Some(theirs.clone()))), Some(theirs));
-        // ... and the entry is gone, so a revision-1 object is no longer overlaid.
-        assert_eq!(memo.current(&at("1", None)), None);
-    }
 }

@@ -2,7 +2,7 @@
 //!
 //! Pure core: [`api`] (the resource), [`schedule`] (replicas at an instant, next change),
 //! [`resources`] (desired Deployment/Service), [`status`] (next status and conditions).
-//! Caches: [`cache`] (what is kept of watched objects).
+//! Caches: [`cache`] (what is kept of watched objects, and the operator's own unseen writes).
 //! Edges: [`controller`] (the only module that talks to the API server), [`telemetry`],
 //! [`http`], and the [`cli`] with [`preview`].
 
