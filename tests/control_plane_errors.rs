@@ -9,21 +9,27 @@ fn script() -> std::path::PathBuf {
 #[test]
 fn start_without_binaries_names_the_install_command() {
     let cache = std::env::temp_dir().join(format!("tdset-empty-cache-{}", std::process::id()));
-    let state = std::env::temp_dir().join(format!("tdset-empty-state-{}", std::process::id()));
-    let out = Command::new(script())
-        .arg("start")
-        .arg(&state)
-        .env("TDSET_CACHE_DIR", &cache)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = start_fails("empty", &[("TDSET_CACHE_DIR", cache.to_str().unwrap())]);
     assert!(
         err.contains("run: scripts/control-plane.sh install"),
         "{err}"
     );
+}
+
+/// Runs `start` with `env`; asserts it fails with one line on stderr and starts nothing.
+fn start_fails(name: &str, env: &[(&str, &str)]) -> String {
+    let state = std::env::temp_dir().join(format!("tdset-{name}-state-{}", std::process::id()));
+    let out = Command::new(script())
+        .arg("start")
+        .arg(&state)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!state.join("pids").exists(), "nothing may be started");
+    err
 }
 
 #[test]
@@ -57,36 +63,16 @@ fn install_without_go_says_so() {
 #[test]
 fn a_requested_port_that_is_taken_is_named_before_anything_starts() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = taken.local_addr().unwrap().port();
-    let state = std::env::temp_dir().join(format!("tdset-port-state-{}", std::process::id()));
-    let out = Command::new(script())
-        .arg("start")
-        .arg(&state)
-        .env("TDSET_APISERVER_PORT", port.to_string())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let port = taken.local_addr().unwrap().port().to_string();
+    let err = start_fails("port", &[("TDSET_APISERVER_PORT", &port)]);
     assert!(
         err.contains(&format!(
             "port {port} (TDSET_APISERVER_PORT) is already in use"
         )),
         "{err}"
     );
-    assert!(!state.join("pids").exists(), "nothing may be started");
-
-    let out = Command::new(script())
-        .arg("start")
-        .arg(&state)
-        .env("TDSET_APISERVER_PORT", "http")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("is not a port number"),
-        "{err}"
-    );
+    let err = start_fails("port", &[("TDSET_APISERVER_PORT", "http")]);
+    assert!(err.contains("is not a port number"), "{err}");
 }
 
 fn which(tool: &str) -> Result<std::path::PathBuf, ()> {

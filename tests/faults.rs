@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::*;
 use tdset_operator::api::TDSet;
@@ -131,6 +131,21 @@ where
     .await
 }
 
+/// Creates TDSet "web" (image nginx:1) and waits until its Deployment exists.
+async fn web_created(client: &Client, ns: &str, what: &str) -> (Api<TDSet>, Api<Deployment>) {
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), ns);
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    tdsets
+        .create(&PostParams::default(), &tdset("web", "nginx:1"))
+        .await
+        .unwrap();
+    wait_until(what, || async {
+        deploys.get_opt("web").await.ok().flatten().is_some()
+    })
+    .await;
+    (tdsets, deploys)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_while_converging_then_restart_leaves_no_duplicates_or_orphans() {
     let client = client().await;
@@ -238,16 +253,7 @@ async fn api_server_outage_is_survived_without_restart() {
     install_crd(&client).await;
     let ns = TestNamespace::new(&client, "fault-outage").await;
     let mut op = Proc::start(&cp.kubeconfig, &ns.name, &[], "fault-outage.log");
-    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
-    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
-    tdsets
-        .create(&PostParams::default(), &tdset("web", "nginx:1"))
-        .await
-        .unwrap();
-    wait_until("converged before the outage", || async {
-        deploys.get_opt("web").await.ok().flatten().is_some()
-    })
-    .await;
+    web_created(&client, &ns.name, "converged before the outage").await;
 
     let restart = {
         let dir = dir.clone();
@@ -338,16 +344,8 @@ async fn killing_the_leader_hands_over_to_the_standby() {
         b.get("/readyz").is_some_and(|(c, _)| c == 200)
     })
     .await;
-    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
-    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
-    tdsets
-        .create(&PostParams::default(), &tdset("web", "nginx:1"))
-        .await
-        .unwrap();
-    wait_until("the leader creates the Deployment", || async {
-        deploys.get_opt("web").await.ok().flatten().is_some()
-    })
-    .await;
+    let (tdsets, deploys) =
+        web_created(&client, &ns.name, "the leader creates the Deployment").await;
     assert!(a.metric("tdset_api_writes_total") > 0.0);
     assert_eq!(b.metric("tdset_api_writes_total"), 0.0, "the standby wrote");
 

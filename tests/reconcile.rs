@@ -50,6 +50,18 @@ async fn setup(prefix: &str) -> (Client, TestNamespace) {
     (client, ns)
 }
 
+/// A fresh namespace with an in-process operator whose clock starts at noon (see `noon`).
+async fn running(prefix: &str) -> (Client, TestNamespace, Operator) {
+    let (client, ns) = setup(prefix).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    (client, ns, op)
+}
+
+async fn finish(op: Operator, ns: TestNamespace) {
+    op.stop().await;
+    ns.cleanup().await;
+}
+
 async fn create(client: &Client, ns: &str, t: &TDSet) -> TDSet {
     Api::<TDSet>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), t)
@@ -111,8 +123,7 @@ fn condition<'a>(t: &'a TDSet, type_: &str) -> Option<&'a tdset_operator::api::C
 
 #[tokio::test]
 async fn creates_owned_deployment_with_scheduled_replicas_and_status() {
-    let (client, ns) = setup("rec-create").await;
-    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let (client, ns, op) = running("rec-create").await;
     let created = create(&client, &ns.name, &tdset("web", office_hours())).await;
     let d = deployment_where(
         &client,
@@ -186,8 +197,7 @@ async fn creates_owned_deployment_with_scheduled_replicas_and_status() {
         ty == "Normal" && reason == "Created" && note.contains("4 replicas")
     })
     .await;
-    op.stop().await;
-    ns.cleanup().await;
+    finish(op, ns).await;
 }
 
 #[tokio::test]
@@ -221,8 +231,7 @@ async fn seed_manifest_end_to_end_matches_preview() {
 
 #[tokio::test]
 async fn container_change_reaches_deployment_and_drift_is_reverted() {
-    let (client, ns) = setup("rec-drift").await;
-    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let (client, ns, op) = running("rec-drift").await;
     create(&client, &ns.name, &tdset("web", office_hours())).await;
     deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
         replicas(d) == Some(4)
@@ -312,8 +321,7 @@ async fn container_change_reaches_deployment_and_drift_is_reverted() {
         d.uid().as_deref() != Some(old_uid.as_str()) && replicas(d) == Some(5)
     })
     .await;
-    op.stop().await;
-    ns.cleanup().await;
+    finish(op, ns).await;
 }
 
 #[tokio::test]
@@ -366,14 +374,12 @@ async fn foreign_deployment_is_never_touched() {
     assert!(now.metadata.owner_references.is_none());
     // Only the KCM may have written (status); the spec and metadata we care about are unchanged.
     assert_eq!(now.metadata.generation, foreign.metadata.generation);
-    op.stop().await;
-    ns.cleanup().await;
+    finish(op, ns).await;
 }
 
 #[tokio::test]
 async fn service_is_created_updated_and_removed_with_the_spec() {
-    let (client, ns) = setup("rec-svc").await;
-    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let (client, ns, op) = running("rec-svc").await;
     let mut spec = office_hours();
     spec["service"] = json!({"port": 80});
     create(&client, &ns.name, &tdset("web", spec)).await;
@@ -422,8 +428,7 @@ async fn service_is_created_updated_and_removed_with_the_spec() {
         matches!(svcs.get_opt("web").await, Ok(None)).then_some(())
     })
     .await;
-    op.stop().await;
-    ns.cleanup().await;
+    finish(op, ns).await;
 }
 
 #[tokio::test]
@@ -473,14 +478,12 @@ async fn boundary_is_crossed_at_the_boundary_not_at_the_next_poll() {
         t.status.unwrap().next_transition_time.as_deref(),
         Some("2026-05-01T17:00:00Z")
     );
-    op.stop().await;
-    ns.cleanup().await;
+    finish(op, ns).await;
 }
 
 #[tokio::test]
 async fn steady_state_writes_nothing() {
-    let (client, ns) = setup("rec-steady").await;
-    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let (client, ns, op) = running("rec-steady").await;
     let mut spec = office_hours();
     spec["service"] = json!({"port": 80});
     create(&client, &ns.name, &tdset("web", spec)).await;
@@ -524,14 +527,12 @@ async fn steady_state_writes_nothing() {
         deploys.get("web").await.unwrap().metadata.generation,
         before_gen
     );
-    op.stop().await;
-    ns.cleanup().await;
+    finish(op, ns).await;
 }
 
 #[tokio::test]
 async fn unknown_time_zone_degrades_without_touching_owned_objects() {
-    let (client, ns) = setup("rec-tz").await;
-    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let (client, ns, op) = running("rec-tz").await;
     create(&client, &ns.name, &tdset("web", office_hours())).await;
     create(&client, &ns.name, &tdset("other", office_hours())).await;
     let d = deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
@@ -594,14 +595,12 @@ async fn unknown_time_zone_degrades_without_touching_owned_objects() {
         condition(t, "Degraded").is_some_and(|c| c.status == "False")
     })
     .await;
-    op.stop().await;
-    ns.cleanup().await;
+    finish(op, ns).await;
 }
 
 #[tokio::test]
 async fn overlapping_windows_warn_but_keep_working() {
-    let (client, ns) = setup("rec-overlap").await;
-    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let (client, ns, op) = running("rec-overlap").await;
     let spec = json!({
         "container": {"image": "nginx", "port": 80},
         "schedulingConfig": [{"startTime": 9, "endTime": 17, "replica": 4}, {"startTime": 11, "endTime": 13, "replica": 6}],
@@ -621,15 +620,13 @@ async fn overlapping_windows_warn_but_keep_working() {
         ty == "Warning" && r == "OverlappingWindows"
     })
     .await;
-    op.stop().await;
-    ns.cleanup().await;
+    finish(op, ns).await;
 }
 
 // Multi-threaded: the test calls curl (blocking) against a server on this same runtime.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_endpoint_serves_the_series() {
-    let (client, ns) = setup("rec-metrics").await;
-    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let (client, ns, op) = running("rec-metrics").await;
     let (addr, server) = tdset_operator::http::serve(
         "127.0.0.1:0".parse().unwrap(),
         op.metrics.clone(),
@@ -692,8 +689,7 @@ async fn metrics_endpoint_serves_the_series() {
         .unwrap_or_else(|| panic!("no Deployment create counted in\n{body}"));
     assert!(creates >= 1.0, "{creates} creates");
     server.abort();
-    op.stop().await;
-    ns.cleanup().await;
+    finish(op, ns).await;
 }
 
 #[tokio::test]
