@@ -230,6 +230,18 @@ impl Bench {
         TestNamespace::new(&self.client, prefix).await
     }
 
+    /// A fresh namespace with an operator process (real clock) reconciling it.
+    async fn watched_namespace(
+        &self,
+        prefix: &str,
+        log: impl AsRef<std::path::Path>,
+    ) -> (TestNamespace, OperatorProcess) {
+        let ns = self.namespace(prefix).await;
+        let op =
+            OperatorProcess::start(&self.kubeconfig, Some(&ns.name), None, &self.logs.join(log));
+        (ns, op)
+    }
+
     /// Waits until `n` Deployments carry `replicas` and `n` TDSets report it in status.
     /// Watched, not polled: a poll adds its interval to the figure and, listing every object
     /// several times a second, loads the API server the operator is measured against.
@@ -253,13 +265,9 @@ impl Bench {
     }
 
     async fn converge(&mut self, n: usize) {
-        let ns = self.namespace(&format!("conv{n}")).await;
-        let op = OperatorProcess::start(
-            &self.kubeconfig,
-            Some(&ns.name),
-            None,
-            &self.logs.join(format!("converge-{n}.log")),
-        );
+        let (ns, op) = self
+            .watched_namespace(&format!("conv{n}"), format!("converge-{n}.log"))
+            .await;
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
         let objs = (0..n)
             .map(|i| tdset(&format!("t{i}"), json!([]), 2))
@@ -402,13 +410,7 @@ impl Bench {
     }
 
     async fn steady(&mut self, n: usize, secs: u64) {
-        let ns = self.namespace("steady").await;
-        let op = OperatorProcess::start(
-            &self.kubeconfig,
-            Some(&ns.name),
-            None,
-            &self.logs.join("steady.log"),
-        );
+        let (ns, op) = self.watched_namespace("steady", "steady.log").await;
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
         // No transition in the window: every window is 10 minutes wide and far from now.
         let now = Utc::now();
@@ -460,13 +462,9 @@ impl Bench {
     }
 
     async fn memory(&mut self, n: usize) {
-        let ns = self.namespace(&format!("mem{n}")).await;
-        let op = OperatorProcess::start(
-            &self.kubeconfig,
-            Some(&ns.name),
-            None,
-            &self.logs.join(format!("memory-{n}.log")),
-        );
+        let (ns, op) = self
+            .watched_namespace(&format!("mem{n}"), format!("memory-{n}.log"))
+            .await;
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
         let objs = (0..n).map(|i| tdset(&format!("t{i}"), json!([{"startTime": 9, "endTime": 17, "replica": 3}, {"startTime": 17, "endTime": 9, "replica": 1}]), 2)).collect();
         create_all(&api, objs).await;

@@ -288,14 +288,7 @@ async fn api_server_outage_is_survived_without_restart() {
     let client = client_for(&cp.kubeconfig).await;
     let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
-    tdsets
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"container": {"image": "nginx:2", "port": 8080}}})),
-        )
-        .await
-        .unwrap();
+    set_container(&tdsets, "web", "nginx:2", 8080).await;
     tdsets
         .create(&PostParams::default(), &tdset("after", "nginx:1"))
         .await
@@ -353,14 +346,7 @@ async fn killing_the_leader_hands_over_to_the_standby() {
     a.sigkill(); // no release: b must wait for the lease to expire
     wait_until("b takes over", || async { b.metric("tdset_leader") == 1.0 }).await;
     let handover = killed.elapsed();
-    tdsets
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"container": {"image": "nginx:2", "port": 8080}}})),
-        )
-        .await
-        .unwrap();
+    set_container(&tdsets, "web", "nginx:2", 8080).await;
     wait_until("the new leader applies changes", || async {
         let image = deploys
             .get_opt("web")

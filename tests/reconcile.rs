@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Container, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -69,6 +69,27 @@ async fn create(client: &Client, ns: &str, t: &TDSet) -> TDSet {
         .expect("creating TDSet")
 }
 
+/// Waits (up to GUARD) until object `name` exists and satisfies `pred`.
+async fn object_where<K>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&K) -> bool,
+) -> K
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    eventually(GUARD, what, || async {
+        api.get_opt(name).await.ok().flatten().filter(|o| pred(o))
+    })
+    .await
+}
+
 async fn deployment_where(
     client: &Client,
     ns: &str,
@@ -76,27 +97,20 @@ async fn deployment_where(
     what: &str,
     pred: impl Fn(&Deployment) -> bool,
 ) -> Deployment {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    eventually(GUARD, what, || async {
-        api.get_opt(name).await.ok().flatten().filter(|d| pred(d))
-    })
-    .await
+    object_where(client, ns, name, what, pred).await
 }
 
 fn replicas(d: &Deployment) -> Option<i32> {
     d.spec.as_ref()?.replicas
 }
 
+/// The pod template's first container.
+fn container(d: &Deployment) -> Option<&Container> {
+    d.spec.as_ref()?.template.spec.as_ref()?.containers.first()
+}
+
 fn image(d: &Deployment) -> Option<String> {
-    d.spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .image
-        .clone()
+    container(d)?.image.clone()
 }
 
 async fn tdset_where(
@@ -106,11 +120,7 @@ async fn tdset_where(
     what: &str,
     pred: impl Fn(&TDSet) -> bool,
 ) -> TDSet {
-    let api: Api<TDSet> = Api::namespaced(client.clone(), ns);
-    eventually(GUARD, what, || async {
-        api.get_opt(name).await.ok().flatten().filter(|t| pred(t))
-    })
-    .await
+    object_where(client, ns, name, what, pred).await
 }
 
 fn condition<'a>(t: &'a TDSet, type_: &str) -> Option<&'a tdset_operator::api::Condition> {
@@ -141,18 +151,7 @@ async fn creates_owned_deployment_with_scheduled_replicas_and_status() {
         (owner.controller, owner.block_owner_deletion),
         (Some(true), Some(true))
     );
-    let port = &d
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .ports
-        .as_ref()
-        .unwrap()[0];
+    let port = &container(&d).unwrap().ports.as_ref().unwrap()[0];
     assert_eq!(port.container_port, 8080);
 
     let t = tdset_where(
@@ -255,27 +254,13 @@ async fn container_change_reaches_deployment_and_drift_is_reverted() {
     .await;
 
     // spec.container change propagates, and the old port goes.
-    tdsets
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"container": {"image": "nginx:1.28", "port": 9090}}})),
-        )
-        .await
-        .unwrap();
+    set_container(&tdsets, "web", "nginx:1.28", 9090).await;
     let d = deployment_where(&client, &ns.name, "web", "new image", |d| {
         image(d).as_deref() == Some("nginx:1.28")
     })
     .await;
-    let ports: Vec<i32> = d
-        .spec
-        .as_ref()
+    let ports: Vec<i32> = container(&d)
         .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
         .ports
         .iter()
         .flatten()
@@ -570,14 +555,7 @@ async fn unknown_time_zone_degrades_without_touching_owned_objects() {
     );
     assert_eq!(replicas(&after), Some(4));
     // The other TDSet keeps working: change it and see the change applied.
-    tdsets
-        .patch(
-            "other",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"container": {"image": "nginx:1.29", "port": 8080}}})),
-        )
-        .await
-        .unwrap();
+    set_container(&tdsets, "other", "nginx:1.29", 8080).await;
     deployment_where(&client, &ns.name, "other", "other still reconciled", |d| {
         image(d).as_deref() == Some("nginx:1.29")
     })
@@ -726,14 +704,13 @@ async fn with_leader_election_only_the_leader_writes_and_a_standby_takes_over() 
         (b.metrics.leader.get() == 1).then_some(())
     })
     .await;
-    Api::<TDSet>::namespaced(client.clone(), &ns.name)
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"container": {"image": "nginx:1.29", "port": 8080}}})),
-        )
-        .await
-        .unwrap();
+    set_container(
+        &Api::namespaced(client.clone(), &ns.name),
+        "web",
+        "nginx:1.29",
+        8080,
+    )
+    .await;
     deployment_where(&client, &ns.name, "web", "b applies changes", |d| {
         image(d).as_deref() == Some("nginx:1.29")
     })

@@ -344,3 +344,22 @@ pub async fn wait_for_event(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Changes a TDSet's `spec.container` (a merge patch, as `kubectl patch` would).
+pub async fn set_container(
+    tdsets: &Api<tdset_operator::api::TDSet>,
+    name: &str,
+    image: &str,
+    port: i32,
+) {
+    tdsets
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"container": {"image": image, "port": port}}}),
+            ),
+        )
+        .await
+        .expect("patching spec.container");
+}
