@@ -79,6 +79,30 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
     }
 }
 
+/// The status after a failed reconcile: `previous` with only Degraded set to the problem.
+/// Nothing else was observed, so nothing else is changed (a transient API error must not make
+/// status claim the Deployment is missing or forget the active window).
+pub fn with_failure(
+    previous: Option<&TDSetStatus>,
+    generation: Option<i64>,
+    problem: &Problem,
+    now: DateTime<Utc>,
+) -> TDSetStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    let degraded = make_condition(
+        previous,
+        DEGRADED,
+        (true, problem.reason(), problem.message().to_string()),
+        generation,
+        now,
+    );
+    match status.conditions.iter_mut().find(|c| c.type_ == DEGRADED) {
+        Some(c) => *c = degraded,
+        None => status.conditions.push(degraded),
+    }
+    status
+}
+
 type Verdict = (bool, &'static str, String);
 
 fn available(i: &Inputs<'_>, desired: Option<i32>, ready: Option<i32>) -> Verdict {
@@ -181,14 +205,21 @@ fn deployment_name(i: &Inputs<'_>) -> String {
         .unwrap_or_else(|| "(same name as the TDSet)".into())
 }
 
-fn condition(i: &Inputs<'_>, type_: &str, (status, reason, message): Verdict) -> Condition {
+fn condition(i: &Inputs<'_>, type_: &str, verdict: Verdict) -> Condition {
+    make_condition(i.previous, type_, verdict, i.generation, i.now)
+}
+
+fn make_condition(
+    previous: Option<&TDSetStatus>,
+    type_: &str,
+    (status, reason, message): Verdict,
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) -> Condition {
     let status = if status { "True" } else { "False" };
-    let previous = i
-        .previous
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
-    let last_transition_time = match previous {
+    let last_transition_time = match find(previous, type_) {
         Some(p) if p.status == status => p.last_transition_time.clone(),
-        _ => rfc3339(i.now),
+        _ => rfc3339(now),
     };
     Condition {
         type_: type_.into(),
@@ -196,7 +227,7 @@ fn condition(i: &Inputs<'_>, type_: &str, (status, reason, message): Verdict) ->
         reason: reason.into(),
         message,
         last_transition_time,
-        observed_generation: i.generation,
+        observed_generation: generation,
     }
 }
 
@@ -227,6 +258,36 @@ mod tests {
                 .unwrap()
                 .with_timezone(&Utc),
         }
+    }
+
+    #[test]
+    fn a_failed_reconcile_changes_only_degraded() {
+        let eval = Evaluation {
+            replicas: 4,
+            window: Some(0),
+            window_label: Some("office".into()),
+        };
+        let ok = next_status(&inputs(None, &eval, None, "2026-01-01T00:00:00Z"));
+        let p = Problem::ApiError("connection refused".into());
+        let failed = with_failure(Some(&ok), Some(1), &p, utc("2026-01-01T00:05:00Z"));
+        assert_eq!(failed.desired_replicas, Some(4));
+        assert_eq!(failed.active_window.as_deref(), Some("office"));
+        for type_ in [AVAILABLE, PROGRESSING] {
+            assert_eq!(find(Some(&failed), type_), find(Some(&ok), type_));
+        }
+        let d = find(Some(&failed), DEGRADED).unwrap();
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str(), d.message.as_str()),
+            ("True", "ReconcileError", "connection refused")
+        );
+        assert_eq!(d.last_transition_time, "2026-01-01T00:05:00Z");
+        // With no status yet, the failure is still recorded.
+        let first = with_failure(None, Some(1), &p, utc("2026-01-01T00:05:00Z"));
+        assert_eq!(first.conditions.len(), 1);
+    }
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
     }
 
     #[test]

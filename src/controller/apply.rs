@@ -1,0 +1,297 @@
+//! The writes: owned objects through guarded create + server-side apply, and the TDSet's
+//! status. Every write is skipped when the object already says what is wanted.
+
+use std::fmt::Debug;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::debug;
+
+use super::events::{EventType, publish};
+use super::{Change, Context};
+use crate::api::{TDSet, TDSetStatus};
+use crate::error::{Error, Result};
+use crate::resources::{self, FIELD_MANAGER};
+use crate::status::{self, DEGRADED, Inputs, Problem};
+
+/// Makes an owned object match `desired`, writing only when it differs. Never writes to an
+/// object of that name that this TDSet does not control.
+pub(super) async fn ensure<K>(
+    ctx: &Context,
+    tdset: &TDSet,
+    api: &Api<K>,
+    resource: &'static str,
+    mut desired: K,
+    cached: Option<&K>,
+) -> Result<(K, Change)>
+where
+    K: Resource<DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let name = desired.name_any();
+    let ns = desired.namespace().unwrap_or_default();
+    let foreign = || Error::ForeignObject {
+        kind: K::KIND,
+        namespace: ns.clone(),
+        name: name.clone(),
+    };
+    let observed = match cached {
+        Some(o) => o.clone(),
+        None => {
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            };
+            ctx.metrics.write(resource, "create");
+            match api.create(&pp, &desired).await {
+                Ok(created) => return Ok((created, Change::Created)),
+                // The cache had not seen it: read the real thing and decide from that.
+                Err(kube::Error::Api(s)) if s.is_already_exists() || s.is_conflict() => {
+                    api.get(&name).await.map_err(Error::kube(format!(
+                        "reading existing {resource} {ns}/{name}"
+                    )))?
+                }
+                Err(e) => return Err(Error::kube(format!("creating {resource} {ns}/{name}"))(e)),
+            }
+        }
+    };
+    if !resources::is_owned_by(&observed, tdset) {
+        return Err(foreign());
+    }
+    if resources::is_satisfied_by(&desired, &observed) {
+        return Ok((observed, Change::Unchanged));
+    }
+    let uid = observed.meta().uid.clone();
+    if !resources::only_replicas_differ(&desired, &observed) {
+        // A scale removes nothing, so only other changes need the fields a create left under
+        // an Update entry (see `resources::handed_over`). Deferring it to here spares a write
+        // per created object; spec changes are rare.
+        hand_over_to_apply(ctx, api, resource, &name, uid.as_deref()).await?;
+    }
+    // The uid turns the apply into "only if it is still the object I looked at".
+    desired.meta_mut().uid = uid;
+    ctx.metrics.write(resource, "apply");
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&desired),
+        )
+        .await
+        .map_err(Error::kube(format!("applying {resource} {ns}/{name}")))?;
+    Ok((applied, Change::Updated))
+}
+
+/// Hands the fields a create left under our Update entry to our Apply entry, if there is
+/// such an entry. Reads the live object (the caches drop managedFields) and patches only if
+/// neither its uid nor its resourceVersion changed meanwhile, so no other manager's entry is
+/// overwritten; retried a few times when another write got in between.
+async fn hand_over_to_apply<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    resource: &'static str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    const ATTEMPTS: usize = 3;
+    for attempt in 1..=ATTEMPTS {
+        let live = api.get(name).await.map_err(Error::kube(format!(
+            "reading {resource} {name} to hand its fields to the apply manager"
+        )))?;
+        let meta = live.meta();
+        if meta.uid.as_deref() != uid {
+            // Replaced meanwhile: the uid-guarded apply that follows refuses it.
+            return Ok(());
+        }
+        let Some(fields) = meta
+            .managed_fields
+            .as_deref()
+            .and_then(resources::handed_over)
+        else {
+            return Ok(());
+        };
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+            {"op": "test", "path": "/metadata/uid", "value": meta.uid},
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta.resource_version},
+            {"op": "replace", "path": "/metadata/managedFields", "value": fields},
+        ]))
+        .map_err(|source| Error::Serialize {
+            what: "managedFields patch",
+            source,
+        })?;
+        ctx.metrics.write(resource, "patch");
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            // A failed test op (422) or a conflict (409): someone wrote in between; look again.
+            Err(kube::Error::Api(s))
+                if (s.is_conflict() || s.is_invalid()) && attempt < ATTEMPTS =>
+            {
+                debug!(
+                    resource,
+                    name, attempt, "object changed during the hand-over; retrying"
+                );
+            }
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "handing {resource} {name} to the apply manager"
+                ))(e));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    let cached = ctx
+        .services
+        .get(&ObjectRef::new(&tdset.name_any()).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    match resources::desired_service(tdset)? {
+        Some(desired) => {
+            let (_, change) =
+                ensure(ctx, tdset, &api, "services", desired, cached.as_ref()).await?;
+            if change != Change::Unchanged {
+                let verb = if change == Change::Created {
+                    "created"
+                } else {
+                    "updated"
+                };
+                publish(
+                    ctx,
+                    tdset,
+                    EventType::Normal,
+                    "ServiceApplied",
+                    format!("{verb} Service {ns}/{}", tdset.name_any()),
+                )
+                .await;
+            }
+        }
+        // spec.service was removed: delete the Service only if it is ours, and only that one.
+        None => {
+            if let Some(svc) = cached.filter(|s| resources::is_owned_by(s, tdset)) {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: svc.metadata.uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                ctx.metrics.write("services", "delete");
+                match api.delete(&svc.name_any(), &dp).await {
+                    Ok(_) => {}
+                    // Already gone: the goal is reached, but it was not this delete that did it.
+                    Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
+                    Err(e) => {
+                        return Err(Error::kube(format!(
+                            "deleting Service {ns}/{}",
+                            svc.name_any()
+                        ))(e));
+                    }
+                }
+                publish(
+                    ctx,
+                    tdset,
+                    EventType::Normal,
+                    "ServiceDeleted",
+                    format!(
+                        "deleted Service {ns}/{} (spec.service removed)",
+                        svc.name_any()
+                    ),
+                )
+                .await;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn report_problem(
+    tdset: &TDSet,
+    ctx: &Context,
+    problem: &Problem,
+    deployment: Option<&Deployment>,
+) -> Result<()> {
+    let previous = ctx.statuses.current(tdset);
+    let new_status = status::next_status(&Inputs {
+        previous: previous.as_ref(),
+        generation: tdset.meta().generation,
+        evaluation: None,
+        next: None,
+        warnings: &[],
+        deployment,
+        problem: Some(problem),
+        now: ctx.clock.now(),
+    });
+    write_status(tdset, ctx, previous.as_ref(), new_status).await
+}
+
+/// Records a failed reconcile: Degraded=True (ReconcileError), the rest of status kept as the
+/// last successful reconcile left it (it is still the best knowledge there is).
+pub(super) async fn report_failure(tdset: &TDSet, ctx: &Context, problem: &Problem) -> Result<()> {
+    let previous = ctx.statuses.current(tdset);
+    let new_status = status::with_failure(
+        previous.as_ref(),
+        tdset.meta().generation,
+        problem,
+        ctx.clock.now(),
+    );
+    write_status(tdset, ctx, previous.as_ref(), new_status).await
+}
+
+/// Patches status only when it differs from `previous` (from `StatusMemo::current`), and
+/// publishes a Warning when Degraded's reason or message changes (so a persisting problem is
+/// reported once, not every reconcile).
+pub(super) async fn write_status(
+    tdset: &TDSet,
+    ctx: &Context,
+    previous: Option<&TDSetStatus>,
+    new: TDSetStatus,
+) -> Result<()> {
+    if previous == Some(&new) {
+        return Ok(());
+    }
+    let old_degraded = status::find(previous, DEGRADED)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    let new_degraded = status::find(Some(&new), DEGRADED)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    debug!(old = ?previous, new = ?new, "status differs; patching");
+    let ns = tdset.namespace().unwrap_or_default();
+    let api: Api<TDSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": new});
+    ctx.metrics.write("tdsets/status", "apply");
+    api.patch_status(
+        &tdset.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "patching status of TDSet {ns}/{}",
+        tdset.name_any()
+    )))?;
+    ctx.statuses.record(tdset, new);
+    if old_degraded != new_degraded
+        && let Some((state, reason, message)) = new_degraded
+        && (state == "True" || reason == "OverlappingWindows")
+    {
+        publish(ctx, tdset, EventType::Warning, &reason, message).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! Events about TDSets: what is published on which change, and the bounded writer pool
+//! that sends them off the reconcile path.
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use kube::{Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::{Change, Context};
+use crate::api::TDSet;
+use crate::resources::FIELD_MANAGER;
+use crate::schedule::Evaluation;
+
+fn why(eval: &Evaluation) -> String {
+    match &eval.window_label {
+        Some(w) => format!("window {w} is active"),
+        None => "no window is active, defaultReplica applies".into(),
+    }
+}
+
+pub(super) async fn record_deployment_change(
+    tdset: &TDSet,
+    ctx: &Context,
+    eval: &Evaluation,
+    before: Option<&Deployment>,
+    change: &Change,
+) {
+    let name = format!(
+        "{}/{}",
+        tdset.namespace().unwrap_or_default(),
+        tdset.name_any()
+    );
+    match change {
+        Change::Unchanged => {}
+        Change::Created => {
+            info!(replicas = eval.replicas, window = ?eval.window_label, "created Deployment");
+            let note = format!(
+                "created Deployment {name} with {} replicas ({})",
+                eval.replicas,
+                why(eval)
+            );
+            publish(ctx, tdset, EventType::Normal, "Created", note).await;
+        }
+        Change::Updated => {
+            let from = before
+                .and_then(|d| d.spec.as_ref())
+                .and_then(|s| s.replicas);
+            let scaled = from.filter(|&f| f != eval.replicas);
+            if let Some(from) = scaled {
+                let (direction, reason) = if eval.replicas > from {
+                    ("up", "ScaledUp")
+                } else {
+                    ("down", "ScaledDown")
+                };
+                ctx.metrics
+                    .scale_operations
+                    .with_label_values(&[direction])
+                    .inc();
+                info!(from, to = eval.replicas, window = ?eval.window_label, "scaled Deployment");
+                let note = format!(
+                    "scaled Deployment {name} from {from} to {} replicas: {}",
+                    eval.replicas,
+                    why(eval)
+                );
+                publish(ctx, tdset, EventType::Normal, reason, note).await;
+            }
+            let what = template_changes(before, tdset);
+            if what.is_some() || scaled.is_none() {
+                let what =
+                    what.unwrap_or_else(|| "restored labels, selector or owner reference".into());
+                info!(changes = %what, "updated Deployment to match the TDSet");
+                publish(
+                    ctx,
+                    tdset,
+                    EventType::Normal,
+                    "Updated",
+                    format!("updated Deployment {name}: {what}"),
+                )
+                .await;
+            }
+        }
+    }
+}
+
+/// "image a -> b, port 80 -> 8080": what an update changed in the pod template, for Events.
+fn template_changes(before: Option<&Deployment>, tdset: &TDSet) -> Option<String> {
+    let container = before
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.first());
+    let old_image = container.and_then(|c| c.image.clone()).unwrap_or_default();
+    let old_port = container
+        .and_then(|c| c.ports.as_ref())
+        .and_then(|p| p.first())
+        .map(|p| p.container_port);
+    let mut parts = Vec::new();
+    if old_image != tdset.spec.container.image {
+        parts.push(format!(
+            "image {old_image} -> {}",
+            tdset.spec.container.image
+        ));
+    }
+    if old_port != Some(tdset.spec.container.port) {
+        parts.push(format!(
+            "port {} -> {}",
+            old_port.map_or("-".into(), |p| p.to_string()),
+            tdset.spec.container.port
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// Sets Degraded (and a Warning Event when the problem is new) without touching owned objects.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum EventType {
+    Normal,
+    Warning,
+}
+
+/// Writes Events (events.k8s.io/v1) for TDSets. Each is created once: the operator emits only
+/// on real changes, so kube's Recorder, which keeps every Event for six minutes to aggregate
+/// repeats and scans that cache on each publish, cost memory in proportion to the TDSets and
+/// bought nothing.
+///
+/// Events go through a bounded queue written by a fixed number of concurrent requests: a
+/// reconcile does not wait for its Event to be written, but a burst (thousands of TDSets
+/// created at once) cannot open thousands of requests to the API server either.
+#[derive(Clone)]
+pub struct EventPublisher {
+    tx: tokio::sync::mpsc::Sender<Event>,
+}
+
+const EVENT_QUEUE: usize = 256;
+const EVENT_WRITERS: usize = 16;
+
+impl EventPublisher {
+    /// Starts the writers; they stop when the last publisher is dropped.
+    pub fn start(client: Client, instance: String) -> EventPublisher {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Event>(EVENT_QUEUE);
+        let events =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+        tokio::spawn(events.for_each_concurrent(EVENT_WRITERS, move |mut event| {
+            let client = client.clone();
+            event.reporting_instance = Some(instance.clone());
+            async move {
+                let ns = event
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into());
+                if let Err(e) = Api::<Event>::namespaced(client, &ns)
+                    .create(&PostParams::default(), &event)
+                    .await
+                {
+                    warn!(error = %e, reason = ?event.reason, "could not publish Event");
+                }
+            }
+        }));
+        EventPublisher { tx }
+    }
+}
+
+/// Queues an Event about a TDSet. Waits only when the queue is full.
+pub(super) async fn publish(
+    ctx: &Context,
+    tdset: &TDSet,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let regarding = tdset.object_ref(&());
+    let ns = regarding
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let event = Event {
+        metadata: ObjectMeta {
+            // A trailing "-" is the one separator generateName allows.
+            generate_name: Some(format!("{}-", regarding.name.as_deref().unwrap_or("tdset"))),
+            namespace: Some(ns),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        type_: Some(format!("{type_:?}")),
+        reason: Some(reason.into()),
+        action: Some("Reconcile".into()),
+        note: Some(truncate(note, 1000)),
+        regarding: Some(regarding),
+        reporting_controller: Some(FIELD_MANAGER.into()),
+        ..Event::default()
+    };
+    ctx.metrics.write("events", "create");
+    if ctx.events.tx.send(event).await.is_err() {
+        warn!(reason, "Event writers have stopped; Event dropped");
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}

@@ -1,0 +1,278 @@
+//! The controller: the one place that talks to the API server. Each room holds one job:
+//!
+//! - `mod.rs`: the context and the reconcile driver (one call per stage), the error policy;
+//! - `apply.rs`: guarded writes of owned objects and of the TDSet's status;
+//! - `events.rs`: which Events a change produces, and the bounded writers that send them;
+//! - `watches.rs`: the watches and their compact caches;
+//! - `leader.rs`: Lease-based leader election around the controller.
+//!
+//! Each reconcile evaluates the schedule at `ctx.clock.now()`, makes the owned Deployment (and
+//! Service) match, writes status, and requeues at the next transition. It reads the owned
+//! objects from caches that may be stale, so every write is guarded: creates fail on an
+//! existing object instead of overwriting it, and applies carry the observed uid as a
+//! precondition, so an object someone else created meanwhile is never written to.
+
+mod apply;
+mod events;
+mod leader;
+mod watches;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+pub use events::EventPublisher;
+pub use leader::{LeaseOptions, run};
+
+use crate::api::TDSet;
+use crate::cache::{Cached, StatusMemo};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::http::Health;
+use crate::resources;
+use crate::schedule::Schedule;
+use crate::status::{self, Inputs, Problem};
+use crate::telemetry::Metrics;
+use apply::{ensure, ensure_service, report_problem, write_status};
+use events::record_deployment_change;
+use watches::{api_backoff, api_for, owned_watch, tdset_watch};
+
+/// Everything a reconcile needs, shared by all of them.
+pub struct Context {
+    pub client: Client,
+    pub clock: Arc<dyn Clock>,
+    pub events: EventPublisher,
+    pub metrics: Arc<Metrics>,
+    /// Owned Deployments and Services (label-selected), pruned and compact.
+    pub deployments: Store<Cached<Deployment>>,
+    pub services: Store<Cached<Service>>,
+    pub statuses: StatusMemo,
+}
+
+/// What happened to an owned object in this reconcile.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    Unchanged,
+    Created,
+    Updated,
+}
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Watch only this namespace; all when `None`.
+    pub namespace: Option<String>,
+    pub concurrency: u16,
+    /// Identity in Events (and the lease holder).
+    pub instance: String,
+}
+
+pub async fn reconcile(tdset: Arc<TDSet>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let span = info_span!("reconcile", tdset = %format!("{}/{}", tdset.namespace().unwrap_or_default(), tdset.name_any()));
+    let result = reconcile_inner(&tdset, &ctx).instrument(span).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    match &result {
+        Ok(_) => ctx.metrics.reconciles.with_label_values(&["ok"]).inc(),
+        Err(e) => {
+            ctx.metrics.reconciles.with_label_values(&["error"]).inc();
+            ctx.metrics
+                .reconcile_errors
+                .with_label_values(&[e.metric_label()])
+                .inc();
+            // Best effort: make the failure visible on the TDSet, then let the error policy back
+            // off. Only Degraded changes: what status said before is still the best knowledge.
+            let problem = Problem::ApiError(e.to_string());
+            if let Err(e2) = apply::report_failure(&tdset, &ctx, &problem).await {
+                debug!(error = %e2, "could not record the reconcile error in status");
+            }
+        }
+    }
+    result
+}
+
+/// Backs off on errors: one broken TDSet is retried on its own schedule and never blocks others.
+pub fn error_policy(tdset: Arc<TDSet>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(tdset = %format!("{}/{}", tdset.namespace().unwrap_or_default(), tdset.name_any()), %error, "reconcile failed; retrying in 15s");
+    Action::requeue(Duration::from_secs(15))
+}
+
+async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
+    if tdset.meta().deletion_timestamp.is_some() {
+        // The garbage collector removes the owned objects; nothing to do.
+        return Ok(Action::await_change());
+    }
+    let ns = tdset
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = tdset.name_any();
+    let now = ctx.clock.now();
+    let interval = tdset.spec.check_interval();
+    let cached_deploy = ctx
+        .deployments
+        .get(&ObjectRef::new(&name).within(&ns))
+        .map(|c| c.object())
+        .transpose()?;
+
+    let schedule = match Schedule::compile(&tdset.spec) {
+        Ok(s) => s,
+        Err(errors) => {
+            let message = format!(
+                "{}; the Deployment is left as it is until the spec is fixed",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            warn!(%message, "invalid spec");
+            report_problem(
+                tdset,
+                ctx,
+                &Problem::InvalidSpec(message),
+                cached_deploy.as_ref(),
+            )
+            .await?;
+            return Ok(Action::requeue(interval));
+        }
+    };
+    let eval = schedule.evaluate(now);
+    let next = schedule.next_transition(now);
+    let warnings = schedule.warnings();
+
+    let desired = resources::desired_deployment(tdset, eval.replicas)?;
+    let deploy_api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let (deployment, problem) = match ensure(
+        ctx,
+        tdset,
+        &deploy_api,
+        "deployments",
+        desired,
+        cached_deploy.as_ref(),
+    )
+    .await
+    {
+        Ok((d, change)) => {
+            record_deployment_change(tdset, ctx, &eval, cached_deploy.as_ref(), &change).await;
+            (Some(d), None)
+        }
+        Err(e @ Error::ForeignObject { .. }) => (None, Some(foreign_problem(&e))),
+        Err(e) => return Err(e),
+    };
+
+    let problem = match (problem, ensure_service(tdset, ctx, &ns).await) {
+        (Some(p), _) => Some(p),
+        (None, Err(e @ Error::ForeignObject { .. })) => Some(foreign_problem(&e)),
+        (None, Err(e)) => return Err(e),
+        (None, Ok(())) => None,
+    };
+
+    let previous = ctx.statuses.current(tdset);
+    let new_status = status::next_status(&Inputs {
+        previous: previous.as_ref(),
+        generation: tdset.meta().generation,
+        evaluation: Some(&eval),
+        next: next.as_ref(),
+        warnings: &warnings,
+        deployment: deployment.as_ref(),
+        problem: problem.as_ref(),
+        now,
+    });
+    write_status(tdset, ctx, previous.as_ref(), new_status).await?;
+
+    let wait = match next {
+        Some(n) => (n.at - now).to_std().unwrap_or_default().min(interval),
+        None => interval,
+    };
+    debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), ?wait, "reconciled");
+    Ok(Action::requeue(wait))
+}
+
+/// The Degraded problem for an object of the owned name that belongs to someone else.
+fn foreign_problem(e: &Error) -> Problem {
+    Problem::ForeignObject(format!(
+        "{e}; the operator will not adopt, scale or patch it. Delete or rename it, or rename the TDSet"
+    ))
+}
+
+/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
+async fn run_controller(
+    client: Client,
+    opts: &RunOptions,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    let (tdsets, tdset_stream) = tdset_watch(api_for(&client, &opts.namespace));
+    let (deployments, deploy_stream) = owned_watch::<Deployment>(api_for(&client, &opts.namespace));
+    let (services, svc_stream) = owned_watch::<Service>(api_for(&client, &opts.namespace));
+    metrics.set_tdset_store(Some(tdsets.clone()));
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        clock,
+        events: EventPublisher::start(client.clone(), opts.instance.clone()),
+        metrics: metrics.clone(),
+        deployments: deployments.clone(),
+        services: services.clone(),
+        statuses: StatusMemo::default(),
+    });
+
+    // Ready once all three caches hold a full list. Polled, not awaited: a store's readiness
+    // wakes only its last waiter, and the controller itself waits on the TDSet store.
+    let readiness = {
+        let (t, d, s, health) = (
+            tdsets.clone(),
+            deployments.clone(),
+            services.clone(),
+            health.clone(),
+        );
+        tokio::spawn(async move {
+            let synced =
+                |r: Option<Result<(), reflector::store::WriterDropped>>| matches!(r, Some(Ok(())));
+            loop {
+                if synced(t.wait_until_ready().now_or_never())
+                    && synced(d.wait_until_ready().now_or_never())
+                    && synced(s.wait_until_ready().now_or_never())
+                {
+                    info!("caches synced; ready");
+                    health.set_ready(true);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    info!(
+        namespace = opts.namespace.as_deref().unwrap_or("(all)"),
+        "starting the TDSet controller"
+    );
+    Controller::for_stream(tdset_stream, tdsets)
+        .owns_stream(deploy_stream)
+        .owns_stream(svc_stream)
+        .with_config(ControllerConfig::default().concurrency(opts.concurrency))
+        .trigger_backoff(api_backoff())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    readiness.abort();
+    metrics.set_tdset_store(None);
+    info!("controller stopped");
+    Ok(())
+}
