@@ -3,7 +3,8 @@
 //! separate release process, so its RSS and CPU are its own.
 //!
 //!   cargo bench --bench operator                 all scenarios, writes BENCHMARKS.md
-//!   cargo bench --bench operator -- converge lag  some of them (converge, lag, steady, memory)
+//!   cargo bench --bench operator -- converge lag  some of them (converge, lag, steady, memory,
+//!                                                ref: only the scaleTargetRef scenarios)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
 
 #[path = "../tests/support/mod.rs"]
@@ -162,12 +163,51 @@ fn control_plane_cpu(logs: &std::path::Path) -> f64 {
         .sum()
 }
 
-fn tdset(name: &str, windows: serde_json::Value, default: i32) -> TDSet {
-    serde_json::from_value(json!({
-        "apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": name},
-        "spec": {"container": {"image": "nginx:1.27", "port": 8080}, "schedulingConfig": windows, "defaultReplica": default}
-    }))
-    .unwrap()
+/// What the benchmark's TDSets scale.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `container`: a Deployment each TDSet owns.
+    Owned,
+    /// `scaleTargetRef`: a Deployment of the same name that exists before the TDSet.
+    Ref,
+}
+
+impl Form {
+    fn label(self) -> &'static str {
+        match self {
+            Form::Owned => "owned",
+            Form::Ref => "scaleTargetRef",
+        }
+    }
+}
+
+fn bench_tdset(form: Form, name: &str, windows: serde_json::Value, default: i32) -> TDSet {
+    let source = match form {
+        Form::Owned => json!({"container": {"image": "nginx:1.27", "port": 8080}}),
+        Form::Ref => {
+            json!({"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}})
+        }
+    };
+    let mut spec = json!({"schedulingConfig": windows, "defaultReplica": default});
+    spec.as_object_mut()
+        .unwrap()
+        .extend(source.as_object().unwrap().clone());
+    tdset(name, spec)
+}
+
+/// N Deployments named like `prefix{i}`, as Helm would create them (not the operator's).
+fn app_deployments(prefix: &str, n: usize, replicas: i32) -> Vec<Deployment> {
+    (0..n)
+        .map(|i| {
+            serde_json::from_value::<Deployment>(json!({
+                "metadata": {"name": format!("{prefix}{i}")},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": format!("{prefix}{i}")}},
+                         "template": {"metadata": {"labels": {"app": format!("{prefix}{i}")}},
+                                      "spec": {"containers": [{"name": "c", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]}]}}}
+            }))
+            .unwrap()
+        })
+        .collect()
 }
 
 async fn create_all<K>(api: &Api<K>, objs: Vec<K>) -> Duration
@@ -264,13 +304,21 @@ impl Bench {
         futures::join!(deployments, tdsets);
     }
 
-    async fn converge(&mut self, n: usize) {
+    async fn converge(&mut self, n: usize, form: Form) {
         let (ns, op) = self
-            .watched_namespace(&format!("conv{n}"), format!("converge-{n}.log"))
+            .watched_namespace(
+                &format!("conv{n}"),
+                format!("converge-{}-{n}.log", form.label()),
+            )
             .await;
+        if form == Form::Ref {
+            // The targets exist before the TDSets, at a count the schedule changes.
+            let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+            create_all(&deploys, app_deployments("t", n, 1)).await;
+        }
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
         let objs = (0..n)
-            .map(|i| tdset(&format!("t{i}"), json!([]), 2))
+            .map(|i| bench_tdset(form, &format!("t{i}"), json!([]), 2))
             .collect();
         let cp_before = control_plane_cpu(&self.logs);
         let started = Instant::now();
@@ -288,24 +336,14 @@ impl Bench {
         let alone = create_all(
             &alone_api,
             (0..n)
-                .map(|i| tdset(&format!("t{i}"), json!([]), 2))
+                .map(|i| bench_tdset(form, &format!("t{i}"), json!([]), 2))
                 .collect(),
         )
         .await;
         // The same client creating the same N Deployments directly.
         let direct_ns = self.namespace(&format!("direct{n}")).await;
         let dapi: Api<Deployment> = Api::namespaced(self.client.clone(), &direct_ns.name);
-        let deploys = (0..n)
-            .map(|i| {
-                serde_json::from_value::<Deployment>(json!({
-                    "metadata": {"name": format!("t{i}")},
-                    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": format!("t{i}")}},
-                             "template": {"metadata": {"labels": {"app": format!("t{i}")}},
-                                          "spec": {"containers": [{"name": "c", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]}]}}}
-                }))
-                .unwrap()
-            })
-            .collect();
+        let deploys = app_deployments("t", n, 2);
         let cp_before = control_plane_cpu(&self.logs);
         let direct = create_all(&dapi, deploys).await;
         let direct_cp_cpu = control_plane_cpu(&self.logs) - cp_before;
@@ -313,7 +351,8 @@ impl Bench {
         let verdict = if ratio <= 1.5 { "met" } else { "MISSED" };
         let _ = writeln!(
             self.report,
-            "| converge | N = {n} | {:.2} s to converge (TDSet creates took {:.2} s; {:.2} s with no operator running) | direct Deployment creates {:.2} s | ratio {ratio:.2} (target <= 1.5: {verdict}); operator writes {writes:.0} ({:.1}/TDSet: {by_kind}); CPU: operator {cpu:.2} s, API server + etcd {cp_cpu:.2} s (direct: {direct_cp_cpu:.2} s) |",
+            "| converge, {} | N = {n} | {:.2} s to converge (TDSet creates took {:.2} s; {:.2} s with no operator running) | direct Deployment creates {:.2} s | ratio {ratio:.2} (target <= 1.5: {verdict}); operator writes {writes:.0} ({:.1}/TDSet: {by_kind}); CPU: operator {cpu:.2} s, API server + etcd {cp_cpu:.2} s (direct: {direct_cp_cpu:.2} s) |",
+            form.label(),
             converge.as_secs_f64(),
             create.as_secs_f64(),
             alone.as_secs_f64(),
@@ -321,7 +360,8 @@ impl Bench {
             writes / n as f64
         );
         println!(
-            "converge N={n}: {:.2}s, direct {:.2}s, TDSets alone {:.2}s, ratio {ratio:.2}, writes {writes} ({by_kind}), CPU operator {cpu:.2}s, control plane {cp_cpu:.2}s (direct {direct_cp_cpu:.2}s)",
+            "converge {} N={n}: {:.2}s, direct {:.2}s, TDSets alone {:.2}s, ratio {ratio:.2}, writes {writes} ({by_kind}), CPU operator {cpu:.2}s, control plane {cp_cpu:.2}s (direct {direct_cp_cpu:.2}s)",
+            form.label(),
             converge.as_secs_f64(),
             direct.as_secs_f64(),
             alone.as_secs_f64()
@@ -331,14 +371,19 @@ impl Bench {
         direct_ns.cleanup().await;
     }
 
-    async fn lag(&mut self, n: usize) {
+    async fn lag(&mut self, n: usize, form: Form) {
         let ns = self.namespace(&format!("lag{n}")).await;
+        if form == Form::Ref {
+            let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+            create_all(&deploys, app_deployments("t", n, 1)).await;
+        }
         let boundary: DateTime<Utc> = "2026-05-01T09:00:00Z".parse().unwrap();
         let lead = Duration::from_secs(if n > 200 { 40 } else { 12 });
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
         let objs = (0..n)
             .map(|i| {
-                tdset(
+                bench_tdset(
+                    form,
                     &format!("t{i}"),
                     json!([{"startTime": 9, "endTime": 17, "replica": 3}]),
                     1,
@@ -354,7 +399,7 @@ impl Bench {
             &self.kubeconfig,
             Some(&ns.name),
             Some(boundary - chrono::Duration::from_std(lead).unwrap()),
-            &self.logs.join(format!("lag-{n}.log")),
+            &self.logs.join(format!("lag-{}-{n}.log", form.label())),
         );
         let boundary_real = spawned + chrono::Duration::from_std(lead).unwrap();
         let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
@@ -399,11 +444,13 @@ impl Bench {
         };
         let _ = writeln!(
             self.report,
-            "| boundary lag | N = {n} | p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s{target} | {} of {n} scaled; {before} seen at 1 replica before the boundary; {early} scaled early |",
+            "| boundary lag, {} | N = {n} | p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s{target} | {} of {n} scaled; {before} seen at 1 replica before the boundary; {early} scaled early |",
+            form.label(),
             seen.len()
         );
         println!(
-            "lag N={n}: p50 {p50:.3} p99 {p99:.3} max {max:.3}; scaled {} early {early}",
+            "lag {} N={n}: p50 {p50:.3} p99 {p99:.3} max {max:.3}; scaled {} early {early}",
+            form.label(),
             seen.len()
         );
         ns.cleanup().await;
@@ -422,7 +469,8 @@ impl Bench {
             .to_string();
         let objs = (0..n)
             .map(|i| {
-                tdset(
+                bench_tdset(
+                    Form::Owned,
                     &format!("t{i}"),
                     json!([{"startTime": far, "endTime": far_end, "replica": 5}]),
                     2,
@@ -461,12 +509,22 @@ impl Bench {
         ns.cleanup().await;
     }
 
-    async fn memory(&mut self, n: usize) {
-        let (ns, op) = self
-            .watched_namespace(&format!("mem{n}"), format!("memory-{n}.log"))
-            .await;
+    /// Peak RSS while converging `n` TDSets, with `unmanaged` Deployments the operator does
+    /// not manage in the same namespace (its metadata watch sees them all).
+    async fn memory(&mut self, n: usize, unmanaged: usize) {
+        let ns = self.namespace(&format!("mem{n}")).await;
+        if unmanaged > 0 {
+            let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+            create_all(&deploys, app_deployments("unmanaged-", unmanaged, 1)).await;
+        }
+        let op = OperatorProcess::start(
+            &self.kubeconfig,
+            Some(&ns.name),
+            None,
+            &self.logs.join(format!("memory-{n}-{unmanaged}.log")),
+        );
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
-        let objs = (0..n).map(|i| tdset(&format!("t{i}"), json!([{"startTime": 9, "endTime": 17, "replica": 3}, {"startTime": 17, "endTime": 9, "replica": 1}]), 2)).collect();
+        let objs = (0..n).map(|i| bench_tdset(Form::Owned, &format!("t{i}"), json!([{"startTime": 9, "endTime": 17, "replica": 3}, {"startTime": 17, "endTime": 9, "replica": 1}]), 2)).collect();
         create_all(&api, objs).await;
         let tdsets: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
         loop {
@@ -495,7 +553,12 @@ impl Bench {
         };
         let _ = writeln!(
             self.report,
-            "| memory | N = {n} | peak RSS {peak:.1} MiB{target} | RSS after converging {:.1} MiB |",
+            "| memory | N = {n}{} | peak RSS {peak:.1} MiB{target} | RSS after converging {:.1} MiB |",
+            if unmanaged > 0 {
+                format!(", with {unmanaged} unmanaged Deployments")
+            } else {
+                String::new()
+            },
             rss as f64 / 1024.0
         );
         println!("memory N={n}: peak {peak:.1} MiB");
@@ -585,20 +648,29 @@ fn main() {
         let logs = dir.join("logs");
         let mut b = Bench { client, kubeconfig, logs, report: String::new() };
         if want("converge") {
-            b.converge(100).await;
-            b.converge(1000).await;
+            b.converge(100, Form::Owned).await;
+            b.converge(1000, Form::Owned).await;
+        }
+        if want("converge") || want("ref") {
+            b.converge(1000, Form::Ref).await;
         }
         if want("lag") {
-            b.lag(100).await;
-            b.lag(1000).await;
+            b.lag(100, Form::Owned).await;
+            b.lag(1000, Form::Owned).await;
+        }
+        if want("lag") || want("ref") {
+            b.lag(1000, Form::Ref).await;
         }
         if want("steady") {
             let secs = std::env::var("TDSET_BENCH_STEADY_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
             b.steady(1000, secs).await;
         }
         if want("memory") {
-            b.memory(1000).await;
-            b.memory(10_000).await;
+            b.memory(1000, 0).await;
+            b.memory(10_000, 0).await;
+        }
+        if want("memory") || want("ref") {
+            b.memory(10_000, 10_000).await;
         }
         let _ = Command::new(script()).arg("stop").arg(&dir).status();
         let mut md = String::new();

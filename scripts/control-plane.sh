@@ -204,7 +204,8 @@ start_apiserver() {
 start_kcm() {
   local dir="$1"
   setsid "$BIN_DIR/kube-controller-manager" --kubeconfig "$dir/kubeconfig" \
-    --controllers garbage-collector-controller,deployment-controller,replicaset-controller,namespace-controller,serviceaccount-controller \
+    --controllers garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,namespace-controller,serviceaccount-controller,horizontal-pod-autoscaler-controller,clusterrole-aggregation-controller \
+    --horizontal-pod-autoscaler-sync-period 2s \
     --leader-elect=false --secure-port 0 --root-ca-file "$dir/pki/serving-ca.crt" \
     --service-account-private-key-file "$dir/pki/sa.key" --use-service-account-credentials=false \
     --concurrent-gc-syncs 5 \

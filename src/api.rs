@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -25,19 +26,55 @@ pub const MAX_REPLICAS: i32 = 10_000;
     namespaced,
     status = "TDSetStatus",
     printcolumn = r#"{"name":"Desired","type":"integer","jsonPath":".status.desiredReplicas","description":"Replicas the schedule wants now"}"#,
-    printcolumn = r#"{"name":"Current","type":"integer","jsonPath":".status.replicas","description":"Replicas of the owned Deployment"}"#,
-    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas","description":"Ready replicas of the owned Deployment"}"#,
+    printcolumn = r#"{"name":"Current","type":"integer","jsonPath":".status.replicas","description":"Replicas of the workload"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas","description":"Ready replicas of the workload"}"#,
     printcolumn = r#"{"name":"Window","type":"string","jsonPath":".status.activeWindow","description":"The active window; empty when defaultReplica applies"}"#,
     printcolumn = r#"{"name":"Next","type":"string","jsonPath":".status.nextTransitionTime","description":"When the replica count changes next"}"#,
     printcolumn = r#"{"name":"Next-Replicas","type":"integer","jsonPath":".status.nextReplicas","priority":1}"#,
     printcolumn = r#"{"name":"Degraded","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status","priority":1}"#,
+    printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.target.name","priority":1,"description":"The referenced object (scaleTargetRef)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.container), has(self.template), has(self.scaleTargetRef)].filter(x, x).size() == 1",
+        "message": "exactly one of spec.container, spec.template or spec.scaleTargetRef must be set",
+        "reason": "FieldValueInvalid"
+    },
+    {
+        "rule": "!has(self.service) || !has(self.scaleTargetRef)",
+        "message": "spec.service needs an owned Deployment (spec.container or spec.template); a referenced target's Service is managed with the target",
+        "fieldPath": ".service",
+        "reason": "FieldValueForbidden"
+    },
+    {
+        "rule": "!has(self.onDelete) || has(self.scaleTargetRef)",
+        "message": "spec.onDelete applies to spec.scaleTargetRef only; an owned Deployment is deleted with its TDSet",
+        "fieldPath": ".onDelete",
+        "reason": "FieldValueForbidden"
+    }
+]))]
 pub struct TDSetSpec {
-    /// The one container of the owned Deployment.
-    pub container: ContainerSpec,
-    /// When present, a ClusterIP Service `port -> container.port` is owned too.
+    /// The seed's form: one container, run by a Deployment the TDSet owns. Exactly one of
+    /// `container`, `template` and `scaleTargetRef` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerSpec>,
+    /// A full pod template for a Deployment the TDSet owns. The operator adds its selector
+    /// label to the template's labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<PodTemplateSpec>,
+    /// An existing object in the TDSet's namespace whose replica count the schedule sets:
+    /// any kind with a `/scale` subresource, or an autoscaling/v2 HorizontalPodAutoscaler
+    /// whose `minReplicas` becomes the scheduled floor. Never created, owned or deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_target_ref: Option<ScaleTargetRef>,
+    /// With `scaleTargetRef`: what happens to the target when the TDSet is deleted. `Keep`
+    /// (default) leaves it as it is; `Restore` puts back the count it had when the TDSet took
+    /// it over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_delete: Option<OnDelete>,
+    /// When present, a ClusterIP Service `port -> the container's port` is owned too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
     /// The windows. Empty means `defaultReplica` at all times. The first active window in list
@@ -69,6 +106,62 @@ pub struct ContainerSpec {
     /// The port the container listens on.
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
+}
+
+/// An object in the TDSet's own namespace (there is no namespace field, on purpose).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleTargetRef {
+    /// `group/version` (e.g. `apps/v1`, `autoscaling/v2`, `argoproj.io/v1alpha1`) or `v1`.
+    #[schemars(
+        length(min = 1, max = 316),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$"
+        )
+    )]
+    pub api_version: String,
+    /// The kind, e.g. `Deployment`, `StatefulSet`, `HorizontalPodAutoscaler`.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[A-Z][A-Za-z0-9]*$"))]
+    pub kind: String,
+    /// The object's name, in the TDSet's namespace.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub name: String,
+}
+
+impl ScaleTargetRef {
+    /// The API group (empty for the core group).
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map_or("", |(group, _)| group)
+    }
+
+    pub fn version(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map_or(self.api_version.as_str(), |(_, v)| v)
+    }
+
+    /// Whether this names a HorizontalPodAutoscaler (whose minReplicas is the floor).
+    pub fn is_hpa(&self) -> bool {
+        self.group() == "autoscaling" && self.kind == "HorizontalPodAutoscaler"
+    }
+}
+
+impl fmt::Display for ScaleTargetRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind, self.name)
+    }
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnDelete {
+    #[default]
+    Keep,
+    Restore,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -300,9 +393,27 @@ pub struct TDSetStatus {
     pub next_transition_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_replicas: Option<i32>,
+    /// With `scaleTargetRef`: the object and the field the schedule sets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<TargetStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// The referenced object and what the operator sets on it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetStatus {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    /// `spec.replicas` (through /scale) or `spec.minReplicas` (an HPA's floor).
+    pub field: String,
+    /// The value the field had when the TDSet first took the target over; put back on
+    /// deletion with `onDelete: Restore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_replicas: Option<i32>,
 }
 
 /// Same wire shape as `metav1.Condition`.
@@ -340,5 +451,84 @@ impl Window {
             Some(n) => n.clone(),
             None => format!("{}-{}", self.start_time, self.end_time),
         }
+    }
+}
+
+/// The CRD as installed (what `tdset-operator crd` prints and `crds/` holds): the derived
+/// schema, with the pod template's schema made fit for the API server's front door:
+///
+/// - its field descriptions are left out: they are the Kubernetes API's own (`kubectl explain
+///   deployment.spec.template` shows them) and would make the CRD about 590 KB, too large for
+///   the `last-applied-configuration` annotation of a client-side `kubectl apply` (256 KiB);
+///   without them it is about 70 KB, while every field keeps its type, so typos and wrong
+///   types are still rejected at `kubectl apply`;
+/// - quantities (`resources.limits.cpu` ...) must parse as quantities, and every container
+///   needs an image, both checked at admission rather than when the Deployment is written.
+pub fn crd() -> crate::Result<
+    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+> {
+    use kube::CustomResourceExt;
+    let serialize = |source| crate::Error::Serialize {
+        what: "the CRD",
+        source,
+    };
+    let mut crd = serde_json::to_value(TDSet::crd()).map_err(serialize)?;
+    for version in crd["spec"]["versions"].as_array_mut().into_iter().flatten() {
+        let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        if let Some(template) = spec.get_mut("template") {
+            tighten_pod_template(template);
+            template["description"] = serde_json::Value::String(
+                "A full pod template for a Deployment the TDSet owns (the fields of a \
+                 Deployment's spec.template; see `kubectl explain deployment.spec.template`). \
+                 The operator adds its selector label to the template's labels."
+                    .into(),
+            );
+        }
+    }
+    serde_json::from_value(crd).map_err(serialize)
+}
+
+fn tighten_pod_template(template: &mut serde_json::Value) {
+    use serde_json::json;
+    strip_descriptions(template);
+    // Bounds that keep the CEL cost estimate of the quantity rules within the API server's
+    // budget: at most 64 containers of each kind and 16 resources per limits/requests map.
+    for key in ["containers", "initContainers"] {
+        let list = &mut template["properties"]["spec"]["properties"][key];
+        if list.is_null() {
+            continue;
+        }
+        list["maxItems"] = json!(64);
+        let item = &mut list["items"];
+        if let Some(required) = item["required"].as_array_mut()
+            && !required.iter().any(|r| r == "image")
+        {
+            required.push(json!("image"));
+        }
+        for map in ["limits", "requests"] {
+            let resources = &mut item["properties"]["resources"]["properties"][map];
+            if resources.is_null() {
+                continue;
+            }
+            resources["maxProperties"] = json!(16);
+            let quantity = &mut resources["additionalProperties"];
+            quantity["maxLength"] = json!(64);
+            quantity["x-kubernetes-validations"] = json!([{
+                "rule": "type(self) == string ? isQuantity(self) : true",
+                "message": "must be a quantity such as 500m, 0.5, 2, 128Mi or 1Gi",
+                "reason": "FieldValueInvalid"
+            }]);
+        }
+    }
+}
+
+fn strip_descriptions(node: &mut serde_json::Value) {
+    match node {
+        serde_json::Value::Object(map) => {
+            map.remove("description");
+            map.values_mut().for_each(strip_descriptions);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_descriptions),
+        _ => {}
     }
 }

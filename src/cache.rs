@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Container, PodSpec, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -24,6 +25,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::{TDSet, TDSetStatus};
 use crate::error::{Error, Result};
+use crate::workload::owned::TEMPLATE_LABEL;
 
 /// Drops what the operator never reads: managedFields, annotations, server defaults and
 /// status conditions, which are most of an object's size.
@@ -39,6 +41,13 @@ fn prune_meta(m: &mut ObjectMeta) {
 
 impl Prune for Deployment {
     fn prune(&mut self) {
+        // A `template` Deployment is compared field by field with the user's pod template, so
+        // its cache keeps the whole template; a `container` one needs only image and ports.
+        let full_template = self
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(TEMPLATE_LABEL));
         prune_meta(&mut self.metadata);
         if let Some(spec) = self.spec.as_mut() {
             spec.strategy = None;
@@ -48,7 +57,7 @@ impl Prune for Deployment {
             if let Some(m) = spec.template.metadata.as_mut() {
                 prune_meta(m);
             }
-            if let Some(pod) = spec.template.spec.as_mut() {
+            if let Some(pod) = spec.template.spec.as_mut().filter(|_| !full_template) {
                 let containers = std::mem::take(&mut pod.containers)
                     .into_iter()
                     .map(|c| Container {
@@ -83,6 +92,21 @@ impl Prune for Service {
             });
         }
         self.status = None;
+    }
+}
+
+impl Prune for HorizontalPodAutoscaler {
+    fn prune(&mut self) {
+        prune_meta(&mut self.metadata);
+        self.metadata.labels = None;
+        if let Some(spec) = self.spec.as_mut() {
+            spec.metrics = None;
+            spec.behavior = None;
+        }
+        if let Some(status) = self.status.as_mut() {
+            status.conditions = None;
+            status.current_metrics = None;
+        }
     }
 }
 
@@ -197,8 +221,9 @@ impl<K: Resource> Resource for Cached<K> {
 
 /// The statuses this operator wrote that its TDSet cache may not show yet ("read your own
 /// writes"). A reconcile can run before the watch delivers the operator's own status patch
-/// (one triggered by the Deployment it just created, say); computed from the stale status,
-/// the next status would differ in its transition times and be written a second time.
+/// (one triggered by the Deployment it just created, or by another write to the TDSet made
+/// meanwhile); computed from the stale status, the next status would differ in its transition
+/// times, or lose what only status remembers (a target's original count), and be written again.
 #[derive(Default)]
 pub struct StatusMemo {
     written: Mutex<HashMap<String, Written>>,
@@ -207,8 +232,23 @@ pub struct StatusMemo {
 struct Written {
     /// resourceVersion of the TDSet the status was computed from.
     over: Option<String>,
+    /// resourceVersion the status write produced.
+    produced: Option<String>,
     status: TDSetStatus,
     at: Instant,
+}
+
+/// Whether the cached revision `cached` is older than `produced`. The API server's
+/// resourceVersions are etcd revisions, which increase; should one not parse as a number,
+/// the cache is taken as caught up (the memo then costs at most a repeated write).
+fn older(cached: Option<&str>, produced: Option<&str>) -> bool {
+    match (
+        cached.and_then(|c| c.parse::<u64>().ok()),
+        produced.and_then(|p| p.parse::<u64>().ok()),
+    ) {
+        (Some(c), Some(p)) => c < p,
+        _ => false,
+    }
 }
 
 impl StatusMemo {
@@ -218,7 +258,7 @@ impl StatusMemo {
     const MAX_AGE: Duration = Duration::from_secs(60);
 
     /// The TDSet's status as the API server has it, as far as this operator knows: what it
-    /// last wrote, while the cached TDSet is still the revision that write was made over.
+    /// last wrote, while the cached TDSet is a revision from before that write.
     pub fn current(&self, tdset: &TDSet) -> Option<TDSetStatus> {
         let Some(uid) = tdset.meta().uid.as_deref() else {
             return tdset.status.clone();
@@ -226,8 +266,11 @@ impl StatusMemo {
         let Ok(mut written) = self.written.lock() else {
             return tdset.status.clone();
         };
+        let cached = tdset.meta().resource_version.as_deref();
         match written.get(uid) {
-            Some(w) if w.over == tdset.meta().resource_version => return Some(w.status.clone()),
+            Some(w) if w.over.as_deref() == cached || older(cached, w.produced.as_deref()) => {
+                return Some(w.status.clone());
+            }
             Some(_) => {
                 written.remove(uid);
             }
@@ -236,7 +279,8 @@ impl StatusMemo {
         tdset.status.clone()
     }
 
-    pub fn record(&self, tdset: &TDSet, status: TDSetStatus) {
+    /// Records a status written over `tdset` (as cached) that produced revision `produced`.
+    pub fn record(&self, tdset: &TDSet, status: TDSetStatus, produced: Option<String>) {
         let (Some(uid), Ok(mut written)) = (tdset.meta().uid.clone(), self.written.lock()) else {
             return;
         };
@@ -248,6 +292,7 @@ impl StatusMemo {
                 uid,
                 Written {
                     over: tdset.meta().resource_version.clone(),
+                    produced,
                     status,
                     at: Instant::now(),
                 },
@@ -261,8 +306,10 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::resources::tests::{container_mut, tdset};
-    use crate::resources::{desired_deployment, desired_service, is_owned_by, is_satisfied_by};
+    use crate::workload::owned::tests::{container_mut, tdset};
+    use crate::workload::owned::{
+        desired_deployment, desired_service, is_owned_by, is_satisfied_by,
+    };
 
     fn served(mut d: Deployment) -> Deployment {
         // What the API server adds.
@@ -288,7 +335,7 @@ mod tests {
     #[test]
     fn a_pruned_deployment_still_satisfies_and_still_detects_drift() {
         let t = tdset("web");
-        let desired = desired_deployment(&t, 3).unwrap();
+        let desired = desired_deployment(&t, 3).unwrap().unwrap();
         let mut observed = served(desired.clone());
         observed.prune();
         assert!(is_satisfied_by(&desired, &observed));
@@ -300,7 +347,7 @@ mod tests {
     #[test]
     fn a_cached_object_comes_back_as_the_pruned_object() {
         let t = tdset("web");
-        let desired = desired_deployment(&t, 3).unwrap();
+        let desired = desired_deployment(&t, 3).unwrap().unwrap();
         let observed = served(desired.clone());
         let cached = Cached::new(observed.clone());
         assert!(
@@ -339,15 +386,17 @@ mod tests {
             ..TDSetStatus::default()
         };
         assert_eq!(memo.current(&at("1", None)), None);
-        memo.record(&at("1", None), ours.clone());
+        memo.record(&at("1", None), ours.clone(), Some("3".into()));
         // The cache still holds revision 1: the status is what we wrote over it.
         assert_eq!(memo.current(&at("1", None)), Some(ours.clone()));
-        // The cache moved on: it is the truth again, whatever it says.
+        // Revision 2 is another write made before ours (3): still not our status.
+        assert_eq!(memo.current(&at("2", None)), Some(ours.clone()));
+        // The cache moved past our write: it is the truth again, whatever it says.
         let theirs = TDSetStatus {
             desired_replicas: Some(5),
             ..TDSetStatus::default()
         };
-        assert_eq!(memo.current(&at("2", Some(theirs.clone()))), Some(theirs));
+        assert_eq!(memo.current(&at("4", Some(theirs.clone()))), Some(theirs));
         // ... and the entry is gone, so a revision-1 object is no longer overlaid.
         assert_eq!(memo.current(&at("1", None)), None);
     }

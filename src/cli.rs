@@ -3,9 +3,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
-use kube::CustomResourceExt;
 
-use crate::api::TDSet;
 use crate::error::{Error, Result};
 use crate::preview;
 
@@ -103,7 +101,7 @@ fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
 }
 
 pub fn crd_yaml() -> Result<String> {
-    let crd = TDSet::crd();
+    let crd = crate::api::crd()?;
     serde_saphyr::to_string(&crd).map_err(|e| Error::Config(format!("serialising the CRD: {e}")))
 }
 

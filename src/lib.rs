@@ -14,9 +14,9 @@ pub mod controller;
 pub mod error;
 pub mod http;
 pub mod preview;
-pub mod resources;
 pub mod schedule;
 pub mod status;
 pub mod telemetry;
+pub mod workload;
 
 pub use error::{Error, Result};

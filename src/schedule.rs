@@ -14,6 +14,7 @@ use chrono::{
 use chrono_tz::Tz;
 
 use crate::api::{Day, MAX_REPLICAS, MAX_WINDOWS, TDSetSpec};
+use crate::workload::Source;
 
 /// How far ahead `next_transition` looks before it concludes that the count never changes.
 /// The count is a weekly-periodic function of local time, so two weeks see every local
@@ -347,19 +348,55 @@ fn minute_to_time(m: u16) -> NaiveTime {
 /// by deserialisation already.
 pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
     let mut errors = Vec::new();
+    if let Err(e) = Source::of(spec) {
+        errors.push(e);
+    }
     let mut err = |field: String, message: String| errors.push(SpecError { field, message });
-    if spec.container.image.trim().is_empty()
-        || spec.container.image.chars().any(char::is_whitespace)
-    {
+    if let Some(c) = &spec.container {
+        if c.image.trim().is_empty() || c.image.chars().any(char::is_whitespace) {
+            err(
+                "spec.container.image".into(),
+                "must be a non-empty image reference without spaces".into(),
+            );
+        }
+        if !(1..=65535).contains(&c.port) {
+            err(
+                "spec.container.port".into(),
+                format!("{} is out of range 1..65535", c.port),
+            );
+        }
+    }
+    if let Some(t) = &spec.template {
+        let containers = t
+            .spec
+            .as_ref()
+            .map(|p| p.containers.as_slice())
+            .unwrap_or_default();
+        if containers.is_empty() {
+            err(
+                "spec.template.spec.containers".into(),
+                "the pod template needs at least one container".into(),
+            );
+        }
+        for (i, c) in containers.iter().enumerate() {
+            if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
+                err(
+                    format!("spec.template.spec.containers[{i}].image"),
+                    "is required".into(),
+                );
+            }
+        }
+    }
+    if spec.service.is_some() && spec.scale_target_ref.is_some() {
         err(
-            "spec.container.image".into(),
-            "must be a non-empty image reference without spaces".into(),
+            "spec.service".into(),
+            "needs an owned Deployment (spec.container or spec.template)".into(),
         );
     }
-    if !(1..=65535).contains(&spec.container.port) {
+    if spec.on_delete.is_some() && spec.scale_target_ref.is_none() {
         err(
-            "spec.container.port".into(),
-            format!("{} is out of range 1..65535", spec.container.port),
+            "spec.onDelete".into(),
+            "applies to spec.scaleTargetRef only".into(),
         );
     }
     if let Some(svc) = &spec.service
@@ -434,10 +471,13 @@ mod tests {
 
     fn spec(tz: &str, windows: Vec<Window>, default: i32) -> TDSetSpec {
         TDSetSpec {
-            container: ContainerSpec {
+            container: Some(ContainerSpec {
                 image: "nginx".into(),
                 port: 80,
-            },
+            }),
+            template: None,
+            scale_target_ref: None,
+            on_delete: None,
             service: None,
             scheduling_config: windows,
             default_replica: default,

@@ -4,37 +4,186 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 
-use crate::api::{Condition, TDSetStatus};
+use crate::api::{Condition, TDSetStatus, TargetStatus};
 use crate::preview::rfc3339;
 use crate::schedule::{Evaluation, Transition, Warning};
+use crate::workload::hpa::HpaView;
+use crate::workload::target::ScaleView;
 
 pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 
-/// Why the operator could not do its job this time.
+/// The reasons the conditions give, one constant each (they are API: alerts match on them).
+pub mod reason {
+    // Available
+    pub const REPLICAS_READY: &str = "ReplicasReady";
+    pub const SCALED_TO_ZERO: &str = "ScaledToZero";
+    pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
+    pub const DEPLOYMENT_MISSING: &str = "DeploymentMissing";
+    pub const TARGET_MISSING: &str = "TargetMissing";
+    pub const SCHEDULE_UNKNOWN: &str = "ScheduleUnknown";
+    // Progressing
+    pub const SCALING: &str = "Scaling";
+    pub const SETTLED: &str = "Settled";
+    pub const BLOCKED: &str = "Blocked";
+    // Degraded
+    pub const AS_EXPECTED: &str = "AsExpected";
+    pub const OVERLAPPING_WINDOWS: &str = "OverlappingWindows";
+    pub const CLAMPED_TO_MAX_REPLICAS: &str = "ClampedToMaxReplicas";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const FOREIGN_OBJECT: &str = "ForeignObject";
+    pub const RECONCILE_ERROR: &str = "ReconcileError";
+    pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+    pub const SCALE_NOT_SUPPORTED: &str = "ScaleNotSupported";
+    pub const FORBIDDEN: &str = "Forbidden";
+    pub const CONFLICTING_AUTOSCALER: &str = "ConflictingAutoscaler";
+    pub const INVALID_TEMPLATE: &str = "InvalidTemplate";
+}
+
+/// Why the operator could not do its job this time (Degraded=True).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Problem {
     /// The spec passed the schema but cannot be evaluated (e.g. an unknown time zone).
     InvalidSpec(String),
+    /// The API server rejected the pod template (its message, verbatim).
+    InvalidTemplate(String),
     /// An object with the owned object's name exists and belongs to someone else.
     ForeignObject(String),
     /// The API server refused or failed a request.
     ApiError(String),
+    /// The referenced object does not exist (or its kind is not served).
+    TargetNotFound(String),
+    /// The referenced kind has no `/scale` subresource.
+    ScaleNotSupported(String),
+    /// RBAC does not let the operator read or scale the target.
+    Forbidden(String),
+    /// An HPA scales the referenced object; the TDSet should target the HPA instead.
+    ConflictingAutoscaler(String),
 }
 
 impl Problem {
     pub fn reason(&self) -> &'static str {
         match self {
-            Problem::InvalidSpec(_) => "InvalidSpec",
-            Problem::ForeignObject(_) => "ForeignObject",
-            Problem::ApiError(_) => "ReconcileError",
+            Problem::InvalidSpec(_) => reason::INVALID_SPEC,
+            Problem::InvalidTemplate(_) => reason::INVALID_TEMPLATE,
+            Problem::ForeignObject(_) => reason::FOREIGN_OBJECT,
+            Problem::ApiError(_) => reason::RECONCILE_ERROR,
+            Problem::TargetNotFound(_) => reason::TARGET_NOT_FOUND,
+            Problem::ScaleNotSupported(_) => reason::SCALE_NOT_SUPPORTED,
+            Problem::Forbidden(_) => reason::FORBIDDEN,
+            Problem::ConflictingAutoscaler(_) => reason::CONFLICTING_AUTOSCALER,
         }
     }
 
     pub fn message(&self) -> &str {
         match self {
-            Problem::InvalidSpec(m) | Problem::ForeignObject(m) | Problem::ApiError(m) => m,
+            Problem::InvalidSpec(m)
+            | Problem::InvalidTemplate(m)
+            | Problem::ForeignObject(m)
+            | Problem::ApiError(m)
+            | Problem::TargetNotFound(m)
+            | Problem::ScaleNotSupported(m)
+            | Problem::Forbidden(m)
+            | Problem::ConflictingAutoscaler(m) => m,
+        }
+    }
+}
+
+/// The workload as observed, in the terms status speaks, whatever the mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// How messages name it, e.g. "Deployment web" or "HorizontalPodAutoscaler web".
+    pub what: String,
+    /// Replicas running now.
+    pub current: i32,
+    /// Ready replicas, when the workload reports them.
+    pub ready: Option<i32>,
+    /// The count the operator drives it to (the HPA floor may be clamped below the schedule).
+    pub wanted: i32,
+    /// Whether it runs what was asked: the count reached and (for a Deployment) rolled out.
+    pub settled: bool,
+    /// A hint for a person when it is not ready, e.g. "see `kubectl describe deployment web`".
+    pub hint: Option<String>,
+}
+
+impl Observed {
+    /// An owned Deployment (as its cache or a write returned it), asked for `wanted`.
+    pub fn deployment(d: &Deployment, wanted: i32) -> Observed {
+        let name = d.metadata.name.clone().unwrap_or_default();
+        let s = d.status.as_ref();
+        let current = s.and_then(|s| s.replicas).unwrap_or(0);
+        let updated = s.and_then(|s| s.updated_replicas).unwrap_or(0);
+        let rolled = s.and_then(|s| s.observed_generation) >= d.metadata.generation;
+        Observed {
+            what: format!("Deployment {name}"),
+            current,
+            ready: Some(s.and_then(|s| s.ready_replicas).unwrap_or(0)),
+            wanted,
+            settled: rolled && current == wanted && updated == wanted,
+            hint: Some(format!("see `kubectl describe deployment {name}`")),
+        }
+    }
+
+    /// A target read through `/scale`, asked for `wanted`.
+    pub fn scale(kind: &str, name: &str, v: &ScaleView, wanted: i32) -> Observed {
+        Observed {
+            what: format!("{kind} {name}"),
+            current: v.status_replicas,
+            ready: v.ready_replicas,
+            wanted,
+            settled: v.spec_replicas == wanted && v.status_replicas == wanted,
+            hint: Some(format!(
+                "see `kubectl describe {} {name}`",
+                kind.to_lowercase()
+            )),
+        }
+    }
+
+    /// An HPA whose floor is `floor` (0: its target asleep, `target_replicas` from `/scale`).
+    pub fn hpa(h: &HpaView, floor: i32, target_replicas: Option<i32>) -> Observed {
+        let current = if floor == 0 {
+            target_replicas.unwrap_or(0)
+        } else {
+            h.current_replicas.unwrap_or(0)
+        };
+        Observed {
+            what: format!("HorizontalPodAutoscaler {}", h.name),
+            current,
+            ready: None,
+            wanted: floor,
+            settled: if floor == 0 {
+                current == 0
+            } else {
+                h.min_replicas == Some(floor) && current >= floor
+            },
+            hint: Some(format!("see `kubectl describe hpa {}`", h.name)),
+        }
+    }
+}
+
+/// Why there is no workload to report on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Missing {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Something worth a Degraded=False reason and a Warning that does not stop the TDSet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// The scheduled count is above the HPA's maxReplicas; the floor is maxReplicas.
+    Clamped { hpa: String, asked: i32, max: i32 },
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::Clamped { hpa, asked, max } => write!(
+                f,
+                "the schedule asks for {asked} replicas but HorizontalPodAutoscaler {hpa} allows at most {max}; \
+                 its floor is set to {max}. Raise spec.maxReplicas of the HPA or lower the schedule"
+            ),
         }
     }
 }
@@ -47,34 +196,32 @@ pub struct Inputs<'a> {
     pub evaluation: Option<&'a Evaluation>,
     pub next: Option<&'a Transition>,
     pub warnings: &'a [Warning],
-    /// The owned Deployment as last read.
-    pub deployment: Option<&'a Deployment>,
+    pub notices: &'a [Notice],
+    /// The workload as observed, or why it could not be.
+    pub workload: Result<&'a Observed, &'a Missing>,
+    /// With `scaleTargetRef`: what the operator sets on which object.
+    pub target: Option<&'a TargetStatus>,
     pub problem: Option<&'a Problem>,
     pub now: DateTime<Utc>,
 }
 
 pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
-    let observed = i.deployment.and_then(|d| d.status.as_ref());
-    let current = i
-        .deployment
-        .map(|_| observed.and_then(|s| s.replicas).unwrap_or(0));
-    let ready = i
-        .deployment
-        .map(|_| observed.and_then(|s| s.ready_replicas).unwrap_or(0));
+    let seen = i.workload.ok();
     let desired = i.evaluation.map(|e| e.replicas);
     let conditions = vec![
-        condition(i, AVAILABLE, available(i, desired, ready)),
+        condition(i, AVAILABLE, available(i, desired)),
         condition(i, PROGRESSING, progressing(i, desired)),
         condition(i, DEGRADED, degraded(i)),
     ];
     TDSetStatus {
         observed_generation: i.generation,
         desired_replicas: desired,
-        replicas: current,
-        ready_replicas: ready,
+        replicas: seen.map(|o| o.current),
+        ready_replicas: seen.and_then(|o| o.ready),
         active_window: i.evaluation.and_then(|e| e.window_label.clone()),
         next_transition_time: i.next.map(|n| rfc3339(n.at)),
         next_replicas: i.next.map(|n| n.replicas),
+        target: i.target.cloned(),
         conditions,
     }
 }
@@ -105,35 +252,48 @@ pub fn with_failure(
 
 type Verdict = (bool, &'static str, String);
 
-fn available(i: &Inputs<'_>, desired: Option<i32>, ready: Option<i32>) -> Verdict {
-    let name = deployment_name(i);
-    match (i.deployment, desired, ready) {
-        (None, _, _) => (
-            false,
-            "DeploymentMissing",
-            format!("Deployment {name} does not exist yet"),
-        ),
-        (Some(_), Some(0), _) => (
-            true,
-            "ScaledToZero",
-            "the schedule wants 0 replicas now".into(),
-        ),
-        (Some(_), Some(d), Some(r)) if r >= d => {
-            (true, "ReplicasReady", format!("{r}/{d} replicas ready"))
-        }
-        (Some(_), Some(d), r) => (
-            false,
-            "ReplicasNotReady",
-            format!(
-                "{}/{d} replicas ready; see `kubectl describe deployment {name}`",
-                r.unwrap_or(0)
-            ),
-        ),
-        (Some(_), None, r) => (
-            r.unwrap_or(0) > 0,
-            "ScheduleUnknown",
+fn available(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
+    let o = match i.workload {
+        Err(m) => return (false, m.reason, m.message.clone()),
+        Ok(o) => o,
+    };
+    match desired {
+        None => (
+            o.current > 0,
+            reason::SCHEDULE_UNKNOWN,
             "the schedule cannot be evaluated".into(),
         ),
+        Some(0) => (
+            true,
+            reason::SCALED_TO_ZERO,
+            "the schedule wants 0 replicas now".into(),
+        ),
+        Some(_) => {
+            let have = o.ready.unwrap_or(o.current);
+            let counted = if o.ready.is_some() {
+                "ready"
+            } else {
+                "running"
+            };
+            if have >= o.wanted {
+                (
+                    true,
+                    reason::REPLICAS_READY,
+                    format!("{have}/{} replicas {counted}", o.wanted),
+                )
+            } else {
+                let hint = o
+                    .hint
+                    .as_deref()
+                    .map(|h| format!("; {h}"))
+                    .unwrap_or_default();
+                (
+                    false,
+                    reason::REPLICAS_NOT_READY,
+                    format!("{have}/{} replicas {counted}{hint}", o.wanted),
+                )
+            }
+        }
     }
 }
 
@@ -141,7 +301,7 @@ fn progressing(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
     if let Some(p) = i.problem {
         return (
             false,
-            "Blocked",
+            reason::BLOCKED,
             format!(
                 "changes are on hold until Degraded ({}) is resolved",
                 p.reason()
@@ -149,21 +309,32 @@ fn progressing(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
         );
     }
     let Some(desired) = desired else {
-        return (false, "Blocked", "the schedule cannot be evaluated".into());
-    };
-    let d = i.deployment;
-    let status = d.and_then(|d| d.status.as_ref());
-    let current = status.and_then(|s| s.replicas).unwrap_or(0);
-    let updated = status.and_then(|s| s.updated_replicas).unwrap_or(0);
-    let rolled =
-        d.is_some_and(|d| status.and_then(|s| s.observed_generation) >= d.metadata.generation);
-    if d.is_none() || !rolled || current != desired || updated != desired {
         return (
-            true,
-            "Scaling",
-            format!("scaling the Deployment to {desired} replicas ({current} now)"),
+            false,
+            reason::BLOCKED,
+            "the schedule cannot be evaluated".into(),
         );
-    }
+    };
+    let o = match i.workload {
+        Ok(o) if o.settled => o,
+        Ok(o) => {
+            return (
+                true,
+                reason::SCALING,
+                format!(
+                    "scaling {} to {} replicas ({} now)",
+                    o.what, o.wanted, o.current
+                ),
+            );
+        }
+        Err(_) => {
+            return (
+                true,
+                reason::SCALING,
+                format!("creating the workload for {desired} replicas"),
+            );
+        }
+    };
     let next = match i.next {
         Some(n) => format!(
             "; next change at {} to {} replicas",
@@ -174,14 +345,23 @@ fn progressing(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
     };
     (
         false,
-        "Settled",
-        format!("{desired} replicas as scheduled{next}"),
+        reason::SETTLED,
+        format!("{} replicas as scheduled{next}", o.wanted),
     )
 }
 
 fn degraded(i: &Inputs<'_>) -> Verdict {
     if let Some(p) = i.problem {
         return (true, p.reason(), p.message().to_string());
+    }
+    if !i.notices.is_empty() {
+        let text = i
+            .notices
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        return (false, reason::CLAMPED_TO_MAX_REPLICAS, text);
     }
     if !i.warnings.is_empty() {
         let text = i
@@ -190,19 +370,13 @@ fn degraded(i: &Inputs<'_>) -> Verdict {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ");
-        return (false, "OverlappingWindows", text);
+        return (false, reason::OVERLAPPING_WINDOWS, text);
     }
     (
         false,
-        "AsExpected",
+        reason::AS_EXPECTED,
         "the schedule is valid and applied".into(),
     )
-}
-
-fn deployment_name(i: &Inputs<'_>) -> String {
-    i.deployment
-        .and_then(|d| d.metadata.name.clone())
-        .unwrap_or_else(|| "(same name as the TDSet)".into())
 }
 
 fn condition(i: &Inputs<'_>, type_: &str, verdict: Verdict) -> Condition {
@@ -240,6 +414,11 @@ pub fn find<'a>(status: Option<&'a TDSetStatus>, type_: &str) -> Option<&'a Cond
 mod tests {
     use super::*;
 
+    static MISSING: Missing = Missing {
+        reason: reason::DEPLOYMENT_MISSING,
+        message: String::new(),
+    };
+
     fn inputs<'a>(
         prev: Option<&'a TDSetStatus>,
         eval: &'a Evaluation,
@@ -252,7 +431,9 @@ mod tests {
             evaluation: Some(eval),
             next: None,
             warnings: &[],
-            deployment: None,
+            notices: &[],
+            workload: Err(&MISSING),
+            target: None,
             problem,
             now: DateTime::parse_from_rfc3339(now)
                 .unwrap()

@@ -95,6 +95,22 @@ async fn valid_manifests_are_accepted() {
         variant("", "  timeZone: Etc/GMT+5"),
         variant("", "  intervalMint: 1440"),
         variant("", "  service: {port: 8080}"),
+        variant(
+            "container",
+            "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}",
+        ),
+        variant(
+            "container",
+            "  scaleTargetRef: {apiVersion: autoscaling/v2, kind: HorizontalPodAutoscaler, name: web}\n  onDelete: Restore",
+        ),
+        variant(
+            "container",
+            "  scaleTargetRef: {apiVersion: argoproj.io/v1alpha1, kind: Rollout, name: web.v2}\n  onDelete: Keep",
+        ),
+        variant(
+            "container",
+            "  template:\n    metadata: {labels: {team: a}}\n    spec:\n      containers:\n      - name: app\n        image: nginx:1.27\n        resources: {limits: {cpu: 500m, memory: 128Mi}, requests: {cpu: \"0.25\", memory: 1000}}\n        ports: [{name: http, containerPort: 8080}]\n  service: {port: 80}",
+        ),
     ];
     for (i, spec) in specs.iter().enumerate() {
         let (ok, out) = apply(&manifest(&ns.name, spec));
@@ -119,9 +135,99 @@ async fn invalid_manifests_are_rejected_naming_the_field() {
     );
     let cases: Vec<(&str, String, &str)> = vec![
         (
-            "missing container",
+            "no workload source",
             variant("container", ""),
-            "spec.container: Required value",
+            "exactly one of spec.container, spec.template or spec.scaleTargetRef",
+        ),
+        (
+            "two workload sources",
+            variant(
+                "",
+                "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}",
+            ),
+            "exactly one of spec.container, spec.template or spec.scaleTargetRef",
+        ),
+        (
+            "service with a referenced target",
+            variant(
+                "container",
+                "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n  service: {port: 80}",
+            ),
+            "spec.service",
+        ),
+        (
+            "onDelete with an owned Deployment",
+            variant("", "  onDelete: Restore"),
+            "spec.onDelete",
+        ),
+        (
+            "onDelete unknown",
+            variant(
+                "container",
+                "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n  onDelete: Delete",
+            ),
+            "spec.onDelete",
+        ),
+        (
+            "scaleTargetRef without a name",
+            variant(
+                "container",
+                "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment}",
+            ),
+            "spec.scaleTargetRef.name: Required value",
+        ),
+        (
+            "scaleTargetRef name not a DNS name",
+            variant(
+                "container",
+                "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: Web_1}",
+            ),
+            "spec.scaleTargetRef.name",
+        ),
+        (
+            "scaleTargetRef apiVersion malformed",
+            variant(
+                "container",
+                "  scaleTargetRef: {apiVersion: apps, kind: Deployment, name: web}",
+            ),
+            "spec.scaleTargetRef.apiVersion",
+        ),
+        (
+            "scaleTargetRef with a namespace",
+            variant(
+                "container",
+                "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web, namespace: other}",
+            ),
+            "spec.scaleTargetRef.namespace",
+        ),
+        (
+            "template without containers",
+            variant("container", "  template: {spec: {}}"),
+            "spec.template.spec.containers: Required value",
+        ),
+        (
+            "template container without an image",
+            variant(
+                "container",
+                "  template: {spec: {containers: [{name: app}]}}",
+            ),
+            "spec.template.spec.containers[0].image: Required value",
+        ),
+        (
+            "template with a bad quantity",
+            variant(
+                "container",
+                "  template: {spec: {containers: [{name: app, image: nginx, resources: {limits: {memory: lots}}}]}}",
+            ),
+            "spec.template.spec.containers[0].resources.limits[memory]",
+        ),
+        (
+            "template with an unknown field",
+            variant(
+                "container",
+                "  template: {spec: {containers: [{name: app, image: nginx, imagePullPolicyy: Always}]}}",
+            ),
+            "imagePullPolicyy",
         ),
         (
             "empty image",

@@ -5,16 +5,14 @@ mod support;
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
 use support::*;
+use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
-
-fn utc(s: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
-}
 
 #[tokio::test]
 async fn examples_apply_and_converge_to_preview() {
@@ -28,7 +26,7 @@ async fn examples_apply_and_converge_to_preview() {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     examples.sort();
-    assert!(examples.len() >= 5, "{examples:?}");
+    assert!(examples.len() >= 8, "{examples:?}");
 
     // (path, namespace, name, schedule)
     let mut applied = Vec::new();
@@ -56,6 +54,39 @@ async fn examples_apply_and_converge_to_preview() {
         ));
     }
 
+    // Referenced targets exist before the operator looks: a Deployment "deployed by Helm" for
+    // each scaleTargetRef, and behind an HPA its Deployment too.
+    for (path, target_ns, _, _) in &applied {
+        let (tdset, _) = tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
+        let Some(r) = tdset.spec.scale_target_ref else {
+            continue;
+        };
+        let workload = if r.is_hpa() {
+            format!("{}-workload", r.name)
+        } else {
+            r.name.clone()
+        };
+        let _: Deployment = create_object(
+            &client,
+            target_ns,
+            json!({
+                "metadata": {"name": workload},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": workload}},
+                         "template": {"metadata": {"labels": {"app": workload}},
+                                      "spec": {"containers": [{"name": "app", "image": "nginx"}]}}}
+            }),
+        )
+        .await;
+        if r.is_hpa() {
+            let _: HorizontalPodAutoscaler = create_object(&client, target_ns, json!({
+                "metadata": {"name": r.name},
+                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload},
+                         "minReplicas": 1, "maxReplicas": 20}
+            }))
+            .await;
+        }
+    }
+
     // A weekday morning in Europe, then a night in New York.
     for at in [utc("2026-05-06T10:00:00Z"), utc("2026-05-07T03:00:00Z")] {
         let mut operators = Vec::new();
@@ -70,18 +101,68 @@ async fn examples_apply_and_converge_to_preview() {
         }
         for (path, target, name, schedule) in &applied {
             let want = schedule.evaluate(at).replicas;
-            let api: Api<Deployment> = Api::namespaced(client.clone(), target);
-            eventually(
-                Duration::from_secs(60),
-                &format!("{} at {at}: {want} replicas", path.display()),
-                || async {
-                    api.get_opt(name)
-                        .await
-                        .ok()
-                        .flatten()
-                        .filter(|d| d.spec.as_ref().and_then(|s| s.replicas) == Some(want))
-                },
+            let (tdset, _) =
+                tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
+            let what = format!("{} at {at}: {want} replicas", path.display());
+            match tdset.spec.scale_target_ref {
+                // The floor of an HPA (a floor of 0 would be its workload at 0).
+                Some(r) if r.is_hpa() && want > 0 => {
+                    object_where(
+                        &client,
+                        target,
+                        &r.name,
+                        &what,
+                        |h: &HorizontalPodAutoscaler| {
+                            h.spec.as_ref().and_then(|s| s.min_replicas) == Some(want)
+                        },
+                    )
+                    .await;
+                }
+                Some(r) if r.is_hpa() => {
+                    let workload = format!("{}-workload", r.name);
+                    object_where(&client, target, &workload, &what, |d: &Deployment| {
+                        replicas(d) == Some(0)
+                    })
+                    .await;
+                }
+                Some(r) => {
+                    object_where(&client, target, &r.name, &what, |d: &Deployment| {
+                        replicas(d) == Some(want)
+                    })
+                    .await;
+                }
+                None => {
+                    object_where(&client, target, name, &what, |d: &Deployment| {
+                        replicas(d) == Some(want)
+                    })
+                    .await;
+                }
+            }
+        }
+        if at == utc("2026-05-07T03:00:00Z") {
+            // While an operator runs: onDelete: Restore gives the Deployment its 2 back.
+            let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+            tdsets
+                .delete("shop-frontend-hours", &DeleteParams::default())
+                .await
+                .unwrap();
+            object_where(
+                &client,
+                &ns.name,
+                "shop-frontend",
+                "restored to 2",
+                |d: &Deployment| replicas(d) == Some(2),
             )
+            .await;
+            eventually(Duration::from_secs(60), "TDSet deleted", || async {
+                tdsets
+                    .get_opt("shop-frontend-hours")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_none()
+                    .then_some(())
+            })
             .await;
         }
         for op in operators {

@@ -65,10 +65,13 @@ fn spec() -> impl Strategy<Value = TDSetSpec> {
         0i32..6,
     )
         .prop_map(|(tz, windows, default)| TDSetSpec {
-            container: ContainerSpec {
+            container: Some(ContainerSpec {
                 image: "app".into(),
                 port: 8080,
-            },
+            }),
+            template: None,
+            scale_target_ref: None,
+            on_delete: None,
             service: None,
             scheduling_config: windows,
             default_replica: default,
@@ -192,10 +195,13 @@ fn utc(s: &str) -> DateTime<Utc> {
 
 fn one_window(tz: &str, start: (u8, u8), end: (u8, u8)) -> Schedule {
     Schedule::compile(&TDSetSpec {
-        container: ContainerSpec {
+        container: Some(ContainerSpec {
             image: "app".into(),
             port: 80,
-        },
+        }),
+        template: None,
+        scale_target_ref: None,
+        on_delete: None,
         service: None,
         scheduling_config: vec![Window {
             name: Some("w".into()),

@@ -10,14 +10,104 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::debug;
+use tracing::{debug, warn};
 
-use super::events::{EventType, publish};
-use super::{Change, Context};
+use super::events::{EventType, publish, record_deployment_change};
+use super::{Change, Context, Outcome};
 use crate::api::{TDSet, TDSetStatus};
 use crate::error::{Error, Result};
-use crate::resources::{self, FIELD_MANAGER};
-use crate::status::{self, DEGRADED, Inputs, Problem};
+use crate::schedule::Evaluation;
+use crate::status::{self, DEGRADED, Missing, Observed, Problem, reason};
+use crate::workload::owned::{self, FIELD_MANAGER};
+
+/// The owned mode (`container` or `template`): the Deployment, then the Service.
+pub(super) async fn reconcile_owned(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    eval: &Evaluation,
+) -> Result<Outcome> {
+    let name = tdset.name_any();
+    let cached = ctx
+        .deployments
+        .get(&ObjectRef::new(&name).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    let desired = owned::desired_deployment(tdset, eval.replicas)?
+        .ok_or(Error::MissingField("spec.container"))?;
+    let template_changed = cached
+        .as_ref()
+        .is_some_and(|c| !owned::only_replicas_differ(&desired, c));
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let missing = || Missing {
+        reason: reason::DEPLOYMENT_MISSING,
+        message: format!("no Deployment {name} of this TDSet exists"),
+    };
+    let (workload, mut problem) = match ensure(
+        ctx,
+        tdset,
+        &api,
+        "deployments",
+        desired,
+        cached.as_ref(),
+    )
+    .await
+    {
+        Ok((d, change)) => {
+            record_deployment_change(tdset, ctx, eval, cached.as_ref(), &change, template_changed)
+                .await;
+            (Ok(Observed::deployment(&d, eval.replicas)), None)
+        }
+        Err(e @ Error::ForeignObject { .. }) => (Err(missing()), Some(foreign_problem(&e))),
+        // The API server rejected the pod template: say why, keep the Deployment as it is,
+        // and look again when the spec changes (no retry storm).
+        Err(Error::Kube {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.is_invalid() || s.code == 400 => {
+            let message = format!(
+                "the API server rejected the Deployment: {}; the Deployment is left as it is until spec.template is fixed",
+                s.message
+            );
+            warn!(%message, "invalid pod template");
+            let seen = cached
+                .as_ref()
+                .map(|d| Observed::deployment(d, eval.replicas));
+            (
+                seen.ok_or_else(missing),
+                Some(Problem::InvalidTemplate(message)),
+            )
+        }
+        Err(e) => return Err(e),
+    };
+    match ensure_service(tdset, ctx, ns).await {
+        Ok(()) => {}
+        Err(e @ Error::ForeignObject { .. }) => problem = problem.or(Some(foreign_problem(&e))),
+        Err(Error::InvalidSpec(errors)) => {
+            let text = errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            problem = problem.or(Some(Problem::InvalidSpec(text)));
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(Outcome {
+        workload,
+        problem,
+        notices: vec![],
+        target: None,
+        retry: None,
+    })
+}
+
+/// The Degraded problem for an object of the owned name that belongs to someone else.
+fn foreign_problem(e: &Error) -> Problem {
+    Problem::ForeignObject(format!(
+        "{e}; the operator will not adopt, scale or patch it. Delete or rename it, or rename the TDSet"
+    ))
+}
 
 /// Makes an owned object match `desired`, writing only when it differs. Never writes to an
 /// object of that name that this TDSet does not control.
@@ -64,16 +154,16 @@ where
             }
         }
     };
-    if !resources::is_owned_by(&observed, tdset) {
+    if !owned::is_owned_by(&observed, tdset) {
         return Err(foreign());
     }
-    if resources::is_satisfied_by(&desired, &observed) {
+    if owned::is_satisfied_by(&desired, &observed) {
         return Ok((observed, Change::Unchanged));
     }
     let uid = observed.meta().uid.clone();
-    if !resources::only_replicas_differ(&desired, &observed) {
+    if !owned::only_replicas_differ(&desired, &observed) {
         // A scale removes nothing, so only other changes need the fields a create left under
-        // an Update entry (see `resources::handed_over`). Deferring it to here spares a write
+        // an Update entry (see `owned::handed_over`). Deferring it to here spares a write
         // per created object; spec changes are rare.
         hand_over_to_apply(ctx, api, resource, &name, uid.as_deref()).await?;
     }
@@ -115,11 +205,7 @@ where
             // Replaced meanwhile: the uid-guarded apply that follows refuses it.
             return Ok(());
         }
-        let Some(fields) = meta
-            .managed_fields
-            .as_deref()
-            .and_then(resources::handed_over)
-        else {
+        let Some(fields) = meta.managed_fields.as_deref().and_then(owned::handed_over) else {
             return Ok(());
         };
         let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
@@ -163,7 +249,7 @@ pub(super) async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Re
         .get(&ObjectRef::new(&tdset.name_any()).within(ns))
         .map(|c| c.object())
         .transpose()?;
-    match resources::desired_service(tdset)? {
+    match owned::desired_service(tdset)? {
         Some(desired) => {
             let (_, change) =
                 ensure(ctx, tdset, &api, "services", desired, cached.as_ref()).await?;
@@ -185,7 +271,7 @@ pub(super) async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Re
         }
         // spec.service was removed: delete the Service only if it is ours, and only that one.
         None => {
-            if let Some(svc) = cached.filter(|s| resources::is_owned_by(s, tdset)) {
+            if let Some(svc) = cached.filter(|s| owned::is_owned_by(s, tdset)) {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions {
                         uid: svc.metadata.uid.clone(),
@@ -222,26 +308,6 @@ pub(super) async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Re
     Ok(())
 }
 
-pub(super) async fn report_problem(
-    tdset: &TDSet,
-    ctx: &Context,
-    problem: &Problem,
-    deployment: Option<&Deployment>,
-) -> Result<()> {
-    let previous = ctx.statuses.current(tdset);
-    let new_status = status::next_status(&Inputs {
-        previous: previous.as_ref(),
-        generation: tdset.meta().generation,
-        evaluation: None,
-        next: None,
-        warnings: &[],
-        deployment,
-        problem: Some(problem),
-        now: ctx.clock.now(),
-    });
-    write_status(tdset, ctx, previous.as_ref(), new_status).await
-}
-
 /// Records a failed reconcile: Degraded=True (ReconcileError), the rest of status kept as the
 /// last successful reconcile left it (it is still the best knowledge there is).
 pub(super) async fn report_failure(tdset: &TDSet, ctx: &Context, problem: &Problem) -> Result<()> {
@@ -276,20 +342,22 @@ pub(super) async fn write_status(
     let api: Api<TDSet> = Api::namespaced(ctx.client.clone(), &ns);
     let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": new});
     ctx.metrics.write("tdsets/status", "apply");
-    api.patch_status(
-        &tdset.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(Error::kube(format!(
-        "patching status of TDSet {ns}/{}",
-        tdset.name_any()
-    )))?;
-    ctx.statuses.record(tdset, new);
+    let written = api
+        .patch_status(
+            &tdset.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(Error::kube(format!(
+            "patching status of TDSet {ns}/{}",
+            tdset.name_any()
+        )))?;
+    ctx.statuses
+        .record(tdset, new, written.metadata.resource_version);
     if old_degraded != new_degraded
         && let Some((state, reason, message)) = new_degraded
-        && (state == "True" || reason == "OverlappingWindows")
+        && (state == "True" || reason != status::reason::AS_EXPECTED)
     {
         publish(ctx, tdset, EventType::Warning, &reason, message).await;
     }

@@ -11,8 +11,8 @@ use tracing::{info, warn};
 
 use super::{Change, Context};
 use crate::api::TDSet;
-use crate::resources::FIELD_MANAGER;
 use crate::schedule::Evaluation;
+use crate::workload::owned::FIELD_MANAGER;
 
 fn why(eval: &Evaluation) -> String {
     match &eval.window_label {
@@ -27,6 +27,7 @@ pub(super) async fn record_deployment_change(
     eval: &Evaluation,
     before: Option<&Deployment>,
     change: &Change,
+    template_changed: bool,
 ) {
     let name = format!(
         "{}/{}",
@@ -50,27 +51,12 @@ pub(super) async fn record_deployment_change(
                 .and_then(|s| s.replicas);
             let scaled = from.filter(|&f| f != eval.replicas);
             if let Some(from) = scaled {
-                let (direction, reason) = if eval.replicas > from {
-                    ("up", "ScaledUp")
-                } else {
-                    ("down", "ScaledDown")
-                };
-                ctx.metrics
-                    .scale_operations
-                    .with_label_values(&[direction])
-                    .inc();
-                info!(from, to = eval.replicas, window = ?eval.window_label, "scaled Deployment");
-                let note = format!(
-                    "scaled Deployment {name} from {from} to {} replicas: {}",
-                    eval.replicas,
-                    why(eval)
-                );
-                publish(ctx, tdset, EventType::Normal, reason, note).await;
+                record_scale(ctx, tdset, &format!("Deployment {name}"), from, eval).await;
             }
-            let what = template_changes(before, tdset);
-            if what.is_some() || scaled.is_none() {
-                let what =
-                    what.unwrap_or_else(|| "restored labels, selector or owner reference".into());
+            if template_changed || scaled.is_none() {
+                let what = template_changes(before, tdset)
+                    .or_else(|| template_changed.then(|| "pod template changed".into()))
+                    .unwrap_or_else(|| "restored labels, selector or owner reference".into());
                 info!(changes = %what, "updated Deployment to match the TDSet");
                 publish(
                     ctx,
@@ -85,8 +71,32 @@ pub(super) async fn record_deployment_change(
     }
 }
 
-/// "image a -> b, port 80 -> 8080": what an update changed in the pod template, for Events.
+/// A replica change the operator made: counted, logged, and an Event saying why.
+pub(super) async fn record_scale(
+    ctx: &Context,
+    tdset: &TDSet,
+    what: &str,
+    from: i32,
+    eval: &Evaluation,
+) {
+    let to = eval.replicas;
+    let (direction, reason) = if to > from {
+        ("up", "ScaledUp")
+    } else {
+        ("down", "ScaledDown")
+    };
+    ctx.metrics
+        .scale_operations
+        .with_label_values(&[direction])
+        .inc();
+    info!(from, to, window = ?eval.window_label, target = what, "scaled");
+    let note = format!("scaled {what} from {from} to {to} replicas: {}", why(eval));
+    publish(ctx, tdset, EventType::Normal, reason, note).await;
+}
+
+/// "image a -> b, port 80 -> 8080": what an update changed in a `container` Deployment.
 fn template_changes(before: Option<&Deployment>, tdset: &TDSet) -> Option<String> {
+    let spec = tdset.spec.container.as_ref()?;
     let container = before
         .and_then(|d| d.spec.as_ref())
         .and_then(|s| s.template.spec.as_ref())
@@ -97,23 +107,18 @@ fn template_changes(before: Option<&Deployment>, tdset: &TDSet) -> Option<String
         .and_then(|p| p.first())
         .map(|p| p.container_port);
     let mut parts = Vec::new();
-    if old_image != tdset.spec.container.image {
-        parts.push(format!(
-            "image {old_image} -> {}",
-            tdset.spec.container.image
-        ));
+    if old_image != spec.image {
+        parts.push(format!("image {old_image} -> {}", spec.image));
     }
-    if old_port != Some(tdset.spec.container.port) {
+    if old_port != Some(spec.port) {
         parts.push(format!(
             "port {} -> {}",
             old_port.map_or("-".into(), |p| p.to_string()),
-            tdset.spec.container.port
+            spec.port
         ));
     }
     (!parts.is_empty()).then(|| parts.join(", "))
 }
-
-/// Sets Degraded (and a Warning Event when the problem is new) without touching owned objects.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum EventType {

@@ -14,16 +14,19 @@
 
 mod apply;
 mod events;
+mod finalizer;
 mod leader;
+mod scale;
 mod watches;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
@@ -32,18 +35,19 @@ use tracing::{Instrument, debug, info, info_span, warn};
 pub use events::EventPublisher;
 pub use leader::{LeaseOptions, run};
 
-use crate::api::TDSet;
+use crate::api::{TDSet, TargetStatus};
 use crate::cache::{Cached, StatusMemo};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::http::Health;
-use crate::resources;
 use crate::schedule::Schedule;
-use crate::status::{self, Inputs, Problem};
+use crate::status::{self, Inputs, Missing, Notice, Observed, Problem};
 use crate::telemetry::Metrics;
-use apply::{ensure, ensure_service, report_problem, write_status};
-use events::record_deployment_change;
-use watches::{api_backoff, api_for, owned_watch, tdset_watch};
+use crate::workload::Source;
+use apply::write_status;
+use watches::{
+    TargetIndex, api_backoff, api_for, hpa_watch, owned_watch, target_watch, tdset_watch,
+};
 
 /// Everything a reconcile needs, shared by all of them.
 pub struct Context {
@@ -54,6 +58,10 @@ pub struct Context {
     /// Owned Deployments and Services (label-selected), pruned and compact.
     pub deployments: Store<Cached<Deployment>>,
     pub services: Store<Cached<Service>>,
+    /// HPAs (pruned): what conflict detection and HPA floors look up.
+    pub hpas: Store<HorizontalPodAutoscaler>,
+    /// Target kinds, as discovery describes them.
+    pub discovery: scale::Discovery,
     pub statuses: StatusMemo,
 }
 
@@ -107,27 +115,22 @@ pub fn error_policy(tdset: Arc<TDSet>, error: &Error, _ctx: Arc<Context>) -> Act
 }
 
 async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
-    if tdset.meta().deletion_timestamp.is_some() {
-        // The garbage collector removes the owned objects; nothing to do.
-        return Ok(Action::await_change());
-    }
     let ns = tdset
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
-    let name = tdset.name_any();
+    if tdset.meta().deletion_timestamp.is_some() {
+        // Owned objects go with the garbage collector; a referenced target may be restored.
+        return finalizer::on_delete(tdset, ctx, &ns).await;
+    }
     let now = ctx.clock.now();
     let interval = tdset.spec.check_interval();
-    let cached_deploy = ctx
-        .deployments
-        .get(&ObjectRef::new(&name).within(&ns))
-        .map(|c| c.object())
-        .transpose()?;
 
+    // Schedule: the level now and the next change (pure).
     let schedule = match Schedule::compile(&tdset.spec) {
         Ok(s) => s,
         Err(errors) => {
             let message = format!(
-                "{}; the Deployment is left as it is until the spec is fixed",
+                "{}; the workload is left as it is until the spec is fixed",
                 errors
                     .iter()
                     .map(ToString::to_string)
@@ -135,47 +138,26 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
                     .join("; ")
             );
             warn!(%message, "invalid spec");
-            report_problem(
-                tdset,
-                ctx,
-                &Problem::InvalidSpec(message),
-                cached_deploy.as_ref(),
-            )
-            .await?;
+            apply::report_failure(tdset, ctx, &Problem::InvalidSpec(message)).await?;
             return Ok(Action::requeue(interval));
         }
     };
+    let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
     let eval = schedule.evaluate(now);
     let next = schedule.next_transition(now);
     let warnings = schedule.warnings();
 
-    let desired = resources::desired_deployment(tdset, eval.replicas)?;
-    let deploy_api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let (deployment, problem) = match ensure(
-        ctx,
-        tdset,
-        &deploy_api,
-        "deployments",
-        desired,
-        cached_deploy.as_ref(),
-    )
-    .await
-    {
-        Ok((d, change)) => {
-            record_deployment_change(tdset, ctx, &eval, cached_deploy.as_ref(), &change).await;
-            (Some(d), None)
+    // Observe and apply, as the mode asks.
+    finalizer::ensure(tdset, ctx, &ns).await?;
+    let outcome = match source {
+        Source::Container(_) | Source::Template(_) => {
+            apply::reconcile_owned(tdset, ctx, &ns, &eval).await?
         }
-        Err(e @ Error::ForeignObject { .. }) => (None, Some(foreign_problem(&e))),
-        Err(e) => return Err(e),
+        Source::Scale(target) => scale::reconcile_scale(tdset, ctx, &ns, target, &eval).await?,
+        Source::HpaFloor(hpa) => scale::reconcile_hpa(tdset, ctx, &ns, hpa, &eval).await?,
     };
 
-    let problem = match (problem, ensure_service(tdset, ctx, &ns).await) {
-        (Some(p), _) => Some(p),
-        (None, Err(e @ Error::ForeignObject { .. })) => Some(foreign_problem(&e)),
-        (None, Err(e)) => return Err(e),
-        (None, Ok(())) => None,
-    };
-
+    // Status (pure), written only when it differs.
     let previous = ctx.statuses.current(tdset);
     let new_status = status::next_status(&Inputs {
         previous: previous.as_ref(),
@@ -183,25 +165,53 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
         evaluation: Some(&eval),
         next: next.as_ref(),
         warnings: &warnings,
-        deployment: deployment.as_ref(),
-        problem: problem.as_ref(),
+        notices: &outcome.notices,
+        workload: outcome.workload.as_ref(),
+        target: outcome.target.as_ref(),
+        problem: outcome.problem.as_ref(),
         now,
     });
     write_status(tdset, ctx, previous.as_ref(), new_status).await?;
 
-    let wait = match next {
+    let mut wait = match next {
         Some(n) => (n.at - now).to_std().unwrap_or_default().min(interval),
         None => interval,
     };
+    if let Some(retry) = outcome.retry {
+        wait = wait.min(retry);
+    }
     debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), ?wait, "reconciled");
     Ok(Action::requeue(wait))
 }
 
-/// The Degraded problem for an object of the owned name that belongs to someone else.
-fn foreign_problem(e: &Error) -> Problem {
-    Problem::ForeignObject(format!(
-        "{e}; the operator will not adopt, scale or patch it. Delete or rename it, or rename the TDSet"
-    ))
+/// Maps a change of a built-in scalable object to the TDSets that reference it, directly or
+/// through an HPA that scales it.
+fn on_target<K: Resource<DynamicType = ()>>(
+    index: &TargetIndex,
+    hpas: &Store<HorizontalPodAutoscaler>,
+) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<TDSet>> + Send + Sync + 'static {
+    let (index, hpas) = (index.clone(), hpas.clone());
+    move |o| {
+        scale::affected(
+            &index,
+            &hpas,
+            &o.namespace().unwrap_or_default(),
+            &K::group(&()),
+            &K::kind(&()),
+            &o.name_any(),
+        )
+    }
+}
+
+/// What observing and applying a workload found, for status and the requeue.
+pub(crate) struct Outcome {
+    pub workload: std::result::Result<Observed, Missing>,
+    pub problem: Option<Problem>,
+    pub notices: Vec<Notice>,
+    pub target: Option<TargetStatus>,
+    /// Look again sooner than the schedule needs (e.g. a target that does not exist yet and
+    /// whose kind is not watched).
+    pub retry: Option<Duration>,
 }
 
 /// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
@@ -213,9 +223,11 @@ async fn run_controller(
     health: Arc<Health>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
-    let (tdsets, tdset_stream) = tdset_watch(api_for(&client, &opts.namespace));
+    let index = TargetIndex::default();
+    let (tdsets, tdset_stream) = tdset_watch(api_for(&client, &opts.namespace), index.clone());
     let (deployments, deploy_stream) = owned_watch::<Deployment>(api_for(&client, &opts.namespace));
     let (services, svc_stream) = owned_watch::<Service>(api_for(&client, &opts.namespace));
+    let (hpas, hpa_stream) = hpa_watch(api_for(&client, &opts.namespace));
     metrics.set_tdset_store(Some(tdsets.clone()));
 
     let ctx = Arc::new(Context {
@@ -225,6 +237,8 @@ async fn run_controller(
         metrics: metrics.clone(),
         deployments: deployments.clone(),
         services: services.clone(),
+        hpas: hpas.clone(),
+        discovery: scale::Discovery::new(client.clone()),
         statuses: StatusMemo::default(),
     });
 
@@ -258,9 +272,36 @@ async fn run_controller(
         namespace = opts.namespace.as_deref().unwrap_or("(all)"),
         "starting the TDSet controller"
     );
+    // A change of a referenced target (metadata watches of the built-in scalable kinds) or of
+    // an HPA reconciles the TDSets concerned; other kinds are re-read at intervalMint.
+    let on_hpa = {
+        let index = index.clone();
+        move |h: HorizontalPodAutoscaler| {
+            let ns = h.namespace().unwrap_or_default();
+            let mut out =
+                index.lookup(&ns, "autoscaling", "HorizontalPodAutoscaler", &h.name_any());
+            if let Some(v) = scale::hpa_view(&h) {
+                out.extend(index.lookup(&ns, v.target.group(), &v.target.kind, &v.target.name));
+            }
+            out
+        }
+    };
     Controller::for_stream(tdset_stream, tdsets)
         .owns_stream(deploy_stream)
         .owns_stream(svc_stream)
+        .watches_stream(hpa_stream, on_hpa)
+        .watches_stream(
+            target_watch::<Deployment>(api_for(&client, &opts.namespace)),
+            on_target(&index, &hpas),
+        )
+        .watches_stream(
+            target_watch::<StatefulSet>(api_for(&client, &opts.namespace)),
+            on_target(&index, &hpas),
+        )
+        .watches_stream(
+            target_watch::<ReplicaSet>(api_for(&client, &opts.namespace)),
+            on_target(&index, &hpas),
+        )
         .with_config(ControllerConfig::default().concurrency(opts.concurrency))
         .trigger_backoff(api_backoff())
         .graceful_shutdown_on(shutdown)

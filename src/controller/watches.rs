@@ -1,23 +1,30 @@
 //! The watches that feed the controller, each with a cache that keeps only what a reconcile
 //! reads, and the backoff they share.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::TryStreamExt;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::TDSet;
 use crate::cache::{Cached, Prune};
-use crate::resources::{self, FIELD_MANAGER};
+use crate::workload::owned::{self, FIELD_MANAGER};
 
+/// A watch of TDSets whose cached objects are pruned to what the operator reads; it also
+/// keeps `index` (which TDSets reference which target) up to date.
 pub(super) fn tdset_watch(
     api: Api<TDSet>,
+    index: TargetIndex,
 ) -> (
     Store<TDSet>,
     impl futures::Stream<Item = Result<TDSet, watcher::Error>> + Send,
@@ -26,9 +33,125 @@ pub(super) fn tdset_watch(
     let stream = watcher(api, watcher::Config::default())
         .backoff(api_backoff())
         .modify(|o: &mut TDSet| o.prune())
+        .inspect_ok(move |event| match event {
+            watcher::Event::Apply(t) | watcher::Event::InitApply(t) => index.update(t),
+            watcher::Event::Delete(t) => index.remove(t),
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        })
         .reflect(writer)
         .touched_objects();
     (reader, stream)
+}
+
+/// (namespace, group, kind, name) of a referenced object.
+type TargetKey = (String, String, String, String);
+
+/// Which TDSets reference which object, so a change of a target (or of an HPA that scales it)
+/// reconciles exactly the TDSets concerned, without scanning every TDSet per event.
+#[derive(Clone, Default)]
+pub struct TargetIndex(Arc<RwLock<Index>>);
+
+#[derive(Default)]
+struct Index {
+    by_target: HashMap<TargetKey, HashSet<ObjectRef<TDSet>>>,
+    by_tdset: HashMap<ObjectRef<TDSet>, TargetKey>,
+}
+
+impl TargetIndex {
+    pub fn update(&self, tdset: &TDSet) {
+        let Ok(mut index) = self.0.write() else {
+            return;
+        };
+        let me = ObjectRef::from_obj(tdset);
+        let key = tdset.spec.scale_target_ref.as_ref().map(|r| {
+            (
+                tdset.namespace().unwrap_or_default(),
+                r.group().to_string(),
+                r.kind.clone(),
+                r.name.clone(),
+            )
+        });
+        if index.by_tdset.get(&me) == key.as_ref() {
+            return;
+        }
+        index.unlink(&me);
+        if let Some(key) = key {
+            index
+                .by_target
+                .entry(key.clone())
+                .or_default()
+                .insert(me.clone());
+            index.by_tdset.insert(me, key);
+        }
+    }
+
+    pub fn remove(&self, tdset: &TDSet) {
+        if let Ok(mut index) = self.0.write() {
+            index.unlink(&ObjectRef::from_obj(tdset));
+        }
+    }
+
+    pub fn lookup(&self, ns: &str, group: &str, kind: &str, name: &str) -> Vec<ObjectRef<TDSet>> {
+        let key = (
+            ns.to_string(),
+            group.to_string(),
+            kind.to_string(),
+            name.to_string(),
+        );
+        self.0
+            .read()
+            .ok()
+            .and_then(|index| {
+                index
+                    .by_target
+                    .get(&key)
+                    .map(|s| s.iter().cloned().collect())
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Index {
+    fn unlink(&mut self, me: &ObjectRef<TDSet>) {
+        if let Some(old) = self.by_tdset.remove(me)
+            && let Some(set) = self.by_target.get_mut(&old)
+        {
+            set.remove(me);
+            if set.is_empty() {
+                self.by_target.remove(&old);
+            }
+        }
+    }
+}
+
+/// HPAs, cached with only what the operator reads (they are small; their scale target is
+/// what conflict detection needs).
+pub(super) fn hpa_watch(
+    api: Api<HorizontalPodAutoscaler>,
+) -> (
+    Store<HorizontalPodAutoscaler>,
+    impl futures::Stream<Item = Result<HorizontalPodAutoscaler, watcher::Error>> + Send,
+) {
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .backoff(api_backoff())
+        .modify(|h: &mut HorizontalPodAutoscaler| h.prune())
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
+}
+
+/// Changes of every object of a built-in scalable kind, metadata only and kept nowhere: a
+/// trigger for the TDSets that reference one (their reconcile reads the target live).
+pub(super) fn target_watch<K>(
+    api: Api<PartialObjectMeta<K>>,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    watcher(api, watcher::Config::default())
+        .backoff(api_backoff())
+        .touched_objects()
 }
 
 /// A watch of the owned objects of kind `K` (by label), cached compactly (see `Cached`).
@@ -50,8 +173,8 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let owned = watcher::Config::default()
-        .labels(&format!("{}={FIELD_MANAGER}", resources::MANAGED_BY_LABEL));
+    let owned =
+        watcher::Config::default().labels(&format!("{}={FIELD_MANAGER}", owned::MANAGED_BY_LABEL));
     let stream = watcher(api, owned)
         .backoff(api_backoff())
         .map_ok(|event| match event {

@@ -363,3 +363,128 @@ pub async fn set_container(
         .await
         .expect("patching spec.container");
 }
+
+/// How long a test waits for something the operator should do; it only stops a hung test.
+pub const GUARD: Duration = Duration::from_secs(60);
+
+pub fn utc(s: &str) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .expect("an RFC 3339 time")
+        .with_timezone(&chrono::Utc)
+}
+
+/// The one TDSet builder: a TDSet named `name` with the given spec (as JSON).
+pub fn tdset(name: &str, spec: serde_json::Value) -> tdset_operator::api::TDSet {
+    serde_json::from_value(serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": name}, "spec": spec}))
+        .expect("test TDSet")
+}
+
+pub async fn create_tdset(
+    client: &Client,
+    ns: &str,
+    t: &tdset_operator::api::TDSet,
+) -> tdset_operator::api::TDSet {
+    Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), t)
+        .await
+        .expect("creating TDSet")
+}
+
+/// Any namespaced object, created as is (the way Helm or GitOps would have created it).
+pub async fn create_object<K>(client: &Client, ns: &str, object: serde_json::Value) -> K
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(object).expect("test object");
+    Api::<K>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams {
+                field_manager: Some("helm".into()),
+                ..PostParams::default()
+            },
+            &object,
+        )
+        .await
+        .expect("creating test object")
+}
+
+/// Waits (up to GUARD) until object `name` exists and satisfies `pred`.
+pub async fn object_where<K>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&K) -> bool,
+) -> K
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    eventually(GUARD, what, || async {
+        api.get_opt(name).await.ok().flatten().filter(|o| pred(o))
+    })
+    .await
+}
+
+/// The condition of `type_` on a TDSet, if its status has one.
+pub fn condition<'a>(
+    t: &'a tdset_operator::api::TDSet,
+    type_: &str,
+) -> Option<&'a tdset_operator::api::Condition> {
+    t.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Waits until TDSet `name` has condition `type_` with `reason` (any status).
+pub async fn tdset_with_reason(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    reason: &str,
+) -> tdset_operator::api::TDSet {
+    object_where(client, ns, name, &format!("{type_} reason {reason}"), |t| {
+        condition(t, type_).is_some_and(|c| c.reason == reason)
+    })
+    .await
+}
+
+/// A Deployment's `spec.replicas`.
+pub fn replicas(d: &k8s_openapi::api::apps::v1::Deployment) -> Option<i32> {
+    d.spec.as_ref()?.replicas
+}
+
+/// A kubeconfig for the shared control plane that authenticates as ServiceAccount
+/// `namespace/name` (a token from `kubectl create token`), and a client for it.
+pub async fn service_account_client(namespace: &str, name: &str) -> (Client, PathBuf) {
+    let token = kubectl(&["-n", namespace, "create", "token", name, "--duration=1h"]);
+    assert!(
+        token.status.success(),
+        "{}",
+        String::from_utf8_lossy(&token.stderr)
+    );
+    let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
+    let admin: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&control_plane().kubeconfig).unwrap())
+            .unwrap();
+    let sa_config = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": admin["clusters"][0]["name"], "user": "sa"}}],
+        "current-context": "sa"
+    });
+    let path = std::env::temp_dir().join(format!("tdset-sa-{}.kubeconfig", unique_suffix()));
+    std::fs::write(&path, serde_json::to_string(&sa_config).unwrap()).unwrap();
+    (client_for(&path).await, path)
+}

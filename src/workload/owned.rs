@@ -1,6 +1,7 @@
-//! The objects a TDSet owns, as pure functions of the TDSet and the replica count: a
-//! Deployment, and a ClusterIP Service when `spec.service` is set. Names are deterministic, so
-//! a restarted operator finds what it created before instead of creating it again.
+//! The objects a TDSet owns (with `container` or `template`), as pure functions of the TDSet
+//! and the replica count: a Deployment, and a ClusterIP Service when `spec.service` is set.
+//! Names are deterministic, so a restarted operator finds what it created before instead of
+//! creating it again.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +18,8 @@ use serde_json::Value;
 
 use crate::api::TDSet;
 use crate::error::{Error, Result};
+use crate::schedule::SpecError;
+use crate::workload::quantity;
 
 /// The server-side-apply field manager: every write the operator makes uses it.
 pub const FIELD_MANAGER: &str = "tdset-operator";
@@ -24,7 +27,11 @@ pub const FIELD_MANAGER: &str = "tdset-operator";
 pub const INSTANCE_LABEL: &str = "schedule.rs/tdset";
 /// Set on every owned object; the operator's watches select on it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-const PORT_NAME: &str = "http";
+/// Set on a Deployment built from `spec.template`: its cache keeps the whole pod template
+/// (a `container` Deployment's cache keeps only the container's image and ports).
+pub const TEMPLATE_LABEL: &str = "schedule.rs/pod-template";
+/// The container port name of the `container` form, and the port a Service looks for first.
+pub const PORT_NAME: &str = "http";
 
 /// 64-bit FNV-1a: tiny, and stable across Rust versions (std's hasher is not guaranteed to be).
 fn fnv1a(s: &str) -> u64 {
@@ -116,47 +123,89 @@ fn owned_meta(tdset: &TDSet) -> Result<ObjectMeta> {
     })
 }
 
-/// The Deployment the TDSet wants, with `replicas` from the schedule.
-pub fn desired_deployment(tdset: &TDSet, replicas: i32) -> Result<Deployment> {
+/// The Deployment the TDSet wants, with `replicas` from the schedule; `Ok(None)` when the
+/// TDSet does not own a Deployment (it references a target instead).
+pub fn desired_deployment(tdset: &TDSet, replicas: i32) -> Result<Option<Deployment>> {
     let name = tdset.name_any();
-    Ok(Deployment {
-        metadata: owned_meta(tdset)?,
+    let mut meta = owned_meta(tdset)?;
+    let template = match (&tdset.spec.container, &tdset.spec.template) {
+        (Some(c), _) => PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(labels(&name)),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: container_name(&name),
+                    image: Some(c.image.clone()),
+                    ports: Some(vec![ContainerPort {
+                        name: Some(PORT_NAME.into()),
+                        container_port: c.port,
+                        protocol: Some("TCP".into()),
+                        ..ContainerPort::default()
+                    }]),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+        },
+        (None, Some(t)) => {
+            let mut t = t.clone();
+            let m = t.metadata.get_or_insert_with(ObjectMeta::default);
+            m.labels
+                .get_or_insert_with(BTreeMap::new)
+                .extend(labels(&name));
+            if let Some(l) = meta.labels.as_mut() {
+                l.insert(TEMPLATE_LABEL.into(), "full".into());
+            }
+            t
+        }
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(Deployment {
+        metadata: meta,
         spec: Some(DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(selector(&name)),
                 ..LabelSelector::default()
             },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(&name)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![Container {
-                        name: container_name(&name),
-                        image: Some(tdset.spec.container.image.clone()),
-                        ports: Some(vec![ContainerPort {
-                            name: Some(PORT_NAME.into()),
-                            container_port: tdset.spec.container.port,
-                            protocol: Some("TCP".into()),
-                            ..ContainerPort::default()
-                        }]),
-                        ..Container::default()
-                    }],
-                    ..PodSpec::default()
-                }),
-            },
+            template,
             ..DeploymentSpec::default()
         }),
         status: None,
-    })
+    }))
+}
+
+/// The Service's target port: the `container` form's port; for a `template`, a container port
+/// named `http` (by name, so it follows the pod), else the first container's first port.
+pub fn service_target_port(tdset: &TDSet) -> Option<IntOrString> {
+    if let Some(c) = &tdset.spec.container {
+        return Some(IntOrString::Int(c.port));
+    }
+    let containers = &tdset.spec.template.as_ref()?.spec.as_ref()?.containers;
+    let ports = |c: &Container| c.ports.clone().unwrap_or_default();
+    if containers
+        .iter()
+        .flat_map(ports)
+        .any(|p| p.name.as_deref() == Some(PORT_NAME))
+    {
+        return Some(IntOrString::String(PORT_NAME.into()));
+    }
+    let first = containers.first().map(ports)?.into_iter().next()?;
+    Some(IntOrString::Int(first.container_port))
 }
 
 /// The Service the TDSet wants, if `spec.service` is set.
 pub fn desired_service(tdset: &TDSet) -> Result<Option<Service>> {
     let Some(svc) = &tdset.spec.service else {
         return Ok(None);
+    };
+    let Some(target_port) = service_target_port(tdset) else {
+        return Err(Error::InvalidSpec(vec![SpecError {
+            field: "spec.service".into(),
+            message: "the pod template has no container port to forward to; add a port (one named \"http\" is preferred) or remove spec.service".into(),
+        }]));
     };
     Ok(Some(Service {
         metadata: owned_meta(tdset)?,
@@ -166,7 +215,7 @@ pub fn desired_service(tdset: &TDSet) -> Result<Option<Service>> {
             ports: Some(vec![ServicePort {
                 name: Some(PORT_NAME.into()),
                 port: svc.port,
-                target_port: Some(IntOrString::Int(tdset.spec.container.port)),
+                target_port: Some(target_port),
                 protocol: Some("TCP".into()),
                 ..ServicePort::default()
             }]),
@@ -267,15 +316,31 @@ fn union(into: &mut Value, more: Value) {
     }
 }
 
+/// Whether every field set in `desired` has that value in `observed`. The API server omits
+/// empty lists and maps and writes quantities in canonical form ("0.5" comes back as "500m"),
+/// so an empty desired field is satisfied by its absence and equal quantities are equal.
 fn subset(desired: &Value, observed: &Value) -> bool {
     match (desired, observed) {
-        (Value::Object(d), Value::Object(o)) => d
-            .iter()
-            .all(|(k, dv)| o.get(k).is_some_and(|ov| subset(dv, ov))),
+        (Value::Object(d), Value::Object(o)) => d.iter().all(|(k, dv)| match o.get(k) {
+            Some(ov) => subset(dv, ov),
+            None => is_empty(dv),
+        }),
         (Value::Array(d), Value::Array(o)) => {
             d.len() == o.len() && d.iter().zip(o).all(|(dv, ov)| subset(dv, ov))
         }
+        (Value::String(d), Value::String(o)) if d != o => {
+            matches!((quantity::parse(d), quantity::parse(o)), (Some(a), Some(b)) if a == b)
+        }
         (d, o) => d == o,
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(m) => m.values().all(is_empty),
+        _ => false,
     }
 }
 
@@ -303,10 +368,13 @@ pub(crate) mod tests {
         let mut t = TDSet::new(
             name,
             TDSetSpec {
-                container: ContainerSpec {
+                container: Some(ContainerSpec {
                     image: "nginx:1.27".into(),
                     port: 8080,
-                },
+                }),
+                template: None,
+                scale_target_ref: None,
+                on_delete: None,
                 service: Some(TdsService { port: 80 }),
                 scheduling_config: vec![],
                 default_replica: 2,
@@ -343,7 +411,7 @@ pub(crate) mod tests {
 
     #[test]
     fn deployment_carries_owner_replicas_image_and_port() {
-        let d = desired_deployment(&tdset("web"), 5).unwrap();
+        let d = desired_deployment(&tdset("web"), 5).unwrap().unwrap();
         let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.uid.as_str()),
@@ -363,7 +431,7 @@ pub(crate) mod tests {
     #[test]
     fn satisfied_ignores_server_defaults_but_not_our_fields() {
         let t = tdset("web");
-        let desired = desired_deployment(&t, 3).unwrap();
+        let desired = desired_deployment(&t, 3).unwrap().unwrap();
         let mut observed = desired.clone();
         observed.metadata.resource_version = Some("42".into());
         observed.spec.as_mut().unwrap().revision_history_limit = Some(10);
@@ -378,7 +446,7 @@ pub(crate) mod tests {
     #[test]
     fn a_scale_is_told_apart_from_other_drift() {
         let t = tdset("web");
-        let desired = desired_deployment(&t, 3).unwrap();
+        let desired = desired_deployment(&t, 3).unwrap().unwrap();
         let mut observed = desired.clone();
         observed.spec.as_mut().unwrap().replicas = Some(7);
         assert!(only_replicas_differ(&desired, &observed));
@@ -449,5 +517,65 @@ pub(crate) mod tests {
         );
         t.spec.service = None;
         assert!(desired_service(&t).unwrap().is_none());
+    }
+
+    fn with_template(template: serde_json::Value) -> TDSet {
+        let mut t = tdset("web");
+        t.spec.container = None;
+        t.spec.template = Some(serde_json::from_value(template).unwrap());
+        t
+    }
+
+    #[test]
+    fn a_template_keeps_its_fields_and_gains_the_selector_label() {
+        let t = with_template(json!({
+            "metadata": {"labels": {"team": "a"}, "annotations": {"x": "y"}},
+            "spec": {"containers": [{"name": "app", "image": "nginx", "env": [{"name": "A", "value": "1"}]}]}
+        }));
+        let d = desired_deployment(&t, 3).unwrap().unwrap();
+        assert_eq!(d.metadata.labels.as_ref().unwrap()[TEMPLATE_LABEL], "full");
+        let spec = d.spec.unwrap();
+        let meta = spec.template.metadata.unwrap();
+        let labels = meta.labels.unwrap();
+        assert_eq!(labels["team"], "a");
+        assert_eq!(labels[INSTANCE_LABEL], "web");
+        assert_eq!(meta.annotations.unwrap()["x"], "y");
+        assert_eq!(spec.selector.match_labels.unwrap()[INSTANCE_LABEL], "web");
+        let c = &spec.template.spec.unwrap().containers[0];
+        assert_eq!(c.env.as_ref().unwrap()[0].name, "A");
+        // A referenced target owns no Deployment.
+        let mut r = t.clone();
+        r.spec.template = None;
+        assert!(desired_deployment(&r, 3).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_service_forwards_to_the_http_port_or_else_the_first_port() {
+        let named = with_template(json!({"spec": {"containers": [
+            {"name": "side", "image": "x", "ports": [{"containerPort": 9000}]},
+            {"name": "app", "image": "y", "ports": [{"name": "http", "containerPort": 8080}]}
+        ]}}));
+        assert_eq!(
+            service_target_port(&named),
+            Some(IntOrString::String("http".into()))
+        );
+        let first = with_template(json!({"spec": {"containers": [
+            {"name": "app", "image": "y", "ports": [{"containerPort": 7000}, {"containerPort": 7001}]}
+        ]}}));
+        assert_eq!(service_target_port(&first), Some(IntOrString::Int(7000)));
+        let none = with_template(json!({"spec": {"containers": [{"name": "app", "image": "y"}]}}));
+        let err = desired_service(&none).unwrap_err().to_string();
+        assert!(err.contains("spec.service"), "{err}");
+    }
+
+    #[test]
+    fn what_the_api_server_normalises_is_not_drift() {
+        let desired = json!({"spec": {"resources": {"cpu": "0.5", "memory": "1Gi"}, "env": [], "labels": {}}});
+        let observed = json!({"spec": {"resources": {"cpu": "500m", "memory": "1Gi"}, "extra": 1}});
+        assert!(subset(&desired, &observed));
+        let drifted = json!({"spec": {"resources": {"cpu": "600m", "memory": "1Gi"}}});
+        assert!(!subset(&desired, &drifted));
+        // A non-empty desired field that is missing is drift.
+        assert!(!subset(&json!({"env": [{"name": "A"}]}), &json!({})));
     }
 }

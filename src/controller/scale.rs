@@ -1,0 +1,616 @@
+//! Referenced targets: reading and writing an existing object's replica count through its
+//! `/scale` subresource, and an HPA's `minReplicas`. The operator never creates, owns,
+//! relabels or deletes a target; it writes `spec.replicas` (or `spec.minReplicas`) alone,
+//! under its own field manager, and only when the value differs.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::core::Status;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, ResourceExt};
+use tracing::{debug, info};
+
+use super::events::{EventType, publish, record_scale};
+use super::{Context, Outcome};
+use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
+use crate::error::{Error, Result};
+use crate::schedule::Evaluation;
+use crate::status::{Missing, Notice, Observed, Problem, reason};
+use crate::workload::hpa::{self, HpaView};
+use crate::workload::owned::FIELD_MANAGER;
+use crate::workload::target::{self, ScaleView};
+
+/// Kinds whose changes a watch reports within seconds; other kinds are re-read at
+/// `intervalMint`, or sooner while they are missing.
+pub(super) fn is_watched(r: &ScaleTargetRef) -> bool {
+    r.is_hpa()
+        || (r.group() == "apps"
+            && matches!(r.kind.as_str(), "Deployment" | "StatefulSet" | "ReplicaSet"))
+}
+
+/// How soon to look again for a target whose kind no watch reports, or after a permission
+/// error (RBAC is not watched): one read per TDSet every 15 s, so a grant or a new object
+/// takes effect within seconds, without a retry storm.
+const LOOK_AGAIN: Duration = Duration::from_secs(15);
+
+/// A kind as discovery describes it.
+#[derive(Clone, Debug)]
+pub(super) struct Resolved {
+    resource: ApiResource,
+    has_scale: bool,
+}
+
+/// Discovery of target kinds, remembered so a reconcile does not ask the API server each
+/// time: a kind that is served for ten minutes, one that is not for ten seconds (a CRD
+/// installed after the TDSet is picked up quickly).
+pub struct Discovery {
+    client: Client,
+    kinds: Mutex<HashMap<String, Lookup>>,
+}
+
+/// When a kind was looked up, and what was found.
+type Lookup = (Instant, Result<Resolved, Problem>);
+
+impl Discovery {
+    const FOUND_FOR: Duration = Duration::from_secs(600);
+    const MISSING_FOR: Duration = Duration::from_secs(10);
+
+    pub fn new(client: Client) -> Discovery {
+        Discovery {
+            client,
+            kinds: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `Ok(Err(problem))` when the kind is not served; `Err` when discovery itself failed.
+    async fn resolve(&self, r: &ScaleTargetRef) -> Result<Result<Resolved, Problem>> {
+        let key = format!("{}/{}", r.api_version, r.kind);
+        if let Ok(kinds) = self.kinds.lock()
+            && let Some((at, found)) = kinds.get(&key)
+        {
+            let ttl = if found.is_ok() {
+                Self::FOUND_FOR
+            } else {
+                Self::MISSING_FOR
+            };
+            if at.elapsed() < ttl {
+                return Ok(found.clone());
+            }
+        }
+        let gvk = GroupVersionKind::gvk(r.group(), r.version(), &r.kind);
+        let found = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((resource, caps)) => Ok(Resolved {
+                resource,
+                has_scale: caps.subresources.iter().any(|(s, _)| s.plural == "scale"),
+            }),
+            Err(kube::Error::Discovery(_)) => Err(not_served(r)),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Err(not_served(r)),
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "discovering {} {}",
+                    r.api_version, r.kind
+                ))(e));
+            }
+        };
+        if let Ok(mut kinds) = self.kinds.lock() {
+            kinds.insert(key, (Instant::now(), found.clone()));
+        }
+        Ok(found)
+    }
+}
+
+fn not_served(r: &ScaleTargetRef) -> Problem {
+    Problem::TargetNotFound(format!(
+        "the API server does not serve kind {} in {}; check spec.scaleTargetRef.apiVersion and kind (is its CRD installed?)",
+        r.kind, r.api_version
+    ))
+}
+
+/// The problem an API refusal amounts to for `verb` on the target, or `None` when it is not
+/// one the TDSet can report and wait out (it is then a reconcile error, retried).
+fn refusal(
+    status: &Status,
+    verb: &str,
+    r: &ScaleTargetRef,
+    resource: &ApiResource,
+    ns: &str,
+) -> Option<Problem> {
+    if status.is_not_found() {
+        return Some(Problem::TargetNotFound(format!(
+            "{} does not exist in namespace {ns}; nothing is written until it appears, and the TDSet \
+             picks it up by itself then",
+            r
+        )));
+    }
+    if status.is_forbidden() {
+        let group = if resource.group.is_empty() {
+            "\"\"".to_string()
+        } else {
+            resource.group.clone()
+        };
+        return Some(Problem::Forbidden(format!(
+            "the operator may not {verb} {plural}/scale (apiGroup {group}) in namespace {ns}: {msg}. \
+             Grant it with a ClusterRole labelled schedule.rs/aggregate-to-tdset-operator: \"true\" \
+             (rules: apiGroups [{group}], resources [{plural}/scale], verbs [get, patch]); see the README",
+            plural = resource.plural,
+            msg = status.message,
+        )));
+    }
+    None
+}
+
+/// Reads a target's replica count (and readiness, where the kind reports it). For the
+/// built-in kinds the object itself is read, for its `status.readyReplicas`; others through
+/// `/scale`, which every scalable kind serves the same way.
+async fn read(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    res: &Resolved,
+) -> Result<Result<ScaleView, Problem>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &res.resource);
+    let context = || format!("reading {} {} in {ns}", r.kind, r.name);
+    if r.group() == "apps" {
+        return match api.get(&r.name).await {
+            Ok(o) => {
+                let int = |path: &str| {
+                    o.data
+                        .pointer(path)
+                        .and_then(serde_json::Value::as_i64)
+                        .map(|v| v as i32)
+                };
+                Ok(Ok(ScaleView {
+                    // The API server defaults an absent spec.replicas to 1.
+                    spec_replicas: int("/spec/replicas").unwrap_or(1),
+                    status_replicas: int("/status/replicas").unwrap_or(0),
+                    ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
+                }))
+            }
+            Err(kube::Error::Api(s)) => match refusal(&s, "get", r, &res.resource, ns) {
+                Some(p) => Ok(Err(p)),
+                None => Err(Error::kube(context())(kube::Error::Api(s))),
+            },
+            Err(e) => Err(Error::kube(context())(e)),
+        };
+    }
+    match api.get_scale(&r.name).await {
+        Ok(s) => Ok(Ok(ScaleView {
+            spec_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
+            status_replicas: s.status.map_or(0, |s| s.replicas),
+            ready_replicas: None,
+        })),
+        Err(kube::Error::Api(s)) => match refusal(&s, "get", r, &res.resource, ns) {
+            Some(p) => Ok(Err(p)),
+            None => Err(Error::kube(context())(kube::Error::Api(s))),
+        },
+        Err(e) => Err(Error::kube(context())(e)),
+    }
+}
+
+/// Sets `spec.replicas` through `/scale`, under the operator's field manager, which then owns
+/// that field and nothing else. `/scale` never creates an object.
+///
+/// Server-side apply for the kinds built into the API server; a JSON merge patch for custom
+/// resources, whose `/scale` the API server cannot apply to (it answers "request to convert
+/// CR to an invalid group/version: autoscaling/v1").
+async fn write(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    res: &Resolved,
+    replicas: i32,
+) -> Result<Result<(), Problem>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &res.resource);
+    let built_in = matches!(r.group(), "" | "apps");
+    ctx.metrics.write(
+        &format!("{}/scale", res.resource.plural),
+        if built_in { "apply" } else { "patch" },
+    );
+    let body = target::scale_body(&r.name, replicas);
+    let sent = if built_in {
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch_scale(&r.name, &pp, &Patch::Apply(&body)).await
+    } else {
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let merge = serde_json::json!({"spec": {"replicas": replicas}});
+        api.patch_scale(&r.name, &pp, &Patch::Merge(&merge)).await
+    };
+    match sent {
+        Ok(_) => Ok(Ok(())),
+        Err(kube::Error::Api(s)) => match refusal(&s, "patch", r, &res.resource, ns) {
+            Some(p) => Ok(Err(p)),
+            None => Err(Error::kube(format!("scaling {r} in {ns}"))(
+                kube::Error::Api(s),
+            )),
+        },
+        Err(e) => Err(Error::kube(format!("scaling {r} in {ns}"))(e)),
+    }
+}
+
+/// Resolves and reads a target, as one step: `Ok(Err)` is a problem to report.
+async fn resolve_and_read(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+) -> Result<Result<(Resolved, ScaleView), Problem>> {
+    let res = match ctx.discovery.resolve(r).await? {
+        Ok(res) => res,
+        Err(p) => return Ok(Err(p)),
+    };
+    if !res.has_scale {
+        return Ok(Err(Problem::ScaleNotSupported(format!(
+            "{} {} has no /scale subresource, so the operator cannot set its replicas; \
+             target a Deployment, StatefulSet, ReplicaSet, HorizontalPodAutoscaler or a custom \
+             resource whose CRD declares subresources.scale",
+            r.api_version, r.kind
+        ))));
+    }
+    Ok(read(ctx, ns, r, &res).await?.map(|view| (res, view)))
+}
+
+/// The HPAs of a namespace, from the cache.
+fn hpas_in(ctx: &Context, ns: &str) -> Vec<HpaView> {
+    ctx.hpas
+        .state()
+        .iter()
+        .filter(|h| h.namespace().as_deref() == Some(ns))
+        .filter_map(|h| hpa_view(h))
+        .collect()
+}
+
+pub(super) fn hpa_view(h: &HorizontalPodAutoscaler) -> Option<HpaView> {
+    let spec = h.spec.as_ref()?;
+    Some(HpaView {
+        name: h.name_any(),
+        min_replicas: spec.min_replicas,
+        max_replicas: spec.max_replicas,
+        target: ScaleTargetRef {
+            api_version: spec
+                .scale_target_ref
+                .api_version
+                .clone()
+                .unwrap_or_default(),
+            kind: spec.scale_target_ref.kind.clone(),
+            name: spec.scale_target_ref.name.clone(),
+        },
+        current_replicas: h.status.as_ref().and_then(|s| s.current_replicas),
+    })
+}
+
+/// What status says about the target: the original count is kept from the first takeover
+/// for as long as the TDSet points at the same object.
+fn target_status(
+    tdset: &TDSet,
+    ctx: &Context,
+    r: &ScaleTargetRef,
+    field: &str,
+    now: Option<i32>,
+) -> TargetStatus {
+    let previous = ctx.statuses.current(tdset).and_then(|s| s.target);
+    let same = |t: &TargetStatus| {
+        t.api_version == r.api_version && t.kind == r.kind && t.name == r.name && t.field == field
+    };
+    TargetStatus {
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        name: r.name.clone(),
+        field: field.into(),
+        original_replicas: match previous {
+            Some(t) if same(&t) => t.original_replicas.or(now),
+            _ => now,
+        },
+    }
+}
+
+fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStatus) -> Outcome {
+    let retry = match &p {
+        Problem::Forbidden(_) => Some(LOOK_AGAIN),
+        _ if !is_watched(r) => Some(LOOK_AGAIN),
+        _ => None,
+    };
+    debug!(problem = %p.message(), "target not usable");
+    Outcome {
+        workload: Err(Missing {
+            reason: reason::TARGET_MISSING,
+            message: format!("{r} cannot be read or scaled: {}", p.reason()),
+        }),
+        problem: Some(p),
+        notices: vec![],
+        target: Some(target),
+        retry,
+    }
+}
+
+/// `scaleTargetRef` to a kind with `/scale`: replicas follow the schedule, unless an HPA
+/// scales the same object (then nothing is written: the two would fight).
+pub(super) async fn reconcile_scale(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    eval: &Evaluation,
+) -> Result<Outcome> {
+    const FIELD: &str = "spec.replicas";
+    let (res, view) = match resolve_and_read(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => {
+            return Ok(problem_outcome(
+                p,
+                r,
+                target_status(tdset, ctx, r, FIELD, None),
+            ));
+        }
+    };
+    let target = target_status(tdset, ctx, r, FIELD, Some(view.spec_replicas));
+    if let Some(h) = target::conflicting_hpa(r, &hpas_in(ctx, ns)) {
+        let p = Problem::ConflictingAutoscaler(format!(
+            "HorizontalPodAutoscaler {} also scales {r}; the operator writes nothing rather than fight it. \
+             Set spec.scaleTargetRef to {{apiVersion: autoscaling/v2, kind: HorizontalPodAutoscaler, name: {}}} \
+             to make the schedule the HPA's floor",
+            h.name, h.name
+        ));
+        let mut out = problem_outcome(p, r, target);
+        out.workload = Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas));
+        return Ok(out);
+    }
+    let mut view = view;
+    if let Some(replicas) = target::scale_write(eval.replicas, &view) {
+        if let Err(p) = write(ctx, ns, r, &res, replicas).await? {
+            return Ok(problem_outcome(p, r, target));
+        }
+        record_scale(ctx, tdset, &format!("{r}"), view.spec_replicas, eval).await;
+        view.spec_replicas = replicas;
+    }
+    Ok(Outcome {
+        workload: Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas)),
+        problem: None,
+        notices: vec![],
+        target: Some(target),
+        retry: None,
+    })
+}
+
+/// Reads an HPA live (a cache may lag behind the operator's own last write).
+async fn read_hpa(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+) -> Result<Result<(HpaView, Option<String>), Problem>> {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+    let resource = ApiResource::erase::<HorizontalPodAutoscaler>(&());
+    match api.get(&r.name).await {
+        Ok(h) => match hpa_view(&h) {
+            Some(v) => Ok(Ok((v, h.uid()))),
+            None => Ok(Err(Problem::TargetNotFound(format!("{r} has no spec")))),
+        },
+        Err(kube::Error::Api(s)) => match refusal(&s, "get", r, &resource, ns) {
+            Some(Problem::Forbidden(_)) => Ok(Err(Problem::Forbidden(format!(
+                "the operator may not get horizontalpodautoscalers in namespace {ns}: {}; its ClusterRole \
+                 needs get/list/watch/patch on autoscaling horizontalpodautoscalers",
+                s.message
+            )))),
+            Some(p) => Ok(Err(p)),
+            None => Err(Error::kube(format!("reading {r} in {ns}"))(
+                kube::Error::Api(s),
+            )),
+        },
+        Err(e) => Err(Error::kube(format!("reading {r} in {ns}"))(e)),
+    }
+}
+
+/// `scaleTargetRef` to an HPA: the schedule is its floor (see `workload::hpa`).
+pub(super) async fn reconcile_hpa(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    eval: &Evaluation,
+) -> Result<Outcome> {
+    const FIELD: &str = "spec.minReplicas";
+    let (mut hpa, uid) = match read_hpa(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => {
+            return Ok(problem_outcome(
+                p,
+                r,
+                target_status(tdset, ctx, r, FIELD, None),
+            ));
+        }
+    };
+    let target = target_status(tdset, ctx, r, FIELD, Some(hpa.min()));
+    // The HPA's own target, read for its count: a floor of 0 is the target asleep.
+    let workload_ref = hpa.target.clone();
+    let (res, mut target_replicas) = match resolve_and_read(ctx, ns, &workload_ref).await? {
+        Ok((res, view)) => (Some(res), Some(view.spec_replicas)),
+        Err(p) => {
+            debug!(problem = %p.message(), "the HPA's target cannot be read");
+            (None, None)
+        }
+    };
+    let plan = hpa::plan(eval.replicas, &hpa, target_replicas);
+    if let Some(min) = plan.min_replicas {
+        let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+        ctx.metrics.write("horizontalpodautoscalers", "apply");
+        let body = hpa::min_replicas_body(&r.name, uid.as_deref(), min);
+        match api
+            .patch(
+                &r.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_forbidden() || s.is_not_found() || s.is_conflict() => {
+                let p = if s.is_forbidden() {
+                    Problem::Forbidden(format!(
+                        "the operator may not patch HorizontalPodAutoscaler {} in namespace {ns}: {}; its ClusterRole \
+                         needs patch on autoscaling horizontalpodautoscalers",
+                        r.name, s.message
+                    ))
+                } else {
+                    Problem::TargetNotFound(format!(
+                        "{r} was deleted (or replaced) while it was being scaled"
+                    ))
+                };
+                return Ok(problem_outcome(p, r, target));
+            }
+            Err(e) => {
+                return Err(Error::kube(format!("setting minReplicas of {r} in {ns}"))(
+                    e,
+                ));
+            }
+        }
+        let from = hpa.min();
+        let (direction, reason) = if min > from {
+            ("up", "ScaledUp")
+        } else {
+            ("down", "ScaledDown")
+        };
+        ctx.metrics
+            .scale_operations
+            .with_label_values(&[direction])
+            .inc();
+        info!(from, to = min, hpa = %r.name, "set the HPA's minReplicas");
+        let why = match &eval.window_label {
+            Some(w) => format!("window {w} is active"),
+            None => "no window is active, defaultReplica applies".into(),
+        };
+        publish(
+            ctx,
+            tdset,
+            EventType::Normal,
+            reason,
+            format!(
+                "set HorizontalPodAutoscaler {} minReplicas from {from} to {min}: {why}",
+                r.name
+            ),
+        )
+        .await;
+        hpa.min_replicas = Some(min);
+    }
+    if let (Some(n), Some(res)) = (plan.scale_target, res.as_ref()) {
+        match write(ctx, ns, &workload_ref, res, n).await? {
+            Ok(()) => {
+                let what = format!(
+                    "{workload_ref} (the target of HorizontalPodAutoscaler {})",
+                    r.name
+                );
+                let mut as_asked = eval.clone();
+                as_asked.replicas = n;
+                record_scale(ctx, tdset, &what, target_replicas.unwrap_or(0), &as_asked).await;
+                target_replicas = Some(n);
+            }
+            Err(p) => return Ok(problem_outcome(p, r, target)),
+        }
+    }
+    let notices = plan
+        .clamped_from
+        .map(|asked| Notice::Clamped {
+            hpa: r.name.clone(),
+            asked,
+            max: hpa.max_replicas,
+        })
+        .into_iter()
+        .collect();
+    Ok(Outcome {
+        workload: Ok(Observed::hpa(&hpa, plan.floor, target_replicas)),
+        problem: None,
+        notices,
+        target: Some(target),
+        retry: None,
+    })
+}
+
+/// Puts a target back to `original` (the `onDelete: Restore` finalizer). `Ok(Err)` says why
+/// it could not be done (gone, forbidden): the finalizer then lets go rather than block.
+pub(super) async fn restore(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    original: i32,
+) -> Result<Result<String, Problem>> {
+    if r.is_hpa() {
+        let (hpa, uid) = match read_hpa(ctx, ns, r).await? {
+            Ok(found) => found,
+            Err(p) => return Ok(Err(p)),
+        };
+        let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+        if hpa.min() != original {
+            ctx.metrics.write("horizontalpodautoscalers", "apply");
+            let body = hpa::min_replicas_body(&r.name, uid.as_deref(), original);
+            match api
+                .patch(
+                    &r.name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s))
+                    if s.is_forbidden() || s.is_not_found() || s.is_conflict() =>
+                {
+                    return Ok(Err(Problem::TargetNotFound(s.message.clone())));
+                }
+                Err(e) => {
+                    return Err(Error::kube(format!("restoring minReplicas of {r} in {ns}"))(e));
+                }
+            }
+        }
+        // A target the schedule put to sleep is woken to the restored floor.
+        if let Ok((res, view)) = resolve_and_read(ctx, ns, &hpa.target).await?
+            && view.spec_replicas == 0
+            && let Err(p) = write(ctx, ns, &hpa.target, &res, original).await?
+        {
+            return Ok(Err(p));
+        }
+        return Ok(Ok(format!(
+            "restored HorizontalPodAutoscaler {} minReplicas to {original}",
+            r.name
+        )));
+    }
+    let (res, view) = match resolve_and_read(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if view.spec_replicas != original
+        && let Err(p) = write(ctx, ns, r, &res, original).await?
+    {
+        return Ok(Err(p));
+    }
+    Ok(Ok(format!("restored {r} to {original} replicas")))
+}
+
+/// The TDSets to reconcile when a watched object changes: those that reference it, and, for
+/// a workload an HPA scales, those that reference that HPA.
+pub(super) fn affected(
+    ctx_index: &super::watches::TargetIndex,
+    hpas: &kube::runtime::reflector::Store<HorizontalPodAutoscaler>,
+    ns: &str,
+    group: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<ObjectRef<TDSet>> {
+    let mut out = ctx_index.lookup(ns, group, kind, name);
+    for h in hpas.state() {
+        if h.namespace().as_deref() != Some(ns) {
+            continue;
+        }
+        if let Some(v) = hpa_view(&h)
+            && v.target.kind == kind
+            && v.target.name == name
+            && v.target.group() == group
+        {
+            out.extend(ctx_index.lookup(ns, "autoscaling", "HorizontalPodAutoscaler", &v.name));
+        }
+    }
+    out
+}

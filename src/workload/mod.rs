@@ -1,0 +1,88 @@
+//! What a TDSet drives, and what to write to it, as pure functions of the spec, what was
+//! observed and the scheduled count. One module per mode; none of them touches the client.
+//!
+//! - [`owned`]: a Deployment (and Service) the TDSet owns, from `container` or `template`;
+//! - [`target`]: an existing object's replica count, set through its `/scale` subresource;
+//! - [`hpa`]: an existing HorizontalPodAutoscaler's `minReplicas`, the scheduled floor.
+
+pub mod hpa;
+pub mod owned;
+mod quantity;
+pub mod target;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+
+use crate::api::{ContainerSpec, ScaleTargetRef, TDSetSpec};
+use crate::schedule::SpecError;
+
+/// The one workload source of a TDSet.
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// The seed's form: an owned Deployment with one container.
+    Container(&'a ContainerSpec),
+    /// An owned Deployment with a full pod template.
+    Template(&'a PodTemplateSpec),
+    /// An existing object with a `/scale` subresource.
+    Scale(&'a ScaleTargetRef),
+    /// An existing HorizontalPodAutoscaler: the schedule is its floor.
+    HpaFloor(&'a ScaleTargetRef),
+}
+
+impl<'a> Source<'a> {
+    /// The source named by the spec; an error unless exactly one is set (the schema's rule,
+    /// checked again for manifests that never passed an API server).
+    pub fn of(spec: &'a TDSetSpec) -> Result<Source<'a>, SpecError> {
+        match (&spec.container, &spec.template, &spec.scale_target_ref) {
+            (Some(c), None, None) => Ok(Source::Container(c)),
+            (None, Some(t), None) => Ok(Source::Template(t)),
+            (None, None, Some(r)) if r.is_hpa() => Ok(Source::HpaFloor(r)),
+            (None, None, Some(r)) => Ok(Source::Scale(r)),
+            _ => Err(SpecError {
+                field: "spec".into(),
+                message: "exactly one of spec.container, spec.template or spec.scaleTargetRef must be set".into(),
+            }),
+        }
+    }
+
+    /// Whether the operator owns the Deployment (and may own a Service).
+    pub fn is_owned(self) -> bool {
+        matches!(self, Source::Container(_) | Source::Template(_))
+    }
+
+    /// The referenced object, for the modes that reference one.
+    pub fn target(self) -> Option<&'a ScaleTargetRef> {
+        match self {
+            Source::Scale(r) | Source::HpaFloor(r) => Some(r),
+            Source::Container(_) | Source::Template(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::owned::tests::tdset;
+
+    #[test]
+    fn exactly_one_source() {
+        let mut t = tdset("web");
+        assert!(matches!(Source::of(&t.spec), Ok(Source::Container(_))));
+        t.spec.scale_target_ref = Some(ScaleTargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+        });
+        let err = Source::of(&t.spec).unwrap_err();
+        assert!(err.message.contains("spec.scaleTargetRef"), "{err}");
+        t.spec.container = None;
+        assert!(matches!(Source::of(&t.spec), Ok(Source::Scale(_))));
+        t.spec.scale_target_ref = Some(ScaleTargetRef {
+            api_version: "autoscaling/v2".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            name: "web".into(),
+        });
+        assert!(matches!(Source::of(&t.spec), Ok(Source::HpaFloor(_))));
+        t.spec.scale_target_ref = None;
+        assert!(Source::of(&t.spec).is_err(), "none set");
+    }
+}

@@ -1,0 +1,855 @@
+//! The three workload sources on the real API server (kube-controller-manager runs the
+//! Deployment, StatefulSet and HPA controllers): a full pod `template`, a `scaleTargetRef` to
+//! objects someone else deployed (through `/scale`), and an HPA whose floor is the schedule.
+//! The operator runs in-process with an injected clock.
+
+mod support;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use support::*;
+use tdset_operator::api::TDSet;
+use tdset_operator::clock::SystemClock;
+
+/// Noon on a Friday, inside 09:00-17:00.
+fn noon() -> SystemClock {
+    SystemClock::starting_at(utc("2026-05-01T12:00:00Z"))
+}
+
+/// 4 replicas 09:00-17:00 UTC, `default` otherwise, for whatever `source` names.
+fn office_hours(source: Value, default: i32) -> Value {
+    let mut spec = json!({
+        "schedulingConfig": [{"name": "office", "startTime": 9, "endTime": 17, "replica": 4}],
+        "defaultReplica": default,
+        "intervalMint": 60
+    });
+    spec.as_object_mut()
+        .unwrap()
+        .extend(source.as_object().unwrap().clone());
+    spec
+}
+
+fn target(api_version: &str, kind: &str, name: &str) -> Value {
+    json!({"scaleTargetRef": {"apiVersion": api_version, "kind": kind, "name": name}})
+}
+
+/// A Deployment as Helm or GitOps would have created it (field manager "helm").
+fn app_deployment(name: &str, replicas: i32) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": name, "team": "payments"}, "annotations": {"owner": "gitops"}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}}
+    })
+}
+
+fn hpa(name: &str, target: &str, min: i32, max: i32) -> Value {
+    json!({
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                 "minReplicas": min, "maxReplicas": max,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]}
+    })
+}
+
+async fn setup(prefix: &str) -> (Client, TestNamespace) {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, prefix).await;
+    (client, ns)
+}
+
+async fn deployment_with(client: &Client, ns: &str, name: &str, want: i32) -> Deployment {
+    object_where(
+        client,
+        ns,
+        name,
+        &format!("Deployment {name} at {want} replicas"),
+        |d| replicas(d) == Some(want),
+    )
+    .await
+}
+
+/// The object without what the API server and controllers keep changing, and without the
+/// replica count: what the operator must never touch.
+fn untouchable(mut v: Value) -> Value {
+    for path in [
+        "/metadata/resourceVersion",
+        "/metadata/generation",
+        "/metadata/managedFields",
+        "/status",
+        "/spec/replicas",
+    ] {
+        if let Some((parent, key)) = path.rsplit_once('/')
+            && let Some(Value::Object(m)) =
+                v.pointer_mut(if parent.is_empty() { "" } else { parent })
+        {
+            m.remove(key);
+        }
+    }
+    if let Some(Value::Object(a)) = v.pointer_mut("/metadata/annotations") {
+        a.remove("deployment.kubernetes.io/revision");
+    }
+    v
+}
+
+#[tokio::test]
+async fn template_fields_reach_the_deployment_and_removed_fields_go() {
+    let (client, ns) = setup("wl-template").await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let template = json!({
+        "metadata": {"labels": {"team": "payments"}},
+        "spec": {
+            "serviceAccountName": "default",
+            "containers": [{
+                "name": "app", "image": "nginx:1.27",
+                "env": [{"name": "MODE", "value": "day"}],
+                "resources": {"requests": {"cpu": "0.25", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 5},
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]
+            }],
+            "volumes": [{"name": "scratch", "emptyDir": {}}]
+        }
+    });
+    let mut spec = office_hours(json!({"template": template}), 1);
+    spec["service"] = json!({"port": 80});
+    create_tdset(&client, &ns.name, &tdset("web", spec)).await;
+
+    let d = deployment_with(&client, &ns.name, "web", 4).await;
+    let pod = d.spec.as_ref().unwrap().template.clone();
+    let labels = pod.metadata.as_ref().unwrap().labels.clone().unwrap();
+    assert_eq!(labels.get("team").map(String::as_str), Some("payments"));
+    assert_eq!(
+        labels.get("schedule.rs/tdset").map(String::as_str),
+        Some("web")
+    );
+    let podspec = pod.spec.unwrap();
+    let c = &podspec.containers[0];
+    assert_eq!(c.env.as_ref().unwrap()[0].value.as_deref(), Some("day"));
+    let requests = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
+    assert_eq!(requests["cpu"].0, "250m", "the API server's canonical form");
+    assert!(c.readiness_probe.is_some());
+    assert_eq!(podspec.volumes.as_ref().unwrap()[0].name, "scratch");
+    assert_eq!(podspec.service_account_name.as_deref(), Some("default"));
+    let svc: Service =
+        object_where(&client, &ns.name, "web", "Service web", |_: &Service| true).await;
+    let port = &svc.spec.unwrap().ports.unwrap()[0];
+    assert_eq!(
+        port.target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("http".into()))
+    );
+
+    // Settled: "0.25" came back as "250m", which must not read as drift.
+    tdset_with_reason(&client, &ns.name, "web", "Progressing", "Settled").await;
+    let writes = op.writes();
+    let reconciles = op.counter("tdset_reconciles_total");
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    for i in 0..2 {
+        let poke = json!({"metadata": {"annotations": {"poke": i.to_string()}}});
+        tdsets
+            .patch("web", &PatchParams::default(), &Patch::Merge(poke))
+            .await
+            .unwrap();
+    }
+    eventually(GUARD, "2 more reconciles", || async {
+        (op.counter("tdset_reconciles_total") >= reconciles + 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        op.writes(),
+        writes,
+        "a settled template was written again: {}",
+        op.metrics.render()
+    );
+
+    // Change a field and remove others (a merge patch, as `kubectl patch` would send): the
+    // volume and its mount go from the Deployment.
+    let mut container = template["spec"]["containers"][0].clone();
+    container["env"][0]["value"] = json!("night");
+    container.as_object_mut().unwrap().remove("volumeMounts");
+    tdsets
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"volumes": null, "containers": [container]}}}})),
+        )
+        .await
+        .unwrap();
+    let d = object_where(
+        &client,
+        &ns.name,
+        "web",
+        "env changed and volume gone",
+        |d: &Deployment| {
+            let p = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+            p.containers[0].env.as_ref().unwrap()[0].value.as_deref() == Some("night")
+                && p.volumes.is_none()
+        },
+    )
+    .await;
+    let p = d.spec.unwrap().template.spec.unwrap();
+    assert!(p.containers[0].volume_mounts.is_none());
+    assert!(
+        p.containers[0].readiness_probe.is_some(),
+        "kept what was not removed"
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_template_the_api_server_rejects_is_reported_once_not_retried() {
+    let (client, ns) = setup("wl-badtemplate").await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    // Passes the CRD's schema, fails the Deployment's validation: a container name with "_".
+    let template = json!({"spec": {"containers": [{"name": "App_1", "image": "nginx"}]}});
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset("web", office_hours(json!({"template": template}), 1)),
+    )
+    .await;
+    let t = tdset_with_reason(&client, &ns.name, "web", "Degraded", "InvalidTemplate").await;
+    let c = condition(&t, "Degraded").unwrap();
+    assert_eq!(c.status, "True");
+    assert!(
+        c.message.contains("spec.template.spec.containers[0].name"),
+        "{}",
+        c.message
+    );
+    wait_for_event(&client, &ns.name, "web", |(ty, r, _)| {
+        ty == "Warning" && r == "InvalidTemplate"
+    })
+    .await;
+    // No retry storm: the next attempt waits for a spec change or intervalMint (an hour).
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let creates = op.counter("tdset_api_writes_total{resource=\"deployments\",verb=\"create\"}");
+    assert!(
+        creates <= 3.0,
+        "{creates} Deployment creates for one invalid template"
+    );
+    assert_eq!(op.counter("tdset_reconcile_errors_total"), 0.0);
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_referenced_deployment_gets_its_replicas_and_nothing_else() {
+    let (client, ns) = setup("wl-target").await;
+    let before: Deployment = create_object(&client, &ns.name, app_deployment("web", 2)).await;
+    // Two seconds before 09:00: the default (1) now, the window (4) at the boundary.
+    let boundary = utc("2026-05-01T09:00:00Z");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "sched",
+            office_hours(target("apps/v1", "Deployment", "web"), 1),
+        ),
+    )
+    .await;
+    let clock = SystemClock::starting_at(boundary - chrono::Duration::seconds(3));
+    let op = Operator::start(&client, &ns.name, clock, None, "test");
+    deployment_with(&client, &ns.name, "web", 1).await;
+    let after = deployment_with(&client, &ns.name, "web", 4).await;
+    use tdset_operator::clock::Clock;
+    assert!(clock.now() >= boundary);
+
+    // Nothing but replicas changed: no ownerReference, label, annotation or template change.
+    let (b, a) = (
+        serde_json::to_value(&before).unwrap(),
+        serde_json::to_value(&after).unwrap(),
+    );
+    assert_eq!(
+        untouchable(a.clone()),
+        untouchable(b),
+        "the operator changed more than spec.replicas"
+    );
+    let ours: Vec<_> = after
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some("tdset-operator"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].subresource.as_deref(), Some("scale"));
+    assert_eq!(
+        ours[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:spec": {"f:replicas": {}}})
+    );
+
+    let t = object_where(
+        &client,
+        &ns.name,
+        "sched",
+        "status for the target",
+        |t: &TDSet| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.desired_replicas == Some(4) && s.target.is_some())
+        },
+    )
+    .await;
+    let target_status = t.status.unwrap().target.unwrap();
+    assert_eq!(
+        (target_status.kind.as_str(), target_status.field.as_str()),
+        ("Deployment", "spec.replicas")
+    );
+    assert_eq!(target_status.original_replicas, Some(2));
+    wait_for_event(&client, &ns.name, "sched", |(_, r, note)| {
+        r == "ScaledUp" && note.contains("from 1 to 4")
+    })
+    .await;
+
+    // Drift is reverted, within seconds (a watch, not intervalMint's hour).
+    let out = kubectl(&["-n", &ns.name, "scale", "deployment/web", "--replicas=7"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    deployment_with(&client, &ns.name, "web", 4).await;
+
+    // Deleting the TDSet (onDelete: Keep) leaves the Deployment as it is.
+    Api::<TDSet>::namespaced(client.clone(), &ns.name)
+        .delete("sched", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(GUARD, "TDSet gone", || async {
+        Api::<TDSet>::namespaced(client.clone(), &ns.name)
+            .get_opt("sched")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let kept: Deployment = Api::namespaced(client.clone(), &ns.name)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(replicas(&kept), Some(4));
+    assert!(kept.metadata.owner_references.is_none());
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn restore_on_delete_puts_the_original_count_back() {
+    let (client, ns) = setup("wl-restore").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 3)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let mut spec = office_hours(target("apps/v1", "Deployment", "web"), 1);
+    spec["onDelete"] = json!("Restore");
+    create_tdset(&client, &ns.name, &tdset("sched", spec)).await;
+    deployment_with(&client, &ns.name, "web", 4).await;
+    object_where(
+        &client,
+        &ns.name,
+        "sched",
+        "finalizer and original recorded",
+        |t: &TDSet| {
+            t.finalizers()
+                .iter()
+                .any(|f| f == "schedule.rs/restore-target")
+                && t.status
+                    .as_ref()
+                    .and_then(|s| s.target.as_ref())
+                    .and_then(|t| t.original_replicas)
+                    == Some(3)
+        },
+    )
+    .await;
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    tdsets
+        .delete("sched", &DeleteParams::default())
+        .await
+        .unwrap();
+    deployment_with(&client, &ns.name, "web", 3).await;
+    eventually(GUARD, "TDSet deleted", || async {
+        tdsets
+            .get_opt("sched")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    wait_for_event(&client, &ns.name, "sched", |(_, r, note)| {
+        r == "Restored" && note.contains("to 3 replicas")
+    })
+    .await;
+
+    // A target that is gone never blocks the deletion.
+    let mut spec = office_hours(target("apps/v1", "Deployment", "gone"), 1);
+    spec["onDelete"] = json!("Restore");
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("gone", 2)).await;
+    create_tdset(&client, &ns.name, &tdset("orphan", spec)).await;
+    deployment_with(&client, &ns.name, "gone", 4).await;
+    Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    tdsets
+        .delete("orphan", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        GUARD,
+        "TDSet deleted although its target is gone",
+        || async {
+            tdsets
+                .get_opt("orphan")
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    wait_for_event(&client, &ns.name, "orphan", |(ty, r, _)| {
+        ty == "Warning" && r == "RestoreFailed"
+    })
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_statefulset_and_a_custom_resource_with_scale_are_scaled() {
+    let (client, ns) = setup("wl-kinds").await;
+    let _: StatefulSet = create_object(&client, &ns.name, json!({
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "db", "image": "postgres"}]}}}
+    }))
+    .await;
+    let widgets = install_widget_crd(&client).await;
+    let widget_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &widgets);
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.schedule.rs/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"replicas": 1}
+    }))
+    .unwrap();
+    widget_api
+        .create(&Default::default(), &widget)
+        .await
+        .unwrap();
+
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "db",
+            office_hours(target("apps/v1", "StatefulSet", "db"), 1),
+        ),
+    )
+    .await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "w",
+            office_hours(target("test.schedule.rs/v1", "Widget", "w"), 1),
+        ),
+    )
+    .await;
+    object_where(
+        &client,
+        &ns.name,
+        "db",
+        "StatefulSet at 4",
+        |s: &StatefulSet| s.spec.as_ref().and_then(|s| s.replicas) == Some(4),
+    )
+    .await;
+    eventually(GUARD, "Widget at 4", || async {
+        let w = widget_api.get("w").await.ok()?;
+        (w.data.pointer("/spec/replicas") == Some(&json!(4))).then_some(())
+    })
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// A small CRD with a scale subresource, like an Argo Rollout.
+async fn install_widget_crd(client: &Client) -> ApiResource {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.test.schedule.rs"},
+        "spec": {"group": "test.schedule.rs", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                     "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
+                     "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                         "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
+                         "status": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}}}]}
+    }))
+    .unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "widgets.test.schedule.rs",
+        &PatchParams::apply("tdset-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        GUARD,
+        kube::runtime::wait::await_condition(
+            api,
+            "widgets.test.schedule.rs",
+            kube::runtime::wait::conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("test.schedule.rs", "v1", "Widget"),
+        "widgets",
+    )
+}
+
+#[tokio::test]
+async fn an_hpa_floor_follows_the_schedule_and_the_hpa_scales_the_deployment() {
+    let (client, ns) = setup("wl-hpa").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 2)).await;
+    let _: HorizontalPodAutoscaler =
+        create_object(&client, &ns.name, hpa("web", "web", 2, 10)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "sched",
+            office_hours(
+                target("autoscaling/v2", "HorizontalPodAutoscaler", "web"),
+                1,
+            ),
+        ),
+    )
+    .await;
+    let h: HorizontalPodAutoscaler = object_where(
+        &client,
+        &ns.name,
+        "web",
+        "HPA floor 4",
+        |h: &HorizontalPodAutoscaler| h.spec.as_ref().and_then(|s| s.min_replicas) == Some(4),
+    )
+    .await;
+    assert_eq!(
+        h.spec.as_ref().unwrap().max_replicas,
+        10,
+        "maxReplicas is left alone"
+    );
+    assert!(
+        h.spec.as_ref().unwrap().metrics.is_some(),
+        "metrics are left alone"
+    );
+    // The HPA controller (not the operator) raises the Deployment to the floor.
+    deployment_with(&client, &ns.name, "web", 4).await;
+    let d: Deployment = Api::namespaced(client.clone(), &ns.name)
+        .get("web")
+        .await
+        .unwrap();
+    assert!(
+        !d.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|m| m.manager.as_deref() == Some("tdset-operator")),
+        "the operator wrote the Deployment itself"
+    );
+    let t = object_where(
+        &client,
+        &ns.name,
+        "sched",
+        "status of the floor",
+        |t: &TDSet| {
+            t.status
+                .as_ref()
+                .and_then(|s| s.target.as_ref())
+                .is_some_and(|t| t.field == "spec.minReplicas")
+        },
+    )
+    .await;
+    assert_eq!(t.status.unwrap().target.unwrap().original_replicas, Some(2));
+
+    // Drift of the floor is reverted.
+    Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"minReplicas": 1}})),
+        )
+        .await
+        .unwrap();
+    object_where(
+        &client,
+        &ns.name,
+        "web",
+        "floor back at 4",
+        |h: &HorizontalPodAutoscaler| h.spec.as_ref().and_then(|s| s.min_replicas) == Some(4),
+    )
+    .await;
+
+    // Above maxReplicas: clamped and reported.
+    Api::<TDSet>::namespaced(client.clone(), &ns.name)
+        .patch("sched", &PatchParams::default(), &Patch::Merge(json!({"spec": {"schedulingConfig": [{"name": "office", "startTime": 9, "endTime": 17, "replica": 12}]}})))
+        .await
+        .unwrap();
+    object_where(
+        &client,
+        &ns.name,
+        "web",
+        "floor clamped to 10",
+        |h: &HorizontalPodAutoscaler| h.spec.as_ref().and_then(|s| s.min_replicas) == Some(10),
+    )
+    .await;
+    let t = tdset_with_reason(
+        &client,
+        &ns.name,
+        "sched",
+        "Degraded",
+        "ClampedToMaxReplicas",
+    )
+    .await;
+    assert!(
+        condition(&t, "Degraded")
+            .unwrap()
+            .message
+            .contains("at most 10")
+    );
+    wait_for_event(&client, &ns.name, "sched", |(ty, r, _)| {
+        ty == "Warning" && r == "ClampedToMaxReplicas"
+    })
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_scheduled_zero_puts_the_hpa_target_to_sleep_and_the_next_window_wakes_it() {
+    let (client, ns) = setup("wl-hpa0").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 2)).await;
+    let _: HorizontalPodAutoscaler =
+        create_object(&client, &ns.name, hpa("web", "web", 2, 10)).await;
+    let boundary = utc("2026-05-01T09:00:00Z");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "sched",
+            office_hours(
+                target("autoscaling/v2", "HorizontalPodAutoscaler", "web"),
+                0,
+            ),
+        ),
+    )
+    .await;
+    let clock = SystemClock::starting_at(boundary - chrono::Duration::seconds(4));
+    let op = Operator::start(&client, &ns.name, clock, None, "test");
+    // Before 09:00 the schedule says 0: the Deployment goes to 0, the HPA keeps its minimum.
+    deployment_with(&client, &ns.name, "web", 0).await;
+    let h: HorizontalPodAutoscaler = Api::namespaced(client.clone(), &ns.name)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(h.spec.unwrap().min_replicas, Some(2));
+    // At 09:00 the floor is 4 and the Deployment is woken to it.
+    deployment_with(&client, &ns.name, "web", 4).await;
+    object_where(
+        &client,
+        &ns.name,
+        "web",
+        "HPA floor 4",
+        |h: &HorizontalPodAutoscaler| h.spec.as_ref().and_then(|s| s.min_replicas) == Some(4),
+    )
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_deployment_an_hpa_scales_is_not_fought_over() {
+    let (client, ns) = setup("wl-conflict").await;
+    let before: Deployment = create_object(&client, &ns.name, app_deployment("web", 2)).await;
+    let _: HorizontalPodAutoscaler =
+        create_object(&client, &ns.name, hpa("web-hpa", "web", 2, 10)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "sched",
+            office_hours(target("apps/v1", "Deployment", "web"), 1),
+        ),
+    )
+    .await;
+    let t = tdset_with_reason(
+        &client,
+        &ns.name,
+        "sched",
+        "Degraded",
+        "ConflictingAutoscaler",
+    )
+    .await;
+    let message = &condition(&t, "Degraded").unwrap().message;
+    assert!(
+        message.contains("web-hpa") && message.contains("HorizontalPodAutoscaler"),
+        "{message}"
+    );
+    let d: Deployment = Api::namespaced(client.clone(), &ns.name)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(replicas(&d), Some(2));
+    assert!(
+        !d.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|m| m.manager.as_deref() == Some("tdset-operator"))
+    );
+    assert_eq!(d.metadata.generation, before.metadata.generation);
+    let scale_writes: f64 = op
+        .metrics
+        .render()
+        .lines()
+        .filter(|l| l.contains("/scale"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(scale_writes, 0.0);
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_missing_target_is_reported_and_picked_up_when_it_appears() {
+    let (client, ns) = setup("wl-missing").await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "sched",
+            office_hours(target("apps/v1", "Deployment", "later"), 1),
+        ),
+    )
+    .await;
+    let t = tdset_with_reason(&client, &ns.name, "sched", "Degraded", "TargetNotFound").await;
+    assert!(
+        condition(&t, "Degraded")
+            .unwrap()
+            .message
+            .contains("Deployment later")
+    );
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("later", 1)).await;
+    deployment_with(&client, &ns.name, "later", 4).await;
+    object_where(
+        &client,
+        &ns.name,
+        "sched",
+        "Degraded cleared",
+        |t: &TDSet| condition(t, "Degraded").is_some_and(|c| c.status == "False"),
+    )
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_kind_the_operator_may_not_scale_is_reported_and_granted_by_aggregation() {
+    let client = client().await;
+    install_crd(&client).await;
+    let out = kubectl(&["apply", "-k", repo_root().join("deploy").to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let widgets = install_widget_crd(&client).await;
+    let ns = TestNamespace::new(&client, "wl-rbac").await;
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.schedule.rs/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"replicas": 1}
+    }))
+    .unwrap();
+    let widget_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &widgets);
+    widget_api
+        .create(&Default::default(), &widget)
+        .await
+        .unwrap();
+    // The deployed ClusterRole is aggregated by kube-controller-manager: wait until it holds
+    // the core rules and (after an earlier run) no grant for widgets.
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    let _ = roles
+        .delete("tdset-operator-widgets", &DeleteParams::default())
+        .await;
+    eventually(GUARD, "aggregated operator ClusterRole", || async {
+        let rules = roles.get("tdset-operator").await.ok()?.rules?;
+        let widgets = rules.iter().any(|r| {
+            r.resources
+                .iter()
+                .flatten()
+                .any(|x| x.starts_with("widgets"))
+        });
+        (!rules.is_empty() && !widgets).then_some(())
+    })
+    .await;
+    let (sa_client, path) = service_account_client("tdset-system", "tdset-operator").await;
+    let op = Operator::start(&sa_client, &ns.name, noon(), None, "rbac-test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "w",
+            office_hours(target("test.schedule.rs/v1", "Widget", "w"), 1),
+        ),
+    )
+    .await;
+    let t = tdset_with_reason(&client, &ns.name, "w", "Degraded", "Forbidden").await;
+    let message = &condition(&t, "Degraded").unwrap().message;
+    assert!(
+        message.contains("widgets/scale")
+            && message.contains("schedule.rs/aggregate-to-tdset-operator"),
+        "{message}"
+    );
+
+    // The README's grant: a small ClusterRole with the aggregation label.
+    let grant: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "tdset-operator-widgets", "labels": {"schedule.rs/aggregate-to-tdset-operator": "true"}},
+        "rules": [{"apiGroups": ["test.schedule.rs"], "resources": ["widgets/scale"], "verbs": ["get", "patch"]}]
+    }))
+    .unwrap();
+    roles
+        .patch(
+            "tdset-operator-widgets",
+            &PatchParams::apply("tdset-tests").force(),
+            &Patch::Apply(&grant),
+        )
+        .await
+        .unwrap();
+    eventually(GUARD, "Widget scaled once granted", || async {
+        let w = widget_api.get("w").await.ok()?;
+        (w.data.pointer("/spec/replicas") == Some(&json!(4))).then_some(())
+    })
+    .await;
+    let _ = roles
+        .delete("tdset-operator-widgets", &DeleteParams::default())
+        .await;
+    op.stop().await;
+    let _ = std::fs::remove_file(path);
+    ns.cleanup().await;
+}
