@@ -198,15 +198,7 @@ fn bench_tdset(form: Form, name: &str, windows: serde_json::Value, default: i32)
 /// N Deployments named like `prefix{i}`, as Helm would create them (not the operator's).
 fn app_deployments(prefix: &str, n: usize, replicas: i32) -> Vec<Deployment> {
     (0..n)
-        .map(|i| {
-            serde_json::from_value::<Deployment>(json!({
-                "metadata": {"name": format!("{prefix}{i}")},
-                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": format!("{prefix}{i}")}},
-                         "template": {"metadata": {"labels": {"app": format!("{prefix}{i}")}},
-                                      "spec": {"containers": [{"name": "c", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]}]}}}
-            }))
-            .unwrap()
-        })
+        .map(|i| serde_json::from_value(app_deployment(&format!("{prefix}{i}"), replicas)).unwrap())
         .collect()
 }
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The operator end to end on this machine: a local control plane (etcd, kube-apiserver,
-# kube-controller-manager), the CRD, the operator, and two examples.
+# kube-controller-manager), the CRD, the operator, and three examples: the seed's own, a
+# business-hours TDSet that owns its Deployment, and one that scales a Deployment "deployed by
+# Helm" through scaleTargetRef.
 #
 #   scripts/demo.sh          start everything and leave it running (prints how to explore/stop)
 #   scripts/demo.sh stop     stop the operator and the control plane
@@ -40,10 +42,12 @@ start() {
   echo $! >"$STATE/operator.pid"
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.2; done
   curl -sf http://127.0.0.1:18080/readyz >/dev/null || { tail -20 "$STATE/logs/operator.log"; echo "operator not ready" >&2; exit 1; }
-  echo "== applying the seed example and a business-hours example"
+  echo "== applying the seed example, a business-hours example, and a Deployment someone else runs with a TDSet that scales it"
   kubectl apply -f examples/tdset_helloworld.yaml
   kubectl apply -n temp -f examples/business-hours.yaml
-  kubectl -n temp wait --for=jsonpath='{.status.observedGeneration}'=1 tds/tdset-hello-world tds/business-hours --timeout=60s >/dev/null
+  kubectl -n temp create deployment shop-frontend --image=nginx:1.27 --replicas=2
+  kubectl apply -n temp -f examples/existing-deployment.yaml
+  kubectl -n temp wait --for=jsonpath='{.status.observedGeneration}'=1 tds/tdset-hello-world tds/business-hours tds/shop-frontend-hours --timeout=60s >/dev/null
   sleep 1
   echo
   echo "\$ kubectl get tds,deploy -n temp"
@@ -51,6 +55,15 @@ start() {
   echo
   echo "\$ kubectl describe tds -n temp tdset-hello-world   (status and events)"
   kubectl describe tds -n temp tdset-hello-world | sed -n '/^Status:/,$p'
+  echo
+  echo "\$ kubectl get tds -n temp shop-frontend-hours -o wide"
+  kubectl get tds -n temp shop-frontend-hours -o wide
+  echo
+  echo "\$ kubectl describe tds -n temp shop-frontend-hours   (a referenced target)"
+  kubectl describe tds -n temp shop-frontend-hours | sed -n '/^Status:/,$p'
+  echo
+  echo "\$ kubectl get deploy -n temp shop-frontend -o yaml --show-managed-fields   (managers of spec.replicas)"
+  kubectl get deploy -n temp shop-frontend -o yaml --show-managed-fields | sed -n '/managedFields:/,/^  name:/p' | grep -E "manager:|subresource:|f:replicas|operation:"
   echo
   local from to
   from="$(date -u +%Y-%m-%dT00:00:00Z)"; to="$(date -u -d '+7 days' +%Y-%m-%dT00:00:00Z)"
@@ -79,7 +92,10 @@ EOT
     want="$(./target/release/tdset-operator preview -f examples/tdset_helloworld.yaml -o json | python3 -c 'import sys,json; print(json.load(sys.stdin)["desiredReplicas"])')"
     got="$(kubectl -n temp get deploy tdset-hello-world -o jsonpath='{.spec.replicas}')"
     [[ "$got" == "$want" ]] || { echo "demo smoke: Deployment has $got replicas, preview says $want" >&2; exit 1; }
-    echo "demo smoke: ok ($got replicas, as preview says)"
+    want_ref="$(./target/release/tdset-operator preview -f examples/existing-deployment.yaml -o json | python3 -c 'import sys,json; print(json.load(sys.stdin)["desiredReplicas"])')"
+    got_ref="$(kubectl -n temp get deploy shop-frontend -o jsonpath='{.spec.replicas}')"
+    [[ "$got_ref" == "$want_ref" ]] || { echo "demo smoke: referenced Deployment has $got_ref replicas, preview says $want_ref" >&2; exit 1; }
+    echo "demo smoke: ok ($got replicas owned, $got_ref referenced, as preview says)"
     ;;
   *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac

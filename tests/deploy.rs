@@ -47,33 +47,7 @@ async fn deploy_dir_applies_and_the_operator_works_as_its_service_account() {
     assert!(text.lines().all(|l| l.ends_with("unchanged")), "{text}");
 
     // A kubeconfig carrying the ServiceAccount's token instead of the admin certificate.
-    let token = kubectl(&[
-        "-n",
-        "tdset-system",
-        "create",
-        "token",
-        "tdset-operator",
-        "--duration=1h",
-    ]);
-    assert!(
-        token.status.success(),
-        "{}",
-        String::from_utf8_lossy(&token.stderr)
-    );
-    let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
-    let admin: serde_json::Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(&control_plane().kubeconfig).unwrap())
-            .unwrap();
-    let sa_config = json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": admin["clusters"],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": admin["clusters"][0]["name"], "user": "sa"}}],
-        "current-context": "sa"
-    });
-    let path = std::env::temp_dir().join(format!("tdset-sa-{}.kubeconfig", unique_suffix()));
-    std::fs::write(&path, serde_json::to_string(&sa_config).unwrap()).unwrap();
-    let sa_client = client_for(&path).await;
+    let (sa_client, path) = service_account_client("tdset-system", "tdset-operator").await;
 
     let ns = TestNamespace::new(&client, "rbac").await;
     // Permissions come from the ClusterRole and the leader-election Role, as deployed. The watch

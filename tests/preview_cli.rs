@@ -136,3 +136,37 @@ fn invalid_manifest_says_what_and_where_and_fails() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn preview_works_for_all_three_workload_forms() {
+    // 2026-05-06 is a Wednesday: 12:00 in Berlin, 06:00 in New York, 11:00 in London.
+    for (example, want) in [
+        ("full-template.yaml", 3),
+        ("existing-deployment.yaml", 1),
+        ("hpa-business-hours.yaml", 5),
+    ] {
+        let path = format!("{}/examples/{example}", env!("CARGO_MANIFEST_DIR"));
+        let (ok, out, err) = preview(&["-f", &path, "--at", "2026-05-06T10:00:00Z", "-o", "json"]);
+        assert!(ok, "{example}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["desiredReplicas"], want, "{example}");
+    }
+}
+
+#[test]
+fn a_manifest_with_two_workload_sources_is_refused() {
+    let dir = std::env::temp_dir().join(format!("tdset-preview-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("two.yaml");
+    let text = std::fs::read_to_string(SEED).unwrap().replace(
+        "spec:\n",
+        "spec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n",
+    );
+    std::fs::write(&path, text).unwrap();
+    let (ok, _, err) = preview(&["-f", path.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("exactly one of spec.container, spec.template or spec.scaleTargetRef"),
+        "{err}"
+    );
+}

@@ -7,7 +7,6 @@ mod support;
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -18,20 +17,9 @@ use tdset_operator::api::TDSet;
 use tdset_operator::clock::{Clock, SystemClock};
 use tdset_operator::controller::LeaseOptions;
 
-const GUARD: Duration = Duration::from_secs(60);
-
-fn utc(s: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
-}
-
 /// Noon on a Friday, inside 09:00-17:00.
 fn noon() -> SystemClock {
     SystemClock::starting_at(utc("2026-05-01T12:00:00Z"))
-}
-
-fn tdset(name: &str, spec: serde_json::Value) -> TDSet {
-    serde_json::from_value(json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": name}, "spec": spec}))
-        .expect("test TDSet")
 }
 
 fn office_hours() -> serde_json::Value {
@@ -62,34 +50,6 @@ async fn finish(op: Operator, ns: TestNamespace) {
     ns.cleanup().await;
 }
 
-async fn create(client: &Client, ns: &str, t: &TDSet) -> TDSet {
-    Api::<TDSet>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), t)
-        .await
-        .expect("creating TDSet")
-}
-
-/// Waits (up to GUARD) until object `name` exists and satisfies `pred`.
-async fn object_where<K>(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&K) -> bool,
-) -> K
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), ns);
-    eventually(GUARD, what, || async {
-        api.get_opt(name).await.ok().flatten().filter(|o| pred(o))
-    })
-    .await
-}
-
 async fn deployment_where(
     client: &Client,
     ns: &str,
@@ -98,10 +58,6 @@ async fn deployment_where(
     pred: impl Fn(&Deployment) -> bool,
 ) -> Deployment {
     object_where(client, ns, name, what, pred).await
-}
-
-fn replicas(d: &Deployment) -> Option<i32> {
-    d.spec.as_ref()?.replicas
 }
 
 /// The pod template's first container.
@@ -123,18 +79,10 @@ async fn tdset_where(
     object_where(client, ns, name, what, pred).await
 }
 
-fn condition<'a>(t: &'a TDSet, type_: &str) -> Option<&'a tdset_operator::api::Condition> {
-    t.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
 #[tokio::test]
 async fn creates_owned_deployment_with_scheduled_replicas_and_status() {
     let (client, ns, op) = running("rec-create").await;
-    let created = create(&client, &ns.name, &tdset("web", office_hours())).await;
+    let created = create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
     let d = deployment_where(
         &client,
         &ns.name,
@@ -231,7 +179,7 @@ async fn seed_manifest_end_to_end_matches_preview() {
 #[tokio::test]
 async fn container_change_reaches_deployment_and_drift_is_reverted() {
     let (client, ns, op) = running("rec-drift").await;
-    create(&client, &ns.name, &tdset("web", office_hours())).await;
+    create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
     deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
         replicas(d) == Some(4)
     })
@@ -324,7 +272,7 @@ async fn foreign_deployment_is_never_touched() {
         .await
         .unwrap();
     let op = Operator::start(&client, &ns.name, noon(), None, "test");
-    create(&client, &ns.name, &tdset("web", office_hours())).await;
+    create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
     let t = tdset_where(&client, &ns.name, "web", "Degraded ForeignObject", |t| {
         condition(t, "Degraded").is_some_and(|c| c.status == "True" && c.reason == "ForeignObject")
     })
@@ -367,7 +315,7 @@ async fn service_is_created_updated_and_removed_with_the_spec() {
     let (client, ns, op) = running("rec-svc").await;
     let mut spec = office_hours();
     spec["service"] = json!({"port": 80});
-    create(&client, &ns.name, &tdset("web", spec)).await;
+    create_tdset(&client, &ns.name, &tdset("web", spec)).await;
     let svcs: Api<Service> = Api::namespaced(client.clone(), &ns.name);
     let port_of = |s: &Service| {
         s.spec
@@ -422,7 +370,7 @@ async fn boundary_is_crossed_at_the_boundary_not_at_the_next_poll() {
     let boundary = utc("2026-05-01T09:00:00Z");
     // Created before the clock starts: the first TDSet create on a fresh API server can take
     // seconds (the CRD's schema is being set up), which must not eat the 2 s lead.
-    create(&client, &ns.name, &tdset("web", office_hours())).await;
+    create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
     let clock = SystemClock::starting_at(boundary - chrono::Duration::seconds(2));
     // intervalMint is an hour: only a requeue aimed at the boundary can scale within the guard.
     let op = Operator::start(&client, &ns.name, clock, None, "test");
@@ -471,7 +419,7 @@ async fn steady_state_writes_nothing() {
     let (client, ns, op) = running("rec-steady").await;
     let mut spec = office_hours();
     spec["service"] = json!({"port": 80});
-    create(&client, &ns.name, &tdset("web", spec)).await;
+    create_tdset(&client, &ns.name, &tdset("web", spec)).await;
     tdset_where(&client, &ns.name, "web", "converged status", |t| {
         t.status.as_ref().is_some_and(|s| s.replicas == Some(4))
             && condition(t, "Progressing").is_some_and(|c| c.reason == "Settled")
@@ -518,8 +466,8 @@ async fn steady_state_writes_nothing() {
 #[tokio::test]
 async fn unknown_time_zone_degrades_without_touching_owned_objects() {
     let (client, ns, op) = running("rec-tz").await;
-    create(&client, &ns.name, &tdset("web", office_hours())).await;
-    create(&client, &ns.name, &tdset("other", office_hours())).await;
+    create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
+    create_tdset(&client, &ns.name, &tdset("other", office_hours())).await;
     let d = deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
         replicas(d) == Some(4)
     })
@@ -584,7 +532,7 @@ async fn overlapping_windows_warn_but_keep_working() {
         "schedulingConfig": [{"startTime": 9, "endTime": 17, "replica": 4}, {"startTime": 11, "endTime": 13, "replica": 6}],
         "defaultReplica": 1
     });
-    create(&client, &ns.name, &tdset("web", spec)).await;
+    create_tdset(&client, &ns.name, &tdset("web", spec)).await;
     deployment_where(&client, &ns.name, "web", "first window wins", |d| {
         replicas(d) == Some(4)
     })
@@ -612,7 +560,7 @@ async fn metrics_endpoint_serves_the_series() {
     )
     .await
     .unwrap();
-    create(&client, &ns.name, &tdset("web", office_hours())).await;
+    create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
     deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
         replicas(d) == Some(4)
     })
@@ -686,7 +634,7 @@ async fn with_leader_election_only_the_leader_writes_and_a_standby_takes_over() 
     })
     .await;
     let b = Operator::start(&client, &ns.name, noon(), Some(lease), "instance-b");
-    create(&client, &ns.name, &tdset("web", office_hours())).await;
+    create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
     deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
         replicas(d) == Some(4)
     })

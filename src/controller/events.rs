@@ -51,7 +51,8 @@ pub(super) async fn record_deployment_change(
                 .and_then(|s| s.replicas);
             let scaled = from.filter(|&f| f != eval.replicas);
             if let Some(from) = scaled {
-                record_scale(ctx, tdset, &format!("Deployment {name}"), from, eval).await;
+                let change = format!("scaled Deployment {name}");
+                record_scale(ctx, tdset, &change, from, eval.replicas, eval).await;
             }
             if template_changed || scaled.is_none() {
                 let what = template_changes(before, tdset)
@@ -71,15 +72,16 @@ pub(super) async fn record_deployment_change(
     }
 }
 
-/// A replica change the operator made: counted, logged, and an Event saying why.
+/// A replica change the operator made (`change` says what: "scaled Deployment ns/web",
+/// "set HorizontalPodAutoscaler web minReplicas"): counted, logged, and an Event saying why.
 pub(super) async fn record_scale(
     ctx: &Context,
     tdset: &TDSet,
-    what: &str,
+    change: &str,
     from: i32,
+    to: i32,
     eval: &Evaluation,
 ) {
-    let to = eval.replicas;
     let (direction, reason) = if to > from {
         ("up", "ScaledUp")
     } else {
@@ -89,8 +91,8 @@ pub(super) async fn record_scale(
         .scale_operations
         .with_label_values(&[direction])
         .inc();
-    info!(from, to, window = ?eval.window_label, target = what, "scaled");
-    let note = format!("scaled {what} from {from} to {to} replicas: {}", why(eval));
+    info!(from, to, window = ?eval.window_label, change, "scaled");
+    let note = format!("{change} from {from} to {to} replicas: {}", why(eval));
     publish(ctx, tdset, EventType::Normal, reason, note).await;
 }
 

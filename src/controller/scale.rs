@@ -12,9 +12,9 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchP
 use kube::core::Status;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
-use tracing::{debug, info};
+use tracing::debug;
 
-use super::events::{EventType, publish, record_scale};
+use super::events::record_scale;
 use super::{Context, Outcome};
 use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
 use crate::error::{Error, Result};
@@ -365,7 +365,15 @@ pub(super) async fn reconcile_scale(
         if let Err(p) = write(ctx, ns, r, &res, replicas).await? {
             return Ok(problem_outcome(p, r, target));
         }
-        record_scale(ctx, tdset, &format!("{r}"), view.spec_replicas, eval).await;
+        record_scale(
+            ctx,
+            tdset,
+            &format!("scaled {r}"),
+            view.spec_replicas,
+            replicas,
+            eval,
+        )
+        .await;
         view.spec_replicas = replicas;
     }
     Ok(Outcome {
@@ -405,6 +413,43 @@ async fn read_hpa(
     }
 }
 
+/// Sets an HPA's `spec.minReplicas` (server-side apply, guarded by the uid it was read with).
+async fn write_min_replicas(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    uid: Option<&str>,
+    min: i32,
+) -> Result<Result<(), Problem>> {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+    ctx.metrics.write("horizontalpodautoscalers", "apply");
+    let body = hpa::min_replicas_body(&r.name, uid, min);
+    match api
+        .patch(
+            &r.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+    {
+        Ok(_) => Ok(Ok(())),
+        Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Err(Problem::Forbidden(format!(
+            "the operator may not patch HorizontalPodAutoscaler {} in namespace {ns}: {}; its ClusterRole \
+             needs patch on autoscaling horizontalpodautoscalers",
+            r.name, s.message
+        )))),
+        // Gone, or replaced by another object of that name (the uid no longer matches).
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {
+            Ok(Err(Problem::TargetNotFound(format!(
+                "{r} was deleted (or replaced) while it was being scaled"
+            ))))
+        }
+        Err(e) => Err(Error::kube(format!("setting minReplicas of {r} in {ns}"))(
+            e,
+        )),
+    }
+}
+
 /// `scaleTargetRef` to an HPA: the schedule is its floor (see `workload::hpa`).
 pub(super) async fn reconcile_hpa(
     tdset: &TDSet,
@@ -436,76 +481,21 @@ pub(super) async fn reconcile_hpa(
     };
     let plan = hpa::plan(eval.replicas, &hpa, target_replicas);
     if let Some(min) = plan.min_replicas {
-        let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
-        ctx.metrics.write("horizontalpodautoscalers", "apply");
-        let body = hpa::min_replicas_body(&r.name, uid.as_deref(), min);
-        match api
-            .patch(
-                &r.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_forbidden() || s.is_not_found() || s.is_conflict() => {
-                let p = if s.is_forbidden() {
-                    Problem::Forbidden(format!(
-                        "the operator may not patch HorizontalPodAutoscaler {} in namespace {ns}: {}; its ClusterRole \
-                         needs patch on autoscaling horizontalpodautoscalers",
-                        r.name, s.message
-                    ))
-                } else {
-                    Problem::TargetNotFound(format!(
-                        "{r} was deleted (or replaced) while it was being scaled"
-                    ))
-                };
-                return Ok(problem_outcome(p, r, target));
-            }
-            Err(e) => {
-                return Err(Error::kube(format!("setting minReplicas of {r} in {ns}"))(
-                    e,
-                ));
-            }
+        if let Err(p) = write_min_replicas(ctx, ns, r, uid.as_deref(), min).await? {
+            return Ok(problem_outcome(p, r, target));
         }
-        let from = hpa.min();
-        let (direction, reason) = if min > from {
-            ("up", "ScaledUp")
-        } else {
-            ("down", "ScaledDown")
-        };
-        ctx.metrics
-            .scale_operations
-            .with_label_values(&[direction])
-            .inc();
-        info!(from, to = min, hpa = %r.name, "set the HPA's minReplicas");
-        let why = match &eval.window_label {
-            Some(w) => format!("window {w} is active"),
-            None => "no window is active, defaultReplica applies".into(),
-        };
-        publish(
-            ctx,
-            tdset,
-            EventType::Normal,
-            reason,
-            format!(
-                "set HorizontalPodAutoscaler {} minReplicas from {from} to {min}: {why}",
-                r.name
-            ),
-        )
-        .await;
+        let change = format!("set HorizontalPodAutoscaler {} minReplicas", r.name);
+        record_scale(ctx, tdset, &change, hpa.min(), min, eval).await;
         hpa.min_replicas = Some(min);
     }
     if let (Some(n), Some(res)) = (plan.scale_target, res.as_ref()) {
         match write(ctx, ns, &workload_ref, res, n).await? {
             Ok(()) => {
-                let what = format!(
-                    "{workload_ref} (the target of HorizontalPodAutoscaler {})",
+                let change = format!(
+                    "scaled {workload_ref} (the target of HorizontalPodAutoscaler {})",
                     r.name
                 );
-                let mut as_asked = eval.clone();
-                as_asked.replicas = n;
-                record_scale(ctx, tdset, &what, target_replicas.unwrap_or(0), &as_asked).await;
+                record_scale(ctx, tdset, &change, target_replicas.unwrap_or(0), n, eval).await;
                 target_replicas = Some(n);
             }
             Err(p) => return Ok(problem_outcome(p, r, target)),
@@ -542,28 +532,10 @@ pub(super) async fn restore(
             Ok(found) => found,
             Err(p) => return Ok(Err(p)),
         };
-        let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
-        if hpa.min() != original {
-            ctx.metrics.write("horizontalpodautoscalers", "apply");
-            let body = hpa::min_replicas_body(&r.name, uid.as_deref(), original);
-            match api
-                .patch(
-                    &r.name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&body),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s))
-                    if s.is_forbidden() || s.is_not_found() || s.is_conflict() =>
-                {
-                    return Ok(Err(Problem::TargetNotFound(s.message.clone())));
-                }
-                Err(e) => {
-                    return Err(Error::kube(format!("restoring minReplicas of {r} in {ns}"))(e));
-                }
-            }
+        if hpa.min() != original
+            && let Err(p) = write_min_replicas(ctx, ns, r, uid.as_deref(), original).await?
+        {
+            return Ok(Err(p));
         }
         // A target the schedule put to sleep is woken to the restored floor.
         if let Ok((res, view)) = resolve_and_read(ctx, ns, &hpa.target).await?

@@ -412,6 +412,16 @@ where
         .expect("creating test object")
 }
 
+/// A Deployment of someone else's (as Helm or GitOps would have created it), as JSON.
+pub fn app_deployment(name: &str, replicas: i32) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": name, "team": "payments"}, "annotations": {"owner": "gitops"}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "app", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]}]}}}
+    })
+}
+
 /// Waits (up to GUARD) until object `name` exists and satisfies `pred`.
 pub async fn object_where<K>(
     client: &Client,
