@@ -34,7 +34,12 @@ start() {
   KUBECONFIG="$($CP start "$STATE" --kcm)"
   PATH="$($CP bin-dir):$PATH"
   kubectl apply -f crds/tdset.yaml
-  kubectl wait --for condition=Established crd/tdsets.schedule.rs --timeout=60s
+  # `kubectl wait` fails at once while the new CRD has no conditions yet, so ask again.
+  for _ in $(seq 1 60); do
+    kubectl wait --for condition=Established crd/tdsets.schedule.rs --timeout=60s >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  kubectl wait --for condition=Established crd/tdsets.schedule.rs --timeout=1s
   kubectl create namespace temp >/dev/null 2>&1 || true
   echo "== starting the operator (log: $STATE/logs/operator.log, metrics: http://127.0.0.1:18080/metrics)"
   ./target/release/tdset-operator run --kubeconfig "$KUBECONFIG" --metrics-addr 127.0.0.1:18080 \
@@ -62,8 +67,8 @@ start() {
   echo "\$ kubectl describe tds -n temp shop-frontend-hours   (a referenced target)"
   kubectl describe tds -n temp shop-frontend-hours | sed -n '/^Status:/,$p'
   echo
-  echo "\$ kubectl get deploy -n temp shop-frontend -o yaml --show-managed-fields   (managers of spec.replicas)"
-  kubectl get deploy -n temp shop-frontend -o yaml --show-managed-fields | sed -n '/managedFields:/,/^  name:/p' | grep -E "manager:|subresource:|f:replicas|operation:"
+  echo "\$ kubectl get deploy -n temp shop-frontend -o jsonpath=...   (who manages which fields)"
+  kubectl get deploy -n temp shop-frontend -o jsonpath='{range .metadata.managedFields[*]}{.manager}{"\t"}{.operation}{"\t"}{.subresource}{"\t"}{.fieldsV1.f:spec}{"\n"}{end}' | cut -c1-110
   echo
   local from to
   from="$(date -u +%Y-%m-%dT00:00:00Z)"; to="$(date -u -d '+7 days' +%Y-%m-%dT00:00:00Z)"
