@@ -15,7 +15,7 @@ pub const MAX_WINDOWS: usize = 64;
 pub const MAX_REPLICAS: i32 = 10_000;
 
 /// A workload whose replica count follows the time of day.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "schedule.rs",
     version = "v1",
@@ -29,6 +29,8 @@ pub const MAX_REPLICAS: i32 = 10_000;
     printcolumn = r#"{"name":"Current","type":"integer","jsonPath":".status.replicas","description":"Replicas of the workload"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas","description":"Ready replicas of the workload"}"#,
     printcolumn = r#"{"name":"Window","type":"string","jsonPath":".status.activeWindow","description":"The active window; empty when defaultReplica applies"}"#,
+    printcolumn = r#"{"name":"Override","type":"string","jsonPath":".status.activeOverride","priority":1,"description":"The active override"}"#,
+    printcolumn = r#"{"name":"Suspended","type":"boolean","jsonPath":".spec.suspend","description":"True while the operator writes nothing to the workload"}"#,
     printcolumn = r#"{"name":"Next","type":"string","jsonPath":".status.nextTransitionTime","description":"When the replica count changes next"}"#,
     printcolumn = r#"{"name":"Next-Replicas","type":"integer","jsonPath":".status.nextReplicas","priority":1}"#,
     printcolumn = r#"{"name":"Degraded","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status","priority":1}"#,
@@ -63,7 +65,7 @@ pub struct TDSetSpec {
     /// A full pod template for a Deployment the TDSet owns. The operator adds its selector
     /// label to the template's labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template: Option<PodTemplateSpec>,
+    pub template: Option<Box<PodTemplateSpec>>,
     /// An existing object in the TDSet's namespace whose replica count the schedule sets:
     /// any kind with a `/scale` subresource, or an autoscaling/v2 HorizontalPodAutoscaler
     /// whose `minReplicas` becomes the scheduled floor. Never created, owned or deleted.
@@ -89,6 +91,23 @@ pub struct TDSetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1440))]
     pub interval_mint: Option<i32>,
+    /// Dates (`YYYY-MM-DD`) or inclusive date ranges (`YYYY-MM-DD/YYYY-MM-DD`) in `timeZone`.
+    /// On these dates a window with a `days` list starts only if the list names `Hol`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 366))]
+    pub holidays: Vec<Holiday>,
+    /// Time-bounded counts that win over windows, holidays and `defaultReplica` while active
+    /// (`start <= t < end`); the first active one in list order applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub overrides: Vec<Override>,
+    /// While true the operator keeps computing and reporting, but writes nothing to the
+    /// workload. Setting it back applies the schedule at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+    /// Move toward a new level gradually: at most `step` replicas every `every`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<Ramp>,
     /// IANA time zone in which window times are wall-clock times. Default "UTC".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
@@ -106,6 +125,86 @@ pub struct ContainerSpec {
     /// The port the container listens on.
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
+}
+
+/// A holiday: a date, or an inclusive range of dates, in the TDSet's time zone.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct Holiday(
+    #[schemars(
+        length(min = 10, max = 21),
+        regex(pattern = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])(/[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))?$"),
+        extend("x-kubernetes-validations" = [{
+            "rule": "self.size() != 21 || self.substring(11, 21) >= self.substring(0, 10)",
+            "message": "a date range must not end before it starts (YYYY-MM-DD/YYYY-MM-DD, both inclusive)",
+            "reason": "FieldValueInvalid"
+        }])
+    )]
+    pub String,
+);
+
+/// A count that applies from `start` (inclusive) to `end` (exclusive), above everything else.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "timestamp(self.end) > timestamp(self.start)",
+    "message": "end must be after start",
+    "fieldPath": ".end",
+    "reason": "FieldValueInvalid"
+}]))]
+pub struct Override {
+    /// RFC 3339 instant with an offset or Z, e.g. "2026-11-27T08:00:00+01:00".
+    #[schemars(length(max = 64), extend("format" = "date-time"))]
+    pub start: String,
+    /// RFC 3339 instant (exclusive); must be after `start`.
+    #[schemars(length(max = 64), extend("format" = "date-time"))]
+    pub end: String,
+    #[schemars(range(min = 0, max = 10000))]
+    pub replica: i32,
+    /// Shown in status and Events, e.g. "product launch".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub reason: Option<String>,
+}
+
+impl Override {
+    /// Its `reason`, or `start-end`.
+    pub fn label(&self) -> String {
+        self.reason
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", self.start, self.end))
+    }
+}
+
+/// At a change of level, the count moves by at most `step` replicas every `every`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Ramp {
+    /// Replicas per step, >= 1.
+    #[schemars(range(min = 1, max = 10000))]
+    pub step: i32,
+    /// A duration such as "30s", "15m" or "1h30m", from 1m to 24h.
+    #[schemars(
+        length(min = 2, max = 16),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"),
+        extend("x-kubernetes-validations" = [{
+            "rule": "self != '' && duration(self) >= duration('1m') && duration(self) <= duration('24h')",
+            "message": "must be a duration from 1m to 24h, e.g. \"15m\" or \"1h30m\"",
+            "reason": "FieldValueInvalid"
+        }])
+    )]
+    pub every: String,
+    /// Both (default): ramp up before a rise and down after a fall; Up or Down: one only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<RampDirection>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RampDirection {
+    #[default]
+    Both,
+    Up,
+    Down,
 }
 
 /// An object in the TDSet's own namespace (there is no namespace field, on purpose).
@@ -199,7 +298,7 @@ pub struct Window {
     pub replica: i32,
     /// The days on which the window starts; absent means every day.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 7), extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(length(min = 1, max = 8), extend("x-kubernetes-list-type" = "set"))]
     pub days: Option<Vec<Day>>,
 }
 
@@ -212,6 +311,8 @@ pub enum Day {
     Fri,
     Sat,
     Sun,
+    /// A date in `spec.holidays`, whatever its weekday.
+    Hol,
 }
 
 impl Day {
@@ -229,7 +330,7 @@ impl Day {
         Day::ALL[w.num_days_from_monday() as usize]
     }
 
-    /// 0 for Monday .. 6 for Sunday.
+    /// 0 for Monday .. 6 for Sunday, 7 for `Hol`.
     pub fn index(self) -> u32 {
         self as u32
     }
@@ -389,6 +490,9 @@ pub struct TDSetStatus {
     pub ready_replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_window: Option<String>,
+    /// The active override (its `reason`, or `start-end`), absent when none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_override: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_transition_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -435,6 +539,10 @@ pub struct Condition {
 impl TDSetSpec {
     pub fn time_zone_name(&self) -> &str {
         self.time_zone.as_deref().unwrap_or("UTC")
+    }
+
+    pub fn is_suspended(&self) -> bool {
+        self.suspend == Some(true)
     }
 
     /// The drift safety net as a duration (5 minutes unless set).

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::error::{Error, Result};
 use crate::preview;
+use crate::schedule::Schedule;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -107,18 +108,35 @@ pub fn crd_yaml() -> Result<String> {
 
 /// Runs `preview`; returns what to print on stdout.
 pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
-    let (_, schedule) = preview::load_manifest(&args.file)?;
+    let (tdset, schedule) = preview::load_manifest(&args.file)?;
+    let suspended = tdset.spec.is_suspended();
+    let out = preview_output(args, now, &schedule, suspended)?;
+    Ok(if suspended && args.output != Output::Json {
+        format!(
+            "{out}note: spec.suspend is true: this is the schedule, and the operator writes nothing to the workload until it is set back\n"
+        )
+    } else {
+        out
+    })
+}
+
+fn preview_output(
+    args: &PreviewArgs,
+    now: DateTime<Utc>,
+    schedule: &Schedule,
+    suspended: bool,
+) -> Result<String> {
     let ranged = args.from.is_some()
         || args.to.is_some()
         || args.output == Output::Chart && args.at.is_none();
     if !ranged {
         let at = args.at.unwrap_or(now);
-        let p = preview::at(&schedule, at);
+        let p = preview::at(schedule, at, suspended);
         return match args.output {
             Output::Json => pretty_json(&p),
-            Output::Table => Ok(preview::point_table(&schedule, &p, at)),
+            Output::Table => Ok(preview::point_table(schedule, &p, at)),
             Output::Chart => Ok(preview::chart(
-                &schedule,
+                schedule,
                 at,
                 at + Duration::days(1),
                 args.width,
@@ -137,12 +155,12 @@ pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
         )));
     }
     match args.output {
-        Output::Json => pretty_json(&preview::range(&schedule, from, to)),
+        Output::Json => pretty_json(&preview::range(schedule, from, to)),
         Output::Table => Ok(preview::range_table(
-            &schedule,
-            &preview::range(&schedule, from, to),
+            schedule,
+            &preview::range(schedule, from, to),
         )),
-        Output::Chart => Ok(preview::chart(&schedule, from, to, args.width)),
+        Output::Chart => Ok(preview::chart(schedule, from, to, args.width)),
     }
 }
 

@@ -66,22 +66,36 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 pub struct PointPreview {
     pub at: String,
     pub time_zone: String,
+    /// The count the operator sets (`R(t)`).
     pub desired_replicas: i32,
+    /// The level the schedule asks for (`L(t)`); differs from `desiredReplicas` mid-ramp.
+    pub level: i32,
     pub active_window: Option<String>,
+    pub active_override: Option<String>,
+    pub holiday: bool,
+    /// Why the count is what it is.
+    pub reason: String,
     pub next_transition_time: Option<String>,
     pub next_replicas: Option<i32>,
+    /// `spec.suspend`: the schedule is shown, but the operator writes nothing meanwhile.
+    pub suspended: bool,
 }
 
-pub fn at(schedule: &Schedule, at: DateTime<Utc>) -> PointPreview {
+pub fn at(schedule: &Schedule, at: DateTime<Utc>, suspended: bool) -> PointPreview {
     let eval = schedule.evaluate(at);
     let next = schedule.next_transition(at);
     PointPreview {
         at: rfc3339(at),
         time_zone: schedule.time_zone().name().to_string(),
         desired_replicas: eval.replicas,
+        level: eval.level,
+        reason: eval.why(),
         active_window: eval.window_label,
+        active_override: eval.override_label,
+        holiday: eval.holiday,
         next_transition_time: next.map(|n| rfc3339(n.at)),
         next_replicas: next.map(|n| n.replicas),
+        suspended,
     }
 }
 
@@ -93,6 +107,7 @@ pub struct RangePreview {
     pub time_zone: String,
     pub initial_replicas: i32,
     pub initial_window: Option<String>,
+    pub initial_reason: String,
     pub transitions: Vec<TransitionOut>,
 }
 
@@ -101,6 +116,8 @@ pub struct TransitionOut {
     pub at: String,
     pub replicas: i32,
     pub window: Option<String>,
+    /// Why: a window, a holiday, an override, or a ramp step.
+    pub reason: String,
 }
 
 pub fn range(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> RangePreview {
@@ -110,14 +127,19 @@ pub fn range(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Ran
         to: rfc3339(to),
         time_zone: schedule.time_zone().name().to_string(),
         initial_replicas: initial.replicas,
+        initial_reason: initial.why(),
         initial_window: initial.window_label,
         transitions: schedule
             .transitions(from, to)
             .into_iter()
-            .map(|Transition { at, replicas }| TransitionOut {
-                at: rfc3339(at),
-                replicas,
-                window: schedule.evaluate(at).window_label,
+            .map(|Transition { at, replicas }| {
+                let eval = schedule.evaluate(at);
+                TransitionOut {
+                    at: rfc3339(at),
+                    replicas,
+                    reason: eval.why(),
+                    window: eval.window_label,
+                }
             })
             .collect(),
     }
@@ -133,13 +155,13 @@ pub fn point_table(schedule: &Schedule, p: &PointPreview, at: DateTime<Utc>) -> 
     let mut s = String::new();
     let _ = writeln!(s, "at:        {} ({})", p.at, local(schedule, at));
     let _ = writeln!(s, "replicas:  {}", p.desired_replicas);
-    let _ = writeln!(
-        s,
-        "window:    {}",
-        p.active_window
-            .as_deref()
-            .unwrap_or("(none: defaultReplica)")
-    );
+    let _ = writeln!(s, "why:       {}", p.reason);
+    if p.suspended {
+        let _ = writeln!(
+            s,
+            "suspended: spec.suspend is true; the operator writes nothing meanwhile"
+        );
+    }
     match (schedule.next_transition(at), p.next_replicas) {
         (Some(n), Some(r)) => {
             let _ = writeln!(
@@ -157,32 +179,23 @@ pub fn point_table(schedule: &Schedule, p: &PointPreview, at: DateTime<Utc>) -> 
 }
 
 pub fn range_table(schedule: &Schedule, r: &RangePreview) -> String {
-    let row = |s: &mut String, at: &str, replicas: i32, window: Option<&str>| {
+    let row = |s: &mut String, at: &str, replicas: i32, reason: &str| {
         let local = parse_rfc3339(at)
             .map(|t| local(schedule, t))
             .unwrap_or_default();
-        let _ = writeln!(
-            s,
-            "{at:<22} {local:<34} {replicas:>8}  {}",
-            window.unwrap_or("-")
-        );
+        let _ = writeln!(s, "{at:<22} {local:<34} {replicas:>8}  {reason}");
     };
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<22} {:<34} {:>8}  WINDOW",
+        "{:<22} {:<34} {:>8}  WHY",
         "AT (UTC)",
         format!("LOCAL ({})", r.time_zone),
         "REPLICAS"
     );
-    row(
-        &mut s,
-        &r.from,
-        r.initial_replicas,
-        r.initial_window.as_deref(),
-    );
+    row(&mut s, &r.from, r.initial_replicas, &r.initial_reason);
     for t in &r.transitions {
-        row(&mut s, &t.at, t.replicas, t.window.as_deref());
+        row(&mut s, &t.at, t.replicas, &t.reason);
     }
     s
 }
@@ -297,7 +310,7 @@ mod tests {
     #[test]
     fn seed_manifest_parses_and_previews() {
         let (_, s) = parse_manifest("seed", SEED).unwrap();
-        let p = at(&s, parse_rfc3339("2026-05-01T12:00:00Z").unwrap());
+        let p = at(&s, parse_rfc3339("2026-05-01T12:00:00Z").unwrap(), false);
         assert_eq!(p.desired_replicas, 5);
         assert_eq!(p.active_window.as_deref(), Some("09:00-17:00"));
         assert_eq!(

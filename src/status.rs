@@ -27,6 +27,7 @@ pub mod reason {
     pub const SCALING: &str = "Scaling";
     pub const SETTLED: &str = "Settled";
     pub const BLOCKED: &str = "Blocked";
+    pub const SUSPENDED: &str = "Suspended";
     // Degraded
     pub const AS_EXPECTED: &str = "AsExpected";
     pub const OVERLAPPING_WINDOWS: &str = "OverlappingWindows";
@@ -202,6 +203,8 @@ pub struct Inputs<'a> {
     /// With `scaleTargetRef`: what the operator sets on which object.
     pub target: Option<&'a TargetStatus>,
     pub problem: Option<&'a Problem>,
+    /// `spec.suspend`: the operator observes and reports, and writes nothing to the workload.
+    pub suspended: bool,
     pub now: DateTime<Utc>,
 }
 
@@ -219,6 +222,7 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
         replicas: seen.map(|o| o.current),
         ready_replicas: seen.and_then(|o| o.ready),
         active_window: i.evaluation.and_then(|e| e.window_label.clone()),
+        active_override: i.evaluation.and_then(|e| e.override_label.clone()),
         next_transition_time: i.next.map(|n| rfc3339(n.at)),
         next_replicas: i.next.map(|n| n.replicas),
         target: i.target.cloned(),
@@ -298,6 +302,16 @@ fn available(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
 }
 
 fn progressing(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
+    if i.suspended {
+        let wants = desired.map_or(String::new(), |d| {
+            format!("; the schedule wants {d} replicas now")
+        });
+        return (
+            false,
+            reason::SUSPENDED,
+            format!("spec.suspend is true: the operator writes nothing to the workload{wants}"),
+        );
+    }
     if let Some(p) = i.problem {
         return (
             false,
@@ -435,6 +449,7 @@ mod tests {
             workload: Err(&MISSING),
             target: None,
             problem,
+            suspended: false,
             now: DateTime::parse_from_rfc3339(now)
                 .unwrap()
                 .with_timezone(&Utc),
@@ -445,8 +460,12 @@ mod tests {
     fn a_failed_reconcile_changes_only_degraded() {
         let eval = Evaluation {
             replicas: 4,
+            level: 4,
             window: Some(0),
             window_label: Some("office".into()),
+            override_label: None,
+            holiday: false,
+            ramp: None,
         };
         let ok = next_status(&inputs(None, &eval, None, "2026-01-01T00:00:00Z"));
         let p = Problem::ApiError("connection refused".into());
@@ -475,8 +494,12 @@ mod tests {
     fn last_transition_time_moves_only_when_status_flips() {
         let eval = Evaluation {
             replicas: 2,
+            level: 2,
             window: None,
             window_label: None,
+            override_label: None,
+            holiday: false,
+            ramp: None,
         };
         let s1 = next_status(&inputs(None, &eval, None, "2026-01-01T00:00:00Z"));
         let degraded1 = find(Some(&s1), DEGRADED).unwrap().clone();

@@ -96,6 +96,18 @@ async fn valid_manifests_are_accepted() {
         variant("", "  intervalMint: 1440"),
         variant("", "  service: {port: 8080}"),
         variant(
+            "- {startTime",
+            "  - {startTime: 9, endTime: 17, replica: 3, days: [Sat, Sun, Hol]}\n  holidays: [\"2026-12-25\", \"2026-12-24/2026-12-26\"]",
+        ),
+        variant(
+            "",
+            "  overrides:\n  - {start: \"2026-11-27T08:00:00+01:00\", end: \"2026-11-27T20:00:00+01:00\", replica: 12, reason: product launch}\n  - {start: \"2026-11-28T00:00:00Z\", end: \"2026-11-28T00:01:00Z\", replica: 0}",
+        ),
+        variant("", "  suspend: true"),
+        variant("", "  ramp: {step: 2, every: 15m, direction: Both}"),
+        variant("", "  ramp: {step: 1, every: 1h30m, direction: Down}"),
+        variant("", "  ramp: {step: 1, every: 24h}"),
+        variant(
             "container",
             "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}",
         ),
@@ -134,6 +146,94 @@ async fn invalid_manifests_are_rejected_naming_the_field() {
             .collect::<String>()
     );
     let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "holiday not a date",
+            variant("", "  holidays: [\"2026-13-01\"]"),
+            "spec.holidays[0]",
+        ),
+        (
+            "holiday range backwards",
+            variant("", "  holidays: [\"2026-12-26/2026-12-24\"]"),
+            "spec.holidays[0]",
+        ),
+        (
+            "too many holidays",
+            variant(
+                "",
+                &format!(
+                    "  holidays: [{}]",
+                    (0..367).map(|i| format!("\"2026-01-01/2027-{:02}-01\"", i % 12 + 1)).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+            "spec.holidays: Too many",
+        ),
+        (
+            "unknown day name",
+            variant(w, "  - {startTime: 9, endTime: 17, replica: 3, days: [Holiday]}"),
+            "spec.schedulingConfig[0].days[0]",
+        ),
+        (
+            "override ending before it starts",
+            variant(
+                "",
+                "  overrides: [{start: \"2026-11-27T20:00:00+01:00\", end: \"2026-11-27T08:00:00+01:00\", replica: 12}]",
+            ),
+            "spec.overrides[0].end",
+        ),
+        (
+            "override start not an instant",
+            variant("", "  overrides: [{start: tomorrow, end: \"2026-11-27T08:00:00Z\", replica: 12}]"),
+            "spec.overrides[0].start",
+        ),
+        (
+            "override replica negative",
+            variant(
+                "",
+                "  overrides: [{start: \"2026-11-27T08:00:00Z\", end: \"2026-11-27T09:00:00Z\", replica: -1}]",
+            ),
+            "spec.overrides[0].replica",
+        ),
+        (
+            "too many overrides",
+            variant(
+                "",
+                &format!(
+                    "  overrides: [{}]",
+                    (0..33).map(|_| "{start: \"2026-11-27T08:00:00Z\", end: \"2026-11-27T09:00:00Z\", replica: 1}").collect::<Vec<_>>().join(", ")
+                ),
+            ),
+            "spec.overrides: Too many",
+        ),
+        (
+            "ramp step 0",
+            variant("", "  ramp: {step: 0, every: 15m}"),
+            "spec.ramp.step",
+        ),
+        (
+            "ramp every under a minute",
+            variant("", "  ramp: {step: 1, every: 30s}"),
+            "spec.ramp.every",
+        ),
+        (
+            "ramp every over a day",
+            variant("", "  ramp: {step: 1, every: 25h}"),
+            "spec.ramp.every",
+        ),
+        (
+            "ramp every not a duration",
+            variant("", "  ramp: {step: 1, every: soon}"),
+            "spec.ramp.every",
+        ),
+        (
+            "ramp direction unknown",
+            variant("", "  ramp: {step: 1, every: 15m, direction: Sideways}"),
+            "spec.ramp.direction",
+        ),
+        (
+            "suspend not a boolean",
+            variant("", "  suspend: sometimes"),
+            "spec.suspend",
+        ),
         (
             "no workload source",
             variant("container", ""),

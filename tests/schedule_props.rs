@@ -4,7 +4,9 @@
 use chrono::{DateTime, Datelike, Duration, NaiveDate, Offset, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 use proptest::prelude::*;
-use tdset_operator::api::{ContainerSpec, Day, TDSetSpec, TimeOfDay, Window};
+use tdset_operator::api::{
+    ContainerSpec, Day, Holiday, Override, Ramp, RampDirection, TDSetSpec, TimeOfDay, Window,
+};
 use tdset_operator::schedule::Schedule;
 
 const ZONES: &[&str] = &[
@@ -77,6 +79,7 @@ fn spec() -> impl Strategy<Value = TDSetSpec> {
             default_replica: default,
             interval_mint: None,
             time_zone: Some(tz.to_string()),
+            ..TDSetSpec::default()
         })
 }
 
@@ -213,6 +216,7 @@ fn one_window(tz: &str, start: (u8, u8), end: (u8, u8)) -> Schedule {
         default_replica: 1,
         interval_mint: None,
         time_zone: Some(tz.into()),
+        ..TDSetSpec::default()
     })
     .unwrap()
 }
@@ -275,4 +279,223 @@ fn next_transition_is_never_now_even_on_a_boundary() {
         s.next_transition(at).unwrap().at,
         utc("2026-05-01T17:00:00Z")
     );
+}
+
+// ---- Holidays, overrides and ramps, against a minute-by-minute brute force. ----
+
+/// A spec with holidays and overrides near `base`, windows that may name `Hol`, and maybe a
+/// ramp. Everything sits on whole minutes, as a level change does in any real zone.
+fn calendar_spec() -> impl Strategy<Value = (TDSetSpec, DateTime<Utc>)> {
+    let windows = prop::collection::vec(
+        (window(), any::<bool>()).prop_map(|(mut w, hol)| {
+            if hol && let Some(days) = w.days.as_mut() {
+                days.push(Day::Hol);
+            }
+            w
+        }),
+        0..5,
+    );
+    let holidays = prop::collection::vec((-2i64..4, 0i64..3), 0..3);
+    let overrides =
+        prop::collection::vec((-3000i64..3000, 1i64..600, 0i32..7, any::<bool>()), 0..3);
+    let ramp = prop::option::of((1i32..4, 1i64..31, 0usize..3));
+    (
+        prop::sample::select(ZONES),
+        windows,
+        0i32..6,
+        any::<bool>(),
+        0usize..16,
+        0i64..i64::MAX / 2,
+        holidays,
+        overrides,
+        ramp,
+    )
+        .prop_map(
+            |(tz, windows, default, near, pick, secs, holidays, overrides, ramp)| {
+                let mut spec = TDSetSpec {
+                    container: Some(ContainerSpec {
+                        image: "app".into(),
+                        port: 80,
+                    }),
+                    scheduling_config: windows,
+                    default_replica: default,
+                    time_zone: Some(tz.to_string()),
+                    ..TDSetSpec::default()
+                };
+                let base = next_whole_minute(instant_for(&spec, near, pick, secs));
+                let tzv: Tz = tz.parse().unwrap();
+                let today = base.with_timezone(&tzv).date_naive();
+                spec.holidays = holidays
+                    .into_iter()
+                    .map(|(from, len)| {
+                        let a = today + Duration::days(from);
+                        let b = a + Duration::days(len);
+                        Holiday(if len == 0 {
+                            a.to_string()
+                        } else {
+                            format!("{a}/{b}")
+                        })
+                    })
+                    .collect();
+                spec.overrides = overrides
+                    .into_iter()
+                    .map(|(start, len, replica, reason)| Override {
+                        start: (base + Duration::minutes(start)).to_rfc3339(),
+                        end: (base + Duration::minutes(start + len)).to_rfc3339(),
+                        replica,
+                        reason: reason.then(|| format!("o{start}")),
+                    })
+                    .collect();
+                spec.ramp = ramp.map(|(step, every, direction)| Ramp {
+                    step,
+                    every: format!("{every}m"),
+                    direction: Some(
+                        [RampDirection::Both, RampDirection::Up, RampDirection::Down][direction],
+                    ),
+                });
+                (spec, base)
+            },
+        )
+}
+
+/// The level by a different formulation: overrides first; then, for each window, the two
+/// dates it could have started on, with the holiday rule applied to the start date.
+fn oracle_level(spec: &TDSetSpec, at: DateTime<Utc>) -> i32 {
+    for o in &spec.overrides {
+        let (s, e) = (utc(&o.start), utc(&o.end));
+        if s <= at && at < e {
+            return o.replica;
+        }
+    }
+    let tz: Tz = spec.time_zone_name().parse().unwrap();
+    let local = at.with_timezone(&tz).naive_local();
+    let is_holiday = |d: NaiveDate| {
+        spec.holidays.iter().any(|h| {
+            let (a, b) = h.0.split_once('/').unwrap_or((&h.0, &h.0));
+            let parse = |s: &str| NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap();
+            parse(a) <= d && d <= parse(b)
+        })
+    };
+    let minute = local.hour() as i64 * 60 + local.minute() as i64;
+    for w in &spec.scheduling_config {
+        let (s, e) = (
+            w.start_time.minute_of_day() as i64,
+            w.end_time.minute_of_day() as i64,
+        );
+        let len = (e - s).rem_euclid(1440);
+        for (date, extra) in [(local.date(), 0), (local.date() - Duration::days(1), 1440)] {
+            let m = minute + extra;
+            if !(s <= m && m < s + len) {
+                continue;
+            }
+            let starts = match &w.days {
+                None => true,
+                Some(days) if is_holiday(date) => days.contains(&Day::Hol),
+                Some(days) => days.contains(&Day::from_chrono(date.weekday())),
+            };
+            if starts {
+                return w.replica;
+            }
+        }
+    }
+    spec.default_replica
+}
+
+/// The count at every whole minute of `[from, from + minutes)`, from the contract's formula
+/// evaluated by brute force over a minute grid of levels.
+fn oracle_counts(spec: &TDSetSpec, from: DateTime<Utc>, minutes: i64) -> Vec<i32> {
+    let Some(ramp) = &spec.ramp else {
+        return (0..minutes)
+            .map(|k| oracle_level(spec, from + Duration::minutes(k)))
+            .collect();
+    };
+    let every = ramp.every.trim_end_matches('m').parse::<i64>().unwrap();
+    let direction = ramp.direction.unwrap_or_default();
+    let (up, down) = (
+        direction != RampDirection::Down,
+        direction != RampDirection::Up,
+    );
+    let levels: Vec<i32> = spec
+        .scheduling_config
+        .iter()
+        .map(|w| w.replica)
+        .chain(spec.overrides.iter().map(|o| o.replica))
+        .chain([spec.default_replica])
+        .collect();
+    let spread = (levels.iter().max().unwrap() - levels.iter().min().unwrap()) as i64;
+    let reach = (spread + ramp.step as i64 - 1) / ramp.step as i64 * every;
+    let grid: Vec<i32> = (-reach..minutes + reach)
+        .map(|k| oracle_level(spec, from + Duration::minutes(k)))
+        .collect();
+    let at = |k: i64| grid[(k + reach) as usize];
+    (0..minutes)
+        .map(|t| {
+            let mut r = at(t);
+            for k in 1..=reach {
+                let drop = ramp.step * ((k + every - 1) / every) as i32;
+                if down {
+                    r = r.max(at(t - k) - drop);
+                }
+                if up {
+                    r = r.max(at(t + k) - drop);
+                }
+            }
+            r.max(0)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+
+    #[test]
+    fn holidays_overrides_and_ramps_agree_with_minute_scan((spec, base) in calendar_spec(), offset in -1440i64..2880, secs in 0i64..60, anchor in 0usize..3, which in 0usize..8, before in 0i64..90) {
+        let schedule = match Schedule::compile(&spec) {
+            Ok(s) => s,
+            // A generated ramp may be too long for its levels; that is the engine's call.
+            Err(e) => { prop_assert!(e.iter().all(|e| e.field == "spec.ramp"), "{:?}", e); return Ok(()); }
+        };
+        // Anywhere around `base`, or shortly before an override's edge or a holiday's midnight.
+        let edges: Vec<DateTime<Utc>> = match anchor {
+            1 => spec.overrides.iter().flat_map(|o| [utc(&o.start), utc(&o.end)]).collect(),
+            2 => {
+                let tz: Tz = spec.time_zone_name().parse().unwrap();
+                spec.holidays
+                    .iter()
+                    .filter_map(|h| {
+                        let day = NaiveDate::parse_from_str(&h.0[..10], "%Y-%m-%d").ok()?;
+                        tz.from_local_datetime(&day.and_hms_opt(0, 0, 0)?).earliest()
+                    })
+                    .map(|t| next_whole_minute(t.with_timezone(&Utc) - Duration::seconds(1)))
+                    .collect()
+            }
+            _ => vec![],
+        };
+        let minute = match edges.get(which % edges.len().max(1)) {
+            Some(edge) => *edge - Duration::minutes(before),
+            None => base + Duration::minutes(offset),
+        };
+        let now = minute + Duration::seconds(secs);
+        let scan = 1440;
+        let counts = oracle_counts(&spec, minute, scan + 1);
+        let current = schedule.evaluate(now).replicas;
+        prop_assert_eq!(current, counts[0], "count at {} ({})", now, spec.time_zone_name());
+        prop_assert_eq!(schedule.evaluate(now).level, oracle_level(&spec, now));
+
+        let scanned = (1..=scan)
+            .find(|&k| counts[k as usize] != current)
+            .map(|k| (minute + Duration::minutes(k), counts[k as usize]));
+        match schedule.next_transition(now) {
+            Some(n) => {
+                prop_assert!(n.at > now, "next {} is not after now {}", n.at, now);
+                prop_assert_eq!(schedule.evaluate(n.at).replicas, n.replicas);
+                if n.at <= minute + Duration::minutes(scan) {
+                    prop_assert_eq!(scanned, Some((n.at, n.replicas)), "now {} zone {}", now, spec.time_zone_name());
+                } else {
+                    prop_assert_eq!(scanned, None);
+                }
+            }
+            None => prop_assert_eq!(scanned, None, "engine says never, scan found a change; now {}", now),
+        }
+    }
 }

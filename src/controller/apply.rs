@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use super::events::{EventType, publish, record_deployment_change};
-use super::{Change, Context, Outcome};
+use super::{Change, Context, Outcome, Write};
 use crate::api::{TDSet, TDSetStatus};
 use crate::error::{Error, Result};
 use crate::schedule::Evaluation;
@@ -26,6 +26,7 @@ pub(super) async fn reconcile_owned(
     ctx: &Context,
     ns: &str,
     eval: &Evaluation,
+    write: Write,
 ) -> Result<Outcome> {
     let name = tdset.name_any();
     let cached = ctx
@@ -33,6 +34,26 @@ pub(super) async fn reconcile_owned(
         .get(&ObjectRef::new(&name).within(ns))
         .map(|c| c.object())
         .transpose()?;
+    if write == Write::Never {
+        // Suspended: report what is there, touch nothing.
+        let workload = cached
+            .as_ref()
+            .filter(|d| owned::is_owned_by(*d, tdset))
+            .map(|d| Observed::deployment(d, eval.replicas))
+            .ok_or_else(|| Missing {
+                reason: reason::DEPLOYMENT_MISSING,
+                message: format!(
+                    "no Deployment {name} of this TDSet exists (suspended: none is created)"
+                ),
+            });
+        return Ok(Outcome {
+            workload,
+            problem: None,
+            notices: vec![],
+            target: None,
+            retry: None,
+        });
+    }
     let desired = owned::desired_deployment(tdset, eval.replicas)?
         .ok_or(Error::MissingField("spec.container"))?;
     let template_changed = cached

@@ -14,13 +14,6 @@ use crate::api::TDSet;
 use crate::schedule::Evaluation;
 use crate::workload::owned::FIELD_MANAGER;
 
-fn why(eval: &Evaluation) -> String {
-    match &eval.window_label {
-        Some(w) => format!("window {w} is active"),
-        None => "no window is active, defaultReplica applies".into(),
-    }
-}
-
 pub(super) async fn record_deployment_change(
     tdset: &TDSet,
     ctx: &Context,
@@ -41,7 +34,7 @@ pub(super) async fn record_deployment_change(
             let note = format!(
                 "created Deployment {name} with {} replicas ({})",
                 eval.replicas,
-                why(eval)
+                eval.why()
             );
             publish(ctx, tdset, EventType::Normal, "Created", note).await;
         }
@@ -92,7 +85,7 @@ pub(super) async fn record_scale(
         .with_label_values(&[direction])
         .inc();
     info!(from, to, window = ?eval.window_label, change, "scaled");
-    let note = format!("{change} from {from} to {to} replicas: {}", why(eval));
+    let note = format!("{change} from {from} to {to} replicas: {}", eval.why());
     publish(ctx, tdset, EventType::Normal, reason, note).await;
 }
 

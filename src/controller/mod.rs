@@ -147,14 +147,21 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
     let next = schedule.next_transition(now);
     let warnings = schedule.warnings();
 
-    // Observe and apply, as the mode asks.
+    // Observe and apply, as the mode asks; while suspended, observe only.
     finalizer::ensure(tdset, ctx, &ns).await?;
+    let write = if tdset.spec.is_suspended() {
+        Write::Never
+    } else {
+        Write::IfDifferent
+    };
     let outcome = match source {
         Source::Container(_) | Source::Template(_) => {
-            apply::reconcile_owned(tdset, ctx, &ns, &eval).await?
+            apply::reconcile_owned(tdset, ctx, &ns, &eval, write).await?
         }
-        Source::Scale(target) => scale::reconcile_scale(tdset, ctx, &ns, target, &eval).await?,
-        Source::HpaFloor(hpa) => scale::reconcile_hpa(tdset, ctx, &ns, hpa, &eval).await?,
+        Source::Scale(target) => {
+            scale::reconcile_scale(tdset, ctx, &ns, target, &eval, write).await?
+        }
+        Source::HpaFloor(hpa) => scale::reconcile_hpa(tdset, ctx, &ns, hpa, &eval, write).await?,
     };
 
     // Status (pure), written only when it differs.
@@ -169,6 +176,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
         workload: outcome.workload.as_ref(),
         target: outcome.target.as_ref(),
         problem: outcome.problem.as_ref(),
+        suspended: write == Write::Never,
         now,
     });
     write_status(tdset, ctx, previous.as_ref(), new_status).await?;
@@ -201,6 +209,13 @@ fn on_target<K: Resource<DynamicType = ()>>(
             &o.name_any(),
         )
     }
+}
+
+/// Whether a reconcile may write to the workload (`spec.suspend` says no).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Write {
+    IfDifferent,
+    Never,
 }
 
 /// What observing and applying a workload found, for status and the requeue.
@@ -242,13 +257,14 @@ async fn run_controller(
         statuses: StatusMemo::default(),
     });
 
-    // Ready once all three caches hold a full list. Polled, not awaited: a store's readiness
+    // Ready once all four caches hold a full list. Polled, not awaited: a store's readiness
     // wakes only its last waiter, and the controller itself waits on the TDSet store.
     let readiness = {
-        let (t, d, s, health) = (
+        let (t, d, s, h, health) = (
             tdsets.clone(),
             deployments.clone(),
             services.clone(),
+            hpas.clone(),
             health.clone(),
         );
         tokio::spawn(async move {
@@ -258,6 +274,7 @@ async fn run_controller(
                 if synced(t.wait_until_ready().now_or_never())
                     && synced(d.wait_until_ready().now_or_never())
                     && synced(s.wait_until_ready().now_or_never())
+                    && synced(h.wait_until_ready().now_or_never())
                 {
                     info!("caches synced; ready");
                     health.set_ready(true);

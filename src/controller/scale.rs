@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::core::Status;
@@ -15,8 +16,8 @@ use kube::{Client, ResourceExt};
 use tracing::debug;
 
 use super::events::record_scale;
-use super::{Context, Outcome};
-use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
+use super::{Context, Outcome, Write};
+use crate::api::{ScaleTargetRef, TDSet, TDSetStatus, TargetStatus};
 use crate::error::{Error, Result};
 use crate::schedule::Evaluation;
 use crate::status::{Missing, Notice, Observed, Problem, reason};
@@ -284,29 +285,46 @@ pub(super) fn hpa_view(h: &HorizontalPodAutoscaler) -> Option<HpaView> {
     })
 }
 
-/// What status says about the target: the original count is kept from the first takeover
-/// for as long as the TDSet points at the same object.
-fn target_status(
+/// What status says about the target. The original count is kept from the first takeover
+/// for as long as the TDSet points at the same object. Status is the only place it is
+/// remembered, so before recording a new one the TDSet is read live: a freshly started
+/// operator may list a revision from before the status that recorded it, and would otherwise
+/// take the count it set itself for the original.
+async fn target_status(
     tdset: &TDSet,
     ctx: &Context,
+    ns: &str,
     r: &ScaleTargetRef,
     field: &str,
     now: Option<i32>,
-) -> TargetStatus {
-    let previous = ctx.statuses.current(tdset).and_then(|s| s.target);
+) -> Result<TargetStatus> {
     let same = |t: &TargetStatus| {
         t.api_version == r.api_version && t.kind == r.kind && t.name == r.name && t.field == field
     };
-    TargetStatus {
+    let recorded = |status: Option<TDSetStatus>| {
+        status
+            .and_then(|s| s.target)
+            .filter(same)
+            .and_then(|t| t.original_replicas)
+    };
+    let mut original = recorded(ctx.statuses.current(tdset));
+    if original.is_none() {
+        let live = Api::<TDSet>::namespaced(ctx.client.clone(), ns)
+            .get(&tdset.name_any())
+            .await
+            .map_err(Error::kube(format!(
+                "reading TDSet {ns}/{}",
+                tdset.name_any()
+            )))?;
+        original = recorded(live.status);
+    }
+    Ok(TargetStatus {
         api_version: r.api_version.clone(),
         kind: r.kind.clone(),
         name: r.name.clone(),
         field: field.into(),
-        original_replicas: match previous {
-            Some(t) if same(&t) => t.original_replicas.or(now),
-            _ => now,
-        },
-    }
+        original_replicas: original.or(now),
+    })
 }
 
 fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStatus) -> Outcome {
@@ -336,19 +354,35 @@ pub(super) async fn reconcile_scale(
     ns: &str,
     r: &ScaleTargetRef,
     eval: &Evaluation,
+    write_: Write,
 ) -> Result<Outcome> {
     const FIELD: &str = "spec.replicas";
+    if ctx.hpas.wait_until_ready().now_or_never().is_none() {
+        // Until the HPA cache holds a full list, a conflicting HPA could be missed: write
+        // nothing yet and look again in a moment.
+        return Ok(Outcome {
+            workload: Err(Missing {
+                reason: reason::TARGET_MISSING,
+                message: "waiting for the HorizontalPodAutoscaler cache to sync".into(),
+            }),
+            problem: None,
+            notices: vec![],
+            // Keep what status remembers (the original count), as every other path does.
+            target: Some(target_status(tdset, ctx, ns, r, FIELD, None).await?),
+            retry: Some(Duration::from_secs(1)),
+        });
+    }
     let (res, view) = match resolve_and_read(ctx, ns, r).await? {
         Ok(found) => found,
         Err(p) => {
             return Ok(problem_outcome(
                 p,
                 r,
-                target_status(tdset, ctx, r, FIELD, None),
+                target_status(tdset, ctx, ns, r, FIELD, None).await?,
             ));
         }
     };
-    let target = target_status(tdset, ctx, r, FIELD, Some(view.spec_replicas));
+    let target = target_status(tdset, ctx, ns, r, FIELD, Some(view.spec_replicas)).await?;
     if let Some(h) = target::conflicting_hpa(r, &hpas_in(ctx, ns)) {
         let p = Problem::ConflictingAutoscaler(format!(
             "HorizontalPodAutoscaler {} also scales {r}; the operator writes nothing rather than fight it. \
@@ -361,7 +395,9 @@ pub(super) async fn reconcile_scale(
         return Ok(out);
     }
     let mut view = view;
-    if let Some(replicas) = target::scale_write(eval.replicas, &view) {
+    if write_ == Write::IfDifferent
+        && let Some(replicas) = target::scale_write(eval.replicas, &view)
+    {
         if let Err(p) = write(ctx, ns, r, &res, replicas).await? {
             return Ok(problem_outcome(p, r, target));
         }
@@ -457,6 +493,7 @@ pub(super) async fn reconcile_hpa(
     ns: &str,
     r: &ScaleTargetRef,
     eval: &Evaluation,
+    write_: Write,
 ) -> Result<Outcome> {
     const FIELD: &str = "spec.minReplicas";
     let (mut hpa, uid) = match read_hpa(ctx, ns, r).await? {
@@ -465,11 +502,11 @@ pub(super) async fn reconcile_hpa(
             return Ok(problem_outcome(
                 p,
                 r,
-                target_status(tdset, ctx, r, FIELD, None),
+                target_status(tdset, ctx, ns, r, FIELD, None).await?,
             ));
         }
     };
-    let target = target_status(tdset, ctx, r, FIELD, Some(hpa.min()));
+    let target = target_status(tdset, ctx, ns, r, FIELD, Some(hpa.min())).await?;
     // The HPA's own target, read for its count: a floor of 0 is the target asleep.
     let workload_ref = hpa.target.clone();
     let (res, mut target_replicas) = match resolve_and_read(ctx, ns, &workload_ref).await? {
@@ -479,7 +516,11 @@ pub(super) async fn reconcile_hpa(
             (None, None)
         }
     };
-    let plan = hpa::plan(eval.replicas, &hpa, target_replicas);
+    let mut plan = hpa::plan(eval.replicas, &hpa, target_replicas);
+    if write_ == Write::Never {
+        plan.min_replicas = None;
+        plan.scale_target = None;
+    }
     if let Some(min) = plan.min_replicas {
         if let Err(p) = write_min_replicas(ctx, ns, r, uid.as_deref(), min).await? {
             return Ok(problem_outcome(p, r, target));

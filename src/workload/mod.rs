@@ -34,7 +34,7 @@ impl<'a> Source<'a> {
     pub fn of(spec: &'a TDSetSpec) -> Result<Source<'a>, SpecError> {
         match (&spec.container, &spec.template, &spec.scale_target_ref) {
             (Some(c), None, None) => Ok(Source::Container(c)),
-            (None, Some(t), None) => Ok(Source::Template(t)),
+            (None, Some(t), None) => Ok(Source::Template(t.as_ref())),
             (None, None, Some(r)) if r.is_hpa() => Ok(Source::HpaFloor(r)),
             (None, None, Some(r)) => Ok(Source::Scale(r)),
             _ => Err(SpecError {

@@ -150,7 +150,7 @@ pub fn desired_deployment(tdset: &TDSet, replicas: i32) -> Result<Option<Deploym
             }),
         },
         (None, Some(t)) => {
-            let mut t = t.clone();
+            let mut t = PodTemplateSpec::clone(t);
             let m = t.metadata.get_or_insert_with(ObjectMeta::default);
             m.labels
                 .get_or_insert_with(BTreeMap::new)
@@ -380,6 +380,7 @@ pub(crate) mod tests {
                 default_replica: 2,
                 interval_mint: None,
                 time_zone: None,
+                ..TDSetSpec::default()
             },
         );
         t.metadata.namespace = Some("ns".into());

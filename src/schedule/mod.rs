@@ -4,6 +4,16 @@
 //! in the spec's zone, so the answer at an instant depends only on the local (date, time) at
 //! that instant. That makes DST fall out of the conversion: a repeated local hour is simply
 //! visited twice, and a boundary inside a skipped hour has been passed when the gap ends.
+//!
+//! Two quantities (see the contract): the **level** `L(t)` (the first active override, else
+//! the first active window, with holidays deciding which windows start on a date, else
+//! `defaultReplica`) and the **count** `R(t)`, which equals `L(t)` unless a ramp spreads a
+//! change of level over steps (`ramp.rs`). Holidays and overrides live in `calendar.rs`; the
+//! schema's rules, checked again for manifests that never met an API server, in `validate.rs`.
+
+mod calendar;
+mod ramp;
+mod validate;
 
 use std::fmt;
 
@@ -13,13 +23,25 @@ use chrono::{
 };
 use chrono_tz::Tz;
 
-use crate::api::{Day, MAX_REPLICAS, MAX_WINDOWS, TDSetSpec};
-use crate::workload::Source;
+use crate::api::{Day, TDSetSpec};
+use calendar::{CompiledOverride, Holidays};
+use ramp::{CompiledRamp, LevelChange};
+
+pub use calendar::{MAX_HOLIDAYS, MAX_OVERRIDES};
+pub use ramp::{RampPhase, parse_duration};
+pub use validate::validate;
 
 /// How far ahead `next_transition` looks before it concludes that the count never changes.
-/// The count is a weekly-periodic function of local time, so two weeks see every local
-/// (weekday, minute) at least once even if a DST gap hides some of them in one week.
+/// The weekly pattern is periodic in local time, so two weeks see every local (weekday,
+/// minute) at least once even if a DST gap hides some of them in one week; holidays and
+/// overrides extend the look-ahead to a day past the last of them.
 const HORIZON: Duration = Duration::days(15);
+/// The furthest a holiday or override can push the look-ahead.
+const MAX_LOOKAHEAD: Duration = Duration::days(800);
+/// The longest a ramp may take from the lowest to the highest level of a spec.
+pub const MAX_RAMP: Duration = Duration::days(7);
+/// Bit of `CompiledWindow::days` for `Hol`.
+const HOL: u8 = 1 << 7;
 
 /// A spec compiled for evaluation: the zone resolved, times in minutes, days as a bitmask.
 #[derive(Clone, Debug)]
@@ -28,8 +50,15 @@ pub struct Schedule {
     windows: Vec<CompiledWindow>,
     default_replicas: i32,
     /// Sorted, deduplicated minutes of the day at which some window starts or ends, always
-    /// including 0 so that day-filtered windows are re-evaluated at midnight.
+    /// including 0 so that day-filtered windows (and holidays) are re-evaluated at midnight.
     boundaries: Vec<u16>,
+    holidays: Holidays,
+    overrides: Vec<CompiledOverride>,
+    ramp: Option<CompiledRamp>,
+    /// How far from a level change its ramp reaches (zero without a ramp).
+    reach: Duration,
+    /// Where the look-ahead for a change may stop (see `HORIZON`).
+    lookahead_until: Option<DateTime<Utc>>,
 }
 
 #[derive(Clone, Debug)]
@@ -37,7 +66,8 @@ struct CompiledWindow {
     start: u16,
     end: u16,
     replicas: i32,
-    /// Bit `d` set when the window may start on weekday `d` (0 = Monday).
+    /// Bit `d` set when the window may start on weekday `d` (0 = Monday); `HOL` when it may
+    /// start on a holiday. A window without `days` has every bit.
     days: u8,
     label: String,
 }
@@ -45,14 +75,47 @@ struct CompiledWindow {
 /// What the schedule says at one instant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evaluation {
+    /// The count the operator sets, `R(t)`.
     pub replicas: i32,
+    /// The level the schedule asks for, `L(t)`; differs from `replicas` only mid-ramp.
+    pub level: i32,
     /// Index into `schedulingConfig` of the window that applies, if any.
     pub window: Option<usize>,
     /// That window's label (its name or "HH:MM-HH:MM").
     pub window_label: Option<String>,
+    /// The active override's label (its reason, or "start-end"), if any.
+    pub override_label: Option<String>,
+    /// Whether the local date is a holiday.
+    pub holiday: bool,
+    /// Mid-ramp (`replicas != level`): which way it is going.
+    pub ramp: Option<RampPhase>,
 }
 
-/// The next change of the replica count.
+impl Evaluation {
+    /// Why the count is what it is, in a few words (for Events and preview).
+    pub fn why(&self) -> String {
+        let level = match (&self.override_label, &self.window_label) {
+            (Some(o), _) => format!("override {o} is active"),
+            (None, Some(w)) => format!("window {w} is active"),
+            (None, None) if self.holiday => {
+                "a holiday, no window starts: defaultReplica applies".into()
+            }
+            (None, None) => "no window is active, defaultReplica applies".into(),
+        };
+        match self.ramp {
+            Some(RampPhase::Up { toward }) => {
+                format!(
+                    "ramping up toward {toward} (now: {level}, {} replicas)",
+                    self.level
+                )
+            }
+            Some(RampPhase::Down) => format!("ramping down toward {} ({level})", self.level),
+            None => level,
+        }
+    }
+}
+
+/// A change of the replica count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transition {
     pub at: DateTime<Utc>,
@@ -105,9 +168,18 @@ impl fmt::Display for Warning {
     }
 }
 
+/// The level at an instant and where it comes from.
+#[derive(Clone, Copy, Debug)]
+struct Level {
+    replicas: i32,
+    window: Option<usize>,
+    override_: Option<usize>,
+    holiday: bool,
+}
+
 impl Schedule {
-    /// Compiles a spec, checking everything the schema checks plus what it cannot (the zone).
-    /// Every problem is returned, not just the first.
+    /// Compiles a spec, checking everything the schema checks plus what it cannot (the zone,
+    /// real dates, the length of a ramp). Every problem is returned, not just the first.
     pub fn compile(spec: &TDSetSpec) -> Result<Schedule, Vec<SpecError>> {
         let mut errors = validate(spec);
         let tz = match spec.time_zone_name().parse::<Tz>() {
@@ -123,6 +195,36 @@ impl Schedule {
                 None
             }
         };
+        let holidays = Holidays::compile(spec, &mut errors);
+        let overrides = calendar::compile_overrides(spec, &mut errors);
+        let ramp = match spec.ramp.as_ref().map(CompiledRamp::compile) {
+            Some(Ok(r)) => Some(r),
+            Some(Err(message)) => {
+                errors.push(SpecError {
+                    field: "spec.ramp".into(),
+                    message,
+                });
+                None
+            }
+            None => None,
+        };
+        let levels = spec
+            .scheduling_config
+            .iter()
+            .map(|w| w.replica)
+            .chain(spec.overrides.iter().map(|o| o.replica))
+            .chain([spec.default_replica]);
+        let (min, max) = levels.fold((i32::MAX, i32::MIN), |(lo, hi), l| (lo.min(l), hi.max(l)));
+        let reach = ramp.map_or(Duration::zero(), |r| r.reach(min, max));
+        if reach > MAX_RAMP {
+            errors.push(SpecError {
+                field: "spec.ramp".into(),
+                message: format!(
+                    "from {min} to {max} replicas this ramp takes {} h, longer than the 7 days allowed; raise step or shorten every",
+                    reach.num_hours()
+                ),
+            });
+        }
         let Some(tz) = tz.filter(|_| errors.is_empty()) else {
             return Err(errors);
         };
@@ -134,7 +236,7 @@ impl Schedule {
                 end: w.end_time.minute_of_day(),
                 replicas: w.replica,
                 days: match &w.days {
-                    None => 0x7f,
+                    None => u8::MAX,
                     Some(days) => days.iter().fold(0u8, |m, d| m | 1 << d.index()),
                 },
                 label: w.label(),
@@ -147,11 +249,28 @@ impl Schedule {
             .collect();
         boundaries.sort_unstable();
         boundaries.dedup();
+        let last_holiday = holidays.last().and_then(|d| {
+            let next_day = d.succ_opt()?.and_time(NaiveTime::MIN);
+            tz.from_local_datetime(&next_day)
+                .latest()
+                .map(|t| t.with_timezone(&Utc))
+        });
+        let lookahead_until = overrides
+            .iter()
+            .map(|o| o.end)
+            .chain(last_holiday)
+            .max()
+            .map(|t| t + Duration::days(1) + reach);
         Ok(Schedule {
             tz,
             windows,
             default_replicas: spec.default_replica,
             boundaries,
+            holidays,
+            overrides,
+            ramp,
+            reach,
+            lookahead_until,
         })
     }
 
@@ -159,79 +278,187 @@ impl Schedule {
         self.tz
     }
 
-    /// The replica count and active window at `at`.
+    /// The count, the level and where they come from at `at`.
     pub fn evaluate(&self, at: DateTime<Utc>) -> Evaluation {
-        let local = at.with_timezone(&self.tz).naive_local();
-        match self.active_at_local(local) {
-            Some(i) => Evaluation {
-                replicas: self.windows[i].replicas,
-                window: Some(i),
-                window_label: Some(self.windows[i].label.clone()),
-            },
-            None => Evaluation {
-                replicas: self.default_replicas,
-                window: None,
-                window_label: None,
-            },
+        let level = self.level_at(at);
+        let (replicas, phase) = match &self.ramp {
+            Some(ramp) => ramp.count_and_phase(
+                at,
+                level.replicas,
+                &self.level_changes(at - self.reach, at + self.reach),
+            ),
+            None => (level.replicas, None),
+        };
+        Evaluation {
+            replicas,
+            level: level.replicas,
+            window: level.window,
+            window_label: level.window.map(|i| self.windows[i].label.clone()),
+            override_label: level.override_.map(|i| self.overrides[i].label.clone()),
+            holiday: level.holiday,
+            ramp: phase,
         }
     }
 
-    fn replicas_at(&self, at: DateTime<Utc>) -> i32 {
+    fn level_at(&self, at: DateTime<Utc>) -> Level {
         let local = at.with_timezone(&self.tz).naive_local();
-        self.active_at_local(local)
-            .map_or(self.default_replicas, |i| self.windows[i].replicas)
+        let holiday = self.holidays.contains(local.date());
+        if let Some(i) = self
+            .overrides
+            .iter()
+            .position(|o| o.start <= at && at < o.end)
+        {
+            return Level {
+                replicas: self.overrides[i].replicas,
+                window: None,
+                override_: Some(i),
+                holiday,
+            };
+        }
+        let window = self.active_at_local(local);
+        Level {
+            replicas: window.map_or(self.default_replicas, |i| self.windows[i].replicas),
+            window,
+            override_: None,
+            holiday,
+        }
+    }
+
+    /// Whether window `w` starts on `date` (its `days`, with holidays deciding on holidays).
+    fn starts_on(&self, w: &CompiledWindow, date: NaiveDate) -> bool {
+        let bit = if self.holidays.contains(date) {
+            HOL
+        } else {
+            1 << date.weekday().num_days_from_monday()
+        };
+        w.days & bit != 0
     }
 
     /// First window in list order that is active at this local wall-clock time.
     fn active_at_local(&self, local: NaiveDateTime) -> Option<usize> {
         let minute = (local.hour() * 60 + local.minute()) as u16;
-        let today = local.weekday().num_days_from_monday();
-        let yesterday = (today + 6) % 7;
+        let today = local.date();
+        let yesterday = today.pred_opt().unwrap_or(NaiveDate::MIN);
         self.windows.iter().position(|w| {
             if w.start < w.end {
-                w.days & (1 << today) != 0 && w.start <= minute && minute < w.end
+                w.start <= minute && minute < w.end && self.starts_on(w, today)
             } else {
                 // Wraps midnight: the evening part belongs to today's start, the morning part
                 // to yesterday's, because `days` names the day a window starts on.
-                (w.days & (1 << today) != 0 && minute >= w.start)
-                    || (w.days & (1 << yesterday) != 0 && minute < w.end)
+                (minute >= w.start && self.starts_on(w, today))
+                    || (minute < w.end && self.starts_on(w, yesterday))
             }
         })
     }
 
-    /// The earliest instant strictly after `now` at which the replica count changes, and the
-    /// count from then on; `None` when it never changes.
-    ///
-    /// Walks forward through the only instants where the count can change: local times that
-    /// hit a window boundary, and instants where the zone's UTC offset changes (DST), which
-    /// can jump local time over a boundary or back before one.
-    pub fn next_transition(&self, now: DateTime<Utc>) -> Option<Transition> {
-        if self
-            .windows
+    /// Whether the level can never change.
+    fn level_is_constant(&self) -> bool {
+        self.windows
             .iter()
-            .all(|w| w.replicas == self.default_replicas)
-        {
+            .map(|w| w.replicas)
+            .chain(self.overrides.iter().map(|o| o.replicas))
+            .all(|r| r == self.default_replicas)
+    }
+
+    /// The earliest instant strictly after `now` at which the count changes, and the count
+    /// from then on; `None` when it never changes. Every ramp step is a change.
+    pub fn next_transition(&self, now: DateTime<Utc>) -> Option<Transition> {
+        let Some(ramp) = &self.ramp else {
+            return self.next_level_change(now).map(|c| Transition {
+                at: c.at,
+                replicas: c.after,
+            });
+        };
+        if self.level_is_constant() {
             return None;
         }
-        let current = self.replicas_at(now);
-        let limit = now + HORIZON;
+        // The count changes only at ramp steps around level changes: those that reach past
+        // `now` from before it, and those up to the first change of level after it (plus the
+        // down steps that follow that one).
+        let current = self.evaluate(now).replicas;
+        let mut from = now - self.reach;
+        loop {
+            let next_level = self.next_level_change(from.max(now));
+            let until = match next_level {
+                Some(c) => c.at + self.reach,
+                None => now + self.reach,
+            };
+            let changes = self.level_changes(from - self.reach, until + self.reach);
+            for at in ramp.step_instants(&changes, self.reach) {
+                if at <= now || at > until {
+                    continue;
+                }
+                let level = self.level_at(at).replicas;
+                let replicas = ramp.count_at(at, level, &changes);
+                if replicas != current {
+                    return Some(Transition { at, replicas });
+                }
+            }
+            // No step moved the count up to `until`: look past the next change of level.
+            next_level?;
+            from = until;
+        }
+    }
+
+    /// Every change of the level in `(from, to]`.
+    fn level_changes(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<LevelChange> {
+        let mut out = Vec::new();
+        let mut t = from;
+        while let Some(c) = self.next_level_change(t) {
+            if c.at > to {
+                break;
+            }
+            out.push(c);
+            t = c.at;
+        }
+        out
+    }
+
+    /// The next change of the level `L` after `now`.
+    ///
+    /// Walks forward through the only instants where the level can change: local times that
+    /// hit a window boundary (midnight included, for days and holidays), instants where the
+    /// zone's UTC offset changes (DST), which can jump local time over a boundary or back
+    /// before one, and the starts and ends of overrides.
+    fn next_level_change(&self, now: DateTime<Utc>) -> Option<LevelChange> {
+        if self.level_is_constant() {
+            return None;
+        }
+        let current = self.level_at(now).replicas;
+        let limit = match self.lookahead_until {
+            Some(until) => (now + HORIZON).max(until.min(now + MAX_LOOKAHEAD)),
+            None => now + HORIZON,
+        };
         let mut t = now;
         while t < limit {
             let local = t.with_timezone(&self.tz).naive_local();
             // Same offset assumed until the next offset change, which is checked below.
             let boundary_instant = t + (self.next_boundary_after(local) - local);
-            t = match self.offset_change_in(t, boundary_instant) {
+            let mut next = match self.offset_change_in(t, boundary_instant) {
                 Some(change) => change,
                 None => boundary_instant,
             };
-            let replicas = self.replicas_at(t);
+            if let Some(edge) = self
+                .overrides
+                .iter()
+                .flat_map(|o| [o.start, o.end])
+                .filter(|&e| e > t)
+                .min()
+            {
+                next = next.min(edge);
+            }
+            t = next;
+            let replicas = self.level_at(t).replicas;
             if replicas != current {
-                return Some(Transition { at: t, replicas });
+                return Some(LevelChange {
+                    at: t,
+                    before: current,
+                    after: replicas,
+                });
             }
         }
         None
     }
-
     /// The first boundary local time strictly after `local` (today's, or tomorrow's first).
     fn next_boundary_after(&self, local: NaiveDateTime) -> NaiveDateTime {
         let date = local.date();
@@ -343,127 +570,6 @@ fn minute_to_time(m: u16) -> NaiveTime {
     NaiveTime::from_hms_opt(u32::from(m / 60), u32::from(m % 60), 0).unwrap_or(NaiveTime::MIN)
 }
 
-/// The schema's rules, for specs that never passed an API server (files given to `preview`),
-/// and as a second line of defence in the controller. Types and the HH:MM format are enforced
-/// by deserialisation already.
-pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
-    let mut errors = Vec::new();
-    if let Err(e) = Source::of(spec) {
-        errors.push(e);
-    }
-    let mut err = |field: String, message: String| errors.push(SpecError { field, message });
-    if let Some(c) = &spec.container {
-        if c.image.trim().is_empty() || c.image.chars().any(char::is_whitespace) {
-            err(
-                "spec.container.image".into(),
-                "must be a non-empty image reference without spaces".into(),
-            );
-        }
-        if !(1..=65535).contains(&c.port) {
-            err(
-                "spec.container.port".into(),
-                format!("{} is out of range 1..65535", c.port),
-            );
-        }
-    }
-    if let Some(t) = &spec.template {
-        let containers = t
-            .spec
-            .as_ref()
-            .map(|p| p.containers.as_slice())
-            .unwrap_or_default();
-        if containers.is_empty() {
-            err(
-                "spec.template.spec.containers".into(),
-                "the pod template needs at least one container".into(),
-            );
-        }
-        for (i, c) in containers.iter().enumerate() {
-            if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
-                err(
-                    format!("spec.template.spec.containers[{i}].image"),
-                    "is required".into(),
-                );
-            }
-        }
-    }
-    if spec.service.is_some() && spec.scale_target_ref.is_some() {
-        err(
-            "spec.service".into(),
-            "needs an owned Deployment (spec.container or spec.template)".into(),
-        );
-    }
-    if spec.on_delete.is_some() && spec.scale_target_ref.is_none() {
-        err(
-            "spec.onDelete".into(),
-            "applies to spec.scaleTargetRef only".into(),
-        );
-    }
-    if let Some(svc) = &spec.service
-        && !(1..=65535).contains(&svc.port)
-    {
-        err(
-            "spec.service.port".into(),
-            format!("{} is out of range 1..65535", svc.port),
-        );
-    }
-    if !(0..=MAX_REPLICAS).contains(&spec.default_replica) {
-        err(
-            "spec.defaultReplica".into(),
-            format!("{} is out of range 0..{MAX_REPLICAS}", spec.default_replica),
-        );
-    }
-    if let Some(i) = spec.interval_mint
-        && !(1..=1440).contains(&i)
-    {
-        err(
-            "spec.intervalMint".into(),
-            format!("{i} is out of range 1..1440 (minutes)"),
-        );
-    }
-    if spec.scheduling_config.len() > MAX_WINDOWS {
-        err(
-            "spec.schedulingConfig".into(),
-            format!(
-                "{} windows; at most {MAX_WINDOWS} are allowed",
-                spec.scheduling_config.len()
-            ),
-        );
-    }
-    for (i, w) in spec.scheduling_config.iter().enumerate() {
-        if w.start_time.minute_of_day() == w.end_time.minute_of_day() {
-            err(
-                format!("spec.schedulingConfig[{i}].endTime"),
-                "endTime must differ from startTime (a window needs a length; use startTime > endTime to wrap midnight)"
-                    .into(),
-            );
-        }
-        if !(0..=MAX_REPLICAS).contains(&w.replica) {
-            err(
-                format!("spec.schedulingConfig[{i}].replica"),
-                format!("{} is out of range 0..{MAX_REPLICAS}", w.replica),
-            );
-        }
-        if let Some(days) = &w.days {
-            if days.is_empty() {
-                err(
-                    format!("spec.schedulingConfig[{i}].days"),
-                    "must name at least one day, or be omitted".into(),
-                );
-            }
-            for (k, d) in days.iter().enumerate() {
-                if days[..k].contains(d) {
-                    err(
-                        format!("spec.schedulingConfig[{i}].days[{k}]"),
-                        format!("duplicate day {d}"),
-                    );
-                }
-            }
-        }
-    }
-    errors
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,6 +589,7 @@ mod tests {
             default_replica: default,
             interval_mint: None,
             time_zone: Some(tz.into()),
+            ..TDSetSpec::default()
         }
     }
 

@@ -1,0 +1,174 @@
+//! The days that are not like the others: holidays (dates in the TDSet's zone) and
+//! overrides (absolute instants), compiled from the spec.
+
+use chrono::{DateTime, NaiveDate, Utc};
+
+use super::SpecError;
+use crate::api::TDSetSpec;
+
+/// Holidays as sorted, inclusive date ranges.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Holidays(Vec<(NaiveDate, NaiveDate)>);
+
+impl Holidays {
+    pub(super) fn compile(spec: &TDSetSpec, errors: &mut Vec<SpecError>) -> Holidays {
+        let mut ranges = Vec::new();
+        for (i, h) in spec.holidays.iter().enumerate() {
+            let field = format!("spec.holidays[{i}]");
+            let date = |s: &str| NaiveDate::parse_from_str(s, "%Y-%m-%d").ok();
+            let (from, to) = match h.0.split_once('/') {
+                Some((a, b)) => (date(a), date(b)),
+                None => (date(&h.0), date(&h.0)),
+            };
+            match (from, to) {
+                (Some(a), Some(b)) if a <= b => ranges.push((a, b)),
+                (Some(_), Some(_)) => errors.push(SpecError {
+                    field,
+                    message: format!("{:?}: a date range must not end before it starts", h.0),
+                }),
+                _ => errors.push(SpecError {
+                    field,
+                    message: format!(
+                        "{:?} is not a date YYYY-MM-DD or a range YYYY-MM-DD/YYYY-MM-DD of real dates",
+                        h.0
+                    ),
+                }),
+            }
+        }
+        if spec.holidays.len() > MAX_HOLIDAYS {
+            errors.push(SpecError {
+                field: "spec.holidays".into(),
+                message: format!(
+                    "{} entries; at most {MAX_HOLIDAYS} are allowed",
+                    spec.holidays.len()
+                ),
+            });
+        }
+        ranges.sort_unstable();
+        Holidays(ranges)
+    }
+
+    pub(super) fn contains(&self, date: NaiveDate) -> bool {
+        // The last range starting on or before `date` is the only one that can hold it
+        // (ranges may overlap, so look back over those that still reach it).
+        let i = self.0.partition_point(|(from, _)| *from <= date);
+        self.0[..i].iter().rev().any(|(_, to)| *to >= date)
+    }
+
+    /// The last holiday date, if any.
+    pub(super) fn last(&self) -> Option<NaiveDate> {
+        self.0.iter().map(|(_, to)| *to).max()
+    }
+}
+
+pub const MAX_HOLIDAYS: usize = 366;
+pub const MAX_OVERRIDES: usize = 32;
+
+#[derive(Clone, Debug)]
+pub(super) struct CompiledOverride {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub replicas: i32,
+    pub label: String,
+}
+
+pub(super) fn compile_overrides(
+    spec: &TDSetSpec,
+    errors: &mut Vec<SpecError>,
+) -> Vec<CompiledOverride> {
+    let mut out = Vec::new();
+    if spec.overrides.len() > MAX_OVERRIDES {
+        errors.push(SpecError {
+            field: "spec.overrides".into(),
+            message: format!(
+                "{} entries; at most {MAX_OVERRIDES} are allowed",
+                spec.overrides.len()
+            ),
+        });
+    }
+    for (i, o) in spec.overrides.iter().enumerate() {
+        let instant = |s: &str, which: &str| {
+            DateTime::parse_from_rfc3339(s)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|_| SpecError {
+                    field: format!("spec.overrides[{i}].{which}"),
+                    message: format!(
+                        "{s:?} is not an RFC 3339 instant such as 2026-11-27T08:00:00+01:00"
+                    ),
+                })
+        };
+        match (instant(&o.start, "start"), instant(&o.end, "end")) {
+            (Ok(start), Ok(end)) if end > start => out.push(CompiledOverride {
+                start,
+                end,
+                replicas: o.replica,
+                label: o.label(),
+            }),
+            (Ok(_), Ok(_)) => errors.push(SpecError {
+                field: format!("spec.overrides[{i}].end"),
+                message: "end must be after start".into(),
+            }),
+            (a, b) => errors.extend(a.err().into_iter().chain(b.err())),
+        }
+        if !(0..=crate::api::MAX_REPLICAS).contains(&o.replica) {
+            errors.push(SpecError {
+                field: format!("spec.overrides[{i}].replica"),
+                message: format!(
+                    "{} is out of range 0..{}",
+                    o.replica,
+                    crate::api::MAX_REPLICAS
+                ),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Holiday;
+
+    fn holidays(list: &[&str]) -> (Holidays, Vec<SpecError>) {
+        let spec = TDSetSpec {
+            holidays: list.iter().map(|h| Holiday(h.to_string())).collect(),
+            ..TDSetSpec::default()
+        };
+        let mut errors = vec![];
+        (Holidays::compile(&spec, &mut errors), errors)
+    }
+
+    fn d(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    #[test]
+    fn dates_and_inclusive_ranges() {
+        let (h, errors) = holidays(&[
+            "2026-12-24/2026-12-26",
+            "2026-01-01",
+            "2026-12-20/2026-12-31",
+        ]);
+        assert!(errors.is_empty());
+        for day in [
+            "2026-12-24",
+            "2026-12-26",
+            "2026-12-31",
+            "2026-01-01",
+            "2026-12-22",
+        ] {
+            assert!(h.contains(d(day)), "{day}");
+        }
+        for day in ["2026-12-19", "2027-01-01", "2026-01-02"] {
+            assert!(!h.contains(d(day)), "{day}");
+        }
+    }
+
+    #[test]
+    fn bad_dates_name_the_entry() {
+        let (_, errors) = holidays(&["2026-02-30", "2026-12-26/2026-12-24"]);
+        assert_eq!(errors.len(), 2);
+        assert_eq!(errors[0].field, "spec.holidays[0]");
+        assert!(errors[1].message.contains("end before it starts"));
+    }
+}

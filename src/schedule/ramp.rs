@@ -1,0 +1,230 @@
+//! Ramps: the count `R(t)` from the level `L(t)` (see the contract):
+//!
+//! ```text
+//! R(t) = max( L(t),
+//!             sup over s < t of  L(s) - step * ceil((t - s) / every)   (Both, Down),
+//!             sup over s > t of  L(s) - step * ceil((s - t) / every)   (Both, Up) )
+//! ```
+//!
+//! `L` is piecewise constant, so each supremum is reached at a level change: for the level `v`
+//! that ended at `b <= t`, at `s` just before `b`, `v - step * (floor((t - b) / every) + 1)`; for
+//! the level `v` that starts at `a > t`, at `s = a`, `v - step * ceil((a - t) / every)`. Only
+//! changes within `reach` of `t` can matter: further away, a contribution is below every level.
+
+use chrono::{DateTime, Duration, Utc};
+
+use crate::api::{Ramp, RampDirection};
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CompiledRamp {
+    pub step: i32,
+    pub every: Duration,
+    pub up: bool,
+    pub down: bool,
+}
+
+/// Which way a ramp is moving the count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RampPhase {
+    /// Climbing ahead of a rise to `toward`.
+    Up { toward: i32 },
+    /// Stepping down after a fall, toward the level now.
+    Down,
+}
+
+/// A change of the level: from `before` to `after` at `at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LevelChange {
+    pub at: DateTime<Utc>,
+    pub before: i32,
+    pub after: i32,
+}
+
+impl CompiledRamp {
+    pub(super) fn compile(r: &Ramp) -> Result<CompiledRamp, String> {
+        let every = parse_duration(&r.every)
+            .filter(|d| *d >= Duration::minutes(1) && *d <= Duration::hours(24))
+            .ok_or_else(|| {
+                format!(
+                    "{:?} is not a duration from 1m to 24h, e.g. \"15m\" or \"1h30m\"",
+                    r.every
+                )
+            })?;
+        if r.step < 1 {
+            return Err(format!("step {} must be at least 1", r.step));
+        }
+        let direction = r.direction.unwrap_or_default();
+        Ok(CompiledRamp {
+            step: r.step,
+            every,
+            up: matches!(direction, RampDirection::Both | RampDirection::Up),
+            down: matches!(direction, RampDirection::Both | RampDirection::Down),
+        })
+    }
+
+    /// The steps from the lowest to the highest level, as time: beyond it a level change has
+    /// no effect on the count.
+    pub(super) fn reach(&self, min_level: i32, max_level: i32) -> Duration {
+        let spread = (max_level - min_level).max(0);
+        let steps = (spread + self.step - 1) / self.step;
+        self.every * steps
+    }
+
+    /// `R(t)` given `L(t)` and every level change within `reach` of `t` (in any order).
+    pub(super) fn count_at(&self, t: DateTime<Utc>, level: i32, changes: &[LevelChange]) -> i32 {
+        self.count_and_phase(t, level, changes).0
+    }
+
+    /// `R(t)`, and when it is above `L(t)`, which way the ramp is going: up toward a level
+    /// still to come, or down from one that has passed.
+    pub(super) fn count_and_phase(
+        &self,
+        t: DateTime<Utc>,
+        level: i32,
+        changes: &[LevelChange],
+    ) -> (i32, Option<RampPhase>) {
+        let every = self.every.num_milliseconds().max(1);
+        let (mut r, mut phase) = (level, None);
+        for c in changes {
+            if self.down && c.at <= t {
+                let k = (t - c.at).num_milliseconds() / every + 1;
+                let v = c.before.saturating_sub(self.step.saturating_mul(clamp(k)));
+                if v > r {
+                    (r, phase) = (v, Some(RampPhase::Down));
+                }
+            }
+            if self.up && c.at > t {
+                let k = ((c.at - t).num_milliseconds() + every - 1) / every;
+                let v = c.after.saturating_sub(self.step.saturating_mul(clamp(k)));
+                if v > r {
+                    (r, phase) = (v, Some(RampPhase::Up { toward: c.after }));
+                }
+            }
+        }
+        (r.max(0), phase)
+    }
+
+    /// The instants at which a ramp around `changes` can move the count.
+    pub(super) fn step_instants(
+        &self,
+        changes: &[LevelChange],
+        reach: Duration,
+    ) -> Vec<DateTime<Utc>> {
+        let steps = (reach.num_milliseconds() / self.every.num_milliseconds().max(1)) as i32;
+        let mut out = Vec::new();
+        for c in changes {
+            for k in 0..=steps {
+                if self.down {
+                    out.push(c.at + self.every * k);
+                }
+                if self.up {
+                    out.push(c.at - self.every * k);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+fn clamp(k: i64) -> i32 {
+    i32::try_from(k).unwrap_or(i32::MAX)
+}
+
+/// A Go-style duration of hours, minutes and seconds: "90s", "15m", "1h30m".
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    if s.is_empty() {
+        return None;
+    }
+    let mut total = Duration::zero();
+    let mut number = String::new();
+    let mut last_unit = 0u8;
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let (unit, rank) = match c {
+            'h' => (Duration::hours(1), 1),
+            'm' => (Duration::minutes(1), 2),
+            's' => (Duration::seconds(1), 3),
+            _ => return None,
+        };
+        // Units appear once each, in the order h, m, s.
+        if number.is_empty() || rank <= last_unit {
+            return None;
+        }
+        total += unit * number.parse::<i32>().ok()?;
+        number.clear();
+        last_unit = rank;
+    }
+    number.is_empty().then_some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15m"), Some(Duration::minutes(15)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::minutes(90)));
+        assert_eq!(parse_duration("90s"), Some(Duration::seconds(90)));
+        for bad in ["", "15", "m", "1m1h", "1x", "1h1h"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_contract_example() {
+        // step 2 every 15m, Both; L = 2, then 10 from 09:00 to 17:00, then 2.
+        let ramp = CompiledRamp::compile(&Ramp {
+            step: 2,
+            every: "15m".into(),
+            direction: None,
+        })
+        .unwrap();
+        let changes = [
+            LevelChange {
+                at: t("2026-05-01T09:00:00Z"),
+                before: 2,
+                after: 10,
+            },
+            LevelChange {
+                at: t("2026-05-01T17:00:00Z"),
+                before: 10,
+                after: 2,
+            },
+        ];
+        let level = |s: &str| {
+            if (t("2026-05-01T09:00:00Z")..t("2026-05-01T17:00:00Z")).contains(&t(s)) {
+                10
+            } else {
+                2
+            }
+        };
+        let at = |s: &str| ramp.count_at(t(s), level(s), &changes);
+        for (s, want) in [
+            ("2026-05-01T08:14:59Z", 2),
+            ("2026-05-01T08:15:00Z", 4),
+            ("2026-05-01T08:30:00Z", 6),
+            ("2026-05-01T08:45:00Z", 8),
+            ("2026-05-01T08:59:59Z", 8),
+            ("2026-05-01T09:00:00Z", 10),
+            ("2026-05-01T16:59:59Z", 10),
+            ("2026-05-01T17:00:00Z", 8),
+            ("2026-05-01T17:15:00Z", 6),
+            ("2026-05-01T17:30:00Z", 4),
+            ("2026-05-01T17:44:59Z", 4),
+            ("2026-05-01T17:45:00Z", 2),
+        ] {
+            assert_eq!(at(s), want, "{s}");
+        }
+        assert_eq!(ramp.reach(2, 10), Duration::hours(1));
+    }
+}
