@@ -99,7 +99,10 @@ pub struct TDSetSpec {
     /// Time-bounded counts that win over windows, holidays and `defaultReplica` while active
     /// (`start <= t < end`); the first active one in list order applies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["start", "end"])
+    )]
     pub overrides: Vec<Override>,
     /// While true the operator keeps computing and reporting, but writes nothing to the
     /// workload. Setting it back applies the schedule at once.

@@ -72,7 +72,7 @@ pub struct RunArgs {
 pub struct PreviewArgs {
     /// The TDSet manifest (YAML or JSON).
     #[arg(short = 'f', long = "file")]
-    pub file: String,
+    pub file: Option<String>,
     /// One instant (RFC 3339). Default: now, unless --from/--to are given.
     #[arg(long, value_parser = parse_time, conflicts_with_all = ["from", "to"])]
     pub at: Option<DateTime<Utc>>,
@@ -96,7 +96,7 @@ pub enum Output {
     Chart,
 }
 
-fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
+pub(crate) fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
     preview::parse_rfc3339(s)
         .ok_or_else(|| format!("{s:?} is not an RFC 3339 time such as 2026-03-08T07:00:00Z"))
 }
@@ -108,9 +108,22 @@ pub fn crd_yaml() -> Result<String> {
 
 /// Runs `preview`; returns what to print on stdout.
 pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
-    let (tdset, schedule) = preview::load_manifest(&args.file)?;
-    let suspended = tdset.spec.is_suspended();
-    let out = preview_output(args, now, &schedule, suspended)?;
+    let file = args
+        .file
+        .as_deref()
+        .ok_or_else(|| Error::Config("preview needs a manifest: -f FILE".into()))?;
+    let (tdset, schedule) = preview::load_manifest(file)?;
+    run_preview_of(args, now, &schedule, tdset.spec.is_suspended())
+}
+
+/// `preview` of a compiled schedule (from a file, or from a live TDSet for the plugin).
+pub fn run_preview_of(
+    args: &PreviewArgs,
+    now: DateTime<Utc>,
+    schedule: &Schedule,
+    suspended: bool,
+) -> Result<String> {
+    let out = preview_output(args, now, schedule, suspended)?;
     Ok(if suspended && args.output != Output::Json {
         format!(
             "{out}note: spec.suspend is true: this is the schedule, and the operator writes nothing to the workload until it is set back\n"

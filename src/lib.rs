@@ -1,10 +1,12 @@
-//! tdset-operator: scales a Deployment by time of day.
+//! tdset-operator: scales a workload by time of day.
 //!
-//! Pure core: [`api`] (the resource), [`schedule`] (replicas at an instant, next change),
-//! [`resources`] (desired Deployment/Service), [`status`] (next status and conditions).
-//! Caches: [`cache`] (what is kept of watched objects, and the operator's own unseen writes).
-//! Edges: [`controller`] (the only module that talks to the API server), [`telemetry`],
-//! [`http`], and the [`cli`] with [`preview`].
+//! Pure core: [`api`] (the resource), [`schedule`] (the level and the count at an instant,
+//! the next change: windows, holidays, overrides, ramps), [`workload`] (what to write, per
+//! mode: owned Deployment/Service, `/scale` target, HPA floor), [`status`] (next status and
+//! conditions). Caches: [`cache`] (what is kept of watched objects, and the operator's own
+//! unseen writes). Edges: [`controller`] (the operator, the only place that talks to the API
+//! server for it), [`plugin`] (`kubectl tdset`), [`telemetry`], [`http`], and the [`cli`]
+//! with [`preview`].
 
 pub mod api;
 pub mod cache;
@@ -13,6 +15,7 @@ pub mod clock;
 pub mod controller;
 pub mod error;
 pub mod http;
+pub mod plugin;
 pub mod preview;
 pub mod schedule;
 pub mod status;

@@ -6,11 +6,15 @@ use tdset_operator::cli::{Cli, Command, RunArgs, crd_yaml, run_preview};
 use tdset_operator::clock::SystemClock;
 use tdset_operator::controller::{self, LeaseOptions, RunOptions};
 use tdset_operator::http::{self, Health};
+use tdset_operator::plugin::PluginCli;
 use tdset_operator::telemetry::{self, Metrics};
 use tdset_operator::{Error, Result};
 use tracing::{error, info};
 
 fn main() -> ExitCode {
+    if PluginCli::invoked_as_plugin() {
+        return plugin(PluginCli::parse());
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crd => crd_yaml().map(|out| print!("{out}")),
@@ -19,6 +23,25 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `kubectl tdset ...` (the binary installed as `kubectl-tdset`).
+fn plugin(cli: PluginCli) -> ExitCode {
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Config(format!("starting the async runtime: {e}")))
+        .and_then(|rt| rt.block_on(tdset_operator::plugin::run(cli, chrono::Utc::now())));
+    match result {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

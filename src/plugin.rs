@@ -1,0 +1,282 @@
+//! `kubectl tdset`: the same binary, installed as `kubectl-tdset` on the PATH (kubectl's plugin
+//! convention). Previews a manifest or a live TDSet, adds overrides, suspends and resumes.
+//!
+//! Writes are server-side applies under the field manager `kubectl-tdset`, never a
+//! read-modify-write: an override is one item of `spec.overrides` (a list keyed by start and
+//! end), so applying the items this manager owns plus the new one leaves everyone else's
+//! items alone, and a concurrent change by another writer is merged, not overwritten.
+
+use chrono::{DateTime, Duration, Utc};
+use clap::{Parser, Subcommand};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+
+use crate::api::{Override, TDSet};
+use crate::cli::{PreviewArgs, run_preview_of};
+use crate::error::{Error, Result};
+use crate::preview::rfc3339;
+use crate::schedule::{Schedule, parse_duration};
+
+/// The field manager of everything the plugin writes.
+pub const PLUGIN_MANAGER: &str = "kubectl-tdset";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl tdset",
+    bin_name = "kubectl tdset",
+    version,
+    about = "Preview, override, suspend and resume TDSets (schedule.rs/v1)"
+)]
+pub struct PluginCli {
+    /// The namespace; default: the kubeconfig context's, else "default".
+    #[arg(short = 'n', long, global = true)]
+    pub namespace: Option<String>,
+    /// Path to the kubeconfig file; default: $KUBECONFIG, then ~/.kube/config.
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    #[command(subcommand)]
+    pub command: PluginCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PluginCommand {
+    /// What a TDSet will do: a live one by NAME, or a manifest with -f.
+    Preview {
+        /// A TDSet in the cluster.
+        name: Option<String>,
+        #[command(flatten)]
+        args: PreviewArgs,
+    },
+    /// Hold a count for a while: from --from (default now) until --until, or for --for.
+    Override {
+        name: String,
+        #[arg(long)]
+        replicas: i32,
+        /// Start (RFC 3339); default: now.
+        #[arg(long, value_parser = crate::cli::parse_time)]
+        from: Option<DateTime<Utc>>,
+        /// End (RFC 3339, exclusive).
+        #[arg(long, value_parser = crate::cli::parse_time, conflicts_with = "for_")]
+        until: Option<DateTime<Utc>>,
+        /// Length, e.g. 2h or 90m (instead of --until).
+        #[arg(long = "for", id = "for_")]
+        for_: Option<String>,
+        /// Shown in status, Events and preview.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Stop the operator from writing to this TDSet's workload.
+    Suspend { name: String },
+    /// Let the operator apply the schedule again, at once.
+    Resume { name: String },
+}
+
+/// Runs the plugin; returns what to print on stdout.
+pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
+    // A manifest needs no cluster.
+    if let PluginCommand::Preview { name: None, args } = &cli.command {
+        return crate::cli::run_preview(args, now);
+    }
+    let (client, default_ns) = connect(&cli).await?;
+    let ns = cli.namespace.clone().unwrap_or(default_ns);
+    let api: Api<TDSet> = Api::namespaced(client, &ns);
+    match cli.command {
+        PluginCommand::Preview {
+            name: Some(name),
+            args,
+        } => {
+            if args.file.is_some() {
+                return Err(Error::Config(
+                    "give either a NAME or -f FILE, not both".into(),
+                ));
+            }
+            let tdset = get(&api, &ns, &name).await?;
+            let schedule = Schedule::compile(&tdset.spec).map_err(Error::InvalidSpec)?;
+            run_preview_of(&args, now, &schedule, tdset.spec.is_suspended())
+        }
+        PluginCommand::Preview { name: None, args } => crate::cli::run_preview(&args, now),
+        PluginCommand::Override {
+            name,
+            replicas,
+            from,
+            until,
+            for_,
+            reason,
+        } => {
+            let start = from.unwrap_or(now);
+            let end = match (until, for_) {
+                (Some(u), _) => u,
+                (None, Some(f)) => {
+                    let d = parse_duration(&f)
+                        .filter(|d| *d > Duration::zero())
+                        .ok_or_else(|| {
+                            Error::Config(format!(
+                                "--for {f:?} is not a duration such as 2h or 90m"
+                            ))
+                        })?;
+                    start + d
+                }
+                (None, None) => {
+                    return Err(Error::Config("give --until TIME or --for DURATION".into()));
+                }
+            };
+            if end <= start {
+                return Err(Error::Config(format!(
+                    "the override would end ({}) before it starts ({})",
+                    rfc3339(end),
+                    rfc3339(start)
+                )));
+            }
+            if end <= now {
+                return Err(Error::Config(format!(
+                    "the override would end in the past ({}); nothing to do",
+                    rfc3339(end)
+                )));
+            }
+            let tdset = get(&api, &ns, &name).await?;
+            let new = Override {
+                start: rfc3339(start),
+                end: rfc3339(end),
+                replica: replicas,
+                reason,
+            };
+            let mut mine = owned_overrides(&tdset);
+            mine.retain(|o| {
+                (o.start.as_str(), o.end.as_str()) != (new.start.as_str(), new.end.as_str())
+            });
+            mine.push(new.clone());
+            apply(&api, &ns, &name, json!({"overrides": mine})).await?;
+            Ok(format!(
+                "tdset.schedule.rs/{name} override {} replicas from {} until {}{}\n",
+                new.replica,
+                new.start,
+                new.end,
+                new.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+            ))
+        }
+        PluginCommand::Suspend { name } => {
+            get(&api, &ns, &name).await?;
+            apply(&api, &ns, &name, json!({"suspend": true})).await?;
+            Ok(format!("tdset.schedule.rs/{name} suspended\n"))
+        }
+        PluginCommand::Resume { name } => {
+            get(&api, &ns, &name).await?;
+            apply(&api, &ns, &name, json!({"suspend": false})).await?;
+            Ok(format!("tdset.schedule.rs/{name} resumed\n"))
+        }
+    }
+}
+
+/// A client from the kubeconfig (with --kubeconfig and --context), and the context's namespace.
+async fn connect(cli: &PluginCli) -> Result<(kube::Client, String)> {
+    let options = KubeConfigOptions {
+        context: cli.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| {
+                Error::Config(format!("reading kubeconfig {}: {e}", path.display()))
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await
+        }
+        None => kube::Config::from_kubeconfig(&options).await,
+    }
+    .map_err(|e| Error::Config(format!("kubeconfig: {e}")))?;
+    let ns = config.default_namespace.clone();
+    let client = kube::Client::try_from(config)
+        .map_err(|e| Error::Config(format!("building the API client: {e}")))?;
+    Ok((client, ns))
+}
+
+/// The TDSet, or an error a person can act on.
+async fn get(api: &Api<TDSet>, ns: &str, name: &str) -> Result<TDSet> {
+    api.get(name).await.map_err(|e| match e {
+        kube::Error::Api(s) if s.is_not_found() => {
+            Error::Config(format!("TDSet {name} not found in namespace {ns}"))
+        }
+        kube::Error::Api(s) if s.is_forbidden() => Error::Config(format!(
+            "no permission to read TDSet {name} in namespace {ns}: {}",
+            s.message
+        )),
+        e => Error::kube(format!("reading TDSet {ns}/{name}"))(e),
+    })
+}
+
+/// Server-side apply of `spec` fields under the plugin's field manager.
+async fn apply(api: &Api<TDSet>, ns: &str, name: &str, spec: Value) -> Result<()> {
+    let body = json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": name}, "spec": spec});
+    api.patch(
+        name,
+        &PatchParams::apply(PLUGIN_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| match e {
+        kube::Error::Api(s) if s.is_forbidden() => Error::Config(format!(
+            "no permission to patch TDSet {name} in namespace {ns}: {}",
+            s.message
+        )),
+        kube::Error::Api(s) if s.is_invalid() => {
+            Error::Config(format!("the API server refused the change: {}", s.message))
+        }
+        e => Error::kube(format!("applying TDSet {ns}/{name}"))(e),
+    })
+}
+
+/// The overrides this plugin's field manager applied earlier (so applying them again with a
+/// new one keeps them), read from the TDSet's managedFields.
+fn owned_overrides(tdset: &TDSet) -> Vec<Override> {
+    let keys: Vec<(String, String)> = tdset
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m: &&ManagedFieldsEntry| {
+            m.manager.as_deref() == Some(PLUGIN_MANAGER) && m.operation.as_deref() == Some("Apply")
+        })
+        .filter_map(|m| {
+            m.fields_v1
+                .as_ref()?
+                .0
+                .pointer("/f:spec/f:overrides")?
+                .as_object()
+                .cloned()
+        })
+        .flat_map(|items| items.into_iter().map(|(k, _)| k))
+        .filter_map(|k| {
+            let key: Value = serde_json::from_str(k.strip_prefix("k:")?).ok()?;
+            Some((
+                key.get("start")?.as_str()?.to_string(),
+                key.get("end")?.as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    tdset
+        .spec
+        .overrides
+        .iter()
+        .filter(|o| keys.iter().any(|(s, e)| *s == o.start && *e == o.end))
+        .cloned()
+        .collect()
+}
+
+impl PluginCli {
+    /// Whether this process was started as a kubectl plugin (`kubectl-tdset`).
+    pub fn invoked_as_plugin() -> bool {
+        std::env::args_os()
+            .next()
+            .and_then(|a| {
+                std::path::Path::new(&a)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().starts_with("kubectl-tdset"))
+            })
+            .unwrap_or(false)
+    }
+}

@@ -1,0 +1,279 @@
+//! `kubectl tdset`, through kubectl itself: the binary on the PATH as `kubectl-tdset` (a
+//! symlink, as a user would install it), against the real API server, with an operator
+//! (injected clock) acting on what the plugin writes.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+use serde_json::json;
+use support::*;
+use tdset_operator::api::TDSet;
+use tdset_operator::clock::{Clock, SystemClock};
+
+/// A directory holding `kubectl-tdset` -> the built binary.
+fn plugin_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tdset-plugin-{}", unique_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_tdset-operator"),
+        dir.join("kubectl-tdset"),
+    )
+    .unwrap();
+    dir
+}
+
+/// `kubectl tdset ARGS`: (success, stdout, stderr).
+fn kubectl_tdset(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(kubectl_path())
+        .env("PATH", path)
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .arg("tdset")
+        .args(args)
+        .output()
+        .expect("running kubectl tdset");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[tokio::test]
+async fn kubectl_tdset_previews_overrides_suspends_and_resumes() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "plugin").await;
+    let dir = plugin_dir();
+
+    // A manifest, no cluster needed.
+    let ramp = repo_root().join("examples/ramp.yaml");
+    let (ok, out, err) = kubectl_tdset(
+        &dir,
+        &[
+            "preview",
+            "-f",
+            ramp.to_str().unwrap(),
+            "--at",
+            "2026-05-01T08:50:00Z",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["desiredReplicas"].as_i64(), v["level"].as_i64()),
+        (Some(8), Some(2))
+    );
+
+    let t0 = utc("2026-11-27T12:00:00Z");
+    let spec = json!({
+        "container": {"image": "nginx:1.27", "port": 8080},
+        "schedulingConfig": [{"startTime": 9, "endTime": 17, "replica": 3}],
+        "defaultReplica": 1,
+        "intervalMint": 60,
+        // Another writer's override, which the plugin must leave in place.
+        "overrides": [{"start": "2026-12-01T00:00:00Z", "end": "2026-12-02T00:00:00Z", "replica": 5, "reason": "theirs"}]
+    });
+    create_tdset(&client, &ns.name, &tdset("web", spec)).await;
+    let clock = SystemClock::starting_at(t0);
+    let op = Operator::start(&client, &ns.name, clock, None, "test");
+    object_where(&client, &ns.name, "web", "3 replicas", |d: &Deployment| {
+        replicas(d) == Some(3)
+    })
+    .await;
+
+    // A live TDSet, with kubectl's usual flags.
+    let (ok, out, err) = kubectl_tdset(
+        &dir,
+        &[
+            "preview",
+            "web",
+            "-n",
+            &ns.name,
+            "--context",
+            "tdset-local",
+            "--at",
+            "2026-12-01T12:00:00Z",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["desiredReplicas"], 5);
+    assert_eq!(v["activeOverride"], "theirs");
+
+    // An override a few seconds ahead of the operator's clock: taken at its start, given back
+    // at its end.
+    let start = (clock.now() + chrono::Duration::seconds(4)).to_rfc3339();
+    let until = (clock.now() + chrono::Duration::seconds(8)).to_rfc3339();
+    let (ok, out, err) = kubectl_tdset(
+        &dir,
+        &[
+            "override",
+            "web",
+            "-n",
+            &ns.name,
+            "--replicas",
+            "7",
+            "--from",
+            &start,
+            "--until",
+            &until,
+            "--reason",
+            "launch",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("override 7 replicas"), "{out}");
+    object_where(
+        &client,
+        &ns.name,
+        "web",
+        "7 during the override",
+        |d: &Deployment| replicas(d) == Some(7),
+    )
+    .await;
+    object_where(
+        &client,
+        &ns.name,
+        "web",
+        "3 after the override",
+        |d: &Deployment| replicas(d) == Some(3),
+    )
+    .await;
+
+    // A second one (--for) keeps the first and the other writer's.
+    let (ok, _, err) = kubectl_tdset(
+        &dir,
+        &[
+            "override",
+            "web",
+            "-n",
+            &ns.name,
+            "--replicas",
+            "2",
+            "--from",
+            "2026-12-24T00:00:00Z",
+            "--for",
+            "2h",
+        ],
+    );
+    assert!(ok, "{err}");
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let overrides = tdsets.get("web").await.unwrap().spec.overrides;
+    let reasons: Vec<_> = overrides
+        .iter()
+        .map(|o| o.reason.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(overrides.len(), 3, "{overrides:?}");
+    assert!(
+        reasons.contains(&"theirs".into()) && reasons.contains(&"launch".into()),
+        "{reasons:?}"
+    );
+    assert!(overrides.iter().any(|o| o.end == "2026-12-24T02:00:00Z"));
+
+    // Suspend, then resume: a manual scale stays while suspended and is reverted after.
+    let (ok, out, err) = kubectl_tdset(&dir, &["suspend", "web", "-n", &ns.name]);
+    assert!(ok && out.contains("suspended"), "{out}{err}");
+    tdset_with_reason(&client, &ns.name, "web", "Progressing", "Suspended").await;
+    let out = kubectl(&["-n", &ns.name, "scale", "deployment/web", "--replicas=9"]);
+    assert!(out.status.success());
+    let (ok, _, err) = kubectl_tdset(&dir, &["resume", "web", "-n", &ns.name]);
+    assert!(ok, "{err}");
+    object_where(
+        &client,
+        &ns.name,
+        "web",
+        "reverted after resume",
+        |d: &Deployment| replicas(d) == Some(3),
+    )
+    .await;
+    assert_eq!(tdsets.get("web").await.unwrap().spec.suspend, Some(false));
+
+    // Clear errors.
+    let (ok, _, err) = kubectl_tdset(&dir, &["suspend", "nosuch", "-n", &ns.name]);
+    assert!(
+        !ok && err.contains("TDSet nosuch not found in namespace"),
+        "{err}"
+    );
+    let (ok, _, err) = kubectl_tdset(
+        &dir,
+        &[
+            "override",
+            "web",
+            "-n",
+            &ns.name,
+            "--replicas",
+            "4",
+            "--from",
+            "2020-01-01T00:00:00Z",
+            "--until",
+            "2020-01-02T00:00:00Z",
+        ],
+    );
+    assert!(!ok && err.contains("in the past"), "{err}");
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn kubectl_tdset_says_when_it_may_not() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "plugin-rbac").await;
+    create_tdset(&client, &ns.name, &tdset("web", json!({
+        "container": {"image": "nginx", "port": 80}, "schedulingConfig": [], "defaultReplica": 1
+    })))
+    .await;
+    // The namespace's default ServiceAccount may do nothing with TDSets.
+    let dir = plugin_dir();
+    eventually(GUARD, "the namespace's default ServiceAccount", || async {
+        kubectl(&["-n", &ns.name, "get", "serviceaccount", "default"])
+            .status
+            .success()
+            .then_some(())
+    })
+    .await;
+    let (_, kubeconfig) = service_account_client(&ns.name, "default").await;
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(kubectl_path())
+        .env("PATH", path)
+        .args([
+            "tdset",
+            "suspend",
+            "web",
+            "-n",
+            &ns.name,
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no permission"),
+        "{err}"
+    );
+    let t: TDSet = Api::namespaced(client.clone(), &ns.name)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(t.spec.suspend, None, "nothing was written");
+    let _ = std::fs::remove_file(kubeconfig);
+    ns.cleanup().await;
+}
