@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::core::Status;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use tracing::debug;
@@ -111,37 +110,55 @@ fn not_served(r: &ScaleTargetRef) -> Problem {
     ))
 }
 
-/// The problem an API refusal amounts to for `verb` on the target, or `None` when it is not
-/// one the TDSet can report and wait out (it is then a reconcile error, retried).
-fn refusal(
-    status: &Status,
-    verb: &str,
-    r: &ScaleTargetRef,
-    resource: &ApiResource,
-    ns: &str,
-) -> Option<Problem> {
-    if status.is_not_found() {
-        return Some(Problem::TargetNotFound(format!(
-            "{} does not exist in namespace {ns}; nothing is written until it appears, and the TDSet \
-             picks it up by itself then",
-            r
-        )));
-    }
-    if status.is_forbidden() {
-        let group = if resource.group.is_empty() {
-            "\"\"".to_string()
-        } else {
-            resource.group.clone()
+/// What a request about a target came to: its value, a problem the TDSet reports and waits
+/// out (the object is gone, or RBAC forbids `verb` on `resource` + `subresource`), or an error
+/// the reconcile returns (retried with backoff).
+struct Request<'a> {
+    verb: &'static str,
+    target: &'a ScaleTargetRef,
+    resource: &'a ApiResource,
+    /// "/scale", or "" for the object itself.
+    subresource: &'static str,
+    ns: &'a str,
+}
+
+impl Request<'_> {
+    fn answer<T>(&self, result: kube::Result<T>) -> Result<Result<T, Problem>> {
+        let (r, ns) = (self.target, self.ns);
+        let status = match result {
+            Ok(v) => return Ok(Ok(v)),
+            Err(kube::Error::Api(s)) => s,
+            Err(e) => return Err(self.failed(e)),
         };
-        return Some(Problem::Forbidden(format!(
-            "the operator may not {verb} {plural}/scale (apiGroup {group}) in namespace {ns}: {msg}. \
-             Grant it with a ClusterRole labelled schedule.rs/aggregate-to-tdset-operator: \"true\" \
-             (rules: apiGroups [{group}], resources [{plural}/scale], verbs [get, patch]); see the README",
-            plural = resource.plural,
-            msg = status.message,
-        )));
+        if status.is_not_found() {
+            return Ok(Err(Problem::TargetNotFound(format!(
+                "{r} does not exist in namespace {ns}; nothing is written until it appears, and the \
+                 TDSet picks it up by itself then"
+            ))));
+        }
+        if status.is_forbidden() {
+            let group = match self.resource.group.as_str() {
+                "" => "\"\"".to_string(),
+                g => g.to_string(),
+            };
+            let resource = format!("{}{}", self.resource.plural, self.subresource);
+            return Ok(Err(Problem::Forbidden(format!(
+                "the operator may not {verb} {resource} (apiGroup {group}) in namespace {ns}: {msg}. \
+                 Grant it with a ClusterRole labelled schedule.rs/aggregate-to-tdset-operator: \"true\" \
+                 (rules: apiGroups [{group}], resources [{resource}], verbs [get, patch]); see the README",
+                verb = self.verb,
+                msg = status.message,
+            ))));
+        }
+        Err(self.failed(kube::Error::Api(status)))
     }
-    None
+
+    fn failed(&self, e: kube::Error) -> Error {
+        Error::kube(format!(
+            "{} {}{} of {} in {}",
+            self.verb, self.resource.plural, self.subresource, self.target, self.ns
+        ))(e)
+    }
 }
 
 /// Reads a target's replica count (and readiness, where the kind reports it). For the
@@ -154,42 +171,36 @@ async fn read(
     res: &Resolved,
 ) -> Result<Result<ScaleView, Problem>> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &res.resource);
-    let context = || format!("reading {} {} in {ns}", r.kind, r.name);
+    let request = |subresource| Request {
+        verb: "get",
+        target: r,
+        resource: &res.resource,
+        subresource,
+        ns,
+    };
     if r.group() == "apps" {
-        return match api.get(&r.name).await {
-            Ok(o) => {
-                let int = |path: &str| {
-                    o.data
-                        .pointer(path)
-                        .and_then(serde_json::Value::as_i64)
-                        .map(|v| v as i32)
-                };
-                Ok(Ok(ScaleView {
-                    // The API server defaults an absent spec.replicas to 1.
-                    spec_replicas: int("/spec/replicas").unwrap_or(1),
-                    status_replicas: int("/status/replicas").unwrap_or(0),
-                    ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
-                }))
+        return Ok(request("").answer(api.get(&r.name).await)?.map(|o| {
+            let int = |path: &str| {
+                o.data
+                    .pointer(path)
+                    .and_then(serde_json::Value::as_i64)
+                    .map(|v| v as i32)
+            };
+            ScaleView {
+                // The API server defaults an absent spec.replicas to 1.
+                spec_replicas: int("/spec/replicas").unwrap_or(1),
+                status_replicas: int("/status/replicas").unwrap_or(0),
+                ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
             }
-            Err(kube::Error::Api(s)) => match refusal(&s, "get", r, &res.resource, ns) {
-                Some(p) => Ok(Err(p)),
-                None => Err(Error::kube(context())(kube::Error::Api(s))),
-            },
-            Err(e) => Err(Error::kube(context())(e)),
-        };
+        }));
     }
-    match api.get_scale(&r.name).await {
-        Ok(s) => Ok(Ok(ScaleView {
+    Ok(request("/scale")
+        .answer(api.get_scale(&r.name).await)?
+        .map(|s| ScaleView {
             spec_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
             status_replicas: s.status.map_or(0, |s| s.replicas),
             ready_replicas: None,
-        })),
-        Err(kube::Error::Api(s)) => match refusal(&s, "get", r, &res.resource, ns) {
-            Some(p) => Ok(Err(p)),
-            None => Err(Error::kube(context())(kube::Error::Api(s))),
-        },
-        Err(e) => Err(Error::kube(context())(e)),
-    }
+        }))
 }
 
 /// Sets `spec.replicas` through `/scale`, under the operator's field manager, which then owns
@@ -223,16 +234,14 @@ async fn write(
         let merge = serde_json::json!({"spec": {"replicas": replicas}});
         api.patch_scale(&r.name, &pp, &Patch::Merge(&merge)).await
     };
-    match sent {
-        Ok(_) => Ok(Ok(())),
-        Err(kube::Error::Api(s)) => match refusal(&s, "patch", r, &res.resource, ns) {
-            Some(p) => Ok(Err(p)),
-            None => Err(Error::kube(format!("scaling {r} in {ns}"))(
-                kube::Error::Api(s),
-            )),
-        },
-        Err(e) => Err(Error::kube(format!("scaling {r} in {ns}"))(e)),
-    }
+    let request = Request {
+        verb: "patch",
+        target: r,
+        resource: &res.resource,
+        subresource: "/scale",
+        ns,
+    };
+    Ok(request.answer(sent)?.map(|_| ()))
 }
 
 /// Resolves and reads a target, as one step: `Ok(Err)` is a problem to report.
@@ -429,24 +438,19 @@ async fn read_hpa(
 ) -> Result<Result<(HpaView, Option<String>), Problem>> {
     let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
     let resource = ApiResource::erase::<HorizontalPodAutoscaler>(&());
-    match api.get(&r.name).await {
-        Ok(h) => match hpa_view(&h) {
-            Some(v) => Ok(Ok((v, h.uid()))),
-            None => Ok(Err(Problem::TargetNotFound(format!("{r} has no spec")))),
-        },
-        Err(kube::Error::Api(s)) => match refusal(&s, "get", r, &resource, ns) {
-            Some(Problem::Forbidden(_)) => Ok(Err(Problem::Forbidden(format!(
-                "the operator may not get horizontalpodautoscalers in namespace {ns}: {}; its ClusterRole \
-                 needs get/list/watch/patch on autoscaling horizontalpodautoscalers",
-                s.message
-            )))),
-            Some(p) => Ok(Err(p)),
-            None => Err(Error::kube(format!("reading {r} in {ns}"))(
-                kube::Error::Api(s),
-            )),
-        },
-        Err(e) => Err(Error::kube(format!("reading {r} in {ns}"))(e)),
-    }
+    let request = Request {
+        verb: "get",
+        target: r,
+        resource: &resource,
+        subresource: "",
+        ns,
+    };
+    Ok(request
+        .answer(api.get(&r.name).await)?
+        .and_then(|h| match hpa_view(&h) {
+            Some(v) => Ok((v, h.uid())),
+            None => Err(Problem::TargetNotFound(format!("{r} has no spec"))),
+        }))
 }
 
 /// Sets an HPA's `spec.minReplicas` (server-side apply, guarded by the uid it was read with).
