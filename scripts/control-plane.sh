@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# A real local Kubernetes control plane (etcd + kube-apiserver [+ kube-controller-manager])
-# built from the published Go modules, cached outside the repo, run as plain processes on
-# 127.0.0.1. No Docker, no downloads of release binaries.
+# A real local Kubernetes control plane (etcd + kube-apiserver [+ kube-controller-manager,
+# kube-scheduler and kwok's simulated kubelets]) built from the published Go modules, cached
+# outside the repo, run as plain processes on 127.0.0.1. No Docker, no downloads of release
+# binaries.
 #
 #   control-plane.sh install                 build (or reuse) the cached binaries, print their dir
 #   control-plane.sh start DIR [--kcm] [--watch PID]
 #                                            start a control plane with its state in DIR; prints
-#                                            the kubeconfig path. --watch PID stops it when PID exits.
+#                                            the kubeconfig path. --kcm adds kube-controller-manager,
+#                                            kube-scheduler, kwok and 3 fake nodes (pods run and
+#                                            become Ready). --watch PID stops it when PID exits.
 #   control-plane.sh stop DIR                stop everything started for DIR
 #   control-plane.sh restart-apiserver DIR [SECONDS]
 #                                            stop kube-apiserver, wait, start it again (fault tests)
@@ -18,9 +21,13 @@ set -euo pipefail
 
 K8S_VERSION="v1.34.4"
 ETCD_VERSION="v3.6.16"
+KWOK_VERSION="v0.8.0"   # the newest release the module proxy served on 2026-11-22
 CACHE_ROOT="${TDSET_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tdset-operator}"
 BIN_DIR="$CACHE_ROOT/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}/bin"
 BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
+# Built separately (kwok under its own version key), so adding them kept the cache valid.
+SCHEDULER="$BIN_DIR/kube-scheduler"
+KWOK_DIR="$CACHE_ROOT/kwok-${KWOK_VERSION}"
 
 die() { echo "control-plane: $*" >&2; exit 1; }
 log() { echo "control-plane: $*" >&2; }
@@ -77,8 +84,61 @@ build_etcd() {
   go build -trimpath -ldflags "-s -w" -o "$work/out/etcd" go.etcd.io/etcd/server/v3
 }
 
+build_scheduler() {
+  local work="$1" stage_ver="v0.${K8S_VERSION#v1.}" m
+  mkdir -p "$work/sched" && cd "$work/sched"
+  {
+    echo "module tdset.local/sched-build"; echo; echo "go 1.24.0"; echo
+    echo "require k8s.io/kubernetes ${K8S_VERSION}"; echo
+    for m in "${STAGING[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $stage_ver"; done
+  } >go.mod
+  go get "k8s.io/kubernetes/cmd/kube-scheduler@${K8S_VERSION}"
+  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION}"
+  ld="$ld -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
+  go build -trimpath -ldflags "$ld" -o "$work/out/kube-scheduler" k8s.io/kubernetes/cmd/kube-scheduler
+}
+
+# kwok simulates kubelets: pods bound to its nodes go Running and Ready. What happens to a
+# node or a pod, and when, comes from the module's own "fast" stage files.
+build_kwok() {
+  local work="$1" src f
+  GOBIN="$work/out" go install "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+  src="$(go mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  for f in node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    cat "$src/kustomize/stage/$f"; echo "---"
+  done >"$work/out/kwok-stages.yaml"
+}
+
+# Builds an optional component into DEST unless all its outputs are there.
+install_extra() {
+  local name="$1" fn="$2" dest="$3"; shift 3
+  local f missing=0
+  for f in "$@"; do [[ -e "$dest/$f" ]] || missing=1; done
+  [[ $missing -eq 1 ]] || return 0
+  local work; work="$(mktemp -d "${TMPDIR:-/tmp}/tdset-$name-build.XXXXXX")"
+  local buildlog="$CACHE_ROOT/build-$name.log"
+  mkdir -p "$work/out" "$dest"
+  log "building $name into $dest (log: $buildlog)"
+  if ! (
+    export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
+    "$fn" "$work"
+  ) >"$buildlog" 2>&1; then
+    tail -n 15 "$buildlog" >&2
+    rm -rf "$work"
+    die "building $name failed; full log: $buildlog"
+  fi
+  for f in "$@"; do mv "$work/out/$f" "$dest/$f.tmp" && mv "$dest/$f.tmp" "$dest/$f"; done
+  rm -rf "$work"
+}
+
 cmd_install() {
-  if have_binaries; then echo "$BIN_DIR"; return 0; fi
+  if have_binaries; then
+    install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
+    install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml
+    echo "$BIN_DIR"; return 0
+  fi
   command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
   command -v openssl >/dev/null || die "openssl is missing; install it (apt-get install -y openssl) and retry"
   local work; work="$(mktemp -d "${TMPDIR:-/tmp}/tdset-k8s-build.XXXXXX")"
@@ -98,6 +158,8 @@ cmd_install() {
   for b in "${BINARIES[@]}"; do mv "$work/out/$b" "$BIN_DIR/$b.tmp" && mv "$BIN_DIR/$b.tmp" "$BIN_DIR/$b"; done
   rm -rf "$work"
   log "built: $("$BIN_DIR/kube-apiserver" --version), etcd $("$BIN_DIR/etcd" --version | head -1)"
+  install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
+  install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml
   echo "$BIN_DIR"
 }
 
@@ -204,13 +266,42 @@ start_apiserver() {
 start_kcm() {
   local dir="$1"
   setsid "$BIN_DIR/kube-controller-manager" --kubeconfig "$dir/kubeconfig" \
-    --controllers garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,namespace-controller,serviceaccount-controller,horizontal-pod-autoscaler-controller,clusterrole-aggregation-controller \
+    --controllers garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,namespace-controller,serviceaccount-controller,horizontal-pod-autoscaler-controller,clusterrole-aggregation-controller,node-lifecycle-controller \
     --horizontal-pod-autoscaler-sync-period 2s \
     --leader-elect=false --secure-port 0 --root-ca-file "$dir/pki/serving-ca.crt" \
     --service-account-private-key-file "$dir/pki/sa.key" --use-service-account-credentials=false \
     --concurrent-gc-syncs 5 \
     >"$dir/logs/kube-controller-manager.log" 2>&1 </dev/null &
   track "$dir" $! kube-controller-manager
+}
+
+start_scheduler() {
+  local dir="$1"
+  setsid "$SCHEDULER" --kubeconfig "$dir/kubeconfig" --leader-elect=false --secure-port 0 \
+    >"$dir/logs/kube-scheduler.log" 2>&1 </dev/null &
+  track "$dir" $! kube-scheduler
+}
+
+start_kwok() {
+  local dir="$1"
+  setsid "$KWOK_DIR/kwok" --kubeconfig "$dir/kubeconfig" --config "$KWOK_DIR/kwok-stages.yaml" \
+    --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --node-ip 127.0.0.1 --server-address 127.0.0.1:0 \
+    >"$dir/logs/kwok.log" 2>&1 </dev/null &
+  track "$dir" $! kwok
+}
+
+# Three fake nodes with room for the tests and the demo (1000 pods each).
+create_nodes() {
+  local dir="$1" i
+  for i in 0 1 2; do
+    printf '%s\n' "apiVersion: v1" "kind: Node" "metadata:" "  name: kwok-node-$i" \
+      "  annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: \"0\"}" \
+      "  labels: {kubernetes.io/hostname: kwok-node-$i, kubernetes.io/os: linux, kubernetes.io/arch: amd64, type: kwok}" \
+      "status:" "  allocatable: {cpu: \"1000\", memory: 1000Gi, pods: \"1000\"}" \
+      "  capacity: {cpu: \"1000\", memory: 1000Gi, pods: \"1000\"}" "---"
+  done >"$dir/nodes.yaml"
+  "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" apply -f "$dir/nodes.yaml" >"$dir/logs/nodes.log" 2>&1
 }
 
 kill_pidfile() {
@@ -230,7 +321,7 @@ cmd_stop() {
   local dir="${1:?usage: control-plane.sh stop DIR}" p
   [[ -d "$dir/pids" ]] || return 0
   # Reverse start order: clients first, etcd last.
-  for p in watchdog kube-controller-manager kube-apiserver etcd; do kill_pidfile "$dir/pids/$p"; done
+  for p in watchdog kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do kill_pidfile "$dir/pids/$p"; done
 }
 
 cmd_start() {
@@ -270,10 +361,18 @@ cmd_start() {
       fi
       die "kube-apiserver failed to start; log: $dir/logs/kube-apiserver.log, $dir/logs/etcd.log"; }
   if [[ $kcm -eq 1 ]]; then
+    [[ -x "$SCHEDULER" && -x "$KWOK_DIR/kwok" ]] ||
+      { cmd_stop "$dir"; die "kube-scheduler or kwok missing; run: scripts/control-plane.sh install"; }
     start_kcm "$dir"
+    start_scheduler "$dir"
+    start_kwok "$dir"
     sleep 0.5
-    kill -0 "$(cat "$dir/pids/kube-controller-manager")" 2>/dev/null ||
-      { cmd_stop "$dir"; die "kube-controller-manager exited at start; log: $dir/logs/kube-controller-manager.log"; }
+    local c
+    for c in kube-controller-manager kube-scheduler kwok; do
+      kill -0 "$(cat "$dir/pids/$c")" 2>/dev/null ||
+        { cmd_stop "$dir"; die "$c exited at start; log: $dir/logs/$c.log"; }
+    done
+    create_nodes "$dir" || { cmd_stop "$dir"; die "creating the fake nodes failed; log: $dir/logs/nodes.log"; }
   fi
   if [[ -n "$watch" ]]; then
     # Stops the control plane when the process that asked for it is gone, however it ended.

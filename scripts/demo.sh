@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The operator end to end on this machine: a local control plane (etcd, kube-apiserver,
-# kube-controller-manager), the CRD, the operator, and three examples: the seed's own, a
+# kube-controller-manager, kube-scheduler, and kwok running the pods on fake nodes), the CRD,
+# the operator, and three examples: the seed's own, a
 # business-hours TDSet that owns its Deployment, and one that scales a Deployment "deployed by
 # Helm" through scaleTargetRef.
 #
@@ -29,7 +30,7 @@ start() {
   $CP install >/dev/null
   # The same build command as the Dockerfile.
   cargo build --release --locked --bin tdset-operator
-  echo "== starting etcd, kube-apiserver and kube-controller-manager on 127.0.0.1"
+  echo "== starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1"
   export KUBECONFIG
   KUBECONFIG="$($CP start "$STATE" --kcm)"
   PATH="$($CP bin-dir):$PATH"
@@ -53,6 +54,8 @@ start() {
   kubectl -n temp create deployment shop-frontend --image=nginx:1.27 --replicas=2
   kubectl apply -n temp -f examples/existing-deployment.yaml
   kubectl -n temp wait --for=jsonpath='{.status.observedGeneration}'=1 tds/tdset-hello-world tds/business-hours tds/shop-frontend-hours --timeout=60s >/dev/null
+  # kwok runs the pods on its fake nodes: wait until they are Ready, as on a real cluster.
+  kubectl -n temp wait --for=condition=Available tds/tdset-hello-world tds/business-hours tds/shop-frontend-hours --timeout=120s >/dev/null
   sleep 1
   echo
   echo "\$ kubectl get tds,deploy -n temp"

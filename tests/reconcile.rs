@@ -122,12 +122,12 @@ async fn creates_owned_deployment_with_scheduled_replicas_and_status() {
         Some("2026-05-01T17:00:00Z")
     );
     assert_eq!(s.next_replicas, Some(1));
-    // No kubelet runs here, so no pod becomes ready: Available must say so rather than lie.
-    let available = condition(&t, "Available").unwrap();
-    assert_eq!(
-        (available.status.as_str(), available.reason.as_str()),
-        ("False", "ReplicasNotReady")
-    );
+    // kwok makes the pods Ready on its fake nodes: Available follows the ready count.
+    let ready = tdset_where(&client, &ns.name, "web", "Available with 4 ready", |t| {
+        condition(t, "Available").is_some_and(|c| c.status == "True" && c.reason == "ReplicasReady")
+    })
+    .await;
+    assert_eq!(ready.status.as_ref().unwrap().ready_replicas, Some(4));
     let degraded = condition(&t, "Degraded").unwrap();
     assert_eq!(
         (degraded.status.as_str(), degraded.reason.as_str()),
@@ -420,10 +420,18 @@ async fn steady_state_writes_nothing() {
     let mut spec = office_hours();
     spec["service"] = json!({"port": 80});
     create_tdset(&client, &ns.name, &tdset("web", spec)).await;
-    tdset_where(&client, &ns.name, "web", "converged status", |t| {
-        t.status.as_ref().is_some_and(|s| s.replicas == Some(4))
-            && condition(t, "Progressing").is_some_and(|c| c.reason == "Settled")
-    })
+    tdset_where(
+        &client,
+        &ns.name,
+        "web",
+        "converged status, pods ready",
+        |t| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.replicas == Some(4) && s.ready_replicas == Some(4))
+                && condition(t, "Progressing").is_some_and(|c| c.reason == "Settled")
+        },
+    )
     .await;
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     // Let the controller manager's own status updates settle, then take the baseline.
