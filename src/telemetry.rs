@@ -41,6 +41,8 @@ pub struct Metrics {
     pub scale_operations: IntCounterVec,
     pub writes: IntCounterVec,
     pub leader: IntGauge,
+    /// From the instant a transition was due to the moment its workload write succeeded.
+    pub transition_lag: Histogram,
     tdsets: Arc<Mutex<Option<Store<TDSet>>>>,
 }
 
@@ -85,6 +87,15 @@ impl Metrics {
             "tdset_leader",
             "1 while this instance holds the leader lease (or runs without election)",
         )?;
+        let transition_lag = Histogram::with_opts(
+            HistogramOpts::new(
+                "tdset_transition_lag_seconds",
+                "From the instant a scheduled change was due to the moment the workload write for it succeeded",
+            )
+            .buckets(vec![
+                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
+            ]),
+        )?;
         let tdsets = Arc::new(Mutex::new(None));
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
@@ -92,6 +103,7 @@ impl Metrics {
         registry.register(Box::new(scale_operations.clone()))?;
         registry.register(Box::new(writes.clone()))?;
         registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(transition_lag.clone()))?;
         registry.register(Box::new(TdsetCollector::new(tdsets.clone())?))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(
@@ -105,6 +117,7 @@ impl Metrics {
             scale_operations,
             writes,
             leader,
+            transition_lag,
             tdsets,
         })
     }
@@ -139,23 +152,52 @@ struct TdsetCollector {
     desc: Vec<Desc>,
 }
 
+/// The per-TDSet series, read from the TDSet cache at scrape time.
+const SERIES: [(&str, &str); 4] = [
+    ("tdset_desired_replicas", "Replicas the schedule wants now"),
+    (
+        "tdset_next_transition_timestamp_seconds",
+        "Unix time of the next replica change (absent when none is scheduled)",
+    ),
+    (
+        "tdset_current_replicas",
+        "Replicas the workload runs, as last observed",
+    ),
+    (
+        "tdset_ready_replicas",
+        "Ready replicas of the workload, as last observed (absent when the workload reports none)",
+    ),
+];
+const CONDITION: (&str, &str) = (
+    "tdset_status_condition",
+    "1 for the status each condition of a TDSet has (type Available, Progressing, Degraded; status true, false, unknown), 0 for the others",
+);
+
 impl TdsetCollector {
     fn new(store: Arc<Mutex<Option<Store<TDSet>>>>) -> Result<Self> {
         let labels = vec!["namespace".to_string(), "name".to_string()];
-        let desc = vec![
-            Desc::new(
-                "tdset_desired_replicas".into(),
-                "Replicas the schedule wants now".into(),
-                labels.clone(),
-                Default::default(),
-            )?,
-            Desc::new(
-                "tdset_next_transition_timestamp_seconds".into(),
-                "Unix time of the next replica change (absent when none is scheduled)".into(),
-                labels,
-                Default::default(),
-            )?,
-        ];
+        let mut desc = SERIES
+            .iter()
+            .map(|(name, help)| {
+                Desc::new(
+                    name.to_string(),
+                    help.to_string(),
+                    labels.clone(),
+                    Default::default(),
+                )
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        desc.push(Desc::new(
+            CONDITION.0.into(),
+            CONDITION.1.into(),
+            vec![
+                "namespace".into(),
+                "name".into(),
+                "type".into(),
+                "status".into(),
+            ],
+            Default::default(),
+        )?);
         Ok(TdsetCollector { store, desc })
     }
 }
@@ -169,37 +211,52 @@ impl Collector for TdsetCollector {
         let Some(store) = self.store.lock().ok().and_then(|s| s.clone()) else {
             return vec![];
         };
-        let desired = prometheus::IntGaugeVec::new(
-            Opts::new("tdset_desired_replicas", "Replicas the schedule wants now"),
-            &["namespace", "name"],
-        );
-        let next = prometheus::IntGaugeVec::new(
-            Opts::new(
-                "tdset_next_transition_timestamp_seconds",
-                "Unix time of the next replica change (absent when none is scheduled)",
-            ),
-            &["namespace", "name"],
-        );
-        let (Ok(desired), Ok(next)) = (desired, next) else {
+        let gauges: Vec<prometheus::IntGaugeVec> = SERIES
+            .iter()
+            .filter_map(|(name, help)| {
+                prometheus::IntGaugeVec::new(Opts::new(*name, *help), &["namespace", "name"]).ok()
+            })
+            .collect();
+        let Ok(conditions) = prometheus::IntGaugeVec::new(
+            Opts::new(CONDITION.0, CONDITION.1),
+            &["namespace", "name", "type", "status"],
+        ) else {
             return vec![];
         };
+        if gauges.len() != SERIES.len() {
+            return vec![];
+        }
         for t in store.state() {
             let ns = t.namespace().unwrap_or_default();
             let name = t.name_any();
             let Some(status) = &t.status else { continue };
-            if let Some(d) = status.desired_replicas {
-                desired.with_label_values(&[&ns, &name]).set(i64::from(d));
-            }
-            if let Some(ts) = status
+            let next = status
                 .next_transition_time
                 .as_deref()
                 .and_then(crate::preview::parse_rfc3339)
-            {
-                next.with_label_values(&[&ns, &name]).set(ts.timestamp());
+                .map(|ts| ts.timestamp());
+            let values = [
+                status.desired_replicas.map(i64::from),
+                next,
+                status.replicas.map(i64::from),
+                status.ready_replicas.map(i64::from),
+            ];
+            for (gauge, value) in gauges.iter().zip(values) {
+                if let Some(v) = value {
+                    gauge.with_label_values(&[&ns, &name]).set(v);
+                }
+            }
+            for c in &status.conditions {
+                for state in ["true", "false", "unknown"] {
+                    let on = c.status.eq_ignore_ascii_case(state);
+                    conditions
+                        .with_label_values(&[&ns, &name, &c.type_, state])
+                        .set(i64::from(on));
+                }
             }
         }
-        let mut out = desired.collect();
-        out.extend(next.collect());
+        let mut out: Vec<MetricFamily> = gauges.iter().flat_map(|g| g.collect()).collect();
+        out.extend(conditions.collect());
         out
     }
 }

@@ -401,6 +401,10 @@ async fn boundary_is_crossed_at_the_boundary_not_at_the_next_poll() {
         "boundary lag (operator scaled, test observed via GET polling every 100ms): {} ms",
         lag.num_milliseconds()
     );
+    // The operator measured it too: one transition observed, and not a negative lag.
+    let observed = op.counter("tdset_transition_lag_seconds_count");
+    assert_eq!(observed, 1.0, "{}", op.metrics.render());
+    assert!(op.counter("tdset_transition_lag_seconds_sum") >= 0.0);
     let t = tdset_where(&client, &ns.name, "web", "status after the boundary", |t| {
         t.status
             .as_ref()
@@ -609,8 +613,25 @@ async fn metrics_endpoint_serves_the_series() {
         ),
         "process_resident_memory_bytes",
         "tdset_leader 1",
+        &format!(
+            "tdset_status_condition{{name=\"web\",namespace=\"{}\",status=\"false\",type=\"Degraded\"}} 1",
+            ns.name
+        ),
+        &format!(
+            "tdset_status_condition{{name=\"web\",namespace=\"{}\",status=\"true\",type=\"Degraded\"}} 0",
+            ns.name
+        ),
+        "tdset_transition_lag_seconds_bucket",
     ] {
         assert!(body.contains(series), "missing {series} in\n{body}");
+    }
+    // The workload's counts follow status (kwok makes the pods Ready).
+    for series in ["tdset_current_replicas", "tdset_ready_replicas"] {
+        let want = format!("{series}{{name=\"web\",namespace=\"{}\"}} 4", ns.name);
+        eventually(GUARD, &want, || async {
+            Some(get("/metrics").await).filter(|b| b.contains(&want))
+        })
+        .await;
     }
     // At least one create: more when a reconcile ran before the watch had delivered the
     // first Deployment (each such POST gets 409 and the live object is read instead).

@@ -52,6 +52,7 @@ pub(super) async fn reconcile_owned(
             notices: vec![],
             target: None,
             retry: None,
+            scaled: false,
         });
     }
     let desired = owned::desired_deployment(tdset, eval.replicas)?
@@ -64,6 +65,11 @@ pub(super) async fn reconcile_owned(
         reason: reason::DEPLOYMENT_MISSING,
         message: format!("no Deployment {name} of this TDSet exists"),
     };
+    let before = cached
+        .as_ref()
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.replicas);
+    let mut scaled = false;
     let (workload, mut problem) = match ensure(
         ctx,
         tdset,
@@ -75,6 +81,7 @@ pub(super) async fn reconcile_owned(
     .await
     {
         Ok((d, change)) => {
+            scaled = change == Change::Updated && before != Some(eval.replicas);
             record_deployment_change(tdset, ctx, eval, cached.as_ref(), &change, template_changed)
                 .await;
             (Ok(Observed::deployment(&d, eval.replicas)), None)
@@ -120,6 +127,7 @@ pub(super) async fn reconcile_owned(
         notices: vec![],
         target: None,
         retry: None,
+        scaled,
     })
 }
 

@@ -147,6 +147,14 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
     let next = schedule.next_transition(now);
     let warnings = schedule.warnings();
 
+    // The change that was due, if its instant has passed: what the transition lag is measured from.
+    let due = ctx
+        .statuses
+        .current(tdset)
+        .and_then(|s| s.next_transition_time)
+        .and_then(|t| crate::preview::parse_rfc3339(&t))
+        .filter(|t| *t <= now);
+
     // Observe and apply, as the mode asks; while suspended, observe only.
     finalizer::ensure(tdset, ctx, &ns).await?;
     let write = if tdset.spec.is_suspended() {
@@ -163,6 +171,11 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
         }
         Source::HpaFloor(hpa) => scale::reconcile_hpa(tdset, ctx, &ns, hpa, &eval, write).await?,
     };
+
+    if let Some(due) = due.filter(|_| outcome.scaled) {
+        let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
+        ctx.metrics.transition_lag.observe(lag);
+    }
 
     // Status (pure), written only when it differs.
     let previous = ctx.statuses.current(tdset);
@@ -227,6 +240,8 @@ pub(crate) struct Outcome {
     /// Look again sooner than the schedule needs (e.g. a target that does not exist yet and
     /// whose kind is not watched).
     pub retry: Option<Duration>,
+    /// Whether this reconcile changed the workload's replica count (or an HPA's floor).
+    pub scaled: bool,
 }
 
 /// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.

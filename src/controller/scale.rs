@@ -352,6 +352,7 @@ fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStatus) -> Outc
         notices: vec![],
         target: Some(target),
         retry,
+        scaled: false,
     }
 }
 
@@ -379,6 +380,7 @@ pub(super) async fn reconcile_scale(
             // Keep what status remembers (the original count), as every other path does.
             target: Some(target_status(tdset, ctx, ns, r, FIELD, None).await?),
             retry: Some(Duration::from_secs(1)),
+            scaled: false,
         });
     }
     let (res, view) = match resolve_and_read(ctx, ns, r).await? {
@@ -404,6 +406,7 @@ pub(super) async fn reconcile_scale(
         return Ok(out);
     }
     let mut view = view;
+    let mut scaled = false;
     if write_ == Write::IfDifferent
         && let Some(replicas) = target::scale_write(eval.replicas, &view)
     {
@@ -420,6 +423,7 @@ pub(super) async fn reconcile_scale(
         )
         .await;
         view.spec_replicas = replicas;
+        scaled = true;
     }
     Ok(Outcome {
         workload: Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas)),
@@ -427,6 +431,7 @@ pub(super) async fn reconcile_scale(
         notices: vec![],
         target: Some(target),
         retry: None,
+        scaled,
     })
 }
 
@@ -561,6 +566,7 @@ pub(super) async fn reconcile_hpa(
         notices,
         target: Some(target),
         retry: None,
+        scaled: plan.min_replicas.is_some() || plan.scale_target.is_some(),
     })
 }
 
