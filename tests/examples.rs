@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
@@ -154,16 +152,7 @@ async fn examples_apply_and_converge_to_preview() {
                 |d: &Deployment| replicas(d) == Some(2),
             )
             .await;
-            eventually(Duration::from_secs(60), "TDSet deleted", || async {
-                tdsets
-                    .get_opt("shop-frontend-hours")
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_none()
-                    .then_some(())
-            })
-            .await;
+            tdset_gone(&client, &ns.name, "shop-frontend-hours").await;
         }
         for op in operators {
             op.stop().await;

@@ -332,16 +332,7 @@ async fn a_referenced_deployment_gets_its_replicas_and_nothing_else() {
         .delete("sched", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(GUARD, "TDSet gone", || async {
-        Api::<TDSet>::namespaced(client.clone(), &ns.name)
-            .get_opt("sched")
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    tdset_gone(&client, &ns.name, "sched").await;
     let kept: Deployment = Api::namespaced(client.clone(), &ns.name)
         .get("web")
         .await
@@ -384,16 +375,7 @@ async fn restore_on_delete_puts_the_original_count_back() {
         .await
         .unwrap();
     deployment_with(&client, &ns.name, "web", 3).await;
-    eventually(GUARD, "TDSet deleted", || async {
-        tdsets
-            .get_opt("sched")
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    tdset_gone(&client, &ns.name, "sched").await;
     wait_for_event(&client, &ns.name, "sched", |(_, r, note)| {
         r == "Restored" && note.contains("to 3 replicas")
     })
@@ -413,20 +395,8 @@ async fn restore_on_delete_puts_the_original_count_back() {
         .delete("orphan", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(
-        GUARD,
-        "TDSet deleted although its target is gone",
-        || async {
-            tdsets
-                .get_opt("orphan")
-                .await
-                .ok()
-                .flatten()
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    // Deleted although its target is gone.
+    tdset_gone(&client, &ns.name, "orphan").await;
     wait_for_event(&client, &ns.name, "orphan", |(ty, r, _)| {
         ty == "Warning" && r == "RestoreFailed"
     })

@@ -443,6 +443,15 @@ where
     .await
 }
 
+/// Waits (up to GUARD) until TDSet `name` no longer exists (its finalizers have let go).
+pub async fn tdset_gone(client: &Client, ns: &str, name: &str) {
+    let api: Api<tdset_operator::api::TDSet> = Api::namespaced(client.clone(), ns);
+    eventually(GUARD, &format!("TDSet {ns}/{name} deleted"), || async {
+        matches!(api.get_opt(name).await, Ok(None)).then_some(())
+    })
+    .await;
+}
+
 /// The condition of `type_` on a TDSet, if its status has one.
 pub fn condition<'a>(
     t: &'a tdset_operator::api::TDSet,
