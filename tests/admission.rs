@@ -49,13 +49,6 @@ fn apply(yaml: &str) -> (bool, String) {
     )
 }
 
-async fn setup(prefix: &str) -> (kube::Client, TestNamespace) {
-    let client = client().await;
-    install_crd(&client).await;
-    let ns = TestNamespace::new(&client, prefix).await;
-    (client, ns)
-}
-
 #[tokio::test]
 async fn seed_manifest_is_accepted_unchanged() {
     let client = client().await;

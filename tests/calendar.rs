@@ -4,30 +4,11 @@
 mod support;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::{Clock, SystemClock};
-
-async fn setup(prefix: &str) -> (Client, TestNamespace) {
-    let client = client().await;
-    install_crd(&client).await;
-    let ns = TestNamespace::new(&client, prefix).await;
-    (client, ns)
-}
-
-async fn at_replicas(client: &Client, ns: &str, name: &str, want: i32) -> Deployment {
-    object_where(
-        client,
-        ns,
-        name,
-        &format!("Deployment {name} at {want}"),
-        |d| replicas(d) == Some(want),
-    )
-    .await
-}
 
 #[tokio::test]
 async fn an_override_takes_the_deployment_at_its_start_and_gives_it_back_at_its_end() {
@@ -46,8 +27,8 @@ async fn an_override_takes_the_deployment_at_its_start_and_gives_it_back_at_its_
     create_tdset(&client, &ns.name, &tdset("web", spec)).await;
     let clock = SystemClock::starting_at(t0);
     let op = Operator::start(&client, &ns.name, clock, None, "test");
-    at_replicas(&client, &ns.name, "web", 3).await;
-    let during = at_replicas(&client, &ns.name, "web", 7).await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+    let during = deployment_at(&client, &ns.name, "web", 7).await;
     let seen = clock.now();
     assert!(
         seen >= utc("2026-11-27T12:00:04Z"),
@@ -66,7 +47,7 @@ async fn an_override_takes_the_deployment_at_its_start_and_gives_it_back_at_its_
         t.status.unwrap().next_transition_time.as_deref(),
         Some("2026-11-27T12:00:08Z")
     );
-    at_replicas(&client, &ns.name, "web", 3).await;
+    deployment_at(&client, &ns.name, "web", 3).await;
     assert!(clock.now() >= utc("2026-11-27T12:00:08Z"));
     wait_for_event(&client, &ns.name, "web", |(_, r, note)| {
         r == "ScaledUp" && note.contains("override launch is active")
@@ -93,7 +74,7 @@ async fn suspend_stops_every_write_and_resume_applies_the_schedule_at_once() {
         "intervalMint": 60
     });
     create_tdset(&client, &ns.name, &tdset("web", spec)).await;
-    at_replicas(&client, &ns.name, "web", 4).await;
+    deployment_at(&client, &ns.name, "web", 4).await;
     let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
     let set_suspend = |on: bool| {
         let tdsets = tdsets.clone();
@@ -158,7 +139,7 @@ async fn suspend_stops_every_write_and_resume_applies_the_schedule_at_once() {
 
     // Resumed: the drift is reverted at once.
     set_suspend(false).await;
-    at_replicas(&client, &ns.name, "web", 4).await;
+    deployment_at(&client, &ns.name, "web", 4).await;
     assert!(deployment_writes(&op) > before);
     object_where(
         &client,
@@ -187,8 +168,8 @@ async fn a_ramp_takes_the_deployment_through_its_steps_at_their_instants() {
     let step = utc("2026-05-01T08:59:00Z");
     let clock = SystemClock::starting_at(step - chrono::Duration::seconds(3));
     let op = Operator::start(&client, &ns.name, clock, None, "test");
-    at_replicas(&client, &ns.name, "web", 2).await;
-    at_replicas(&client, &ns.name, "web", 3).await;
+    deployment_at(&client, &ns.name, "web", 2).await;
+    deployment_at(&client, &ns.name, "web", 3).await;
     assert!(clock.now() >= step, "the step came before its instant");
     let t = object_where(
         &client,

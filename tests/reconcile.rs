@@ -31,13 +31,6 @@ fn office_hours() -> serde_json::Value {
     })
 }
 
-async fn setup(prefix: &str) -> (Client, TestNamespace) {
-    let client = client().await;
-    install_crd(&client).await;
-    let ns = TestNamespace::new(&client, prefix).await;
-    (client, ns)
-}
-
 /// A fresh namespace with an in-process operator whose clock starts at noon (see `noon`).
 async fn running(prefix: &str) -> (Client, TestNamespace, Operator) {
     let (client, ns) = setup(prefix).await;

@@ -66,24 +66,6 @@ fn hpa(name: &str, target: &str, min: i32, max: i32) -> Value {
     })
 }
 
-async fn setup(prefix: &str) -> (Client, TestNamespace) {
-    let client = client().await;
-    install_crd(&client).await;
-    let ns = TestNamespace::new(&client, prefix).await;
-    (client, ns)
-}
-
-async fn deployment_with(client: &Client, ns: &str, name: &str, want: i32) -> Deployment {
-    object_where(
-        client,
-        ns,
-        name,
-        &format!("Deployment {name} at {want} replicas"),
-        |d| replicas(d) == Some(want),
-    )
-    .await
-}
-
 /// The object without what the API server and controllers keep changing, and without the
 /// replica count: what the operator must never touch.
 fn untouchable(mut v: Value) -> Value {
@@ -130,7 +112,7 @@ async fn template_fields_reach_the_deployment_and_removed_fields_go() {
     spec["service"] = json!({"port": 80});
     create_tdset(&client, &ns.name, &tdset("web", spec)).await;
 
-    let d = deployment_with(&client, &ns.name, "web", 4).await;
+    let d = deployment_at(&client, &ns.name, "web", 4).await;
     let pod = d.spec.as_ref().unwrap().template.clone();
     let labels = pod.metadata.as_ref().unwrap().labels.clone().unwrap();
     assert_eq!(labels.get("team").map(String::as_str), Some("payments"));
@@ -266,8 +248,8 @@ async fn a_referenced_deployment_gets_its_replicas_and_nothing_else() {
     .await;
     let clock = SystemClock::starting_at(boundary - chrono::Duration::seconds(3));
     let op = Operator::start(&client, &ns.name, clock, None, "test");
-    deployment_with(&client, &ns.name, "web", 1).await;
-    let after = deployment_with(&client, &ns.name, "web", 4).await;
+    deployment_at(&client, &ns.name, "web", 1).await;
+    let after = deployment_at(&client, &ns.name, "web", 4).await;
     use tdset_operator::clock::Clock;
     assert!(clock.now() >= boundary);
 
@@ -325,7 +307,7 @@ async fn a_referenced_deployment_gets_its_replicas_and_nothing_else() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    deployment_with(&client, &ns.name, "web", 4).await;
+    deployment_at(&client, &ns.name, "web", 4).await;
 
     // Deleting the TDSet (onDelete: Keep) leaves the Deployment as it is.
     Api::<TDSet>::namespaced(client.clone(), &ns.name)
@@ -351,7 +333,7 @@ async fn restore_on_delete_puts_the_original_count_back() {
     let mut spec = office_hours(target("apps/v1", "Deployment", "web"), 1);
     spec["onDelete"] = json!("Restore");
     create_tdset(&client, &ns.name, &tdset("sched", spec)).await;
-    deployment_with(&client, &ns.name, "web", 4).await;
+    deployment_at(&client, &ns.name, "web", 4).await;
     object_where(
         &client,
         &ns.name,
@@ -374,7 +356,7 @@ async fn restore_on_delete_puts_the_original_count_back() {
         .delete("sched", &DeleteParams::default())
         .await
         .unwrap();
-    deployment_with(&client, &ns.name, "web", 3).await;
+    deployment_at(&client, &ns.name, "web", 3).await;
     tdset_gone(&client, &ns.name, "sched").await;
     wait_for_event(&client, &ns.name, "sched", |(_, r, note)| {
         r == "Restored" && note.contains("to 3 replicas")
@@ -386,7 +368,7 @@ async fn restore_on_delete_puts_the_original_count_back() {
     spec["onDelete"] = json!("Restore");
     let _: Deployment = create_object(&client, &ns.name, app_deployment("gone", 2)).await;
     create_tdset(&client, &ns.name, &tdset("orphan", spec)).await;
-    deployment_with(&client, &ns.name, "gone", 4).await;
+    deployment_at(&client, &ns.name, "gone", 4).await;
     Api::<Deployment>::namespaced(client.clone(), &ns.name)
         .delete("gone", &DeleteParams::default())
         .await
@@ -531,7 +513,7 @@ async fn an_hpa_floor_follows_the_schedule_and_the_hpa_scales_the_deployment() {
         "metrics are left alone"
     );
     // The HPA controller (not the operator) raises the Deployment to the floor.
-    deployment_with(&client, &ns.name, "web", 4).await;
+    deployment_at(&client, &ns.name, "web", 4).await;
     let d: Deployment = Api::namespaced(client.clone(), &ns.name)
         .get("web")
         .await
@@ -621,14 +603,14 @@ async fn a_scheduled_zero_puts_the_hpa_target_to_sleep_and_the_next_window_wakes
     let clock = SystemClock::starting_at(boundary - chrono::Duration::seconds(4));
     let op = Operator::start(&client, &ns.name, clock, None, "test");
     // Before 09:00 the schedule says 0: the Deployment goes to 0, the HPA keeps its minimum.
-    deployment_with(&client, &ns.name, "web", 0).await;
+    deployment_at(&client, &ns.name, "web", 0).await;
     let h: HorizontalPodAutoscaler = Api::namespaced(client.clone(), &ns.name)
         .get("web")
         .await
         .unwrap();
     assert_eq!(h.spec.unwrap().min_replicas, Some(2));
     // At 09:00 the floor is 4 and the Deployment is woken to it.
-    deployment_with(&client, &ns.name, "web", 4).await;
+    deployment_at(&client, &ns.name, "web", 4).await;
     object_where(
         &client,
         &ns.name,
@@ -718,7 +700,7 @@ async fn a_missing_target_is_reported_and_picked_up_when_it_appears() {
             .contains("Deployment later")
     );
     let _: Deployment = create_object(&client, &ns.name, app_deployment("later", 1)).await;
-    deployment_with(&client, &ns.name, "later", 4).await;
+    deployment_at(&client, &ns.name, "later", 4).await;
     object_where(
         &client,
         &ns.name,

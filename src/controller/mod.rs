@@ -148,11 +148,11 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
     let warnings = schedule.warnings();
 
     // The change that was due, if its instant has passed: what the transition lag is measured from.
-    let due = ctx
-        .statuses
-        .current(tdset)
-        .and_then(|s| s.next_transition_time)
-        .and_then(|t| crate::preview::parse_rfc3339(&t))
+    let previous = ctx.statuses.current(tdset);
+    let due = previous
+        .as_ref()
+        .and_then(|s| s.next_transition_time.as_deref())
+        .and_then(crate::preview::parse_rfc3339)
         .filter(|t| *t <= now);
 
     // Observe and apply, as the mode asks; while suspended, observe only.
@@ -178,7 +178,6 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
     }
 
     // Status (pure), written only when it differs.
-    let previous = ctx.statuses.current(tdset);
     let new_status = status::next_status(&Inputs {
         previous: previous.as_ref(),
         generation: tdset.meta().generation,

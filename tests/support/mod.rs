@@ -443,6 +443,31 @@ where
     .await
 }
 
+/// A client, the CRD installed, and a fresh namespace for one test.
+pub async fn setup(prefix: &str) -> (Client, TestNamespace) {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, prefix).await;
+    (client, ns)
+}
+
+/// Waits (up to GUARD) until Deployment `name` asks for `want` replicas.
+pub async fn deployment_at(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    want: i32,
+) -> k8s_openapi::api::apps::v1::Deployment {
+    object_where(
+        client,
+        ns,
+        name,
+        &format!("Deployment {name} at {want}"),
+        |d| replicas(d) == Some(want),
+    )
+    .await
+}
+
 /// Waits (up to GUARD) until TDSet `name` no longer exists (its finalizers have let go).
 pub async fn tdset_gone(client: &Client, ns: &str, name: &str) {
     let api: Api<tdset_operator::api::TDSet> = Api::namespaced(client.clone(), ns);
