@@ -15,6 +15,9 @@
 #                                            stop kube-apiserver, wait, start it again (fault tests)
 #   control-plane.sh env DIR                 print `export KUBECONFIG=...` for a shell
 #   control-plane.sh bin-dir                 print the cache dir (does not build)
+#   control-plane.sh helm-dir                print the dir holding helm (does not build)
+#   control-plane.sh monitoring-crds-dir     print the dir holding the ServiceMonitor and
+#                                            PrometheusRule CRDs (does not fetch)
 #
 # TDSET_APISERVER_PORT=N makes `start` serve on that port instead of a free one it picks.
 set -euo pipefail
@@ -22,12 +25,18 @@ set -euo pipefail
 K8S_VERSION="v1.34.4"
 ETCD_VERSION="v3.6.16"
 KWOK_VERSION="v0.8.0"   # the newest release the module proxy served on 2026-11-22
+HELM_VERSION="v3.22.0"  # the newest helm.sh/helm/v3 on the module proxy on 2026-11-22
 CACHE_ROOT="${TDSET_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tdset-operator}"
 BIN_DIR="$CACHE_ROOT/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}/bin"
 BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
 # Built separately (kwok under its own version key), so adding them kept the cache valid.
 SCHEDULER="$BIN_DIR/kube-scheduler"
 KWOK_DIR="$CACHE_ROOT/kwok-${KWOK_VERSION}"
+HELM_DIR="$CACHE_ROOT/helm-${HELM_VERSION}"
+# The ServiceMonitor and PrometheusRule CRDs, so the chart's optional objects are validated by
+# the API server in the tests (from the prometheus-operator module's own CRD manifests).
+PROMOP_VERSION="v0.85.0"
+PROMOP_DIR="$CACHE_ROOT/prometheus-operator-${PROMOP_VERSION}"
 
 die() { echo "control-plane: $*" >&2; exit 1; }
 log() { echo "control-plane: $*" >&2; }
@@ -111,6 +120,30 @@ build_kwok() {
   done >"$work/out/kwok-stages.yaml"
 }
 
+# helm, for the chart's tests (lint, template, install/upgrade/uninstall on this control plane).
+# The Kubernetes version helm assumes without a cluster (lint, template) follows its client-go,
+# as helm's own Makefile sets it.
+build_helm() {
+  local work="$1" src cg major minor ld
+  src="$(go mod download -json "helm.sh/helm/v3@${HELM_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  cg="$(awk '$1 == "k8s.io/client-go" {print $2}' "$src/go.mod")"   # v0.37.0
+  major=$(( $(cut -d. -f1 <<<"${cg#v}") + 1 )); minor="$(cut -d. -f2 <<<"$cg")"
+  ld="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+  ld="$ld -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld="$ld -X $pkg.k8sVersionMajor=$major -X $pkg.k8sVersionMinor=$minor"
+  done
+  GOBIN="$work/out" go install -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+}
+
+fetch_monitoring_crds() {
+  local work="$1" src f
+  src="$(go mod download -json "github.com/prometheus-operator/prometheus-operator@${PROMOP_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  for f in servicemonitors prometheusrules; do
+    cp "$src/example/prometheus-operator-crd/monitoring.coreos.com_$f.yaml" "$work/out/"
+  done
+}
+
 # Builds an optional component into DEST unless all its outputs are there.
 install_extra() {
   local name="$1" fn="$2" dest="$3"; shift 3
@@ -137,6 +170,9 @@ cmd_install() {
   if have_binaries; then
     install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
     install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml
+    install_extra helm build_helm "$HELM_DIR" helm
+  install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
+    monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml
     echo "$BIN_DIR"; return 0
   fi
   command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
@@ -160,6 +196,9 @@ cmd_install() {
   log "built: $("$BIN_DIR/kube-apiserver" --version), etcd $("$BIN_DIR/etcd" --version | head -1)"
   install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
   install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml
+  install_extra helm build_helm "$HELM_DIR" helm
+  install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
+    monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml
   echo "$BIN_DIR"
 }
 
@@ -402,5 +441,7 @@ case "${1:-}" in
   restart-apiserver) shift; cmd_restart_apiserver "$@" ;;
   env) echo "export KUBECONFIG=${2:?usage: control-plane.sh env DIR}/kubeconfig; export PATH=$BIN_DIR:\$PATH" ;;
   bin-dir) echo "$BIN_DIR" ;;
-  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+  helm-dir) echo "$HELM_DIR" ;;
+  monitoring-crds-dir) echo "$PROMOP_DIR" ;;
+  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
 esac

@@ -8,10 +8,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
 for tool in openssl curl python3; do need "$tool" || missing+=("$tool"); done
+# Debian's prometheus package: the server (a real scrape in tests/prometheus.rs) and promtool
+# (the alert rules are checked and unit-tested).
+{ need prometheus && need promtool; } || missing+=(prometheus)
 if [[ ${#missing[@]} -gt 0 ]]; then
   if need apt-get && [[ $(id -u) -eq 0 ]]; then
     echo "test.sh: installing ${missing[*]} with apt-get" >&2
-    apt-get update -qq && apt-get install -y -qq "${missing[@]/python3/python3}" >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     echo "test.sh: missing ${missing[*]}; install them and retry" >&2; exit 1
   fi

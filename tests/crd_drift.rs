@@ -10,3 +10,17 @@ fn checked_in_crd_matches_the_code() {
         "crds/tdset.yaml is stale; regenerate it with: cargo run -- crd > crds/tdset.yaml"
     );
 }
+
+#[test]
+fn the_helm_chart_carries_the_same_crd() {
+    let generated = tdset_operator::cli::crd_yaml().expect("generating the CRD");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/helm/tdset-operator/files/crd.yaml"
+    );
+    let copy = std::fs::read_to_string(path).expect("reading the chart's files/crd.yaml");
+    assert!(
+        generated == copy,
+        "the chart's CRD is stale; regenerate it with: scripts/render-deploy.sh"
+    );
+}

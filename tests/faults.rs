@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
@@ -17,96 +17,6 @@ use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 
 const GUARD: Duration = Duration::from_secs(120);
-
-struct Proc {
-    child: Child,
-    addr: String,
-}
-
-impl Proc {
-    fn start(kubeconfig: &std::path::Path, ns: &str, extra: &[&str], log: &str) -> Proc {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log =
-            std::fs::File::create(std::env::temp_dir().join(format!("{}-{log}", unique_suffix())))
-                .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tdset-operator"))
-            .args([
-                "run",
-                "--kubeconfig",
-                kubeconfig.to_str().unwrap(),
-                "--namespace",
-                ns,
-            ])
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-            .args([
-                "--log-level",
-                &std::env::var("TDSET_TEST_OPERATOR_LOG").unwrap_or_else(|_| "info".into()),
-            ])
-            .args(extra)
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        Proc {
-            child,
-            addr: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    fn get(&self, path: &str) -> Option<(u16, String)> {
-        let out = Command::new("curl")
-            .args([
-                "-s",
-                "-m",
-                "2",
-                "-w",
-                "\n%{http_code}",
-                &format!("{}{path}", self.addr),
-            ])
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (body, code) = text.rsplit_once('\n')?;
-        Some((code.parse().ok()?, body.to_string()))
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        self.get("/metrics")
-            .map(|(_, b)| b)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    fn sigkill(self) {
-        drop(self);
-    }
-
-    fn sigterm(mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        self.child.wait().unwrap()
-    }
-}
-
-/// A test that fails must not leave its operator running.
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn tdset(name: &str, image: &str) -> TDSet {
     serde_json::from_value(json!({
@@ -152,7 +62,7 @@ async fn sigkill_while_converging_then_restart_leaves_no_duplicates_or_orphans()
     install_crd(&client).await;
     let ns = TestNamespace::new(&client, "fault-kill").await;
     let kubeconfig = control_plane().kubeconfig.clone();
-    let op = Proc::start(&kubeconfig, &ns.name, &[], "fault-kill-1.log");
+    let op = OperatorProcess::start(&kubeconfig, &ns.name, &[], "fault-kill-1.log");
     let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let n = 200;
@@ -195,7 +105,7 @@ async fn sigkill_while_converging_then_restart_leaves_no_duplicates_or_orphans()
         "the operator finished before it was killed ({at_kill}); the test proves nothing"
     );
 
-    let op = Proc::start(&kubeconfig, &ns.name, &[], "fault-kill-2.log");
+    let op = OperatorProcess::start(&kubeconfig, &ns.name, &[], "fault-kill-2.log");
     wait_until("all 200 converged after the restart", || async {
         let d = deploys
             .list(&ListParams::default())
@@ -252,7 +162,7 @@ async fn api_server_outage_is_survived_without_restart() {
     let client = client_for(&cp.kubeconfig).await;
     install_crd(&client).await;
     let ns = TestNamespace::new(&client, "fault-outage").await;
-    let mut op = Proc::start(&cp.kubeconfig, &ns.name, &[], "fault-outage.log");
+    let mut op = OperatorProcess::start(&cp.kubeconfig, &ns.name, &[], "fault-outage.log");
     web_created(&client, &ns.name, "converged before the outage").await;
 
     let restart = {
@@ -320,14 +230,14 @@ async fn killing_the_leader_hands_over_to_the_standby() {
         "--lease-duration",
         "6",
     ];
-    let a = Proc::start(
+    let a = OperatorProcess::start(
         &kubeconfig,
         &ns.name,
         &[&lease_args[..], &["--instance", "a"]].concat(),
         "fault-leader-a.log",
     );
     wait_until("a leads", || async { a.metric("tdset_leader") == 1.0 }).await;
-    let b = Proc::start(
+    let b = OperatorProcess::start(
         &kubeconfig,
         &ns.name,
         &[&lease_args[..], &["--instance", "b"]].concat(),

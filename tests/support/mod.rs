@@ -103,11 +103,59 @@ pub async fn client() -> Client {
 
 /// Runs the control plane's kubectl against the shared control plane.
 pub fn kubectl(args: &[&str]) -> std::process::Output {
+    kubectl_at(&control_plane().kubeconfig, args)
+}
+
+/// Runs the control plane's kubectl against the cluster of `kubeconfig`.
+pub fn kubectl_at(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
     Command::new(kubectl_path())
-        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .env("KUBECONFIG", kubeconfig)
         .args(args)
         .output()
         .expect("running kubectl")
+}
+
+/// The cached helm (`scripts/control-plane.sh install` builds it), against `kubeconfig`'s
+/// cluster. Helm's own state (repositories, cache) goes to a throwaway dir.
+pub fn helm(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    let dir = Command::new(script())
+        .arg("helm-dir")
+        .output()
+        .expect("running scripts/control-plane.sh helm-dir");
+    let bin = PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim()).join("helm");
+    assert!(
+        bin.exists(),
+        "no helm at {}; run: scripts/control-plane.sh install",
+        bin.display()
+    );
+    let home = std::env::temp_dir().join("tdset-test-helm-home");
+    Command::new(bin)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .args(args)
+        .output()
+        .expect("running helm")
+}
+
+/// Asserts a command succeeded and returns its stdout.
+pub fn succeeded(what: &str, out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("binding 127.0.0.1:0")
+        .port()
 }
 
 /// Like `kubectl`, with `stdin` fed to it.
@@ -511,7 +559,19 @@ pub fn replicas(d: &k8s_openapi::api::apps::v1::Deployment) -> Option<i32> {
 /// A kubeconfig for the shared control plane that authenticates as ServiceAccount
 /// `namespace/name` (a token from `kubectl create token`), and a client for it.
 pub async fn service_account_client(namespace: &str, name: &str) -> (Client, PathBuf) {
-    let token = kubectl(&["-n", namespace, "create", "token", name, "--duration=1h"]);
+    service_account_client_at(&control_plane().kubeconfig, namespace, name).await
+}
+
+/// `service_account_client` for the cluster of `kubeconfig`.
+pub async fn service_account_client_at(
+    kubeconfig: &Path,
+    namespace: &str,
+    name: &str,
+) -> (Client, PathBuf) {
+    let token = kubectl_at(
+        kubeconfig,
+        &["-n", namespace, "create", "token", name, "--duration=1h"],
+    );
     assert!(
         token.status.success(),
         "{}",
@@ -519,8 +579,7 @@ pub async fn service_account_client(namespace: &str, name: &str) -> (Client, Pat
     );
     let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
     let admin: serde_json::Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(&control_plane().kubeconfig).unwrap())
-            .unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
     let sa_config = serde_json::json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": admin["clusters"],
@@ -531,4 +590,97 @@ pub async fn service_account_client(namespace: &str, name: &str) -> (Client, Pat
     let path = std::env::temp_dir().join(format!("tdset-sa-{}.kubeconfig", unique_suffix()));
     std::fs::write(&path, serde_json::to_string(&sa_config).unwrap()).unwrap();
     (client_for(&path).await, path)
+}
+
+/// The operator as a real process (the built binary), for tests that kill it or scrape it.
+/// Its output goes to a log file in the temp dir.
+pub struct OperatorProcess {
+    child: std::process::Child,
+    pub addr: String,
+}
+
+impl OperatorProcess {
+    pub fn start(
+        kubeconfig: &std::path::Path,
+        ns: &str,
+        extra: &[&str],
+        log: &str,
+    ) -> OperatorProcess {
+        let port = free_port();
+        let log =
+            std::fs::File::create(std::env::temp_dir().join(format!("{}-{log}", unique_suffix())))
+                .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_tdset-operator"))
+            .args([
+                "run",
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--namespace",
+                ns,
+            ])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args([
+                "--log-level",
+                &std::env::var("TDSET_TEST_OPERATOR_LOG").unwrap_or_else(|_| "info".into()),
+            ])
+            .args(extra)
+            .stdout(std::process::Stdio::from(log.try_clone().unwrap()))
+            .stderr(std::process::Stdio::from(log))
+            .spawn()
+            .unwrap();
+        OperatorProcess {
+            child,
+            addr: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-m",
+                "2",
+                "-w",
+                "\n%{http_code}",
+                &format!("{}{path}", self.addr),
+            ])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n')?;
+        Some((code.parse().ok()?, body.to_string()))
+    }
+
+    pub fn metric(&self, name: &str) -> f64 {
+        self.get("/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn sigkill(self) {
+        drop(self);
+    }
+
+    pub fn sigterm(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().unwrap()
+    }
+}
+
+/// A test that fails must not leave its operator running.
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

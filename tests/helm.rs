@@ -1,0 +1,596 @@
+//! The Helm chart (deploy/helm/tdset-operator) with helm built from its Go module: lint, the
+//! rendering that deploy/ is made of, the API server's validation of every option, and one
+//! release's life (install, upgrade, uninstall, reinstall scoped to a namespace) on a control
+//! plane of its own, so that "no cluster-scoped leftovers" is checked exactly.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
+use support::*;
+use tdset_operator::clock::SystemClock;
+use tdset_operator::controller::LeaseOptions;
+
+const GUARD: Duration = Duration::from_secs(120);
+
+fn chart() -> String {
+    repo_root()
+        .join("deploy/helm/tdset-operator")
+        .display()
+        .to_string()
+}
+
+fn all_options() -> String {
+    repo_root()
+        .join("deploy/helm/tdset-operator/ci/all-options-values.yaml")
+        .display()
+        .to_string()
+}
+
+/// `helm template` of the chart as release `tdset-operator` in `namespace`.
+fn render(namespace: &str, extra: &[&str]) -> String {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "tdset-operator",
+        &chart,
+        "--namespace",
+        namespace,
+    ];
+    args.extend_from_slice(extra);
+    succeeded("helm template", helm(&control_plane().kubeconfig, &args))
+}
+
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(yaml)
+        .expect("parsing helm's output")
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+fn kinds(docs: &[Value]) -> Vec<String> {
+    docs.iter()
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn chart_lints_clean_with_defaults_and_with_every_option() {
+    let kc = &control_plane().kubeconfig;
+    succeeded("helm lint", helm(kc, &["lint", "--strict", &chart()]));
+    succeeded(
+        "helm lint (every option)",
+        helm(kc, &["lint", "--strict", &chart(), "-f", &all_options()]),
+    );
+}
+
+#[test]
+fn deploy_dir_is_the_chart_rendered_with_its_defaults() {
+    let out = std::process::Command::new(repo_root().join("scripts/render-deploy.sh"))
+        .arg("--check")
+        .output()
+        .expect("running scripts/render-deploy.sh");
+    succeeded(
+        "scripts/render-deploy.sh --check (deploy/ drifted from the chart)",
+        out,
+    );
+}
+
+#[test]
+fn rbac_is_least_privilege_in_every_rendering() {
+    for (what, yaml) in [
+        ("defaults", render("tdset-system", &[])),
+        (
+            "every option",
+            render("tdset-system", &["-f", &all_options()]),
+        ),
+    ] {
+        for doc in documents(&yaml) {
+            for rule in doc["rules"].as_array().into_iter().flatten() {
+                for key in ["apiGroups", "resources", "verbs"] {
+                    let items = rule[key].as_array().unwrap();
+                    assert!(
+                        !items.iter().any(|i| i == "*"),
+                        "{what}: wildcard in {key}: {rule}"
+                    );
+                }
+                let resources = rule["resources"].as_array().unwrap();
+                assert!(
+                    !resources.iter().any(|r| r == "secrets" || r == "pods"),
+                    "{what}: the operator reads no secrets or pods: {rule}"
+                );
+                let verbs = rule["verbs"].as_array().unwrap();
+                for never in ["escalate", "bind", "impersonate"] {
+                    assert!(!verbs.iter().any(|v| v == never), "{what}: {never}: {rule}");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_option_renders_objects_the_api_server_accepts() {
+    let (client, ns) = setup("helm-dry").await;
+    install_monitoring_crds(&control_plane().kubeconfig);
+    let watched = TestNamespace::new(&client, "helm-watched").await;
+
+    let defaults = render(&ns.name, &[]);
+    let every = render(
+        &ns.name,
+        &[
+            "-f",
+            &all_options(),
+            "--set",
+            &format!("watchNamespace={}", watched.name),
+        ],
+    );
+    for (what, yaml) in [("defaults", &defaults), ("every option", &every)] {
+        let out = kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], yaml);
+        succeeded(&format!("kubectl apply --dry-run=server ({what})"), out);
+    }
+
+    // Each option reached the object it is for.
+    let docs = documents(&every);
+    let names = kinds(&docs);
+    for expected in [
+        "ServiceMonitor/tdset-operator",
+        "PrometheusRule/tdset-operator",
+        "PodDisruptionBudget/tdset-operator",
+        "ServiceAccount/tdset-operator-custom",
+        "CustomResourceDefinition/tdsets.schedule.rs",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    // Scoped to one namespace: bound there, not cluster-wide.
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["name"] == "tdset-operator")
+        .expect("a RoleBinding for watchNamespace");
+    assert_eq!(binding["metadata"]["namespace"], json!(watched.name));
+    assert!(
+        !names.iter().any(|n| n.starts_with("ClusterRoleBinding/")),
+        "{names:?}"
+    );
+    let crd = docs
+        .iter()
+        .find(|d| d["kind"] == "CustomResourceDefinition")
+        .unwrap();
+    assert!(
+        crd["metadata"]["annotations"]["helm.sh/resource-policy"].is_null(),
+        "crds.keep=false"
+    );
+
+    let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(deploy["spec"]["replicas"], json!(3));
+    assert_eq!(
+        c["image"],
+        json!("registry.example.com/platform/tdset-operator:0.1.0-rc.1")
+    );
+    assert_eq!(c["imagePullPolicy"], json!("Always"));
+    assert_eq!(c["args"], json!(["run", "--lease-duration=30"]));
+    assert_eq!(c["ports"][0]["containerPort"], json!(9090));
+    assert_eq!(c["resources"]["limits"]["memory"], json!("512Mi"));
+    let env: Vec<(String, String)> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?.into(), e["value"].as_str()?.into())))
+        .collect();
+    for (k, v) in [
+        ("TDSET_NAMESPACE", watched.name.as_str()),
+        ("TDSET_LEASE_DURATION", "30"),
+        ("TDSET_CONCURRENCY", "32"),
+        ("TDSET_LOG", "tdset_operator=debug,kube=info"),
+        ("TDSET_LOG_FORMAT", "text"),
+        ("TDSET_METRICS_ADDR", "0.0.0.0:9090"),
+        ("RUST_BACKTRACE", "1"),
+    ] {
+        assert!(
+            env.contains(&(k.into(), v.into())),
+            "{k}={v} missing from {env:?}"
+        );
+    }
+    assert_eq!(pod["serviceAccountName"], json!("tdset-operator-custom"));
+    assert_eq!(pod["priorityClassName"], json!("system-cluster-critical"));
+    assert_eq!(
+        pod["imagePullSecrets"][0]["name"],
+        json!("registry-credentials")
+    );
+    assert_eq!(pod["nodeSelector"]["kubernetes.io/os"], json!("linux"));
+    assert_eq!(pod["tolerations"][0]["key"], json!("dedicated"));
+    assert!(pod["affinity"]["podAntiAffinity"].is_object());
+    assert_eq!(pod["topologySpreadConstraints"][0]["maxSkew"], json!(1));
+    assert_eq!(pod["securityContext"]["fsGroup"], json!(10001));
+    let meta = &deploy["spec"]["template"]["metadata"];
+    assert_eq!(meta["annotations"]["example.com/team"], json!("platform"));
+    assert_eq!(meta["labels"]["example.com/tier"], json!("control"));
+
+    let rule = docs.iter().find(|d| d["kind"] == "PrometheusRule").unwrap();
+    let text = serde_json::to_string(&rule["spec"]).unwrap();
+    for tuned in [
+        "\"for\":\"30m\"",
+        "> 30",
+        "> 600",
+        "namespace=\\\"tdset-system\\\"",
+    ] {
+        assert!(
+            text.contains(tuned),
+            "{tuned} missing from the PrometheusRule: {text}"
+        );
+    }
+    watched.cleanup().await;
+    ns.cleanup().await;
+}
+
+#[test]
+fn a_value_the_operator_cannot_take_is_refused_by_helm() {
+    let out = helm(
+        &control_plane().kubeconfig,
+        &["template", "x", &chart(), "--set", "logFormat=yaml"],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("logFormat must be json or text"), "{err}");
+}
+
+/// Installs prometheus-operator's ServiceMonitor and PrometheusRule CRDs (cached by
+/// control-plane.sh) so the API server validates those objects too.
+fn install_monitoring_crds(kubeconfig: &Path) {
+    let dir = std::process::Command::new(script())
+        .arg("monitoring-crds-dir")
+        .output()
+        .expect("control-plane.sh monitoring-crds-dir");
+    let dir = PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim());
+    for crd in ["servicemonitors", "prometheusrules"] {
+        let file = dir.join(format!("monitoring.coreos.com_{crd}.yaml"));
+        assert!(
+            file.exists(),
+            "{} missing; run: scripts/control-plane.sh install",
+            file.display()
+        );
+        let path = file.display().to_string();
+        succeeded(
+            "applying a monitoring CRD",
+            kubectl_at(
+                kubeconfig,
+                &["apply", "--server-side", "--force-conflicts", "-f", &path],
+            ),
+        );
+        succeeded(
+            "waiting for the monitoring CRD",
+            kubectl_at(
+                kubeconfig,
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    &format!("crd/{crd}.monitoring.coreos.com"),
+                ],
+            ),
+        );
+    }
+}
+
+/// Names of the cluster-scoped objects a release made (its instance label), as kind/name.
+fn cluster_scoped_of(kubeconfig: &Path, release: &str) -> Vec<String> {
+    let out = succeeded(
+        "listing cluster-scoped objects",
+        kubectl_at(
+            kubeconfig,
+            &[
+                "get",
+                "clusterroles,clusterrolebindings,customresourcedefinitions",
+                "-l",
+                &format!("app.kubernetes.io/instance={release}"),
+                "-o",
+                "name",
+            ],
+        ),
+    );
+    let mut names: Vec<String> = out.lines().map(str::to_string).collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
+    let dir = std::env::temp_dir().join(format!("tdset-helm-cp-{}", unique_suffix()));
+    let cp = start_control_plane(&dir);
+    let kc = cp.kubeconfig.as_path();
+    let client = client_for(kc).await;
+    let chart = chart();
+    let release = "tdset";
+    let ns = "tdset-system";
+
+    // Install: the chart's defaults, as the README's three commands do.
+    succeeded(
+        "helm install",
+        helm(
+            kc,
+            &[
+                "install",
+                release,
+                &chart,
+                "-n",
+                ns,
+                "--create-namespace",
+                "--wait",
+                "--timeout",
+                "2m",
+            ],
+        ),
+    );
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d = deploys.get("tdset-tdset-operator").await.unwrap();
+    assert_eq!(replicas(&d), Some(2));
+    // The pods the Deployment made carry the chart's pod spec, scheduled on kwok's nodes.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let running = eventually(GUARD, "two operator pods running", || async {
+        let list = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/instance=tdset"))
+            .await
+            .ok()?;
+        let running: Vec<Pod> = list
+            .items
+            .into_iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .collect();
+        (running.len() == 2).then_some(running)
+    })
+    .await;
+    let spec = running[0].spec.as_ref().unwrap();
+    let c = &spec.containers[0];
+    assert_eq!(
+        spec.service_account_name.as_deref(),
+        Some("tdset-tdset-operator")
+    );
+    assert_eq!(
+        c.image.as_deref(),
+        Some("ghcr.io/tdset-operator/tdset-operator:0.1.0")
+    );
+    assert_eq!(c.args.as_deref(), Some(&["run".to_string()][..]));
+    let env = |name: &str| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(env("TDSET_LEADER_ELECT").as_deref(), Some("true"));
+    assert_eq!(
+        env("TDSET_LEASE_NAME").as_deref(),
+        Some("tdset-tdset-operator")
+    );
+    assert_eq!(env("TDSET_LOG").as_deref(), Some("info"));
+    assert_eq!(
+        env("TDSET_NAMESPACE"),
+        None,
+        "watches every namespace by default"
+    );
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert!(
+        spec.node_name
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("kwok-node-")
+    );
+    let crd_keep = succeeded(
+        "reading the CRD",
+        kubectl_at(
+            kc,
+            &[
+                "get",
+                "crd",
+                "tdsets.schedule.rs",
+                "-o",
+                "jsonpath={.metadata.annotations.helm\\.sh/resource-policy}",
+            ],
+        ),
+    );
+    assert_eq!(crd_keep, "keep");
+
+    // The release's RBAC is enough for the operator: the built binary's controller, with the
+    // release's ServiceAccount token, reconciles a TDSet in another namespace.
+    let apps = TestNamespace::new(&client, "helm-apps").await;
+    works_as_the_release_service_account(kc, &client, &apps.name, None).await;
+
+    // Upgrade with changed values: the Deployment follows; revision 2.
+    succeeded(
+        "helm upgrade",
+        helm(
+            kc,
+            &[
+                "upgrade",
+                release,
+                &chart,
+                "-n",
+                ns,
+                "--reuse-values",
+                "--set",
+                "logLevel=debug",
+                "--set",
+                "replicaCount=1",
+                "--wait",
+                "--timeout",
+                "2m",
+            ],
+        ),
+    );
+    let d = deploys.get("tdset-tdset-operator").await.unwrap();
+    assert_eq!(replicas(&d), Some(1));
+    let env = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env;
+    assert!(
+        env.iter()
+            .flatten()
+            .any(|e| e.name == "TDSET_LOG" && e.value.as_deref() == Some("debug"))
+    );
+    let history = succeeded(
+        "helm history",
+        helm(kc, &["history", release, "-n", ns, "-o", "json"]),
+    );
+    let history: Vec<Value> = serde_json::from_str(&history).unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+
+    // Uninstall: nothing of the release is left but the CRD (and with it every TDSet).
+    let before = cluster_scoped_of(kc, release);
+    assert_eq!(
+        before,
+        [
+            "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator",
+            "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-core",
+            "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-edit",
+            "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-view",
+            "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator",
+            "customresourcedefinition.apiextensions.k8s.io/tdsets.schedule.rs",
+        ]
+    );
+    let out = succeeded(
+        "helm uninstall",
+        helm(kc, &["uninstall", release, "-n", ns, "--wait"]),
+    );
+    assert!(
+        out.contains("tdsets.schedule.rs"),
+        "helm says the CRD was kept: {out}"
+    );
+    assert_eq!(
+        cluster_scoped_of(kc, release),
+        ["customresourcedefinition.apiextensions.k8s.io/tdsets.schedule.rs"]
+    );
+    let left = succeeded(
+        "listing the release namespace",
+        kubectl_at(
+            kc,
+            &[
+                "-n",
+                ns,
+                "get",
+                "all,serviceaccounts,roles,rolebindings,leases",
+                "-l",
+                "app.kubernetes.io/instance=tdset",
+                "-o",
+                "name",
+            ],
+        ),
+    );
+    assert_eq!(left.trim(), "", "left in {ns}: {left}");
+    let kept = succeeded(
+        "listing TDSets",
+        kubectl_at(kc, &["-n", &apps.name, "get", "tdsets", "-o", "name"]),
+    );
+    assert_eq!(
+        kept.trim(),
+        "tdset.schedule.rs/web",
+        "TDSets outlive the release"
+    );
+
+    // Reinstall over the kept CRD, scoped to one namespace: its permissions hold there only.
+    succeeded(
+        "helm install (watchNamespace)",
+        helm(
+            kc,
+            &[
+                "install",
+                release,
+                &chart,
+                "-n",
+                ns,
+                "--set",
+                &format!("watchNamespace={}", apps.name),
+                "--wait",
+                "--timeout",
+                "2m",
+            ],
+        ),
+    );
+    let sa = "system:serviceaccount:tdset-system:tdset-tdset-operator";
+    let can = |scope: &[&str]| {
+        let mut args = vec!["auth", "can-i", "patch", "deployments.apps", "--as", sa];
+        args.extend_from_slice(scope);
+        String::from_utf8_lossy(&kubectl_at(kc, &args).stdout)
+            .trim()
+            .to_string()
+    };
+    assert_eq!(can(&["-n", &apps.name]), "yes");
+    assert_eq!(can(&["-n", "default"]), "no");
+    assert_eq!(can(&["--all-namespaces"]), "no");
+    works_as_the_release_service_account(kc, &client, &apps.name, Some("web2")).await;
+    succeeded(
+        "helm uninstall",
+        helm(kc, &["uninstall", release, "-n", ns, "--wait"]),
+    );
+
+    let _ = std::process::Command::new(script())
+        .arg("stop")
+        .arg(&dir)
+        .status();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the operator's controller in-process with the release's ServiceAccount token
+/// (watching `namespace`, or every namespace) and waits until a new TDSet's Deployment exists.
+async fn works_as_the_release_service_account(
+    kubeconfig: &Path,
+    admin: &kube::Client,
+    namespace: &str,
+    scoped_name: Option<&str>,
+) {
+    let (sa_client, _) =
+        service_account_client_at(kubeconfig, "tdset-system", "tdset-tdset-operator").await;
+    let lease = LeaseOptions {
+        name: format!("helm-test-{}", unique_suffix()),
+        namespace: "tdset-system".into(),
+        duration_seconds: 10,
+        grace_seconds: 3,
+    };
+    let op = Operator::start_with(
+        &sa_client,
+        scoped_name.map(|_| namespace),
+        SystemClock::default(),
+        Some(lease),
+        "helm-test",
+    );
+    let name = scoped_name.unwrap_or("web");
+    create_tdset(
+        admin,
+        namespace,
+        &tdset(
+            name,
+            json!({"container": {"image": "nginx", "port": 80},
+                   "schedulingConfig": [{"startTime": 0, "endTime": 12, "replica": 2},
+                                        {"startTime": 12, "endTime": 0, "replica": 2}],
+                   "defaultReplica": 1}),
+        ),
+    )
+    .await;
+    deployment_at(admin, namespace, name, 2).await;
+    assert_eq!(op.counter("tdset_reconcile_errors_total"), 0.0);
+    op.stop().await;
+}

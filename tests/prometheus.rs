@@ -1,0 +1,284 @@
+//! The operator's metrics and alerts with the real thing: Debian's Prometheus scrapes the built
+//! operator and evaluates deploy/prometheus/tdset-operator.rules.yaml, promtool lints the
+//! /metrics page, checks the rules and runs their unit tests.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+const GUARD: Duration = Duration::from_secs(120);
+
+fn rules_dir() -> PathBuf {
+    repo_root().join("deploy/prometheus")
+}
+
+/// A program of Debian's prometheus package (scripts/test.sh installs it when missing).
+fn prometheus_tool(name: &str) -> Command {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        found,
+        "{name} is not installed: apt-get install prometheus (scripts/test.sh does it)"
+    );
+    Command::new(name)
+}
+
+#[test]
+fn alert_rules_pass_promtool_check_and_their_unit_tests() {
+    let out = prometheus_tool("promtool")
+        .args(["check", "rules", "tdset-operator.rules.yaml"])
+        .current_dir(rules_dir())
+        .output()
+        .unwrap();
+    let text = succeeded("promtool check rules", out);
+    assert!(text.contains("SUCCESS: 6 rules found"), "{text}");
+    let out = prometheus_tool("promtool")
+        .args(["test", "rules", "tdset-operator.rules.test.yaml"])
+        .current_dir(rules_dir())
+        .output()
+        .unwrap();
+    succeeded("promtool test rules", out);
+}
+
+/// Prometheus on 127.0.0.1 scraping one target every second and evaluating the alert rules,
+/// its state in a temp dir; stopped when dropped.
+struct Prometheus {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    fn start(target: &str) -> Prometheus {
+        let dir = std::env::temp_dir().join(format!("tdset-prometheus-{}", unique_suffix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rules = rules_dir().join("tdset-operator.rules.yaml");
+        let config = json!({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [rules],
+            "scrape_configs": [{
+                "job_name": "tdset-operator-metrics",
+                "static_configs": [{"targets": [target]}]
+            }]
+        });
+        // JSON is YAML: no YAML writer needed.
+        let config_path = dir.join("prometheus.yml");
+        std::fs::write(&config_path, config.to_string()).unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = prometheus_tool("prometheus")
+            .arg(format!("--config.file={}", config_path.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("starting prometheus");
+        Prometheus {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+        }
+    }
+
+    fn get(&self, path: &str, query: Option<&str>) -> Option<Value> {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sf", "-m", "2", "-G"]);
+        if let Some(q) = query {
+            cmd.args(["--data-urlencode", &format!("query={q}")]);
+        }
+        let out = cmd.arg(format!("{}{path}", self.url)).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// The value of an instant query that returns one series.
+    fn value(&self, query: &str) -> Option<f64> {
+        let v = self.get("/api/v1/query", Some(query))?;
+        let result = v["data"]["result"].as_array()?;
+        if result.len() != 1 {
+            return None;
+        }
+        result[0]["value"][1].as_str()?.parse().ok()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn promtool_check_metrics(page: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = prometheus_tool("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test]
+async fn prometheus_scrapes_the_operator_and_evaluates_the_alerts_on_it() {
+    let (client, ns) = setup("prom").await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "web",
+            json!({"container": {"image": "nginx", "port": 80},
+                   "schedulingConfig": [{"startTime": 0, "endTime": 12, "replica": 3},
+                                        {"startTime": 12, "endTime": 0, "replica": 3}],
+                   "defaultReplica": 1}),
+        ),
+    )
+    .await;
+    let kubeconfig: &Path = &control_plane().kubeconfig;
+    let op = OperatorProcess::start(kubeconfig, &ns.name, &[], "prometheus-operator.log");
+
+    // The page Prometheus will read passes promtool's lint (names, types, help texts).
+    let page = eventually(GUARD, "the TDSet on /metrics", || async {
+        let (_, body) = op.get("/metrics")?;
+        body.contains("tdset_desired_replicas{").then_some(body)
+    })
+    .await;
+    succeeded("promtool check metrics", promtool_check_metrics(&page));
+
+    let target = op.addr.trim_start_matches("http://").to_string();
+    let prom = Prometheus::start(&target);
+    let up = format!(r#"up{{job="tdset-operator-metrics", instance="{target}"}}"#);
+    eventually(
+        GUARD,
+        "Prometheus scraped the operator (up == 1)",
+        || async { (prom.value(&up) == Some(1.0)).then_some(()) },
+    )
+    .await;
+    let of = |metric: &str, extra: &str| {
+        format!(r#"{metric}{{namespace="{}", name="web"{extra}}}"#, ns.name)
+    };
+    eventually(
+        GUARD,
+        "tdset_desired_replicas == 3 in Prometheus",
+        || async { (prom.value(&of("tdset_desired_replicas", "")) == Some(3.0)).then_some(()) },
+    )
+    .await;
+    let available = of(
+        "tdset_status_condition",
+        r#", type="Available", status="true""#,
+    );
+    eventually(GUARD, "Available=True in Prometheus", || async {
+        (prom.value(&available) == Some(1.0)).then_some(())
+    })
+    .await;
+    eventually(GUARD, "ready replicas == 3 in Prometheus", || async {
+        (prom.value(&of("tdset_ready_replicas", "")) == Some(3.0)).then_some(())
+    })
+    .await;
+
+    // Every alert rule loaded and evaluated without error against the real series.
+    let rules = eventually(GUARD, "all alert rules evaluated", || async {
+        let v = prom.get("/api/v1/rules", None)?;
+        let rules: Vec<Value> = v["data"]["groups"]
+            .as_array()?
+            .iter()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let evaluated = rules.len() == 6
+            && rules.iter().all(|r| {
+                !r["lastEvaluation"]
+                    .as_str()
+                    .unwrap_or("0001")
+                    .starts_with("0001")
+            });
+        evaluated.then_some(rules)
+    })
+    .await;
+    for r in &rules {
+        assert_eq!(r["health"], json!("ok"), "{r}\n{}", prom.log());
+    }
+    // A healthy operator raises none of the alerts that would page someone. (Before the first
+    // scrape, TDSetOperatorDown is briefly pending: the rules were evaluated with no `up` yet.)
+    let quiet = [
+        "TDSetOperatorDown",
+        "TDSetNoLeader",
+        "TDSetDegraded",
+        "TDSetTransitionOverdue",
+    ];
+    eventually(GUARD, "no paging alert pending or firing", || async {
+        let alerts = prom.get("/api/v1/alerts", None)?;
+        let raised = alerts["data"]["alerts"]
+            .as_array()?
+            .iter()
+            .filter_map(|a| a["labels"]["alertname"].as_str())
+            .any(|name| quiet.contains(&name));
+        (!raised).then_some(())
+    })
+    .await;
+    drop(prom);
+    drop(op);
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn operator_down_is_what_prometheus_sees_when_the_operator_stops() {
+    let (_client, ns) = setup("prom-down").await;
+    let op = OperatorProcess::start(
+        &control_plane().kubeconfig,
+        &ns.name,
+        &[],
+        "prometheus-down.log",
+    );
+    let target = op.addr.trim_start_matches("http://").to_string();
+    eventually(GUARD, "the operator serving /metrics", || async {
+        op.get("/metrics").map(|_| ())
+    })
+    .await;
+    let prom = Prometheus::start(&target);
+    let up = format!(r#"up{{job="tdset-operator-metrics", instance="{target}"}}"#);
+    eventually(GUARD, "up == 1", || async {
+        (prom.value(&up) == Some(1.0)).then_some(())
+    })
+    .await;
+    // The operator goes away: the rules file's TDSetOperatorDown turns pending (it fires after
+    // its `for` of 5 minutes).
+    op.sigkill();
+    let pending = eventually(GUARD, "TDSetOperatorDown pending", || async {
+        let v = prom.get("/api/v1/alerts", None)?;
+        v["data"]["alerts"]
+            .as_array()?
+            .iter()
+            .find(|a| a["labels"]["alertname"] == "TDSetOperatorDown")
+            .cloned()
+    })
+    .await;
+    assert_eq!(pending["state"], json!("pending"), "{pending}");
+    ns.cleanup().await;
+}
