@@ -242,6 +242,29 @@ async fn prometheus_scrapes_the_operator_and_evaluates_the_alerts_on_it() {
         (!raised).then_some(())
     })
     .await;
+
+    // The README's PromQL answers are valid queries on this data.
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let block = readme
+        .split("```promql\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a promql block in the README");
+    let queries: Vec<&str> = block
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(queries.len() >= 6, "{queries:?}");
+    for q in queries {
+        let v = prom.get("/api/v1/query", Some(q));
+        assert_eq!(
+            v.as_ref().map(|v| v["status"].clone()),
+            Some(json!("success")),
+            "README query {q}: {v:?}"
+        );
+    }
+    // "Which TDSets are degraded?": none here. "Is an instance leading?": this one.
+    assert_eq!(prom.value("sum(tdset_leader)"), Some(1.0));
     drop(prom);
     drop(op);
     ns.cleanup().await;
