@@ -54,6 +54,11 @@ impl Error {
         move |source| Error::Kube { context, source }
     }
 
+    /// Whether the API server answered 404 (the object is gone).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.is_not_found())
+    }
+
     /// A short, stable label for the `reconcile_errors_total{kind}` metric.
     pub fn metric_label(&self) -> &'static str {
         match self {

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::api::TDSet;
 use crate::error::Result;
@@ -43,6 +43,10 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// From the instant a transition was due to the moment its workload write succeeded.
     pub transition_lag: Histogram,
+    /// Status writes and Events queued behind the workload writes.
+    pub bookkeeping_pending: IntGauge,
+    /// Queued statuses replaced by a newer one before they were sent.
+    pub bookkeeping_superseded: IntCounter,
     tdsets: Arc<Mutex<Option<Store<TDSet>>>>,
 }
 
@@ -96,7 +100,17 @@ impl Metrics {
                 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
             ]),
         )?;
+        let bookkeeping_pending = IntGauge::new(
+            "tdset_bookkeeping_pending",
+            "Status writes and Events waiting behind the workload writes",
+        )?;
+        let bookkeeping_superseded = IntCounter::new(
+            "tdset_bookkeeping_superseded_total",
+            "Queued status writes replaced by a newer status of the same TDSet before they were sent",
+        )?;
         let tdsets = Arc::new(Mutex::new(None));
+        registry.register(Box::new(bookkeeping_pending.clone()))?;
+        registry.register(Box::new(bookkeeping_superseded.clone()))?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
@@ -118,6 +132,8 @@ impl Metrics {
             writes,
             leader,
             transition_lag,
+            bookkeeping_pending,
+            bookkeeping_superseded,
             tdsets,
         })
     }

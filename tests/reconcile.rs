@@ -411,6 +411,117 @@ async fn boundary_is_crossed_at_the_boundary_not_at_the_next_poll() {
     finish(op, ns).await;
 }
 
+/// Many TDSets on one boundary: every workload is scaled first, and then every status and
+/// every Event follows (the bookkeeping lane), none lost and none twice.
+#[tokio::test]
+async fn a_burst_on_one_boundary_scales_first_then_writes_every_status_and_event() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    const N: usize = 40;
+    let (client, ns) = setup("rec-burst").await;
+    let boundary = utc("2026-05-01T09:00:00Z");
+    for i in 0..N {
+        create_tdset(
+            &client,
+            &ns.name,
+            &tdset(&format!("web{i}"), office_hours()),
+        )
+        .await;
+    }
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    // Which came first, as the API server's watches deliver them: each Deployment at 4, each
+    // status saying 4.
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(bool, String)>::new()));
+    let (o1, o2) = (order.clone(), order.clone());
+    let watch_deploys = tokio::spawn(
+        watcher(deploys.clone(), watcher::Config::default())
+            .applied_objects()
+            .for_each(move |d| {
+                if let Ok(d) = d
+                    && replicas(&d) == Some(4)
+                {
+                    let mut o = o1.lock().unwrap();
+                    if !o.contains(&(true, d.name_any())) {
+                        o.push((true, d.name_any()));
+                    }
+                }
+                futures::future::ready(())
+            }),
+    );
+    let watch_status = tokio::spawn(
+        watcher(tdsets.clone(), watcher::Config::default())
+            .applied_objects()
+            .for_each(move |t| {
+                if let Ok(t) = t
+                    && t.status.as_ref().and_then(|s| s.desired_replicas) == Some(4)
+                {
+                    let mut o = o2.lock().unwrap();
+                    if !o.contains(&(false, t.name_any())) {
+                        o.push((false, t.name_any()));
+                    }
+                }
+                futures::future::ready(())
+            }),
+    );
+    // Before the clock starts: each at 1 with its status written.
+    let clock = SystemClock::starting_at(boundary - chrono::Duration::seconds(3));
+    let op = Operator::start(&client, &ns.name, clock, None, "test");
+    eventually(
+        GUARD,
+        "every TDSet settled at 1 before the boundary",
+        || async {
+            let list = tdsets.list(&Default::default()).await.ok()?;
+            let settled = list
+                .items
+                .iter()
+                .filter(|t| t.status.as_ref().and_then(|s| s.desired_replicas) == Some(1))
+                .count();
+            (settled == N).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        clock.now() < boundary,
+        "setup ate the lead; the test proves nothing"
+    );
+
+    eventually(GUARD, "every Deployment and every status at 4", || async {
+        (order.lock().unwrap().len() == 2 * N).then_some(())
+    })
+    .await;
+    watch_deploys.abort();
+    watch_status.abort();
+    let order = order.lock().unwrap().clone();
+    let first_status = order.iter().position(|(deploy, _)| !deploy).unwrap();
+    assert!(
+        first_status >= N / 2,
+        "the first status was written after only {first_status} of {N} Deployments: {order:?}"
+    );
+    // Every Event, once: one ScaledUp per TDSet.
+    let scaled = eventually(GUARD, "a ScaledUp Event for every TDSet", || async {
+        let mut per = std::collections::HashMap::<String, usize>::new();
+        for i in 0..N {
+            let name = format!("web{i}");
+            let n = events_for(&client, &ns.name, &name)
+                .await
+                .iter()
+                .filter(|(_, reason, _)| reason == "ScaledUp")
+                .count();
+            if n == 0 {
+                return None;
+            }
+            per.insert(name, n);
+        }
+        Some(per)
+    })
+    .await;
+    assert!(scaled.values().all(|n| *n == 1), "{scaled:?}");
+    assert_eq!(op.counter("tdset_transition_lag_seconds_count"), N as f64);
+    assert_eq!(op.counter("tdset_bookkeeping_pending"), 0.0);
+    finish(op, ns).await;
+}
+
 #[tokio::test]
 async fn steady_state_writes_nothing() {
     let (client, ns, op) = running("rec-steady").await;

@@ -12,9 +12,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
+use super::bookkeeping::StatusWrite;
 use super::events::{EventType, publish, record_deployment_change};
 use super::{Change, Context, Outcome, Write};
 use crate::api::{TDSet, TDSetStatus};
+use crate::cache::OwnWrites;
 use crate::error::{Error, Result};
 use crate::schedule::Evaluation;
 use crate::status::{self, DEGRADED, Missing, Observed, Problem, reason};
@@ -70,17 +72,29 @@ pub(super) async fn reconcile_owned(
         .and_then(|d| d.spec.as_ref())
         .and_then(|s| s.replicas);
     let mut scaled = false;
-    let (workload, mut problem) = match ensure(
-        ctx,
-        tdset,
-        &api,
-        "deployments",
-        desired,
-        cached.as_ref(),
-    )
-    .await
-    {
+    let key = format!("{ns}/{name}");
+    let fingerprint = OwnWrites::fingerprint(&desired);
+    let stale_but_written = cached.as_ref().is_some_and(|c| {
+        ctx.own_writes
+            .in_place(&key, fingerprint, c.meta().resource_version.as_deref())
+    });
+    let result = if stale_but_written {
+        // Our own write is newer than the cache and still what is wanted: nothing to do, and
+        // nothing to report twice. Its replica count is the one we wrote.
+        let mut d = cached.clone().unwrap_or_default();
+        if let Some(spec) = d.spec.as_mut() {
+            spec.replicas = Some(eval.replicas);
+        }
+        Ok((d, Change::Unchanged))
+    } else {
+        ensure(ctx, tdset, &api, "deployments", desired, cached.as_ref()).await
+    };
+    let (workload, mut problem) = match result {
         Ok((d, change)) => {
+            if change != Change::Unchanged {
+                ctx.own_writes
+                    .record(&key, fingerprint, d.meta().resource_version.as_deref());
+            }
             scaled = change == Change::Updated && before != Some(eval.replicas);
             record_deployment_change(tdset, ctx, eval, cached.as_ref(), &change, template_changed)
                 .await;
@@ -366,24 +380,20 @@ pub(super) async fn write_status(
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
     let new_degraded = status::find(Some(&new), DEGRADED)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
-    debug!(old = ?previous, new = ?new, "status differs; patching");
-    let ns = tdset.namespace().unwrap_or_default();
-    let api: Api<TDSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": new});
-    ctx.metrics.write("tdsets/status", "apply");
-    let written = api
-        .patch_status(
-            &tdset.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(Error::kube(format!(
-            "patching status of TDSet {ns}/{}",
-            tdset.name_any()
-        )))?;
-    ctx.statuses
-        .record(tdset, new, written.metadata.resource_version);
+    debug!(old = ?previous, new = ?new, "status differs; queued");
+    let (Some(uid), Some(ns)) = (tdset.meta().uid.clone(), tdset.namespace()) else {
+        return Err(Error::MissingField("metadata.uid"));
+    };
+    ctx.lane.status(
+        tdset,
+        StatusWrite {
+            namespace: ns,
+            name: tdset.name_any(),
+            uid,
+            status: new,
+            attempts: 0,
+        },
+    );
     if old_degraded != new_degraded
         && let Some((state, reason, message)) = new_degraded
         && (state == "True" || reason != status::reason::AS_EXPECTED)

@@ -1,13 +1,10 @@
-//! Events about TDSets: what is published on which change, and the bounded writer pool
-//! that sends them off the reconcile path.
+//! Events about TDSets: what is published on which change. The bookkeeping lane sends them.
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
-use kube::{Client, Resource, ResourceExt};
-use tracing::{info, warn};
+use kube::{Resource, ResourceExt};
+use tracing::info;
 
 use super::{Change, Context};
 use crate::api::TDSet;
@@ -121,50 +118,12 @@ pub(super) enum EventType {
     Warning,
 }
 
-/// Writes Events (events.k8s.io/v1) for TDSets. Each is created once: the operator emits only
-/// on real changes, so kube's Recorder, which keeps every Event for six minutes to aggregate
-/// repeats and scans that cache on each publish, cost memory in proportion to the TDSets and
-/// bought nothing.
+/// Queues an Event about a TDSet on the bookkeeping lane (it is sent after the workload
+/// writes). Waits only when the lane's Event queue is full.
 ///
-/// Events go through a bounded queue written by a fixed number of concurrent requests: a
-/// reconcile does not wait for its Event to be written, but a burst (thousands of TDSets
-/// created at once) cannot open thousands of requests to the API server either.
-#[derive(Clone)]
-pub struct EventPublisher {
-    tx: tokio::sync::mpsc::Sender<Event>,
-}
-
-const EVENT_QUEUE: usize = 256;
-const EVENT_WRITERS: usize = 16;
-
-impl EventPublisher {
-    /// Starts the writers; they stop when the last publisher is dropped.
-    pub fn start(client: Client, instance: String) -> EventPublisher {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Event>(EVENT_QUEUE);
-        let events =
-            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
-        tokio::spawn(events.for_each_concurrent(EVENT_WRITERS, move |mut event| {
-            let client = client.clone();
-            event.reporting_instance = Some(instance.clone());
-            async move {
-                let ns = event
-                    .metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into());
-                if let Err(e) = Api::<Event>::namespaced(client, &ns)
-                    .create(&PostParams::default(), &event)
-                    .await
-                {
-                    warn!(error = %e, reason = ?event.reason, "could not publish Event");
-                }
-            }
-        }));
-        EventPublisher { tx }
-    }
-}
-
-/// Queues an Event about a TDSet. Waits only when the queue is full.
+/// Each Event is created once: the operator emits only on real changes, so kube's Recorder,
+/// which keeps every Event for six minutes to aggregate repeats and scans that cache on each
+/// publish, would cost memory in proportion to the TDSets and buy nothing.
 pub(super) async fn publish(
     ctx: &Context,
     tdset: &TDSet,
@@ -193,10 +152,7 @@ pub(super) async fn publish(
         reporting_controller: Some(FIELD_MANAGER.into()),
         ..Event::default()
     };
-    ctx.metrics.write("events", "create");
-    if ctx.events.tx.send(event).await.is_err() {
-        warn!(reason, "Event writers have stopped; Event dropped");
-    }
+    ctx.lane.event(event).await;
 }
 
 fn truncate(mut s: String, max: usize) -> String {

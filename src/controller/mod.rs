@@ -1,8 +1,10 @@
 //! The controller: the one place that talks to the API server. Each room holds one job:
 //!
 //! - `mod.rs`: the context and the reconcile driver (one call per stage), the error policy;
-//! - `apply.rs`: guarded writes of owned objects and of the TDSet's status;
-//! - `events.rs`: which Events a change produces, and the bounded writers that send them;
+//! - `apply.rs`: guarded writes of owned objects; the TDSet's next status, queued;
+//! - `scale.rs`, `finalizer.rs`: referenced targets and HPAs; `onDelete: Restore`;
+//! - `bookkeeping.rs`: the lane that sends statuses and Events after the workload writes;
+//! - `events.rs`: which Events a change produces;
 //! - `watches.rs`: the watches and their compact caches;
 //! - `leader.rs`: Lease-based leader election around the controller.
 //!
@@ -13,6 +15,7 @@
 //! precondition, so an object someone else created meanwhile is never written to.
 
 mod apply;
+mod bookkeeping;
 mod events;
 mod finalizer;
 mod leader;
@@ -32,11 +35,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-pub use events::EventPublisher;
 pub use leader::{LeaseOptions, run};
 
 use crate::api::{TDSet, TargetStatus};
-use crate::cache::{Cached, StatusMemo};
+use crate::cache::{Cached, OwnWrites, StatusMemo};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::http::Health;
@@ -53,7 +55,10 @@ use watches::{
 pub struct Context {
     pub client: Client,
     pub clock: Arc<dyn Clock>,
-    pub events: EventPublisher,
+    /// Status writes and Events, sent after the workload writes.
+    pub lane: bookkeeping::Lane,
+    /// Which reconciles are writing workloads now (the lane waits for them).
+    pub priority: Arc<bookkeeping::Priority>,
     pub metrics: Arc<Metrics>,
     /// Owned Deployments and Services (label-selected), pruned and compact.
     pub deployments: Store<Cached<Deployment>>,
@@ -62,7 +67,9 @@ pub struct Context {
     pub hpas: Store<HorizontalPodAutoscaler>,
     /// Target kinds, as discovery describes them.
     pub discovery: scale::Discovery,
-    pub statuses: StatusMemo,
+    pub statuses: Arc<StatusMemo>,
+    /// Owned objects written and not yet seen back through the watch.
+    pub own_writes: OwnWrites,
 }
 
 /// What happened to an owned object in this reconcile.
@@ -155,7 +162,9 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
         .and_then(crate::preview::parse_rfc3339)
         .filter(|t| *t <= now);
 
-    // Observe and apply, as the mode asks; while suspended, observe only.
+    // Observe and apply, as the mode asks; while suspended, observe only. The bookkeeping lane
+    // (status, Events) waits while this runs anywhere.
+    let turn = ctx.priority.workload();
     finalizer::ensure(tdset, ctx, &ns).await?;
     let write = if tdset.spec.is_suspended() {
         Write::Never
@@ -171,6 +180,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
         }
         Source::HpaFloor(hpa) => scale::reconcile_hpa(tdset, ctx, &ns, hpa, &eval, write).await?,
     };
+    drop(turn);
 
     if let Some(due) = due.filter(|_| outcome.scaled) {
         let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
@@ -259,16 +269,29 @@ async fn run_controller(
     let (hpas, hpa_stream) = hpa_watch(api_for(&client, &opts.namespace));
     metrics.set_tdset_store(Some(tdsets.clone()));
 
+    let priority = Arc::new(bookkeeping::Priority::default());
+    let statuses = Arc::new(StatusMemo::default());
+    let lane = bookkeeping::Lane::start(
+        Arc::new(bookkeeping::KubeSink {
+            client: client.clone(),
+            instance: opts.instance.clone(),
+        }),
+        priority.clone(),
+        statuses.clone(),
+        metrics.clone(),
+    );
     let ctx = Arc::new(Context {
         client: client.clone(),
         clock,
-        events: EventPublisher::start(client.clone(), opts.instance.clone()),
+        lane: lane.clone(),
+        priority,
         metrics: metrics.clone(),
         deployments: deployments.clone(),
         services: services.clone(),
         hpas: hpas.clone(),
         discovery: scale::Discovery::new(client.clone()),
-        statuses: StatusMemo::default(),
+        statuses,
+        own_writes: OwnWrites::default(),
     });
 
     // Ready once all four caches hold a full list. Polled, not awaited: a store's readiness
@@ -344,6 +367,8 @@ async fn run_controller(
         })
         .await;
     readiness.abort();
+    // What the lane still holds is written before the process (or this leader) lets go.
+    lane.drain(Duration::from_secs(5)).await;
     metrics.set_tdset_store(None);
     info!("controller stopped");
     Ok(())

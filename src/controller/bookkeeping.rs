@@ -1,0 +1,612 @@
+//! The bookkeeping lane: TDSet status writes and Events, sent after the workload writes.
+//!
+//! At a shared boundary (09:00 on a Monday) every TDSet's Deployment, `/scale` or HPA write is
+//! what users wait for; the status and the Event saying so can be read a second later. So a
+//! reconcile makes its workload write itself and hands status and Events to this lane, which
+//! sends them while no workload write is under way (or, under sustained load, one per writer
+//! every `MAX_DEFER`, so they never starve).
+//!
+//! - Statuses coalesce per TDSet: one superseded before it is sent is never sent, and one
+//!   TDSet's statuses are written one at a time, in order.
+//! - Events are all sent, in order, once each (the reconcile only emits real changes).
+//! - The lane is bounded: statuses by the number of TDSets, Events by `EVENT_QUEUE` (a full
+//!   queue makes the publisher wait).
+//! - A crash with writes still queued loses nothing that matters: the next reconcile computes
+//!   the same status from the workload and writes it; only the Events of that moment are lost.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tokio::sync::Notify;
+use tracing::{debug, warn};
+
+use crate::api::{TDSet, TDSetStatus};
+use crate::cache::StatusMemo;
+use crate::error::{Error, Result};
+use crate::telemetry::Metrics;
+use crate::workload::owned::FIELD_MANAGER;
+
+/// Events waiting at most; past it `publish` waits for room.
+const EVENT_QUEUE: usize = 8192;
+/// Concurrent bookkeeping requests.
+const WRITERS: usize = 16;
+/// The lane writes once no workload write has run for this long...
+const QUIET: Duration = Duration::from_millis(50);
+/// ...or, under sustained workload writes, after waiting this long (one write, then wait again).
+const MAX_DEFER: Duration = Duration::from_secs(1);
+/// A failed status write is retried after this, doubling up to `RETRY_MAX`.
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Tracks the workload writes in flight, so that bookkeeping can stay out of their way.
+#[derive(Default)]
+pub struct Priority {
+    in_flight: AtomicUsize,
+    last_done: Mutex<Option<Instant>>,
+}
+
+/// Held while a reconcile observes and writes its workload.
+pub struct WorkloadTurn<'a>(&'a Priority);
+
+impl Priority {
+    pub fn workload(&self) -> WorkloadTurn<'_> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        WorkloadTurn(self)
+    }
+
+    /// Whether no workload write has been in flight for `QUIET`.
+    fn quiet(&self, now: Instant) -> bool {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return false;
+        }
+        let last = self.last_done.lock().ok().and_then(|l| *l);
+        last.is_none_or(|t| now.duration_since(t) >= QUIET)
+    }
+}
+
+impl Drop for WorkloadTurn<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut last) = self.0.last_done.lock() {
+            *last = Some(Instant::now());
+        }
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A status to write: the whole status of one TDSet, applied under the operator's manager.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusWrite {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub status: TDSetStatus,
+    /// Failed attempts so far (for the retry backoff).
+    pub attempts: u32,
+}
+
+#[derive(Debug)]
+enum Job {
+    Status(Box<StatusWrite>),
+    Event(Box<Event>),
+}
+
+/// What is waiting; pure bookkeeping of the bookkeeping, unit-tested below.
+#[derive(Default)]
+struct Queue {
+    statuses: HashMap<String, StatusWrite>,
+    /// TDSets with a status waiting, oldest first.
+    order: VecDeque<String>,
+    /// TDSets whose status is being written: their next one waits for it.
+    writing: HashSet<String>,
+    /// Statuses waiting to be retried, and when.
+    retry_at: HashMap<String, Instant>,
+    events: VecDeque<Event>,
+    superseded: u64,
+}
+
+impl Queue {
+    /// Queues a status; one already waiting for the same TDSet is replaced (returns true).
+    /// `order` holds a uid exactly while `statuses` does.
+    fn push_status(&mut self, s: StatusWrite) -> bool {
+        let uid = s.uid.clone();
+        match self.statuses.insert(uid.clone(), s) {
+            Some(_) => {
+                self.superseded += 1;
+                true
+            }
+            None => {
+                self.order.push_back(uid);
+                false
+            }
+        }
+    }
+
+    /// Statuses first (what `kubectl get` shows), then Events; a TDSet whose previous status
+    /// is still being written, or that waits for a retry, is skipped.
+    fn pop(&mut self, now: Instant) -> Option<Job> {
+        let pos = self.order.iter().position(|uid| {
+            !self.writing.contains(uid) && self.retry_at.get(uid).is_none_or(|t| *t <= now)
+        });
+        if let Some(pos) = pos {
+            let uid = self.order.remove(pos)?;
+            self.retry_at.remove(&uid);
+            let s = self.statuses.remove(&uid)?;
+            self.writing.insert(uid);
+            return Some(Job::Status(Box::new(s)));
+        }
+        self.events.pop_front().map(|e| Job::Event(Box::new(e)))
+    }
+
+    /// A status write ended; a failed one is queued again unless a newer one is waiting.
+    fn done(&mut self, uid: &str, failed: Option<StatusWrite>, now: Instant) {
+        self.writing.remove(uid);
+        if let Some(mut s) = failed
+            && !self.statuses.contains_key(uid)
+        {
+            s.attempts += 1;
+            let wait = RETRY_MIN
+                .saturating_mul(1 << s.attempts.min(8))
+                .min(RETRY_MAX);
+            self.retry_at.insert(uid.to_string(), now + wait);
+            self.statuses.insert(uid.to_string(), s);
+            self.order.push_back(uid.to_string());
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.statuses.is_empty() && self.events.is_empty() && self.writing.is_empty()
+    }
+
+    fn waiting(&self) -> usize {
+        self.statuses.len() + self.events.len()
+    }
+}
+
+/// Where the lane's writes go: the API server, or a recorder in tests.
+pub trait Sink: Send + Sync + 'static {
+    /// Applies a status; returns the resourceVersion it produced.
+    fn status(&self, s: &StatusWrite) -> BoxFuture<'_, Result<Option<String>>>;
+    fn event(&self, e: &Event) -> BoxFuture<'_, Result<()>>;
+}
+
+pub struct KubeSink {
+    pub client: Client,
+    pub instance: String,
+}
+
+impl Sink for KubeSink {
+    fn status(&self, s: &StatusWrite) -> BoxFuture<'_, Result<Option<String>>> {
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &s.namespace);
+        let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": s.status});
+        let (ns, name) = (s.namespace.clone(), s.name.clone());
+        Box::pin(async move {
+            let written = api
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+                .map_err(Error::kube(format!("patching status of TDSet {ns}/{name}")))?;
+            Ok(written.metadata.resource_version)
+        })
+    }
+
+    fn event(&self, e: &Event) -> BoxFuture<'_, Result<()>> {
+        let ns = e
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let mut e = e.clone();
+        e.reporting_instance = Some(self.instance.clone());
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        Box::pin(async move {
+            api.create(&PostParams::default(), &e)
+                .await
+                .map(|_| ())
+                .map_err(Error::kube(format!("creating an Event in {ns}")))
+        })
+    }
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Wakes writers when work arrives or a write ends.
+    work: Notify,
+    /// Wakes publishers waiting for room in the Event queue.
+    room: Notify,
+    priority: Arc<Priority>,
+    memo: Arc<StatusMemo>,
+    metrics: Arc<Metrics>,
+    /// Set by `drain`: no more deferring to workload writes, and writers stop once empty.
+    draining: std::sync::atomic::AtomicBool,
+    /// Set when `drain` gives up: writers stop at once.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+/// The lane; cloning shares it. Its writers stop after `drain`.
+#[derive(Clone)]
+pub struct Lane {
+    shared: Arc<Shared>,
+}
+
+impl Lane {
+    pub fn start(
+        sink: Arc<dyn Sink>,
+        priority: Arc<Priority>,
+        memo: Arc<StatusMemo>,
+        metrics: Arc<Metrics>,
+    ) -> Lane {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            work: Notify::new(),
+            room: Notify::new(),
+            priority,
+            memo,
+            metrics,
+            draining: Default::default(),
+            closed: Default::default(),
+        });
+        for _ in 0..WRITERS {
+            tokio::spawn(writer(shared.clone(), sink.clone()));
+        }
+        Lane { shared }
+    }
+
+    /// Queues a status write (replacing one still waiting for the same TDSet) and records it
+    /// as the TDSet's current status for the reconciles that run before it is written.
+    pub fn status(&self, tdset: &TDSet, s: StatusWrite) {
+        self.shared.memo.queued(tdset, s.status.clone());
+        if let Ok(mut q) = self.shared.queue.lock() {
+            if q.push_status(s) {
+                self.shared.metrics.bookkeeping_superseded.inc();
+            }
+            self.shared
+                .metrics
+                .bookkeeping_pending
+                .set(q.waiting() as i64);
+        }
+        self.shared.work.notify_one();
+    }
+
+    /// Queues an Event; waits only while the queue is full.
+    pub async fn event(&self, e: Event) {
+        let mut e = Some(e);
+        loop {
+            let room = self.shared.room.notified();
+            if let Ok(mut q) = self.shared.queue.lock()
+                && q.events.len() < EVENT_QUEUE
+                && let Some(e) = e.take()
+            {
+                q.events.push_back(e);
+                self.shared
+                    .metrics
+                    .bookkeeping_pending
+                    .set(q.waiting() as i64);
+            }
+            if e.is_none() {
+                self.shared.work.notify_one();
+                return;
+            }
+            room.await;
+        }
+    }
+
+    /// Writes everything still queued, without deferring to workload writes, for at most
+    /// `limit` (shutdown, loss of leadership).
+    pub async fn drain(&self, limit: Duration) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+        self.shared.work.notify_waiters();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            let empty = self
+                .shared
+                .queue
+                .lock()
+                .map(|q| q.is_empty())
+                .unwrap_or(true);
+            if empty {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.work.notify_waiters();
+        let left = self.shared.queue.lock().map(|q| q.waiting()).unwrap_or(0);
+        if left > 0 {
+            warn!(
+                left,
+                "stopping with status writes or Events not yet sent; the next reconcile writes the statuses again"
+            );
+        }
+    }
+}
+
+/// One writer: waits for work and for its turn, writes, repeats.
+async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
+    let mut deferred_since: Option<Instant> = None;
+    loop {
+        if s.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let work = s.work.notified();
+        let now = Instant::now();
+        let has_work = s.queue.lock().map(|q| q.waiting() > 0).unwrap_or(false);
+        let draining = s.draining.load(Ordering::SeqCst);
+        if !has_work {
+            if draining {
+                return;
+            }
+            deferred_since = None;
+            // Re-check periodically: a retry comes due without a notification.
+            let _ = tokio::time::timeout(Duration::from_millis(500), work).await;
+            continue;
+        }
+        let since = *deferred_since.get_or_insert(now);
+        let turn = draining || s.priority.quiet(now) || now.duration_since(since) >= MAX_DEFER;
+        if !turn {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        }
+        deferred_since = None;
+        let job = s.queue.lock().ok().and_then(|mut q| q.pop(now));
+        let Some(job) = job else {
+            // Only retries not yet due, or TDSets being written by another writer.
+            let _ = tokio::time::timeout(Duration::from_millis(200), work).await;
+            continue;
+        };
+        match job {
+            Job::Status(w) => {
+                s.metrics.write("tdsets/status", "apply");
+                let result = sink.status(&w).await;
+                let failed = match result {
+                    Ok(produced) => {
+                        s.memo.written(&w.uid, &w.status, produced);
+                        None
+                    }
+                    Err(e) if e.is_not_found() => {
+                        s.memo.written(&w.uid, &w.status, None);
+                        debug!(tdset = %format!("{}/{}", w.namespace, w.name), "TDSet gone; status dropped");
+                        None
+                    }
+                    Err(e) => {
+                        warn!(tdset = %format!("{}/{}", w.namespace, w.name), error = %e, attempts = w.attempts + 1, "status write failed; will retry");
+                        Some(*w.clone())
+                    }
+                };
+                if let Ok(mut q) = s.queue.lock() {
+                    q.done(&w.uid, failed, Instant::now());
+                    s.metrics.bookkeeping_pending.set(q.waiting() as i64);
+                }
+                s.work.notify_one();
+            }
+            Job::Event(e) => {
+                s.room.notify_waiters();
+                s.metrics.write("events", "create");
+                if let Err(err) = sink.event(&e).await {
+                    warn!(error = %err, reason = ?e.reason, "could not publish Event");
+                }
+                if let Ok(q) = s.queue.lock() {
+                    s.metrics.bookkeeping_pending.set(q.waiting() as i64);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what the lane sends, in order.
+    #[derive(Default)]
+    struct Recorder {
+        sent: Mutex<Vec<String>>,
+    }
+
+    impl Sink for Recorder {
+        fn status(&self, s: &StatusWrite) -> BoxFuture<'_, Result<Option<String>>> {
+            let line = format!("{}={}", s.uid, s.status.desired_replicas.unwrap_or(-1));
+            self.sent.lock().unwrap().push(line);
+            Box::pin(async { Ok(Some("1".into())) })
+        }
+        fn event(&self, e: &Event) -> BoxFuture<'_, Result<()>> {
+            self.sent
+                .lock()
+                .unwrap()
+                .push(e.reason.clone().unwrap_or_default());
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn tdset(uid: &str) -> TDSet {
+        let mut t = TDSet::new(uid, Default::default());
+        t.metadata.uid = Some(uid.into());
+        t.metadata.namespace = Some("ns".into());
+        t
+    }
+
+    /// Lets the lane's writers run for `d` of (paused) time.
+    async fn run_for(d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lane_waits_for_workload_writes_then_sends_everything() {
+        let rec = Arc::new(Recorder::default());
+        let priority = Arc::new(Priority::default());
+        let memo = Arc::new(StatusMemo::default());
+        let lane = Lane::start(
+            rec.clone(),
+            priority.clone(),
+            memo.clone(),
+            Arc::new(Metrics::new().unwrap()),
+        );
+
+        let turn = priority.workload();
+        lane.status(&tdset("a"), write("a", 1));
+        lane.event(event("ScaledUp")).await;
+        lane.status(&tdset("a"), write("a", 2));
+        // What a reconcile reads before the write: the queued status.
+        assert_eq!(
+            memo.current(&tdset("a")).and_then(|s| s.desired_replicas),
+            Some(2)
+        );
+        run_for(MAX_DEFER / 2).await;
+        assert!(
+            rec.sent.lock().unwrap().is_empty(),
+            "nothing while the workload write runs"
+        );
+        drop(turn);
+        run_for(QUIET * 4).await;
+        assert_eq!(*rec.sent.lock().unwrap(), ["a=2", "ScaledUp"]);
+        lane.drain(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn under_sustained_workload_writes_bookkeeping_still_trickles_out() {
+        let rec = Arc::new(Recorder::default());
+        let priority = Arc::new(Priority::default());
+        let lane = Lane::start(
+            rec.clone(),
+            priority.clone(),
+            Arc::new(StatusMemo::default()),
+            Arc::new(Metrics::new().unwrap()),
+        );
+        let _turn = priority.workload();
+        for i in 0..(WRITERS * 3) {
+            lane.event(event(&format!("E{i}"))).await;
+        }
+        run_for(MAX_DEFER + QUIET).await;
+        let sent = rec.sent.lock().unwrap().len();
+        assert!(
+            (1..=WRITERS).contains(&sent),
+            "one per writer per MAX_DEFER, got {sent}"
+        );
+        lane.drain(Duration::from_secs(5)).await;
+        assert_eq!(
+            rec.sent.lock().unwrap().len(),
+            WRITERS * 3,
+            "drain sends everything"
+        );
+    }
+
+    fn write(uid: &str, desired: i32) -> StatusWrite {
+        StatusWrite {
+            namespace: "ns".into(),
+            name: uid.into(),
+            uid: uid.into(),
+            status: TDSetStatus {
+                desired_replicas: Some(desired),
+                ..Default::default()
+            },
+            attempts: 0,
+        }
+    }
+
+    fn event(reason: &str) -> Event {
+        Event {
+            reason: Some(reason.into()),
+            ..Default::default()
+        }
+    }
+
+    fn popped(q: &mut Queue, now: Instant) -> Vec<String> {
+        let mut out = vec![];
+        while let Some(job) = q.pop(now) {
+            match job {
+                Job::Status(s) => {
+                    out.push(format!("{}={}", s.uid, s.status.desired_replicas.unwrap()));
+                    q.done(&s.uid, None, now);
+                }
+                Job::Event(e) => out.push(e.reason.unwrap()),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_superseded_status_is_never_sent_and_events_all_are() {
+        let mut q = Queue::default();
+        let now = Instant::now();
+        q.push_status(write("a", 1));
+        q.events.push_back(event("ScaledUp"));
+        q.push_status(write("b", 1));
+        q.push_status(write("a", 2));
+        q.events.push_back(event("ScaledDown"));
+        q.push_status(write("a", 3));
+        assert_eq!(q.superseded, 2);
+        assert_eq!(
+            popped(&mut q, now),
+            ["a=3", "b=1", "ScaledUp", "ScaledDown"]
+        );
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn one_tdsets_statuses_are_written_one_at_a_time_in_order() {
+        let mut q = Queue::default();
+        let now = Instant::now();
+        q.push_status(write("a", 1));
+        let Some(Job::Status(first)) = q.pop(now) else {
+            panic!("expected a status")
+        };
+        // While a=1 is being written, a=2 arrives; it waits for a=1, b goes first.
+        q.push_status(write("a", 2));
+        q.push_status(write("b", 5));
+        let Some(Job::Status(next)) = q.pop(now) else {
+            panic!("expected a status")
+        };
+        assert_eq!(next.uid, "b");
+        assert!(q.pop(now).is_none(), "a=2 must wait for a=1");
+        q.done(&first.uid, None, now);
+        let Some(Job::Status(last)) = q.pop(now) else {
+            panic!("expected a status")
+        };
+        assert_eq!(
+            (last.uid.as_str(), last.status.desired_replicas),
+            ("a", Some(2))
+        );
+    }
+
+    #[test]
+    fn a_failed_status_is_retried_later_unless_a_newer_one_is_waiting() {
+        let mut q = Queue::default();
+        let now = Instant::now();
+        q.push_status(write("a", 1));
+        let Some(Job::Status(s)) = q.pop(now) else {
+            panic!()
+        };
+        q.done(&s.uid, Some(*s.clone()), now);
+        assert!(q.pop(now).is_none(), "not before its retry is due");
+        let Some(Job::Status(again)) = q.pop(now + RETRY_MAX) else {
+            panic!("retried")
+        };
+        assert_eq!(again.attempts, 1);
+        // A newer status arrives while the retry is being written: the failure is not requeued.
+        q.push_status(write("a", 2));
+        q.done(&again.uid, Some(*again.clone()), now);
+        assert_eq!(popped(&mut q, now + RETRY_MAX), ["a=2"]);
+    }
+
+    #[test]
+    fn bookkeeping_waits_while_workload_writes_run() {
+        let p = Priority::default();
+        let now = Instant::now();
+        assert!(p.quiet(now), "nothing ran yet");
+        let turn = p.workload();
+        assert!(!p.quiet(now + QUIET * 10));
+        drop(turn);
+        assert!(!p.quiet(Instant::now()), "just ended: not quiet yet");
+        assert!(p.quiet(Instant::now() + QUIET));
+    }
+}
