@@ -4,7 +4,9 @@
 //!
 //!   cargo bench --bench operator                 all scenarios, writes BENCHMARKS.md
 //!   cargo bench --bench operator -- converge lag  some of them (converge, lag, steady, memory,
-//!                                                ref: only the scaleTargetRef scenarios)
+//!                                                ref: only the scaleTargetRef scenarios,
+//!                                                lag10k: the boundary lag at N = 10 000,
+//!                                                restart: memory of a restarted operator)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
 
 #[path = "../tests/support/mod.rs"]
@@ -39,6 +41,17 @@ impl OperatorProcess {
         fake_now: Option<DateTime<Utc>>,
         log: &std::path::Path,
     ) -> Self {
+        Self::start_with(kubeconfig, ns, fake_now, log, &["--concurrency", "64"])
+    }
+
+    /// `extra` goes to `tdset-operator run`; none means the operator's default flags.
+    fn start_with(
+        kubeconfig: &std::path::Path,
+        ns: Option<&str>,
+        fake_now: Option<DateTime<Utc>>,
+        log: &std::path::Path,
+        extra: &[&str],
+    ) -> Self {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -51,7 +64,7 @@ impl OperatorProcess {
             "--metrics-addr",
             &format!("127.0.0.1:{port}"),
         ]);
-        cmd.args(["--concurrency", "64", "--log-level", "warn"]);
+        cmd.args(["--log-level", "warn"]).args(extra);
         if let Some(ns) = ns {
             cmd.args(["--namespace", ns]);
         }
@@ -68,7 +81,7 @@ impl OperatorProcess {
             child,
             metrics: format!("http://127.0.0.1:{port}"),
         };
-        for _ in 0..200 {
+        for _ in 0..2400 {
             if p.get("/readyz").is_some_and(|b| b.starts_with("ready")) {
                 return p;
             }
@@ -88,12 +101,14 @@ impl OperatorProcess {
     }
 
     fn sum(&self, metric: &str) -> f64 {
+        // + 0.0: an empty f64 sum is -0.0, which would print as "-0".
         self.get("/metrics")
             .unwrap_or_default()
             .lines()
             .filter(|l| l.starts_with(metric) && !l.starts_with('#'))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            .sum::<f64>()
+            + 0.0
     }
 
     fn proc_status(&self, key: &str) -> u64 {
@@ -250,9 +265,64 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
 }
 
+fn summary(sorted: &[f64]) -> (f64, f64, f64) {
+    (
+        quantile(sorted, 0.5),
+        quantile(sorted, 0.99),
+        sorted.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
+/// Seconds from `from` to each instant, sorted.
+fn lags_from(seen: &HashMap<String, DateTime<Utc>>, from: DateTime<Utc>) -> Vec<f64> {
+    let mut lags: Vec<f64> = seen
+        .values()
+        .map(|t| (*t - from).num_microseconds().unwrap_or(0) as f64 / 1e6)
+        .collect();
+    lags.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    lags
+}
+
+/// Watches Deployments until `n` have been seen at `replicas`; returns when each was first
+/// seen so, and how many were seen at `before.0` replicas before the instant `before.1`.
+async fn watch_replicas(
+    api: Api<Deployment>,
+    n: usize,
+    replicas: i32,
+    before: Option<(i32, DateTime<Utc>)>,
+    limit: Duration,
+) -> (HashMap<String, DateTime<Utc>>, usize) {
+    let mut seen: HashMap<String, DateTime<Utc>> = HashMap::new();
+    let mut early = std::collections::HashSet::new();
+    let mut events = watcher(api, watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let deadline = tokio::time::Instant::now() + limit;
+    while seen.len() < n {
+        let next = tokio::time::timeout_at(deadline, events.next()).await;
+        let Ok(Some(Ok(d))) = next else { break };
+        let now = Utc::now();
+        let r = d.spec.as_ref().and_then(|s| s.replicas);
+        if let Some((count, until)) = before
+            && r == Some(count)
+            && now < until
+        {
+            early.insert(d.name_any());
+        }
+        if r == Some(replicas) {
+            seen.entry(d.name_any()).or_insert(now);
+        }
+    }
+    (seen, early.len())
+}
+
 struct Bench {
     client: Client,
     kubeconfig: std::path::PathBuf,
+    /// A ServiceAccount bound to the operator's ClusterRole: requests as a deployed operator
+    /// makes them, subject to API Priority and Fairness (the admin is exempt from it).
+    sa_kubeconfig: std::path::PathBuf,
+    sa_client: Client,
     logs: std::path::PathBuf,
     report: String,
 }
@@ -370,7 +440,12 @@ impl Bench {
             create_all(&deploys, app_deployments("t", n, 1)).await;
         }
         let boundary: DateTime<Utc> = "2026-05-01T09:00:00Z".parse().unwrap();
-        let lead = Duration::from_secs(if n > 200 { 40 } else { 12 });
+        // Long enough for the operator to list everything and settle every TDSet at 1 first.
+        let lead = Duration::from_secs(match n {
+            0..=200 => 12,
+            201..=2000 => 40,
+            _ => 240,
+        });
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
         let objs = (0..n)
             .map(|i| {
@@ -385,67 +460,117 @@ impl Bench {
         create_all(&api, objs).await;
         // The operator's clock reads `boundary - lead` when it starts; the boundary then comes
         // `lead` later in real time (measured from just before the spawn: lag is overstated
-        // by the process start-up, never understated).
+        // by the process start-up, never understated). Default flags, ServiceAccount identity.
+        let rejected0 = apiserver_rejected(&self.client).await;
         let spawned = Utc::now();
-        let op = OperatorProcess::start(
-            &self.kubeconfig,
+        let op = OperatorProcess::start_with(
+            &self.sa_kubeconfig,
             Some(&ns.name),
             Some(boundary - chrono::Duration::from_std(lead).unwrap()),
             &self.logs.join(format!("lag-{}-{n}.log", form.label())),
+            &[],
         );
         let boundary_real = spawned + chrono::Duration::from_std(lead).unwrap();
         let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
-        let mut seen: HashMap<String, DateTime<Utc>> = HashMap::new();
-        let mut before = 0usize;
-        let mut events = watcher(deploys, watcher::Config::default())
-            .applied_objects()
-            .boxed();
-        let deadline = tokio::time::Instant::now() + lead + Duration::from_secs(120);
-        while seen.len() < n {
-            let next = tokio::time::timeout_at(deadline, events.next()).await;
-            let Ok(Some(Ok(d))) = next else { break };
-            let now = Utc::now();
-            let r = d.spec.as_ref().and_then(|s| s.replicas);
-            if r == Some(1) && now < boundary_real {
-                before += 1;
-            }
-            if r == Some(3) {
-                seen.entry(d.name_any()).or_insert(now);
-            }
-        }
+        let (seen, before) = watch_replicas(
+            deploys.clone(),
+            n,
+            3,
+            Some((1, boundary_real)),
+            lead + Duration::from_secs(300),
+        )
+        .await;
+        // Bookkeeping done too: every status written after the burst.
+        let statuses = std::time::Instant::now();
+        self.converged_status(&ns.name, n, 3).await;
+        let bookkeeping = statuses.elapsed();
+        let errors = op.sum("tdset_reconcile_errors_total");
+        let superseded = op.sum("tdset_bookkeeping_superseded_total");
         op.stop();
-        let mut lags: Vec<f64> = seen
-            .values()
-            .map(|t| (*t - boundary_real).num_microseconds().unwrap_or(0) as f64 / 1e6)
-            .collect();
-        lags.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let rejected_op = apiserver_rejected(&self.client).await - rejected0;
+        let lags = lags_from(&seen, boundary_real);
         let early = lags.iter().filter(|l| **l < 0.0).count();
-        let (p50, p99, max) = (
-            quantile(&lags, 0.5),
-            quantile(&lags, 0.99),
-            lags.last().copied().unwrap_or(f64::NAN),
-        );
-        let target = if n <= 100 {
-            if p99 < 1.0 {
-                " (target p99 < 1 s: met)"
-            } else {
-                " (target p99 < 1 s: MISSED)"
-            }
+
+        // The floor: the same client identity patching the same N Deployments' replicas
+        // directly, with the operator's default concurrency (16), timed the same way.
+        let rejected0 = apiserver_rejected(&self.client).await;
+        let sa_deploys: Api<Deployment> = Api::namespaced(self.sa_client.clone(), &ns.name);
+        let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+        let watch = tokio::spawn(watch_replicas(
+            deploys.clone(),
+            n,
+            5,
+            None,
+            Duration::from_secs(600),
+        ));
+        // Let the watch's initial list finish before the clock starts.
+        tokio::time::sleep(Duration::from_secs(if n > 2000 { 10 } else { 2 })).await;
+        let t0 = Utc::now();
+        stream::iter(names)
+            .for_each_concurrent(16, |name| {
+                let api = sa_deploys.clone();
+                async move {
+                    api.patch(
+                        &name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(json!({"spec": {"replicas": 5}})),
+                    )
+                    .await
+                    .unwrap();
+                }
+            })
+            .await;
+        let (direct_seen, _) = watch.await.unwrap();
+        let rejected_direct = apiserver_rejected(&self.client).await - rejected0;
+        let direct = lags_from(&direct_seen, t0);
+
+        let (p50, p99, max) = summary(&lags);
+        let (d50, d99, dmax) = summary(&direct);
+        let ratio = p99 / d99;
+        let mut target = String::new();
+        if n <= 100 {
+            let _ = write!(
+                target,
+                " (target p99 < 1 s: {})",
+                if p99 < 1.0 { "met" } else { "MISSED" }
+            );
+        }
+        if n == 1000 {
+            let _ = write!(
+                target,
+                "; p99 ratio {ratio:.2} (target <= 1.3: {})",
+                if ratio <= 1.3 { "met" } else { "MISSED" }
+            );
         } else {
-            ""
-        };
+            let _ = write!(target, "; p99 ratio {ratio:.2}");
+        }
         let _ = writeln!(
             self.report,
-            "| boundary lag, {} | N = {n} | p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s{target} | {} of {n} scaled; {before} seen at 1 replica before the boundary; {early} scaled early |",
+            "| boundary lag, {}, default flags, as a ServiceAccount | N = {n} | operator p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s; direct patches p50 {d50:.3} s, p99 {d99:.3} s, max {dmax:.3} s{target} | {} of {n} scaled; {before} seen at 1 replica before the boundary; {early} scaled early; every status written {:.2} s after the last scale was seen; 429s from the API server: {rejected_op:.0} during the operator run, {rejected_direct:.0} during the direct patches; operator reconcile errors {errors:.0}; statuses superseded before sending {superseded:.0} |",
             form.label(),
-            seen.len()
+            seen.len(),
+            bookkeeping.as_secs_f64(),
         );
         println!(
-            "lag {} N={n}: p50 {p50:.3} p99 {p99:.3} max {max:.3}; scaled {} early {early}",
+            "lag {} N={n}: p50 {p50:.3} p99 {p99:.3} max {max:.3}; direct p50 {d50:.3} p99 {d99:.3} max {dmax:.3}; ratio {ratio:.2}; scaled {} early {early}; 429s {rejected_op}/{rejected_direct}; errors {errors}",
             form.label(),
             seen.len()
         );
         ns.cleanup().await;
+    }
+
+    /// Waits until `n` TDSets report `replicas` in status.
+    async fn converged_status(&self, ns: &str, n: usize, replicas: i32) {
+        all_where(
+            Api::<TDSet>::namespaced(self.client.clone(), ns),
+            n,
+            move |t: &TDSet| {
+                t.status
+                    .as_ref()
+                    .is_some_and(|s| s.desired_replicas == Some(replicas))
+            },
+        )
+        .await;
     }
 
     async fn steady(&mut self, n: usize, secs: u64) {
@@ -558,6 +683,66 @@ impl Bench {
     }
 }
 
+impl Bench {
+    /// Peak RSS of an operator started against a cluster that already holds `n` converged
+    /// TDSets and their Deployments, from its start until it has reconciled each of them once.
+    async fn restart(&mut self, n: usize) {
+        let ns = self.namespace(&format!("restart{n}")).await;
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        let objs = (0..n).map(|i| bench_tdset(Form::Owned, &format!("t{i}"), json!([{"startTime": 9, "endTime": 17, "replica": 3}, {"startTime": 17, "endTime": 9, "replica": 1}]), 2)).collect();
+        create_all(&api, objs).await;
+        let first = OperatorProcess::start(
+            &self.kubeconfig,
+            Some(&ns.name),
+            None,
+            &self.logs.join(format!("restart-first-{n}.log")),
+        );
+        all_where(api.clone(), n, |t: &TDSet| t.status.is_some()).await;
+        let converge_peak = first.proc_status("VmHWM:") as f64 / 1024.0;
+        first.stop();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        let started = std::time::Instant::now();
+        let op = OperatorProcess::start(
+            &self.kubeconfig,
+            Some(&ns.name),
+            None,
+            &self.logs.join(format!("restart-{n}.log")),
+        );
+        let ready = started.elapsed();
+        while op.sum("tdset_reconciles_total") < n as f64 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let reconciled = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (hwm, rss) = (op.proc_status("VmHWM:"), op.proc_status("VmRSS:"));
+        let writes = op.sum("tdset_api_writes_total");
+        op.stop();
+        let peak = hwm as f64 / 1024.0;
+        let target = if n >= 10_000 {
+            format!(
+                " (target < 64 MiB: {})",
+                if peak < 64.0 { "met" } else { "MISSED" }
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            self.report,
+            "| restart memory | N = {n} converged TDSets and Deployments | peak RSS {peak:.1} MiB from start until each TDSet was reconciled once{target} | ready (caches synced) after {:.2} s, all reconciled after {:.2} s, {writes:.0} writes; RSS then {:.1} MiB; the first operator peaked at {converge_peak:.1} MiB converging them |",
+            ready.as_secs_f64(),
+            reconciled.as_secs_f64(),
+            rss as f64 / 1024.0
+        );
+        println!(
+            "restart N={n}: peak {peak:.1} MiB (converge {converge_peak:.1} MiB), ready {:.2}s, reconciled {:.2}s, writes {writes}",
+            ready.as_secs_f64(),
+            reconciled.as_secs_f64()
+        );
+        ns.cleanup().await;
+    }
+}
+
 /// Mutating requests the API server has served, except Lease updates (its own heartbeats).
 async fn apiserver_writes(client: &Client) -> f64 {
     let req = http_get("/metrics");
@@ -580,8 +765,57 @@ async fn apiserver_writes(client: &Client) -> f64 {
         .sum()
 }
 
+/// Requests the API server has answered 429 so far (API Priority and Fairness rejections).
+async fn apiserver_rejected(client: &Client) -> f64 {
+    let text = client
+        .request_text(http_get("/metrics"))
+        .await
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_flowcontrol_rejected_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn http_get(path: &str) -> http::Request<Vec<u8>> {
     http::Request::get(path).body(Vec::new()).unwrap()
+}
+
+/// A ServiceAccount with the operator's own ClusterRole (tdset-operator-core, as the chart
+/// renders it into deploy/operator.yaml), and a client and kubeconfig carrying its token.
+async fn operator_service_account(
+    admin: &Client,
+    kubeconfig: &std::path::Path,
+) -> (Client, std::path::PathBuf) {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let text = std::fs::read_to_string(repo_root().join("deploy/operator.yaml")).unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let mut role = docs
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "tdset-operator-core")
+        .expect("tdset-operator-core in deploy/operator.yaml");
+    role["metadata"] = json!({"name": "tdset-bench"});
+    let role: ClusterRole = serde_json::from_value(role).unwrap();
+    let pp = PostParams::default();
+    let _ = Api::<ClusterRole>::all(admin.clone())
+        .create(&pp, &role)
+        .await;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tdset-bench"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tdset-bench"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tdset-bench", "namespace": "default"}]
+    }))
+    .unwrap();
+    let _ = Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&pp, &binding)
+        .await;
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "tdset-bench"}})).unwrap();
+    let _ = Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create(&pp, &sa)
+        .await;
+    service_account_client_at(kubeconfig, "default", "tdset-bench").await
 }
 
 fn machine() -> String {
@@ -638,7 +872,8 @@ fn main() {
             .unwrap();
         tokio::time::sleep(Duration::from_secs(2)).await;
         let logs = dir.join("logs");
-        let mut b = Bench { client, kubeconfig, logs, report: String::new() };
+        let (sa_client, sa_kubeconfig) = operator_service_account(&client, &kubeconfig).await;
+        let mut b = Bench { client, kubeconfig, sa_kubeconfig, sa_client, logs, report: String::new() };
         if want("converge") {
             b.converge(100, Form::Owned).await;
             b.converge(1000, Form::Owned).await;
@@ -649,6 +884,9 @@ fn main() {
         if want("lag") {
             b.lag(100, Form::Owned).await;
             b.lag(1000, Form::Owned).await;
+        }
+        if want("lag10k") {
+            b.lag(10_000, Form::Owned).await;
         }
         if want("lag") || want("ref") {
             b.lag(1000, Form::Ref).await;
@@ -664,10 +902,14 @@ fn main() {
         if want("memory") || want("ref") {
             b.memory(10_000, 10_000).await;
         }
+        if want("memory") || want("restart") {
+            b.restart(1000).await;
+            b.restart(10_000).await;
+        }
         let _ = Command::new(script()).arg("stop").arg(&dir).status();
         let mut md = String::new();
         let _ = writeln!(md, "## Run of {} (`cargo bench --bench operator{}`)\n", Utc::now().format("%Y-%m-%d %H:%M UTC"), if args.is_empty() { String::new() } else { format!(" -- {}", args.join(" ")) });
-        let _ = writeln!(md, "Machine: {}. Control plane: etcd 3.6.16 (--unsafe-no-fsync) + kube-apiserver v1.34.4 on the same machine, no controller manager. Operator: release build, separate process, --concurrency 64; client concurrency {CONCURRENCY}.\n", machine());
+        let _ = writeln!(md, "Machine: {}. Control plane: etcd 3.6.16 (--unsafe-no-fsync) + kube-apiserver v1.34.4 on the same machine, no controller manager. Operator: release build, separate process; --concurrency 64 as admin for converge, steady and memory; the operator's default flags (concurrency 16) under a ServiceAccount bound to its ClusterRole for the boundary lag. Bench client concurrency {CONCURRENCY}.\n", machine());
         let _ = writeln!(md, "| scenario | size | result | detail |\n|---|---|---|---|\n{}", b.report);
         println!("\n{md}");
         let path = repo_root().join("BENCHMARKS.md");

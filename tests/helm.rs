@@ -240,14 +240,36 @@ async fn every_option_renders_objects_the_api_server_accepts() {
 }
 
 #[test]
-fn a_value_the_operator_cannot_take_is_refused_by_helm() {
-    let out = helm(
-        &control_plane().kubeconfig,
-        &["template", "x", &chart(), "--set", "logFormat=yaml"],
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("logFormat must be json or text"), "{err}");
+fn values_the_operator_cannot_take_are_refused_by_helm() {
+    for (set, says) in [
+        (vec!["logFormat=yaml"], "logFormat must be json or text"),
+        (
+            vec!["leaderElection.enabled=false", "replicaCount=2"],
+            "replicaCount > 1 needs leaderElection.enabled",
+        ),
+    ] {
+        let chart = chart();
+        let mut args = vec!["template", "x", chart.as_str()];
+        for s in &set {
+            args.extend(["--set", s]);
+        }
+        let out = helm(&control_plane().kubeconfig, &args);
+        assert!(!out.status.success(), "{set:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{set:?}: {err}");
+    }
+    // One replica without election is fine (a small cluster, a test).
+    let chart = chart();
+    let args = [
+        "template",
+        "x",
+        chart.as_str(),
+        "--set",
+        "leaderElection.enabled=false",
+        "--set",
+        "replicaCount=1",
+    ];
+    succeeded("helm template", helm(&control_plane().kubeconfig, &args));
 }
 
 /// Installs prometheus-operator's ServiceMonitor and PrometheusRule CRDs (cached by

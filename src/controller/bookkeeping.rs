@@ -9,8 +9,9 @@
 //! - Statuses coalesce per TDSet: one superseded before it is sent is never sent, and one
 //!   TDSet's statuses are written one at a time, in order.
 //! - Events are all sent, in order, once each (the reconcile only emits real changes).
-//! - The lane is bounded: statuses by the number of TDSets, Events by `EVENT_QUEUE` (a full
-//!   queue makes the publisher wait).
+//! - The lane is bounded: statuses by the number of TDSets, Events by `EVENT_QUEUE`. A full
+//!   Event queue makes its publisher wait and gives bookkeeping the turn (Events first), so a
+//!   reconcile waiting for room never holds the lane back.
 //! - A crash with writes still queued loses nothing that matters: the next reconcile computes
 //!   the same status from the workload and writes it; only the Events of that moment are lost.
 
@@ -34,8 +35,10 @@ use crate::error::{Error, Result};
 use crate::telemetry::Metrics;
 use crate::workload::owned::FIELD_MANAGER;
 
+use super::events::EventNote;
+
 /// Events waiting at most; past it `publish` waits for room.
-const EVENT_QUEUE: usize = 8192;
+const EVENT_QUEUE: usize = 4096;
 /// Concurrent bookkeeping requests.
 const WRITERS: usize = 16;
 /// The lane writes once no workload write has run for this long...
@@ -95,7 +98,7 @@ pub struct StatusWrite {
 #[derive(Debug)]
 enum Job {
     Status(Box<StatusWrite>),
-    Event(Box<Event>),
+    Event(Box<EventNote>),
 }
 
 /// What is waiting; pure bookkeeping of the bookkeeping, unit-tested below.
@@ -108,7 +111,10 @@ struct Queue {
     writing: HashSet<String>,
     /// Statuses waiting to be retried, and when.
     retry_at: HashMap<String, Instant>,
-    events: VecDeque<Event>,
+    events: VecDeque<EventNote>,
+    /// Set when the Event queue fills, cleared once it is half empty: meanwhile bookkeeping
+    /// has the turn and sends Events first.
+    flushing: bool,
     superseded: u64,
 }
 
@@ -129,9 +135,21 @@ impl Queue {
         }
     }
 
-    /// Statuses first (what `kubectl get` shows), then Events; a TDSet whose previous status
-    /// is still being written, or that waits for a retry, is skipped.
+    /// Statuses first (what `kubectl get` shows), then Events; Events first while their queue
+    /// is full (a publisher is waiting). A TDSet whose previous status is still being written,
+    /// or that waits for a retry, is skipped.
     fn pop(&mut self, now: Instant) -> Option<Job> {
+        if self.events_full() {
+            self.flushing = true;
+        }
+        if self.flushing {
+            if self.events.len() <= EVENT_QUEUE / 2 {
+                self.flushing = false;
+            }
+            if let Some(e) = self.events.pop_front() {
+                return Some(Job::Event(Box::new(e)));
+            }
+        }
         let pos = self.order.iter().position(|uid| {
             !self.writing.contains(uid) && self.retry_at.get(uid).is_none_or(|t| *t <= now)
         });
@@ -161,6 +179,10 @@ impl Queue {
         }
     }
 
+    fn events_full(&self) -> bool {
+        self.events.len() >= EVENT_QUEUE
+    }
+
     fn is_empty(&self) -> bool {
         self.statuses.is_empty() && self.events.is_empty() && self.writing.is_empty()
     }
@@ -174,7 +196,7 @@ impl Queue {
 pub trait Sink: Send + Sync + 'static {
     /// Applies a status; returns the resourceVersion it produced.
     fn status(&self, s: &StatusWrite) -> BoxFuture<'_, Result<Option<String>>>;
-    fn event(&self, e: &Event) -> BoxFuture<'_, Result<()>>;
+    fn event(&self, e: &EventNote) -> BoxFuture<'_, Result<()>>;
 }
 
 pub struct KubeSink {
@@ -200,17 +222,12 @@ impl Sink for KubeSink {
         })
     }
 
-    fn event(&self, e: &Event) -> BoxFuture<'_, Result<()>> {
-        let ns = e
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let mut e = e.clone();
-        e.reporting_instance = Some(self.instance.clone());
+    fn event(&self, e: &EventNote) -> BoxFuture<'_, Result<()>> {
+        let event = e.to_event(&self.instance);
+        let ns = event.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         Box::pin(async move {
-            api.create(&PostParams::default(), &e)
+            api.create(&PostParams::default(), &event)
                 .await
                 .map(|_| ())
                 .map_err(Error::kube(format!("creating an Event in {ns}")))
@@ -279,7 +296,7 @@ impl Lane {
     }
 
     /// Queues an Event; waits only while the queue is full.
-    pub async fn event(&self, e: Event) {
+    pub async fn event(&self, e: EventNote) {
         let mut e = Some(e);
         loop {
             let room = self.shared.room.notified();
@@ -340,7 +357,11 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
         }
         let work = s.work.notified();
         let now = Instant::now();
-        let has_work = s.queue.lock().map(|q| q.waiting() > 0).unwrap_or(false);
+        let (has_work, full) = s
+            .queue
+            .lock()
+            .map(|q| (q.waiting() > 0, q.flushing || q.events_full()))
+            .unwrap_or((false, false));
         let draining = s.draining.load(Ordering::SeqCst);
         if !has_work {
             if draining {
@@ -352,7 +373,10 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
             continue;
         }
         let since = *deferred_since.get_or_insert(now);
-        let turn = draining || s.priority.quiet(now) || now.duration_since(since) >= MAX_DEFER;
+        // A full Event queue means a reconcile is waiting for room: bookkeeping goes now, until
+        // the queue is half empty.
+        let turn =
+            draining || full || s.priority.quiet(now) || now.duration_since(since) >= MAX_DEFER;
         if !turn {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
@@ -419,11 +443,8 @@ mod tests {
             self.sent.lock().unwrap().push(line);
             Box::pin(async { Ok(Some("1".into())) })
         }
-        fn event(&self, e: &Event) -> BoxFuture<'_, Result<()>> {
-            self.sent
-                .lock()
-                .unwrap()
-                .push(e.reason.clone().unwrap_or_default());
+        fn event(&self, e: &EventNote) -> BoxFuture<'_, Result<()>> {
+            self.sent.lock().unwrap().push(e.reason.clone());
             Box::pin(async { Ok(()) })
         }
     }
@@ -473,6 +494,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_publisher_waiting_for_room_is_never_stuck_behind_its_own_workload_turn() {
+        let rec = Arc::new(Recorder::default());
+        let priority = Arc::new(Priority::default());
+        let lane = Lane::start(
+            rec.clone(),
+            priority.clone(),
+            Arc::new(StatusMemo::default()),
+            Arc::new(Metrics::new().unwrap()),
+        );
+        // A reconcile holds its workload turn while it publishes more Events than fit.
+        let _turn = priority.workload();
+        let n = EVENT_QUEUE + 100;
+        let publisher = tokio::spawn({
+            let lane = lane.clone();
+            async move {
+                for i in 0..n {
+                    lane.event(event(&format!("E{i}"))).await;
+                }
+            }
+        });
+        run_for(MAX_DEFER / 4).await;
+        let sent = rec.sent.lock().unwrap().len();
+        assert!(
+            publisher.is_finished(),
+            "the publisher got room without waiting for MAX_DEFER ({sent} sent)"
+        );
+        assert!(sent >= 100, "Events went out to make room: {sent}");
+        lane.drain(Duration::from_secs(5)).await;
+        assert_eq!(rec.sent.lock().unwrap().len(), n);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn under_sustained_workload_writes_bookkeeping_still_trickles_out() {
         let rec = Arc::new(Recorder::default());
         let priority = Arc::new(Priority::default());
@@ -513,10 +566,15 @@ mod tests {
         }
     }
 
-    fn event(reason: &str) -> Event {
-        Event {
-            reason: Some(reason.into()),
-            ..Default::default()
+    use super::super::events::EventType;
+
+    fn event(reason: &str) -> EventNote {
+        EventNote {
+            regarding: Default::default(),
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: String::new(),
+            at: k8s_openapi::jiff::Timestamp::now(),
         }
     }
 
@@ -528,7 +586,7 @@ mod tests {
                     out.push(format!("{}={}", s.uid, s.status.desired_replicas.unwrap()));
                     q.done(&s.uid, None, now);
                 }
-                Job::Event(e) => out.push(e.reason.unwrap()),
+                Job::Event(e) => out.push(e.reason),
             }
         }
         out

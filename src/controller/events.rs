@@ -1,6 +1,7 @@
 //! Events about TDSets: what is published on which change. The bookkeeping lane sends them.
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::{Resource, ResourceExt};
@@ -113,7 +114,7 @@ fn template_changes(before: Option<&Deployment>, tdset: &TDSet) -> Option<String
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum EventType {
+pub enum EventType {
     Normal,
     Warning,
 }
@@ -131,28 +132,56 @@ pub(super) async fn publish(
     reason: &str,
     note: String,
 ) {
-    let regarding = tdset.object_ref(&());
-    let ns = regarding
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let event = Event {
-        metadata: ObjectMeta {
-            // A trailing "-" is the one separator generateName allows.
-            generate_name: Some(format!("{}-", regarding.name.as_deref().unwrap_or("tdset"))),
-            namespace: Some(ns),
-            ..ObjectMeta::default()
-        },
-        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-        type_: Some(format!("{type_:?}")),
-        reason: Some(reason.into()),
-        action: Some("Reconcile".into()),
-        note: Some(truncate(note, 1000)),
-        regarding: Some(regarding),
-        reporting_controller: Some(FIELD_MANAGER.into()),
-        ..Event::default()
-    };
-    ctx.lane.event(event).await;
+    ctx.lane
+        .event(EventNote {
+            regarding: tdset.object_ref(&()),
+            type_,
+            reason: reason.into(),
+            note: truncate(note, 1000),
+            at: k8s_openapi::jiff::Timestamp::now(),
+        })
+        .await;
+}
+
+/// An Event waiting in the bookkeeping lane: only what differs between Events, so a burst of
+/// thousands stays small; `to_event` makes the API object when it is sent.
+#[derive(Clone, Debug)]
+pub struct EventNote {
+    pub regarding: ObjectReference,
+    pub type_: EventType,
+    pub reason: String,
+    pub note: String,
+    pub at: k8s_openapi::jiff::Timestamp,
+}
+
+impl EventNote {
+    pub fn to_event(&self, instance: &str) -> Event {
+        let ns = self
+            .regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        Event {
+            metadata: ObjectMeta {
+                // A trailing "-" is the one separator generateName allows.
+                generate_name: Some(format!(
+                    "{}-",
+                    self.regarding.name.as_deref().unwrap_or("tdset")
+                )),
+                namespace: Some(ns),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(self.at)),
+            type_: Some(format!("{:?}", self.type_)),
+            reason: Some(self.reason.clone()),
+            action: Some("Reconcile".into()),
+            note: Some(self.note.clone()),
+            regarding: Some(self.regarding.clone()),
+            reporting_controller: Some(FIELD_MANAGER.into()),
+            reporting_instance: Some(instance.into()),
+            ..Event::default()
+        }
+    }
 }
 
 fn truncate(mut s: String, max: usize) -> String {
