@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -234,7 +234,8 @@ struct Written {
     /// is the TDSet's status as far as this operator is concerned, whatever the cache shows:
     /// only the operator writes status.
     produced: Option<String>,
-    status: TDSetStatus,
+    /// Shared with the lane's queue: a burst of 10 000 statuses is held once.
+    status: Arc<TDSetStatus>,
     at: Instant,
 }
 
@@ -269,7 +270,7 @@ impl StatusMemo {
         let cached = tdset.meta().resource_version.as_deref();
         match written.get(uid) {
             Some(w) if w.produced.is_none() || older(cached, w.produced.as_deref()) => {
-                return Some(w.status.clone());
+                return Some(TDSetStatus::clone(&w.status));
             }
             Some(_) => {
                 written.remove(uid);
@@ -280,7 +281,7 @@ impl StatusMemo {
     }
 
     /// Records a status queued for `tdset`.
-    pub fn queued(&self, tdset: &TDSet, status: TDSetStatus) {
+    pub fn queued(&self, tdset: &TDSet, status: Arc<TDSetStatus>) {
         let (Some(uid), Ok(mut written)) = (tdset.meta().uid.clone(), self.written.lock()) else {
             return;
         };
@@ -307,7 +308,7 @@ impl StatusMemo {
             return;
         };
         match written.get_mut(uid) {
-            Some(w) if &w.status == status => match produced {
+            Some(w) if *w.status == *status => match produced {
                 Some(rv) => w.produced = Some(rv),
                 None => {
                     written.remove(uid);
@@ -473,7 +474,7 @@ mod tests {
             ..TDSetStatus::default()
         };
         assert_eq!(memo.current(&at("1", None)), None);
-        memo.queued(&at("1", None), ours.clone());
+        memo.queued(&at("1", None), Arc::new(ours.clone()));
         // Queued: it is the status, whatever revision the cache holds (only we write status).
         assert_eq!(memo.current(&at("2", None)), Some(ours.clone()));
         memo.written(UID, &ours, Some("3".into()));
@@ -529,8 +530,8 @@ mod tests {
                 ..TDSetStatus::default()
             },
         );
-        memo.queued(&at("1", None), one.clone());
-        memo.queued(&at("1", None), two.clone());
+        memo.queued(&at("1", None), Arc::new(one.clone()));
+        memo.queued(&at("1", None), Arc::new(two.clone()));
         memo.written(UID, &one, Some("5".into()));
         assert_eq!(
             memo.current(&at("9", None)),

@@ -5,8 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use http_body_util::Full;
-use hyper::body::Bytes;
+use futures::StreamExt;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -62,9 +64,9 @@ async fn respond(
     req: Request<hyper::body::Incoming>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
-    let text = |code: StatusCode, body: String, ctype: &'static str| {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
+) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
+    let respond_with = |code: StatusCode, body: BoxBody<Bytes, Infallible>, ctype: &'static str| {
+        let mut r = Response::new(body);
         *r.status_mut() = code;
         r.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
@@ -72,13 +74,21 @@ async fn respond(
         );
         Ok(r)
     };
+    let text = |code: StatusCode, body: String, ctype: &'static str| {
+        respond_with(code, Full::new(Bytes::from(body)).boxed(), ctype)
+    };
     const PLAIN: &str = "text/plain; charset=utf-8";
     match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => text(
-            StatusCode::OK,
-            metrics.render(),
-            "text/plain; version=0.0.4; charset=utf-8",
-        ),
+        // Streamed: a scrape of thousands of TDSets holds one chunk of text at a time.
+        (&Method::GET, "/metrics") => {
+            let chunks = futures::stream::iter(metrics.chunks())
+                .map(|chunk| Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))));
+            respond_with(
+                StatusCode::OK,
+                BodyExt::boxed(StreamBody::new(chunks)),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        }
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into(), PLAIN),
         (&Method::GET, "/readyz") if health.ready.load(Ordering::SeqCst) => {
             text(StatusCode::OK, "ready\n".into(), PLAIN)

@@ -390,7 +390,7 @@ pub(super) async fn write_status(
             namespace: ns,
             name: tdset.name_any(),
             uid,
-            status: new,
+            status: std::sync::Arc::new(new),
             attempts: 0,
         },
     );

@@ -90,7 +90,7 @@ pub struct StatusWrite {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    pub status: TDSetStatus,
+    pub status: Arc<TDSetStatus>,
     /// Failed attempts so far (for the retry backoff).
     pub attempts: u32,
 }
@@ -207,7 +207,7 @@ pub struct KubeSink {
 impl Sink for KubeSink {
     fn status(&self, s: &StatusWrite) -> BoxFuture<'_, Result<Option<String>>> {
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &s.namespace);
-        let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": s.status});
+        let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": &*s.status});
         let (ns, name) = (s.namespace.clone(), s.name.clone());
         Box::pin(async move {
             let written = api
@@ -558,10 +558,10 @@ mod tests {
             namespace: "ns".into(),
             name: uid.into(),
             uid: uid.into(),
-            status: TDSetStatus {
+            status: Arc::new(TDSetStatus {
                 desired_replicas: Some(desired),
                 ..Default::default()
-            },
+            }),
             attempts: 0,
         }
     }
