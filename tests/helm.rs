@@ -342,23 +342,7 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
     let ns = "tdset-system";
 
     // Install: the chart's defaults, as the README's three commands do.
-    succeeded(
-        "helm install",
-        helm(
-            kc,
-            &[
-                "install",
-                release,
-                &chart,
-                "-n",
-                ns,
-                "--create-namespace",
-                "--wait",
-                "--timeout",
-                "2m",
-            ],
-        ),
-    );
+    install(kc, &chart, &["--create-namespace"]);
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let d = deploys.get("tdset-tdset-operator").await.unwrap();
     assert_eq!(replicas(&d), Some(2));
@@ -534,24 +518,8 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
     );
 
     // Reinstall over the kept CRD, scoped to one namespace: its permissions hold there only.
-    succeeded(
-        "helm install (watchNamespace)",
-        helm(
-            kc,
-            &[
-                "install",
-                release,
-                &chart,
-                "-n",
-                ns,
-                "--set",
-                &format!("watchNamespace={}", apps.name),
-                "--wait",
-                "--timeout",
-                "2m",
-            ],
-        ),
-    );
+    let scope = format!("watchNamespace={}", apps.name);
+    install(kc, &chart, &["--set", &scope]);
     let sa = "system:serviceaccount:tdset-system:tdset-tdset-operator";
     let can = |scope: &[&str]| {
         let mut args = vec!["auth", "can-i", "patch", "deployments.apps", "--as", sa];
@@ -574,6 +542,22 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
         .arg(&dir)
         .status();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `helm install tdset` into tdset-system, waiting for the operator's pods.
+fn install(kubeconfig: &Path, chart: &str, extra: &[&str]) {
+    let mut args = vec![
+        "install",
+        "tdset",
+        chart,
+        "-n",
+        "tdset-system",
+        "--wait",
+        "--timeout",
+        "2m",
+    ];
+    args.extend_from_slice(extra);
+    succeeded(&format!("helm install {extra:?}"), helm(kubeconfig, &args));
 }
 
 /// Runs the operator's controller in-process with the release's ServiceAccount token

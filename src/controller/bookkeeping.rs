@@ -456,6 +456,15 @@ mod tests {
         t
     }
 
+    /// A lane writing to a recorder.
+    fn started(memo: Arc<StatusMemo>) -> (Arc<Recorder>, Arc<Priority>, Lane) {
+        let rec = Arc::new(Recorder::default());
+        let priority = Arc::new(Priority::default());
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let lane = Lane::start(rec.clone(), priority.clone(), memo, metrics);
+        (rec, priority, lane)
+    }
+
     /// Lets the lane's writers run for `d` of (paused) time.
     async fn run_for(d: Duration) {
         tokio::time::sleep(d).await;
@@ -463,15 +472,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_lane_waits_for_workload_writes_then_sends_everything() {
-        let rec = Arc::new(Recorder::default());
-        let priority = Arc::new(Priority::default());
         let memo = Arc::new(StatusMemo::default());
-        let lane = Lane::start(
-            rec.clone(),
-            priority.clone(),
-            memo.clone(),
-            Arc::new(Metrics::new().unwrap()),
-        );
+        let (rec, priority, lane) = started(memo.clone());
 
         let turn = priority.workload();
         lane.status(&tdset("a"), write("a", 1));
@@ -495,14 +497,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_publisher_waiting_for_room_is_never_stuck_behind_its_own_workload_turn() {
-        let rec = Arc::new(Recorder::default());
-        let priority = Arc::new(Priority::default());
-        let lane = Lane::start(
-            rec.clone(),
-            priority.clone(),
-            Arc::new(StatusMemo::default()),
-            Arc::new(Metrics::new().unwrap()),
-        );
+        let (rec, priority, lane) = started(Arc::new(StatusMemo::default()));
         // A reconcile holds its workload turn while it publishes more Events than fit.
         let _turn = priority.workload();
         let n = EVENT_QUEUE + 100;
@@ -527,14 +522,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn under_sustained_workload_writes_bookkeeping_still_trickles_out() {
-        let rec = Arc::new(Recorder::default());
-        let priority = Arc::new(Priority::default());
-        let lane = Lane::start(
-            rec.clone(),
-            priority.clone(),
-            Arc::new(StatusMemo::default()),
-            Arc::new(Metrics::new().unwrap()),
-        );
+        let (rec, priority, lane) = started(Arc::new(StatusMemo::default()));
         let _turn = priority.workload();
         for i in 0..(WRITERS * 3) {
             lane.event(event(&format!("E{i}"))).await;
