@@ -534,8 +534,28 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
     works_as_the_release_service_account(kc, &client, &apps.name, Some("web2")).await;
     succeeded(
         "helm uninstall",
-        helm(kc, &["uninstall", release, "-n", ns, "--wait"]),
+        helm(kc, &["uninstall", release, "-n", ns]),
     );
+    // Everything of the release goes, its RoleBinding in the watched namespace included.
+    eventually(GUARD, "the scoped release gone", || async {
+        let left = succeeded(
+            "listing what is left",
+            kubectl_at(
+                kc,
+                &[
+                    "get",
+                    "deployments,serviceaccounts,roles,rolebindings,services",
+                    "-A",
+                    "-l",
+                    "app.kubernetes.io/instance=tdset",
+                    "-o",
+                    "name",
+                ],
+            ),
+        );
+        (left.trim().is_empty() && cluster_scoped_of(kc, release).len() == 1).then_some(())
+    })
+    .await;
 
     let _ = std::process::Command::new(script())
         .arg("stop")
