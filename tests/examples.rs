@@ -144,14 +144,8 @@ async fn examples_apply_and_converge_to_preview() {
                 .delete("shop-frontend-hours", &DeleteParams::default())
                 .await
                 .unwrap();
-            object_where(
-                &client,
-                &ns.name,
-                "shop-frontend",
-                "restored to 2",
-                |d: &Deployment| replicas(d) == Some(2),
-            )
-            .await;
+            // Restored to 2.
+            deployment_at(&client, &ns.name, "shop-frontend", 2).await;
             tdset_gone(&client, &ns.name, "shop-frontend-hours").await;
         }
         for op in operators {

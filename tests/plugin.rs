@@ -7,7 +7,6 @@ mod support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 use serde_json::json;
 use support::*;
@@ -87,10 +86,7 @@ async fn kubectl_tdset_previews_overrides_suspends_and_resumes() {
     create_tdset(&client, &ns.name, &tdset("web", spec)).await;
     let clock = SystemClock::starting_at(t0);
     let op = Operator::start(&client, &ns.name, clock, None, "test");
-    object_where(&client, &ns.name, "web", "3 replicas", |d: &Deployment| {
-        replicas(d) == Some(3)
-    })
-    .await;
+    deployment_at(&client, &ns.name, "web", 3).await;
 
     // A live TDSet, with kubectl's usual flags.
     let (ok, out, err) = kubectl_tdset(
@@ -136,22 +132,8 @@ async fn kubectl_tdset_previews_overrides_suspends_and_resumes() {
     );
     assert!(ok, "{err}");
     assert!(out.contains("override 7 replicas"), "{out}");
-    object_where(
-        &client,
-        &ns.name,
-        "web",
-        "7 during the override",
-        |d: &Deployment| replicas(d) == Some(7),
-    )
-    .await;
-    object_where(
-        &client,
-        &ns.name,
-        "web",
-        "3 after the override",
-        |d: &Deployment| replicas(d) == Some(3),
-    )
-    .await;
+    deployment_at(&client, &ns.name, "web", 7).await;
+    deployment_at(&client, &ns.name, "web", 3).await;
 
     // A second one (--for) keeps the first and the other writer's.
     let (ok, _, err) = kubectl_tdset(
@@ -191,14 +173,7 @@ async fn kubectl_tdset_previews_overrides_suspends_and_resumes() {
     assert!(out.status.success());
     let (ok, _, err) = kubectl_tdset(&dir, &["resume", "web", "-n", &ns.name]);
     assert!(ok, "{err}");
-    object_where(
-        &client,
-        &ns.name,
-        "web",
-        "reverted after resume",
-        |d: &Deployment| replicas(d) == Some(3),
-    )
-    .await;
+    deployment_at(&client, &ns.name, "web", 3).await;
     assert_eq!(tdsets.get("web").await.unwrap().spec.suspend, Some(false));
 
     // Clear errors.

@@ -104,14 +104,7 @@ async fn a_tdset_is_available_when_its_replicas_are_ready_and_scaling_down_remov
     );
 
     // After 17:00 the Deployment goes to 1 and its extra pods go away.
-    object_where(
-        &client,
-        &ns.name,
-        "web",
-        "1 replica after 17:00",
-        |d: &Deployment| replicas(d) == Some(1),
-    )
-    .await;
+    deployment_at(&client, &ns.name, "web", 1).await;
     eventually(GUARD, "pods scaled down to 1", || async {
         let pods = Api::<Pod>::namespaced(client.clone(), &ns.name)
             .list(&ListParams::default().labels("schedule.rs/tdset=web"))

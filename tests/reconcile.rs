@@ -76,14 +76,7 @@ async fn tdset_where(
 async fn creates_owned_deployment_with_scheduled_replicas_and_status() {
     let (client, ns, op) = running("rec-create").await;
     let created = create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
-    let d = deployment_where(
-        &client,
-        &ns.name,
-        "web",
-        "Deployment web with 4 replicas",
-        |d| replicas(d) == Some(4),
-    )
-    .await;
+    let d = deployment_at(&client, &ns.name, "web", 4).await;
     assert_eq!(image(&d).as_deref(), Some("nginx:1.27"));
     let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("TDSet", "web"));
@@ -157,14 +150,7 @@ async fn seed_manifest_end_to_end_matches_preview() {
     let (_, schedule) = tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
     let want = schedule.evaluate(at).replicas;
     assert_eq!(want, 3, "17:00-19:00 window of the seed");
-    deployment_where(
-        &client,
-        "temp",
-        "tdset-hello-world",
-        "seed Deployment at preview's count",
-        |d| replicas(d) == Some(want),
-    )
-    .await;
+    deployment_at(&client, "temp", "tdset-hello-world", want).await;
     op.stop().await;
     let _ = kubectl(&["delete", "-f", path.to_str().unwrap(), "--wait=false"]);
 }
@@ -173,10 +159,7 @@ async fn seed_manifest_end_to_end_matches_preview() {
 async fn container_change_reaches_deployment_and_drift_is_reverted() {
     let (client, ns, op) = running("rec-drift").await;
     create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
-    deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
-        replicas(d) == Some(4)
-    })
-    .await;
+    deployment_at(&client, &ns.name, "web", 4).await;
 
     // A scale first: an apply over the fields the create recorded, which the later port change
     // must still be able to remove.
@@ -189,10 +172,7 @@ async fn container_change_reaches_deployment_and_drift_is_reverted() {
         )
         .await
         .unwrap();
-    deployment_where(&client, &ns.name, "web", "scaled to 5", |d| {
-        replicas(d) == Some(5)
-    })
-    .await;
+    deployment_at(&client, &ns.name, "web", 5).await;
 
     // spec.container change propagates, and the old port goes.
     set_container(&tdsets, "web", "nginx:1.28", 9090).await;
@@ -216,10 +196,7 @@ async fn container_change_reaches_deployment_and_drift_is_reverted() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    deployment_where(&client, &ns.name, "web", "replicas reverted to 5", |d| {
-        replicas(d) == Some(5)
-    })
-    .await;
+    deployment_at(&client, &ns.name, "web", 5).await;
     wait_for_event(&client, &ns.name, "web", |(_, r, note)| {
         r == "ScaledDown" && note.contains("from 9 to 5")
     })
@@ -367,14 +344,7 @@ async fn boundary_is_crossed_at_the_boundary_not_at_the_next_poll() {
     let clock = SystemClock::starting_at(boundary - chrono::Duration::seconds(2));
     // intervalMint is an hour: only a requeue aimed at the boundary can scale within the guard.
     let op = Operator::start(&client, &ns.name, clock, None, "test");
-    deployment_where(
-        &client,
-        &ns.name,
-        "web",
-        "1 replica before the boundary",
-        |d| replicas(d) == Some(1),
-    )
-    .await;
+    deployment_at(&client, &ns.name, "web", 1).await;
     assert!(
         clock.now() < boundary,
         "setup took longer than the 2s lead; the test proves nothing"
@@ -584,10 +554,7 @@ async fn unknown_time_zone_degrades_without_touching_owned_objects() {
     let (client, ns, op) = running("rec-tz").await;
     create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
     create_tdset(&client, &ns.name, &tdset("other", office_hours())).await;
-    let d = deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
-        replicas(d) == Some(4)
-    })
-    .await;
+    let d = deployment_at(&client, &ns.name, "web", 4).await;
     let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
     // Passes the schema (a well-formed name) but is no IANA zone; also asks for other replicas.
     let patch = json!({"spec": {"timeZone": "Mars/Olympus_Mons", "defaultReplica": 7,
@@ -649,10 +616,7 @@ async fn overlapping_windows_warn_but_keep_working() {
         "defaultReplica": 1
     });
     create_tdset(&client, &ns.name, &tdset("web", spec)).await;
-    deployment_where(&client, &ns.name, "web", "first window wins", |d| {
-        replicas(d) == Some(4)
-    })
-    .await;
+    deployment_at(&client, &ns.name, "web", 4).await;
     let t = tdset_where(&client, &ns.name, "web", "OverlappingWindows", |t| {
         condition(t, "Degraded").is_some_and(|c| c.reason == "OverlappingWindows")
     })
@@ -677,10 +641,7 @@ async fn metrics_endpoint_serves_the_series() {
     .await
     .unwrap();
     create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
-    deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
-        replicas(d) == Some(4)
-    })
-    .await;
+    deployment_at(&client, &ns.name, "web", 4).await;
     let get = |path: &'static str| async move {
         let out = std::process::Command::new("curl")
             .args([
@@ -768,10 +729,7 @@ async fn with_leader_election_only_the_leader_writes_and_a_standby_takes_over() 
     .await;
     let b = Operator::start(&client, &ns.name, noon(), Some(lease), "instance-b");
     create_tdset(&client, &ns.name, &tdset("web", office_hours())).await;
-    deployment_where(&client, &ns.name, "web", "Deployment web", |d| {
-        replicas(d) == Some(4)
-    })
-    .await;
+    deployment_at(&client, &ns.name, "web", 4).await;
     assert!(a.writes() > 0);
     assert_eq!(b.writes(), 0, "the standby wrote");
     assert_eq!(b.metrics.leader.get(), 0);

@@ -118,11 +118,14 @@ pub fn kubectl_at(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
 /// The cached helm (`scripts/control-plane.sh install` builds it), against `kubeconfig`'s
 /// cluster. Helm's own state (repositories, cache) goes to a throwaway dir.
 pub fn helm(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
-    let dir = Command::new(script())
-        .arg("helm-dir")
-        .output()
-        .expect("running scripts/control-plane.sh helm-dir");
-    let bin = PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim()).join("helm");
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let dir = Command::new(script())
+            .arg("helm-dir")
+            .output()
+            .expect("running scripts/control-plane.sh helm-dir");
+        PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim()).join("helm")
+    });
     assert!(
         bin.exists(),
         "no helm at {}; run: scripts/control-plane.sh install",
