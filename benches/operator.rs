@@ -745,36 +745,40 @@ impl Bench {
 
 /// Mutating requests the API server has served, except Lease updates (its own heartbeats).
 async fn apiserver_writes(client: &Client) -> f64 {
-    let req = http_get("/metrics");
-    let text = client.request_text(req).await.unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| {
-            [
-                "verb=\"POST\"",
-                "verb=\"PATCH\"",
-                "verb=\"PUT\"",
-                "verb=\"DELETE\"",
-                "verb=\"APPLY\"",
-            ]
-            .iter()
-            .any(|v| l.contains(v))
-        })
-        .filter(|l| !l.contains("resource=\"leases\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    const MUTATING: [&str; 5] = [
+        "verb=\"POST\"",
+        "verb=\"PATCH\"",
+        "verb=\"PUT\"",
+        "verb=\"DELETE\"",
+        "verb=\"APPLY\"",
+    ];
+    apiserver_sum(client, "apiserver_request_total{", |l| {
+        MUTATING.iter().any(|v| l.contains(v)) && !l.contains("resource=\"leases\"")
+    })
+    .await
 }
 
 /// Requests the API server has answered 429 so far (API Priority and Fairness rejections).
 async fn apiserver_rejected(client: &Client) -> f64 {
+    apiserver_sum(
+        client,
+        "apiserver_flowcontrol_rejected_requests_total{",
+        |_| true,
+    )
+    .await
+}
+
+/// The sum of the API server's own series named by `prefix` whose line passes `keep`.
+async fn apiserver_sum(client: &Client, prefix: &str, keep: impl Fn(&str) -> bool) -> f64 {
     let text = client
         .request_text(http_get("/metrics"))
         .await
         .unwrap_or_default();
     text.lines()
-        .filter(|l| l.starts_with("apiserver_flowcontrol_rejected_requests_total{"))
+        .filter(|l| l.starts_with(prefix) && keep(l))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .sum::<f64>()
+        + 0.0
 }
 
 fn http_get(path: &str) -> http::Request<Vec<u8>> {

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-use crate::api::TDSet;
+use crate::api::{TDSet, TDSetStatus};
 use crate::error::Result;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -187,31 +187,52 @@ impl Metrics {
 /// TDSets rendered per chunk of the per-TDSet series.
 const CHUNK: usize = 256;
 
-/// The per-TDSet series (name, help); the last is the conditions family.
-const FAMILIES: [(&str, &str); 5] = [
-    ("tdset_desired_replicas", "Replicas the schedule wants now"),
+/// How a per-TDSet family reads a status: one gauge value, or one series per condition and
+/// state (the kube-state-metrics shape).
+#[derive(Clone, Copy)]
+enum Series {
+    Gauge(fn(&TDSetStatus) -> Option<i64>),
+    Conditions,
+}
+
+/// The per-TDSet families: name, help, what they read.
+const FAMILIES: [(&str, &str, Series); 5] = [
+    (
+        "tdset_desired_replicas",
+        "Replicas the schedule wants now",
+        Series::Gauge(|s| s.desired_replicas.map(i64::from)),
+    ),
     (
         "tdset_next_transition_timestamp_seconds",
         "Unix time of the next replica change (absent when none is scheduled)",
+        Series::Gauge(|s| {
+            s.next_transition_time
+                .as_deref()
+                .and_then(crate::preview::parse_rfc3339)
+                .map(|ts| ts.timestamp())
+        }),
     ),
     (
         "tdset_current_replicas",
         "Replicas the workload runs, as last observed",
+        Series::Gauge(|s| s.replicas.map(i64::from)),
     ),
     (
         "tdset_ready_replicas",
         "Ready replicas of the workload, as last observed (absent when the workload reports none)",
+        Series::Gauge(|s| s.ready_replicas.map(i64::from)),
     ),
     (
         "tdset_status_condition",
         "1 for the status each condition of a TDSet has (type Available, Progressing, Degraded; status true, false, unknown), 0 for the others",
+        Series::Conditions,
     ),
 ];
 
 /// One family's lines for some TDSets (with its HELP and TYPE when `header`).
 fn render_family(family: usize, header: bool, tdsets: &[Arc<TDSet>]) -> String {
     use std::fmt::Write as _;
-    let (name, help) = FAMILIES[family];
+    let (name, help, series) = FAMILIES[family];
     // Labels in alphabetical order, as the prometheus crate writes them.
     let mut out = String::with_capacity(tdsets.len() * 96 + 256);
     if header {
@@ -221,16 +242,13 @@ fn render_family(family: usize, header: bool, tdsets: &[Arc<TDSet>]) -> String {
         let Some(status) = &t.status else { continue };
         let (ns, tname) = (t.namespace().unwrap_or_default(), t.name_any());
         let (ns, tname) = (escape(&ns), escape(&tname));
-        let value = match family {
-            0 => status.desired_replicas.map(i64::from),
-            1 => status
-                .next_transition_time
-                .as_deref()
-                .and_then(crate::preview::parse_rfc3339)
-                .map(|ts| ts.timestamp()),
-            2 => status.replicas.map(i64::from),
-            3 => status.ready_replicas.map(i64::from),
-            _ => {
+        match series {
+            Series::Gauge(value) => {
+                if let Some(v) = value(status) {
+                    let _ = writeln!(out, "{name}{{name=\"{tname}\",namespace=\"{ns}\"}} {v}");
+                }
+            }
+            Series::Conditions => {
                 for c in &status.conditions {
                     let type_ = escape(&c.type_);
                     for state in ["true", "false", "unknown"] {
@@ -241,11 +259,7 @@ fn render_family(family: usize, header: bool, tdsets: &[Arc<TDSet>]) -> String {
                         );
                     }
                 }
-                None
             }
-        };
-        if let Some(v) = value {
-            let _ = writeln!(out, "{name}{{name=\"{tname}\",namespace=\"{ns}\"}} {v}");
         }
     }
     out
@@ -266,7 +280,7 @@ fn escape(v: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Condition, TDSetStatus};
+    use crate::api::Condition;
     use kube::runtime::watcher;
 
     fn tdset(i: usize) -> TDSet {
@@ -313,7 +327,7 @@ mod tests {
         assert!(text.contains(
             "tdset_status_condition{name=\"t7\",namespace=\"shop\",status=\"false\",type=\"Degraded\"} 1"
         ));
-        for (family, _) in FAMILIES {
+        for (family, _, _) in FAMILIES {
             assert_eq!(text.matches(&format!("# TYPE {family} gauge\n")).count(), 1);
             // Contiguous: no other family's line between its first and last.
             let positions: Vec<usize> = text
