@@ -6,14 +6,10 @@
 //! mostly-`None` fields still take their full size: 2.4 KiB for a `Deployment` and another
 //! 2.1 KiB for each `Container`, before any of their contents.
 //!
-//! `StatusMemo` lays the operator's own status writes over the TDSet cache until the watch
-//! has delivered them.
+//! What the operator wrote and the caches do not show yet is in `memo.rs`.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -23,7 +19,7 @@ use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::{TDSet, TDSetStatus};
+use crate::api::TDSet;
 use crate::error::{Error, Result};
 use crate::workload::owned::TEMPLATE_LABEL;
 
@@ -219,173 +215,6 @@ impl<K: Resource> Resource for Cached<K> {
     }
 }
 
-/// The statuses this operator queued or wrote that its TDSet cache may not show yet ("read
-/// your own writes"). A reconcile can run before the bookkeeping lane has sent its status, or
-/// before the watch delivers it; computed from the stale status, the next status would differ
-/// in its transition times, or lose what only status remembers (a target's original count),
-/// and be written again.
-#[derive(Default)]
-pub struct StatusMemo {
-    written: Mutex<HashMap<String, Written>>,
-}
-
-struct Written {
-    /// resourceVersion the status write produced; `None` while it is queued. A queued status
-    /// is the TDSet's status as far as this operator is concerned, whatever the cache shows:
-    /// only the operator writes status.
-    produced: Option<String>,
-    /// Shared with the lane's queue: a burst of 10 000 statuses is held once.
-    status: Arc<TDSetStatus>,
-    at: Instant,
-}
-
-/// Whether the cached revision `cached` is older than `produced`. The API server's
-/// resourceVersions are etcd revisions, which increase; should one not parse as a number,
-/// the cache is taken as caught up (the memo then costs at most a repeated write).
-fn older(cached: Option<&str>, produced: Option<&str>) -> bool {
-    match (
-        cached.and_then(|c| c.parse::<u64>().ok()),
-        produced.and_then(|p| p.parse::<u64>().ok()),
-    ) {
-        (Some(c), Some(p)) => c < p,
-        _ => false,
-    }
-}
-
-impl StatusMemo {
-    /// Bounds the memo; past it a stale cache costs a repeated write, nothing worse.
-    const MAX: usize = 16384;
-    /// Entries normally go once the cache catches up; this clears those of deleted TDSets.
-    const MAX_AGE: Duration = Duration::from_secs(300);
-
-    /// The TDSet's status as far as this operator knows: the one it queued, or the one it
-    /// wrote while the cached TDSet is a revision from before that write.
-    pub fn current(&self, tdset: &TDSet) -> Option<TDSetStatus> {
-        let Some(uid) = tdset.meta().uid.as_deref() else {
-            return tdset.status.clone();
-        };
-        let Ok(mut written) = self.written.lock() else {
-            return tdset.status.clone();
-        };
-        let cached = tdset.meta().resource_version.as_deref();
-        match written.get(uid) {
-            Some(w) if w.produced.is_none() || older(cached, w.produced.as_deref()) => {
-                return Some(TDSetStatus::clone(&w.status));
-            }
-            Some(_) => {
-                written.remove(uid);
-            }
-            None => {}
-        }
-        tdset.status.clone()
-    }
-
-    /// Records a status queued for `tdset`.
-    pub fn queued(&self, tdset: &TDSet, status: Arc<TDSetStatus>) {
-        let (Some(uid), Ok(mut written)) = (tdset.meta().uid.clone(), self.written.lock()) else {
-            return;
-        };
-        if written.len() >= Self::MAX {
-            written.retain(|_, w| w.at.elapsed() < Self::MAX_AGE);
-        }
-        if written.len() < Self::MAX || written.contains_key(&uid) {
-            written.insert(
-                uid,
-                Written {
-                    produced: None,
-                    status,
-                    at: Instant::now(),
-                },
-            );
-        }
-    }
-
-    /// A queued status has been written and produced revision `produced` (`None`: the TDSet
-    /// is gone, or the write gave up). Kept only when it is still the status on record: a
-    /// newer one queued meanwhile stays.
-    pub fn written(&self, uid: &str, status: &TDSetStatus, produced: Option<String>) {
-        let Ok(mut written) = self.written.lock() else {
-            return;
-        };
-        match written.get_mut(uid) {
-            Some(w) if *w.status == *status => match produced {
-                Some(rv) => w.produced = Some(rv),
-                None => {
-                    written.remove(uid);
-                }
-            },
-            _ => {}
-        }
-    }
-}
-
-/// The owned objects this operator wrote that its caches may not show yet. A reconcile that
-/// runs before the watch delivers the operator's own write (queued by an older event of the
-/// same object) would see the old replica count, write the same thing again and report a
-/// second scale. While the cached object is older than our write and what we want has not
-/// changed since, the write is known to be in place.
-#[derive(Default)]
-pub struct OwnWrites {
-    written: Mutex<HashMap<String, OwnWrite>>,
-}
-
-struct OwnWrite {
-    produced: u64,
-    desired: u64,
-    at: Instant,
-}
-
-impl OwnWrites {
-    const MAX: usize = 16384;
-    const MAX_AGE: Duration = Duration::from_secs(300);
-
-    /// A fingerprint of what is wanted (the desired object, serialised).
-    pub fn fingerprint<T: serde::Serialize>(desired: &T) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        serde_json::to_vec(desired).unwrap_or_default().hash(&mut h);
-        h.finish()
-    }
-
-    /// Records that `key` was written as `desired` and produced revision `produced`.
-    pub fn record(&self, key: &str, desired: u64, produced: Option<&str>) {
-        let (Some(produced), Ok(mut w)) =
-            (produced.and_then(|p| p.parse().ok()), self.written.lock())
-        else {
-            return;
-        };
-        if w.len() >= Self::MAX {
-            w.retain(|_, e| e.at.elapsed() < Self::MAX_AGE);
-        }
-        if w.len() < Self::MAX || w.contains_key(key) {
-            w.insert(
-                key.to_string(),
-                OwnWrite {
-                    produced,
-                    desired,
-                    at: Instant::now(),
-                },
-            );
-        }
-    }
-
-    /// Whether our write of exactly `desired` is newer than the cached revision `cached`.
-    /// Forgets the entry once the cache has caught up.
-    pub fn in_place(&self, key: &str, desired: u64, cached: Option<&str>) -> bool {
-        let Ok(mut w) = self.written.lock() else {
-            return false;
-        };
-        let Some(e) = w.get(key) else { return false };
-        match cached.and_then(|c| c.parse::<u64>().ok()) {
-            Some(c) if c < e.produced => e.desired == desired,
-            _ => {
-                w.remove(key);
-                false
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -454,92 +283,5 @@ mod tests {
 
         let svc = desired_service(&t).unwrap().unwrap();
         assert_eq!(Cached::new(svc.clone()).object().unwrap(), svc);
-    }
-
-    const UID: &str = "memo-uid";
-
-    fn at(rv: &str, status: Option<TDSetStatus>) -> TDSet {
-        let mut t = tdset("web");
-        t.metadata.resource_version = Some(rv.into());
-        t.metadata.uid = Some(UID.into());
-        t.status = status;
-        t
-    }
-
-    #[test]
-    fn status_memo_answers_for_a_stale_cache_and_forgets_once_it_catches_up() {
-        let memo = StatusMemo::default();
-        let ours = TDSetStatus {
-            desired_replicas: Some(3),
-            ..TDSetStatus::default()
-        };
-        assert_eq!(memo.current(&at("1", None)), None);
-        memo.queued(&at("1", None), Arc::new(ours.clone()));
-        // Queued: it is the status, whatever revision the cache holds (only we write status).
-        assert_eq!(memo.current(&at("2", None)), Some(ours.clone()));
-        memo.written(UID, &ours, Some("3".into()));
-        // The cache still holds revision 1: the status is what we wrote over it.
-        assert_eq!(memo.current(&at("1", None)), Some(ours.clone()));
-        // Revision 2 is another write made before ours (3): still not our status.
-        assert_eq!(memo.current(&at("2", None)), Some(ours.clone()));
-        // The cache moved past our write: it is the truth again, whatever it says.
-        let theirs = TDSetStatus {
-            desired_replicas: Some(5),
-            ..TDSetStatus::default()
-        };
-        assert_eq!(memo.current(&at("4", Some(theirs.clone()))), Some(theirs));
-        // ... and the entry is gone, so a revision-1 object is no longer overlaid.
-        assert_eq!(memo.current(&at("1", None)), None);
-    }
-
-    #[test]
-    fn own_writes_answer_for_a_stale_cache_only_while_it_is_stale() {
-        let w = OwnWrites::default();
-        let want = OwnWrites::fingerprint(&serde_json::json!({"replicas": 4}));
-        let other = OwnWrites::fingerprint(&serde_json::json!({"replicas": 5}));
-        assert!(!w.in_place("ns/web", want, Some("10")));
-        w.record("ns/web", want, Some("12"));
-        assert!(
-            w.in_place("ns/web", want, Some("10")),
-            "cache older than our write"
-        );
-        assert!(
-            !w.in_place("ns/web", other, Some("10")),
-            "something else is wanted now"
-        );
-        assert!(
-            !w.in_place("ns/web", want, Some("12")),
-            "the cache caught up"
-        );
-        assert!(
-            !w.in_place("ns/web", want, Some("10")),
-            "and the entry is gone"
-        );
-    }
-
-    #[test]
-    fn a_newer_queued_status_survives_the_write_of_an_older_one() {
-        let memo = StatusMemo::default();
-        let (one, two) = (
-            TDSetStatus {
-                desired_replicas: Some(1),
-                ..TDSetStatus::default()
-            },
-            TDSetStatus {
-                desired_replicas: Some(2),
-                ..TDSetStatus::default()
-            },
-        );
-        memo.queued(&at("1", None), Arc::new(one.clone()));
-        memo.queued(&at("1", None), Arc::new(two.clone()));
-        memo.written(UID, &one, Some("5".into()));
-        assert_eq!(
-            memo.current(&at("9", None)),
-            Some(two.clone()),
-            "still queued"
-        );
-        // A TDSet that is gone: the entry goes.
-        memo.written(UID, &two, None);
-        assert_eq!(memo.current(&at("9", None)), None);
     }
 }

@@ -15,6 +15,7 @@ pub mod clock;
 pub mod controller;
 pub mod error;
 pub mod http;
+pub mod memo;
 pub mod plugin;
 pub mod preview;
 pub mod schedule;

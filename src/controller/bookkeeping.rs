@@ -30,8 +30,8 @@ use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 use crate::api::{TDSet, TDSetStatus};
-use crate::cache::StatusMemo;
 use crate::error::{Error, Result};
+use crate::memo::StatusMemo;
 use crate::telemetry::Metrics;
 use crate::workload::owned::FIELD_MANAGER;
 

@@ -38,10 +38,11 @@ use tracing::{Instrument, debug, info, info_span, warn};
 pub use leader::{LeaseOptions, run};
 
 use crate::api::{TDSet, TargetStatus};
-use crate::cache::{Cached, OwnWrites, StatusMemo};
+use crate::cache::Cached;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::http::Health;
+use crate::memo::{OwnWrites, StatusMemo};
 use crate::schedule::Schedule;
 use crate::status::{self, Inputs, Missing, Notice, Observed, Problem};
 use crate::telemetry::Metrics;
