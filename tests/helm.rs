@@ -480,8 +480,9 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
     );
     let out = succeeded(
         "helm uninstall",
-        helm(kc, &["uninstall", release, "-n", ns, "--wait"]),
+        helm(kc, &["uninstall", release, "-n", ns]),
     );
+    release_gone(kc, release).await;
     assert!(
         out.contains("tdsets.schedule.rs"),
         "helm says the CRD was kept: {out}"
@@ -537,31 +538,39 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
         helm(kc, &["uninstall", release, "-n", ns]),
     );
     // Everything of the release goes, its RoleBinding in the watched namespace included.
-    eventually(GUARD, "the scoped release gone", || async {
-        let left = succeeded(
-            "listing what is left",
-            kubectl_at(
-                kc,
-                &[
-                    "get",
-                    "deployments,serviceaccounts,roles,rolebindings,services",
-                    "-A",
-                    "-l",
-                    "app.kubernetes.io/instance=tdset",
-                    "-o",
-                    "name",
-                ],
-            ),
-        );
-        (left.trim().is_empty() && cluster_scoped_of(kc, release).len() == 1).then_some(())
-    })
-    .await;
+    release_gone(kc, release).await;
 
     let _ = std::process::Command::new(script())
         .arg("stop")
         .arg(&dir)
         .status();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits until nothing labelled with the release is left in any namespace and, of the
+/// cluster-scoped objects, only the kept CRD. Polled rather than `helm uninstall --wait`, which
+/// in this suite sometimes ran into its 5-minute timeout with every object already gone.
+async fn release_gone(kubeconfig: &Path, release: &str) {
+    let selector = format!("app.kubernetes.io/instance={release}");
+    eventually(GUARD, "the release's objects gone", || async {
+        let left = succeeded(
+            "listing what is left",
+            kubectl_at(
+                kubeconfig,
+                &[
+                    "get",
+                    "all,serviceaccounts,roles,rolebindings,leases",
+                    "-A",
+                    "-l",
+                    &selector,
+                    "-o",
+                    "name",
+                ],
+            ),
+        );
+        (left.trim().is_empty() && cluster_scoped_of(kubeconfig, release).len() == 1).then_some(())
+    })
+    .await;
 }
 
 /// `helm install tdset` into tdset-system, waiting for the operator's pods.
