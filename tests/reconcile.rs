@@ -514,7 +514,7 @@ async fn steady_state_writes_nothing() {
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     // Let the controller manager's own status updates settle, then take the baseline.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes = op.writes();
+    let writes = op.writes_when_idle().await;
     let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
     let before_tds = tdsets.get("web").await.unwrap().status;
     let before_gen = deploys.get("web").await.unwrap().metadata.generation;

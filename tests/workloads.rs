@@ -138,7 +138,7 @@ async fn template_fields_reach_the_deployment_and_removed_fields_go() {
 
     // Settled: "0.25" came back as "250m", which must not read as drift.
     tdset_with_reason(&client, &ns.name, "web", "Progressing", "Settled").await;
-    let writes = op.writes();
+    let writes = op.writes_when_idle().await;
     let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
     // One reconcile per poke (two pokes in quick succession may be coalesced into one).
     for i in 0..2 {

@@ -346,6 +346,19 @@ impl Operator {
         self.counter("tdset_api_writes_total") as u64
     }
 
+    /// `writes` once the bookkeeping lane has sent everything queued (statuses and Events are
+    /// counted when sent, which may be after the status a test waited for): the baseline for
+    /// "nothing more is written".
+    pub async fn writes_when_idle(&self) -> u64 {
+        eventually(
+            std::time::Duration::from_secs(120),
+            "the bookkeeping lane empty",
+            || async { (self.counter("tdset_bookkeeping_pending") == 0.0).then_some(()) },
+        )
+        .await;
+        self.writes()
+    }
+
     pub fn counter(&self, name: &str) -> f64 {
         let text = self.metrics.render();
         text.lines()
