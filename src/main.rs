@@ -11,6 +11,18 @@ use tdset_operator::telemetry::{self, Metrics};
 use tdset_operator::{Error, Result};
 use tracing::{error, info};
 
+// jemalloc, with one arena and freed pages returned to the kernel at once: with glibc's malloc
+// a third of the operator's resident memory was allocator overhead (pages kept per thread
+// arena after a burst of watch events and list pages). Measured in BENCHMARKS.md (issue 14);
+// `_RJEM_MALLOC_CONF` overrides these settings at run time.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[allow(non_upper_case_globals)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static malloc_conf: &[u8; 60] =
+    b"narenas:1,tcache_max:4096,dirty_decay_ms:0,muzzy_decay_ms:0\0";
+
 fn main() -> ExitCode {
     if PluginCli::invoked_as_plugin() {
         return plugin(PluginCli::parse());
