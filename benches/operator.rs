@@ -6,7 +6,8 @@
 //!   cargo bench --bench operator -- converge lag  some of them (converge, lag, steady, memory,
 //!                                                ref: only the scaleTargetRef scenarios,
 //!                                                lag10k: the boundary lag at N = 10 000,
-//!                                                restart: memory of a restarted operator)
+//!                                                restart: memory of a restarted operator,
+//!                                                writes: a scale's cost by write kind)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
 
 #[path = "../tests/support/mod.rs"]
@@ -560,6 +561,122 @@ impl Bench {
     }
 
     /// Waits until `n` TDSets report `replicas` in status.
+    /// What a scale costs, by the kind of write: the same ServiceAccount sets the replicas of
+    /// the same N operator-shaped Deployments (as the operator creates them) with 16 requests
+    /// in flight, once as a JSON merge patch of `spec.replicas` (the lag baseline), once as a
+    /// server-side apply of the whole Deployment (what the operator sent before issue 14), once
+    /// as a server-side apply to `/scale`. Two rounds in mirrored order, so neither a warm cache
+    /// nor a growing etcd favours one kind.
+    async fn writes(&mut self, n: usize) {
+        let ns = self.namespace(&format!("writes{n}")).await;
+        let owner = |i: usize| {
+            let mut t = bench_tdset(Form::Owned, &format!("w{i}"), json!([]), 1);
+            t.metadata.namespace = Some(ns.name.clone());
+            t.metadata.uid = Some(format!("00000000-0000-0000-0000-{i:012}"));
+            t
+        };
+        let desired = |i: usize, replicas: i32| {
+            tdset_operator::workload::owned::desired_deployment(&owner(i), replicas)
+                .unwrap()
+                .unwrap()
+        };
+        let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+        let sa: Api<Deployment> = Api::namespaced(self.sa_client.clone(), &ns.name);
+        stream::iter(0..n)
+            .map(|i| {
+                let (api, d) = (deploys.clone(), desired(i, 1));
+                let pp = PostParams {
+                    field_manager: Some(tdset_operator::workload::owned::FIELD_MANAGER.into()),
+                    ..PostParams::default()
+                };
+                async move { api.create(&pp, &d).await.map(|_| ()) }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<_>>()
+            .await
+            .expect("create");
+        let kinds = [
+            "merge patch of spec.replicas",
+            "apply of the whole Deployment",
+            "apply to /scale",
+        ];
+        let mut replicas = 1;
+        for (round, order) in [[0, 1, 2], [2, 1, 0]].iter().enumerate() {
+            for &k in order {
+                replicas += 1;
+                let watch = tokio::spawn(watch_replicas(
+                    deploys.clone(),
+                    n,
+                    replicas,
+                    None,
+                    Duration::from_secs(600),
+                ));
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let cpu0 = control_plane_cpu(&self.logs);
+                let t0 = Utc::now();
+                stream::iter(0..n)
+                    .for_each_concurrent(16, |i| {
+                        let api = sa.clone();
+                        let name = format!("w{i}");
+                        let manager = tdset_operator::workload::owned::FIELD_MANAGER;
+                        let whole = desired(i, replicas);
+                        async move {
+                            match k {
+                                0 => api
+                                    .patch(
+                                        &name,
+                                        &kube::api::PatchParams::default(),
+                                        &kube::api::Patch::Merge(
+                                            json!({"spec": {"replicas": replicas}}),
+                                        ),
+                                    )
+                                    .await
+                                    .map(|_| ()),
+                                1 => api
+                                    .patch(
+                                        &name,
+                                        &kube::api::PatchParams::apply(manager).force(),
+                                        &kube::api::Patch::Apply(&whole),
+                                    )
+                                    .await
+                                    .map(|_| ()),
+                                _ => api
+                                    .patch_scale(
+                                        &name,
+                                        &kube::api::PatchParams::apply(manager).force(),
+                                        &kube::api::Patch::Apply(
+                                            &tdset_operator::workload::target::scale_body(
+                                                &name, replicas,
+                                            ),
+                                        ),
+                                    )
+                                    .await
+                                    .map(|_| ()),
+                            }
+                            .unwrap();
+                        }
+                    })
+                    .await;
+                let (seen, _) = watch.await.unwrap();
+                let cpu = control_plane_cpu(&self.logs) - cpu0;
+                let (p50, p99, max) = summary(&lags_from(&seen, t0));
+                let _ = writeln!(
+                    self.report,
+                    "| scale by write kind, round {} | N = {n} | {}: p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s | {} of {n} seen; kube-apiserver + etcd {cpu:.2} CPU-s |",
+                    round + 1,
+                    kinds[k],
+                    seen.len(),
+                );
+                println!(
+                    "writes round {} {}: p50 {p50:.3} p99 {p99:.3} max {max:.3}; control plane {cpu:.2} CPU-s",
+                    round + 1,
+                    kinds[k]
+                );
+            }
+        }
+        ns.cleanup().await;
+    }
+
     async fn converged_status(&self, ns: &str, n: usize, replicas: i32) {
         all_where(
             Api::<TDSet>::namespaced(self.client.clone(), ns),
@@ -894,6 +1011,9 @@ fn main() {
         }
         if want("lag") || want("ref") {
             b.lag(1000, Form::Ref).await;
+        }
+        if want("writes") {
+            b.writes(1000).await;
         }
         if want("steady") {
             let secs = std::env::var("TDSET_BENCH_STEADY_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);

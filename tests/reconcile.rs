@@ -368,6 +368,31 @@ async fn boundary_is_crossed_at_the_boundary_not_at_the_next_poll() {
     let observed = op.counter("tdset_transition_lag_seconds_count");
     assert_eq!(observed, 1.0, "{}", op.metrics.render());
     assert!(op.counter("tdset_transition_lag_seconds_sum") >= 0.0);
+    // A pure scale goes through /scale (one field), not an apply of the whole Deployment, and
+    // the operator's field manager owns spec.replicas there.
+    assert_eq!(
+        op.counter("tdset_api_writes_total{resource=\"deployments/scale\",verb=\"apply\"}"),
+        1.0,
+        "{}",
+        op.metrics.render()
+    );
+    assert_eq!(
+        op.counter("tdset_api_writes_total{resource=\"deployments\",verb=\"apply\"}"),
+        0.0
+    );
+    let live = api.get("web").await.unwrap();
+    let scale_entry = live
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.subresource.as_deref() == Some("scale"))
+        .expect("a managedFields entry for the /scale write");
+    assert_eq!(scale_entry.manager.as_deref(), Some("tdset-operator"));
+    assert_eq!(
+        scale_entry.fields_v1.unwrap().0,
+        serde_json::json!({"f:spec": {"f:replicas": {}}})
+    );
     let t = tdset_where(&client, &ns.name, "web", "status after the boundary", |t| {
         t.status
             .as_ref()

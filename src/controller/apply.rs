@@ -4,6 +4,7 @@
 use std::fmt::Debug;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
@@ -20,7 +21,8 @@ use crate::error::{Error, Result};
 use crate::memo::OwnWrites;
 use crate::schedule::Evaluation;
 use crate::status::{self, DEGRADED, Missing, Observed, Problem, reason};
-use crate::workload::owned::{self, FIELD_MANAGER};
+use crate::workload::owned::{self, FIELD_MANAGER, OwnedWrite};
+use crate::workload::target;
 
 /// The owned mode (`container` or `template`): the Deployment, then the Service.
 pub(super) async fn reconcile_owned(
@@ -200,15 +202,17 @@ where
     if !owned::is_owned_by(&observed, tdset) {
         return Err(foreign());
     }
-    if owned::is_satisfied_by(&desired, &observed) {
-        return Ok((observed, Change::Unchanged));
-    }
     let uid = observed.meta().uid.clone();
-    if !owned::only_replicas_differ(&desired, &observed) {
+    match owned::owned_write(&desired, &observed) {
+        OwnedWrite::None => return Ok((observed, Change::Unchanged)),
+        OwnedWrite::Scale(replicas) => {
+            let scaled = scale(ctx, api, resource, &name, uid.as_deref(), replicas).await?;
+            return Ok((scaled_copy(observed, replicas, &scaled)?, Change::Updated));
+        }
         // A scale removes nothing, so only other changes need the fields a create left under
         // an Update entry (see `owned::handed_over`). Deferring it to here spares a write
         // per created object; spec changes are rare.
-        hand_over_to_apply(ctx, api, resource, &name, uid.as_deref()).await?;
+        OwnedWrite::Apply => hand_over_to_apply(ctx, api, resource, &name, uid.as_deref()).await?,
     }
     // The uid turns the apply into "only if it is still the object I looked at".
     desired.meta_mut().uid = uid;
@@ -222,6 +226,49 @@ where
         .await
         .map_err(Error::kube(format!("applying {resource} {ns}/{name}")))?;
     Ok((applied, Change::Updated))
+}
+
+/// Sets an owned object's replicas through `/scale` under the operator's field manager. The
+/// uid makes it "only if it is still the object I looked at": the API server refuses a
+/// `/scale` write whose uid is not the object's.
+async fn scale<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    resource: &'static str,
+    name: &str,
+    uid: Option<&str>,
+    replicas: i32,
+) -> Result<Scale>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    let mut body = target::scale_body(name, replicas);
+    body["metadata"]["uid"] = serde_json::json!(uid);
+    ctx.metrics.write(&format!("{resource}/scale"), "apply");
+    api.patch_scale(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(Error::kube(format!("scaling {resource} {name}")))
+}
+
+/// The object as a `/scale` write left it: `observed` with the new replica count and the
+/// resourceVersion the write returned (what read-your-own-writes compares the cache with).
+fn scaled_copy<K: Serialize + DeserializeOwned>(
+    observed: K,
+    replicas: i32,
+    scale: &Scale,
+) -> Result<K> {
+    let serialize = |source| Error::Serialize {
+        what: "a scaled object",
+        source,
+    };
+    let mut value = serde_json::to_value(observed).map_err(serialize)?;
+    value["spec"]["replicas"] = serde_json::json!(replicas);
+    value["metadata"]["resourceVersion"] = serde_json::json!(scale.metadata.resource_version);
+    serde_json::from_value(value).map_err(serialize)
 }
 
 /// Hands the fields a create left under our Update entry to our Apply entry, if there is

@@ -250,6 +250,34 @@ pub fn is_satisfied_by<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
     }
 }
 
+/// The write that makes an owned object say what the TDSet wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnedWrite {
+    /// It already does.
+    None,
+    /// Only `spec.replicas` differs: a server-side apply to `/scale`, which carries one field
+    /// and costs the API server a fraction of an apply of the whole object (BENCHMARKS.md,
+    /// "scale by write kind"): this is the write users wait for at a boundary.
+    Scale(i32),
+    /// Anything else: a server-side apply of the whole object.
+    Apply,
+}
+
+/// Which write turns `observed` into `desired` (see [`OwnedWrite`]).
+pub fn owned_write<K: serde::Serialize>(desired: &K, observed: &K) -> OwnedWrite {
+    if is_satisfied_by(desired, observed) {
+        return OwnedWrite::None;
+    }
+    let replicas = serde_json::to_value(desired)
+        .ok()
+        .and_then(|d| d.pointer("/spec/replicas").and_then(Value::as_i64))
+        .and_then(|r| i32::try_from(r).ok());
+    match replicas {
+        Some(r) if only_replicas_differ(desired, observed) => OwnedWrite::Scale(r),
+        _ => OwnedWrite::Apply,
+    }
+}
+
 /// True when `observed` differs from `desired` at most in `spec.replicas`: a scale, which an
 /// apply can make without removing anything.
 pub fn only_replicas_differ<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
@@ -459,6 +487,29 @@ pub(crate) mod tests {
         let mut other = svc.clone();
         other.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 81;
         assert!(!only_replicas_differ(&svc, &other));
+    }
+
+    #[test]
+    fn a_scale_goes_to_the_scale_subresource_and_anything_else_is_a_whole_apply() {
+        let t = tdset("web");
+        let desired = desired_deployment(&t, 3).unwrap().unwrap();
+        let mut observed = desired.clone();
+        observed.status = Some(Default::default());
+        assert_eq!(owned_write(&desired, &observed), OwnedWrite::None);
+        observed.spec.as_mut().unwrap().replicas = Some(7);
+        assert_eq!(owned_write(&desired, &observed), OwnedWrite::Scale(3));
+        // Scaled by someone else *and* a changed image: the scale alone would leave the image.
+        container_mut(&mut observed).image = Some("nginx:1.26".into());
+        assert_eq!(owned_write(&desired, &observed), OwnedWrite::Apply);
+        let mut observed = desired.clone();
+        container_mut(&mut observed).image = Some("nginx:1.26".into());
+        assert_eq!(owned_write(&desired, &observed), OwnedWrite::Apply);
+        // A Service has no replicas: any drift is a whole apply.
+        let svc = desired_service(&t).unwrap().unwrap();
+        let mut other = svc.clone();
+        other.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 81;
+        assert_eq!(owned_write(&svc, &other), OwnedWrite::Apply);
+        assert_eq!(owned_write(&svc, &svc), OwnedWrite::None);
     }
 
     fn entry(manager: &str, op: &str, fields: serde_json::Value) -> ManagedFieldsEntry {
