@@ -71,6 +71,23 @@ impl StatusMemo {
         tdset.status.clone()
     }
 
+    /// The TDSet cache now holds `tdset` (`None`: it was deleted). A written status the cache
+    /// has caught up with is forgotten here rather than at the TDSet's next reconcile, which
+    /// may be hours away: the memo holds only writes in flight, not a second copy of every
+    /// status.
+    pub fn seen(&self, tdset: &TDSet, deleted: bool) {
+        let (Some(uid), Ok(mut written)) = (tdset.meta().uid.as_deref(), self.written.lock())
+        else {
+            return;
+        };
+        let cached = tdset.meta().resource_version.as_deref();
+        if written.get(uid).is_some_and(|w| {
+            deleted || (w.produced.is_some() && !older(cached, w.produced.as_deref()))
+        }) {
+            written.remove(uid);
+        }
+    }
+
     /// Records a status queued for `tdset`.
     pub fn queued(&self, tdset: &TDSet, status: Arc<TDSetStatus>) {
         let (Some(uid), Ok(mut written)) = (tdset.meta().uid.clone(), self.written.lock()) else {
@@ -160,6 +177,22 @@ impl OwnWrites {
         }
     }
 
+    /// The cache now holds `key` at revision `cached`: our write it has caught up with is
+    /// forgotten (see `StatusMemo::seen`).
+    pub fn seen(&self, key: &str, cached: Option<&str>) {
+        let Ok(mut w) = self.written.lock() else {
+            return;
+        };
+        let caught_up = match (w.get(key), cached.and_then(|c| c.parse::<u64>().ok())) {
+            (Some(e), Some(c)) => c >= e.produced,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if caught_up {
+            w.remove(key);
+        }
+    }
+
     /// Whether our write of exactly `desired` is newer than the cached revision `cached`.
     /// Forgets the entry once the cache has caught up.
     pub fn in_place(&self, key: &str, desired: u64, cached: Option<&str>) -> bool {
@@ -240,6 +273,48 @@ mod tests {
         assert!(
             !w.in_place("ns/web", want, Some("10")),
             "and the entry is gone"
+        );
+    }
+
+    #[test]
+    fn the_watch_delivering_our_write_empties_the_memo_without_a_reconcile() {
+        let memo = StatusMemo::default();
+        let ours = TDSetStatus {
+            desired_replicas: Some(3),
+            ..TDSetStatus::default()
+        };
+        memo.queued(&at("1", None), Arc::new(ours.clone()));
+        memo.seen(&at("2", None), false);
+        assert_eq!(
+            memo.current(&at("2", None)),
+            Some(ours.clone()),
+            "queued: kept"
+        );
+        memo.written(UID, &ours, Some("3".into()));
+        memo.seen(&at("2", None), false);
+        assert_eq!(
+            memo.current(&at("1", None)),
+            Some(ours.clone()),
+            "not caught up: kept"
+        );
+        memo.seen(&at("3", Some(ours.clone())), false);
+        assert_eq!(memo.current(&at("1", None)), None, "caught up: forgotten");
+        memo.queued(&at("4", None), Arc::new(ours.clone()));
+        memo.seen(&at("4", None), true);
+        assert_eq!(memo.current(&at("4", None)), None, "deleted: forgotten");
+
+        let w = OwnWrites::default();
+        let want = OwnWrites::fingerprint(&serde_json::json!({"replicas": 4}));
+        w.record("ns/web", want, Some("12"));
+        w.seen("ns/web", Some("11"));
+        assert!(
+            w.in_place("ns/web", want, Some("11")),
+            "not caught up: kept"
+        );
+        w.seen("ns/web", Some("12"));
+        assert!(
+            !w.in_place("ns/web", want, Some("11")),
+            "caught up: forgotten"
         );
     }
 

@@ -70,7 +70,7 @@ pub struct Context {
     pub discovery: scale::Discovery,
     pub statuses: Arc<StatusMemo>,
     /// Owned objects written and not yet seen back through the watch.
-    pub own_writes: OwnWrites,
+    pub own_writes: Arc<OwnWrites>,
 }
 
 /// What happened to an owned object in this reconcile.
@@ -234,6 +234,32 @@ fn on_target<K: Resource<DynamicType = ()>>(
     }
 }
 
+/// Maps a change of an owned Deployment to its TDSet, and to any TDSet that references it
+/// (the target watches leave owned objects out, see `target_watch`).
+fn on_owned_deployment(
+    index: &TargetIndex,
+    hpas: &Store<HorizontalPodAutoscaler>,
+) -> impl Fn(Cached<Deployment>) -> Vec<ObjectRef<TDSet>> + Send + Sync + 'static {
+    let (index, hpas) = (index.clone(), hpas.clone());
+    move |d| {
+        let ns = d.namespace();
+        let mut out: Vec<ObjectRef<TDSet>> = d
+            .owner_references()
+            .iter()
+            .filter_map(|o| ObjectRef::from_owner_ref(ns.as_deref(), o, ()))
+            .collect();
+        out.extend(scale::affected(
+            &index,
+            &hpas,
+            ns.as_deref().unwrap_or_default(),
+            &Deployment::group(&()),
+            &Deployment::kind(&()),
+            &d.name_any(),
+        ));
+        out
+    }
+}
+
 /// Whether a reconcile may write to the workload (`spec.suspend` says no).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Write {
@@ -264,14 +290,19 @@ async fn run_controller(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     let index = TargetIndex::default();
-    let (tdsets, tdset_stream) = tdset_watch(api_for(&client, &opts.namespace), index.clone());
+    let statuses = Arc::new(StatusMemo::default());
+    let own_writes = Arc::new(OwnWrites::default());
+    let (tdsets, tdset_stream) = tdset_watch(
+        api_for(&client, &opts.namespace),
+        index.clone(),
+        statuses.clone(),
+    );
     let (deployments, deploy_stream) = owned_watch::<Deployment>(api_for(&client, &opts.namespace));
     let (services, svc_stream) = owned_watch::<Service>(api_for(&client, &opts.namespace));
     let (hpas, hpa_stream) = hpa_watch(api_for(&client, &opts.namespace));
     metrics.set_tdset_store(Some(tdsets.clone()));
 
     let priority = Arc::new(bookkeeping::Priority::default());
-    let statuses = Arc::new(StatusMemo::default());
     let lane = bookkeeping::Lane::start(
         Arc::new(bookkeeping::KubeSink {
             client: client.clone(),
@@ -292,7 +323,7 @@ async fn run_controller(
         hpas: hpas.clone(),
         discovery: scale::Discovery::new(client.clone()),
         statuses,
-        own_writes: OwnWrites::default(),
+        own_writes: own_writes.clone(),
     });
 
     // Ready once all four caches hold a full list. Polled, not awaited: a store's readiness
@@ -342,7 +373,17 @@ async fn run_controller(
         }
     };
     Controller::for_stream(tdset_stream, tdsets)
-        .owns_stream(deploy_stream)
+        .reconcile_on({
+            let affected = on_owned_deployment(&index, &hpas);
+            // Watch errors are retried by the watch's own backoff; only changes trigger.
+            deploy_stream
+                .filter_map(|d| futures::future::ready(d.ok()))
+                .inspect(move |d| {
+                    let key = format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any());
+                    own_writes.seen(&key, d.meta().resource_version.as_deref());
+                })
+                .flat_map(move |d| futures::stream::iter(affected(d)))
+        })
         .owns_stream(svc_stream)
         .watches_stream(hpa_stream, on_hpa)
         .watches_stream(

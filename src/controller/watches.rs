@@ -18,13 +18,16 @@ use serde::de::DeserializeOwned;
 
 use crate::api::TDSet;
 use crate::cache::{Cached, Prune};
+use crate::memo::StatusMemo;
 use crate::workload::owned::{self, FIELD_MANAGER};
 
 /// A watch of TDSets whose cached objects are pruned to what the operator reads; it also
-/// keeps `index` (which TDSets reference which target) up to date.
+/// keeps `index` (which TDSets reference which target) up to date and tells the status memo
+/// what the cache has caught up with.
 pub(super) fn tdset_watch(
     api: Api<TDSet>,
     index: TargetIndex,
+    statuses: Arc<StatusMemo>,
 ) -> (
     Store<TDSet>,
     impl futures::Stream<Item = Result<TDSet, watcher::Error>> + Send,
@@ -34,8 +37,14 @@ pub(super) fn tdset_watch(
         .backoff(api_backoff())
         .modify(|o: &mut TDSet| o.prune())
         .inspect_ok(move |event| match event {
-            watcher::Event::Apply(t) | watcher::Event::InitApply(t) => index.update(t),
-            watcher::Event::Delete(t) => index.remove(t),
+            watcher::Event::Apply(t) | watcher::Event::InitApply(t) => {
+                index.update(t);
+                statuses.seen(t, false);
+            }
+            watcher::Event::Delete(t) => {
+                index.remove(t);
+                statuses.seen(t, true);
+            }
             watcher::Event::Init | watcher::Event::InitDone => {}
         })
         .reflect(writer)
@@ -141,15 +150,20 @@ pub(super) fn hpa_watch(
     (reader, stream)
 }
 
-/// Changes of every object of a built-in scalable kind, metadata only and kept nowhere: a
-/// trigger for the TDSets that reference one (their reconcile reads the target live).
+/// Changes of every object of a built-in scalable kind that the operator does not own,
+/// metadata only and kept nowhere: a trigger for the TDSets that reference one (their
+/// reconcile reads the target live). The operator's own Deployments (and the ReplicaSets that
+/// inherit their pod labels) are left out: the owned watch already sees them, and at a
+/// boundary a second watch of each would double the API server's fan-out for every scale.
 pub(super) fn target_watch<K>(
     api: Api<PartialObjectMeta<K>>,
 ) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    watcher(api, watcher::Config::default())
+    let not_owned =
+        watcher::Config::default().labels(&format!("{}!={FIELD_MANAGER}", owned::MANAGED_BY_LABEL));
+    watcher(api, not_owned)
         .backoff(api_backoff())
         .touched_objects()
 }
