@@ -15,9 +15,11 @@ use tracing::{error, info};
 // a third of the operator's resident memory was allocator overhead (pages kept per thread
 // arena after a burst of watch events and list pages). Measured in BENCHMARKS.md (issue 14);
 // `_RJEM_MALLOC_CONF` overrides these settings at run time.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+#[cfg(feature = "jemalloc")]
 #[allow(non_upper_case_globals)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static malloc_conf: &[u8; 60] =
