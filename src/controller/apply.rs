@@ -431,16 +431,18 @@ pub(super) async fn write_status(
     let (Some(uid), Some(ns)) = (tdset.meta().uid.clone(), tdset.namespace()) else {
         return Err(Error::MissingField("metadata.uid"));
     };
-    ctx.lane.status(
-        tdset,
-        StatusWrite {
-            namespace: ns,
-            name: tdset.name_any(),
-            uid,
-            status: std::sync::Arc::new(new),
-            attempts: 0,
-        },
-    );
+    ctx.lane
+        .status(
+            tdset,
+            StatusWrite {
+                namespace: ns,
+                name: tdset.name_any(),
+                uid,
+                status: std::sync::Arc::new(new),
+                attempts: 0,
+            },
+        )
+        .await;
     if old_degraded != new_degraded
         && let Some((state, reason, message)) = new_degraded
         && (state == "True" || reason != status::reason::AS_EXPECTED)

@@ -9,8 +9,8 @@
 //! - Statuses coalesce per TDSet: one superseded before it is sent is never sent, and one
 //!   TDSet's statuses are written one at a time, in order.
 //! - Events are all sent, in order, once each (the reconcile only emits real changes).
-//! - The lane is bounded: statuses by the number of TDSets, Events by `EVENT_QUEUE`. A full
-//!   Event queue makes its publisher wait and gives bookkeeping the turn (Events first), so a
+//! - The lane is bounded: statuses by `STATUS_QUEUE`, Events by `EVENT_QUEUE`. A full queue
+//!   makes its publisher wait and gives bookkeeping the turn until it is half empty, so a
 //!   reconcile waiting for room never holds the lane back.
 //! - A crash with writes still queued loses nothing that matters: the next reconcile computes
 //!   the same status from the workload and writes it; only the Events of that moment are lost.
@@ -39,6 +39,10 @@ use super::events::EventNote;
 
 /// Events waiting at most; past it `publish` waits for room.
 const EVENT_QUEUE: usize = 4096;
+/// TDSets with a status waiting at most; past it a new one waits for room. Above the TDSets
+/// that share one boundary in most clusters (so a boundary's statuses all wait for the
+/// scaling), and low enough that a storm of 10 000 does not hold every status in memory.
+const STATUS_QUEUE: usize = 2048;
 /// Concurrent bookkeeping requests.
 const WRITERS: usize = 16;
 /// The lane writes once no workload write has run for this long...
@@ -112,8 +116,8 @@ struct Queue {
     /// Statuses waiting to be retried, and when.
     retry_at: HashMap<String, Instant>,
     events: VecDeque<EventNote>,
-    /// Set when the Event queue fills, cleared once it is half empty: meanwhile bookkeeping
-    /// has the turn and sends Events first.
+    /// Set when either queue fills, cleared once both are half empty: meanwhile bookkeeping
+    /// has the turn (Events first while theirs is over half full).
     flushing: bool,
     superseded: u64,
 }
@@ -139,16 +143,20 @@ impl Queue {
     /// is full (a publisher is waiting). A TDSet whose previous status is still being written,
     /// or that waits for a retry, is skipped.
     fn pop(&mut self, now: Instant) -> Option<Job> {
-        if self.events_full() {
+        if self.events_full() || self.statuses_full() {
             self.flushing = true;
         }
-        if self.flushing {
-            if self.events.len() <= EVENT_QUEUE / 2 {
-                self.flushing = false;
-            }
-            if let Some(e) = self.events.pop_front() {
-                return Some(Job::Event(Box::new(e)));
-            }
+        if self.flushing
+            && self.events.len() <= EVENT_QUEUE / 2
+            && self.statuses.len() <= STATUS_QUEUE / 2
+        {
+            self.flushing = false;
+        }
+        if self.flushing
+            && self.events.len() > EVENT_QUEUE / 2
+            && let Some(e) = self.events.pop_front()
+        {
+            return Some(Job::Event(Box::new(e)));
         }
         let pos = self.order.iter().position(|uid| {
             !self.writing.contains(uid) && self.retry_at.get(uid).is_none_or(|t| *t <= now)
@@ -181,6 +189,15 @@ impl Queue {
 
     fn events_full(&self) -> bool {
         self.events.len() >= EVENT_QUEUE
+    }
+
+    fn statuses_full(&self) -> bool {
+        self.statuses.len() >= STATUS_QUEUE
+    }
+
+    /// Whether bookkeeping has the turn regardless of workload writes.
+    fn full(&self) -> bool {
+        self.flushing || self.events_full() || self.statuses_full()
     }
 
     fn is_empty(&self) -> bool {
@@ -239,7 +256,7 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Wakes writers when work arrives or a write ends.
     work: Notify,
-    /// Wakes publishers waiting for room in the Event queue.
+    /// Wakes publishers waiting for room in a queue.
     room: Notify,
     priority: Arc<Priority>,
     memo: Arc<StatusMemo>,
@@ -280,19 +297,33 @@ impl Lane {
     }
 
     /// Queues a status write (replacing one still waiting for the same TDSet) and records it
-    /// as the TDSet's current status for the reconciles that run before it is written.
-    pub fn status(&self, tdset: &TDSet, s: StatusWrite) {
+    /// as the TDSet's current status for the reconciles that run before it is written. Waits
+    /// only while the queue is full and holds nothing for this TDSet.
+    pub async fn status(&self, tdset: &TDSet, s: StatusWrite) {
         self.shared.memo.queued(tdset, s.status.clone());
-        if let Ok(mut q) = self.shared.queue.lock() {
-            if q.push_status(s) {
-                self.shared.metrics.bookkeeping_superseded.inc();
+        let mut s = Some(s);
+        loop {
+            let room = self.shared.room.notified();
+            if let Ok(mut q) = self.shared.queue.lock()
+                && let Some(w) =
+                    s.take_if(|w| !q.statuses_full() || q.statuses.contains_key(&w.uid))
+            {
+                if q.push_status(w) {
+                    self.shared.metrics.bookkeeping_superseded.inc();
+                }
+                self.shared
+                    .metrics
+                    .bookkeeping_pending
+                    .set(q.waiting() as i64);
             }
-            self.shared
-                .metrics
-                .bookkeeping_pending
-                .set(q.waiting() as i64);
+            if s.is_none() {
+                self.shared.work.notify_one();
+                return;
+            }
+            // The writers take the turn while the queue is full (see `Queue::full`).
+            self.shared.work.notify_one();
+            room.await;
         }
-        self.shared.work.notify_one();
     }
 
     /// Queues an Event; waits only while the queue is full.
@@ -360,7 +391,7 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
         let (has_work, full) = s
             .queue
             .lock()
-            .map(|q| (q.waiting() > 0, q.flushing || q.events_full()))
+            .map(|q| (q.waiting() > 0, q.full()))
             .unwrap_or((false, false));
         let draining = s.draining.load(Ordering::SeqCst);
         if !has_work {
@@ -373,8 +404,8 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
             continue;
         }
         let since = *deferred_since.get_or_insert(now);
-        // A full Event queue means a reconcile is waiting for room: bookkeeping goes now, until
-        // the queue is half empty.
+        // A full queue means a reconcile is waiting for room: bookkeeping goes now, until both
+        // queues are half empty.
         let turn =
             draining || full || s.priority.quiet(now) || now.duration_since(since) >= MAX_DEFER;
         if !turn {
@@ -388,6 +419,7 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
             let _ = tokio::time::timeout(Duration::from_millis(200), work).await;
             continue;
         };
+        s.room.notify_waiters();
         match job {
             Job::Status(w) => {
                 s.metrics.write("tdsets/status", "apply");
@@ -414,7 +446,6 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
                 s.work.notify_one();
             }
             Job::Event(e) => {
-                s.room.notify_waiters();
                 s.metrics.write("events", "create");
                 if let Err(err) = sink.event(&e).await {
                     warn!(error = %err, reason = ?e.reason, "could not publish Event");
@@ -435,13 +466,18 @@ mod tests {
     #[derive(Default)]
     struct Recorder {
         sent: Mutex<Vec<String>>,
+        /// Held (written) by a test: status writes wait, as for an API server that is slow.
+        hold: tokio::sync::RwLock<()>,
     }
 
     impl Sink for Recorder {
         fn status(&self, s: &StatusWrite) -> BoxFuture<'_, Result<Option<String>>> {
             let line = format!("{}={}", s.uid, s.status.desired_replicas.unwrap_or(-1));
-            self.sent.lock().unwrap().push(line);
-            Box::pin(async { Ok(Some("1".into())) })
+            Box::pin(async move {
+                let _answered = self.hold.read().await;
+                self.sent.lock().unwrap().push(line);
+                Ok(Some("1".into()))
+            })
         }
         fn event(&self, e: &EventNote) -> BoxFuture<'_, Result<()>> {
             self.sent.lock().unwrap().push(e.reason.clone());
@@ -476,9 +512,9 @@ mod tests {
         let (rec, priority, lane) = started(memo.clone());
 
         let turn = priority.workload();
-        lane.status(&tdset("a"), write("a", 1));
+        lane.status(&tdset("a"), write("a", 1)).await;
         lane.event(event("ScaledUp")).await;
-        lane.status(&tdset("a"), write("a", 2));
+        lane.status(&tdset("a"), write("a", 2)).await;
         // What a reconcile reads before the write: the queued status.
         assert_eq!(
             memo.current(&tdset("a")).and_then(|s| s.desired_replicas),
@@ -518,6 +554,36 @@ mod tests {
         assert!(sent >= 100, "Events went out to make room: {sent}");
         lane.drain(Duration::from_secs(5)).await;
         assert_eq!(rec.sent.lock().unwrap().len(), n);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_storm_of_statuses_is_held_at_most_status_queue_at_a_time_and_all_are_written() {
+        let (rec, priority, lane) = started(Arc::new(StatusMemo::default()));
+        // The API server answers nothing for now: writes pile up.
+        let stalled = rec.hold.write().await;
+        let _turn = priority.workload();
+        let n = STATUS_QUEUE * 2;
+        let publisher = tokio::spawn({
+            let lane = lane.clone();
+            async move {
+                for i in 0..n {
+                    let uid = format!("t{i}");
+                    lane.status(&tdset(&uid), write(&uid, 3)).await;
+                }
+            }
+        });
+        run_for(MAX_DEFER * 2).await;
+        let waiting = lane.shared.queue.lock().unwrap().statuses.len();
+        assert!(waiting <= STATUS_QUEUE, "{waiting} statuses held at once");
+        assert!(!publisher.is_finished(), "the publisher waits for room");
+        // Room for a TDSet already waiting: it supersedes in place.
+        lane.status(&tdset("t100"), write("t100", 4)).await;
+        drop(stalled);
+        publisher.await.unwrap();
+        lane.drain(Duration::from_secs(5)).await;
+        let sent = rec.sent.lock().unwrap();
+        assert_eq!(sent.len(), n, "every status written once");
+        assert!(sent.contains(&"t100=4".to_string()));
     }
 
     #[tokio::test(start_paused = true)]
