@@ -571,6 +571,22 @@ async fn steady_state_writes_nothing() {
         deploys.get("web").await.unwrap().metadata.generation,
         before_gen
     );
+
+    // A restarted operator (fresh caches) finds everything in place: not one write, not even
+    // a create the API server would refuse.
+    op.stop().await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test-restarted");
+    eventually(GUARD, "the restarted operator reconciled", || async {
+        (op.counter("tdset_reconciles_total") >= 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        op.writes_when_idle().await,
+        0,
+        "the restarted operator wrote: {}",
+        op.metrics.render()
+    );
+    assert_eq!(tdsets.get("web").await.unwrap().status, before_tds);
     finish(op, ns).await;
 }
 

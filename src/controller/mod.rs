@@ -23,6 +23,7 @@ mod scale;
 mod watches;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
@@ -71,6 +72,8 @@ pub struct Context {
     pub statuses: Arc<StatusMemo>,
     /// Owned objects written and not yet seen back through the watch.
     pub own_writes: Arc<OwnWrites>,
+    /// Set once every cache holds a full list.
+    pub synced: Arc<AtomicBool>,
 }
 
 /// What happened to an owned object in this reconcile.
@@ -91,6 +94,12 @@ pub struct RunOptions {
 }
 
 pub async fn reconcile(tdset: Arc<TDSet>, ctx: Arc<Context>) -> Result<Action> {
+    if !ctx.synced.load(Ordering::SeqCst) {
+        // The TDSets are listed but the owned objects not yet: an owned Deployment missing
+        // from the cache would be taken for missing and created again (a restart against
+        // 10 000 TDSets sent up to `concurrency` creates the API server refused).
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     let started = Instant::now();
     let span = info_span!("reconcile", tdset = %format!("{}/{}", tdset.namespace().unwrap_or_default(), tdset.name_any()));
     let result = reconcile_inner(&tdset, &ctx).instrument(span).await;
@@ -324,17 +333,19 @@ async fn run_controller(
         discovery: scale::Discovery::new(client.clone()),
         statuses,
         own_writes: own_writes.clone(),
+        synced: Arc::new(AtomicBool::new(false)),
     });
 
     // Ready once all four caches hold a full list. Polled, not awaited: a store's readiness
     // wakes only its last waiter, and the controller itself waits on the TDSet store.
     let readiness = {
-        let (t, d, s, h, health) = (
+        let (t, d, s, h, health, all_synced) = (
             tdsets.clone(),
             deployments.clone(),
             services.clone(),
             hpas.clone(),
             health.clone(),
+            ctx.synced.clone(),
         );
         tokio::spawn(async move {
             let synced =
@@ -346,6 +357,7 @@ async fn run_controller(
                     && synced(h.wait_until_ready().now_or_never())
                 {
                     info!("caches synced; ready");
+                    all_synced.store(true, Ordering::SeqCst);
                     health.set_ready(true);
                     return;
                 }
