@@ -552,7 +552,38 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
 /// in this suite sometimes ran into its 5-minute timeout with every object already gone.
 async fn release_gone(kubeconfig: &Path, release: &str) {
     let selector = format!("app.kubernetes.io/instance={release}");
+    let aggregated = format!("clusterrole/{release}-tdset-operator");
     eventually(GUARD, "the release's objects gone", || async {
+        // Kubernetes' ClusterRole aggregation controller force-applies the aggregated rules
+        // when a selected role (our -core) goes; if its cache still holds the aggregated role
+        // Helm has just deleted, that apply creates it again (new uid, no labels, no rules),
+        // and the next install refuses to adopt it. The README tells users to delete it; so
+        // does the test, and only that object.
+        // Ours carries the release's labels; what Helm deleted and the controller recreated
+        // carries none.
+        let unlabelled = kubectl_at(
+            kubeconfig,
+            &[
+                "get",
+                &aggregated,
+                "--ignore-not-found",
+                "-o",
+                "jsonpath={.metadata.name}:{.metadata.labels}",
+            ],
+        );
+        let unlabelled = String::from_utf8_lossy(&unlabelled.stdout).to_string();
+        if unlabelled.ends_with(':') {
+            let yaml = kubectl_at(
+                kubeconfig,
+                &["get", &aggregated, "-o", "yaml", "--show-managed-fields"],
+            );
+            eprintln!(
+                "{aggregated} was recreated after the uninstall; deleting it:\n{}",
+                String::from_utf8_lossy(&yaml.stdout)
+            );
+            let _ = kubectl_at(kubeconfig, &["delete", &aggregated, "--ignore-not-found"]);
+            return None;
+        }
         let left = succeeded(
             "listing what is left",
             kubectl_at(
@@ -568,7 +599,14 @@ async fn release_gone(kubeconfig: &Path, release: &str) {
                 ],
             ),
         );
-        (left.trim().is_empty() && cluster_scoped_of(kubeconfig, release).len() == 1).then_some(())
+        let recreated = kubectl_at(
+            kubeconfig,
+            &["get", &aggregated, "--ignore-not-found", "-o", "name"],
+        );
+        (left.trim().is_empty()
+            && cluster_scoped_of(kubeconfig, release).len() == 1
+            && String::from_utf8_lossy(&recreated.stdout).trim().is_empty())
+        .then_some(())
     })
     .await;
 }
