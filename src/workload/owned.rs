@@ -263,17 +263,24 @@ pub enum OwnedWrite {
     Apply,
 }
 
-/// Which write turns `observed` into `desired` (see [`OwnedWrite`]).
+/// Which write turns `observed` into `desired` (see [`OwnedWrite`]). Each object is
+/// serialised once; this runs on every reconcile of an owned object.
 pub fn owned_write<K: serde::Serialize>(desired: &K, observed: &K) -> OwnedWrite {
-    if is_satisfied_by(desired, observed) {
+    let (Ok(d), Ok(o)) = (
+        serde_json::to_value(desired),
+        serde_json::to_value(observed),
+    ) else {
+        return OwnedWrite::Apply;
+    };
+    if subset(&d, &o) {
         return OwnedWrite::None;
     }
-    let replicas = serde_json::to_value(desired)
-        .ok()
-        .and_then(|d| d.pointer("/spec/replicas").and_then(Value::as_i64))
+    let replicas = d
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
         .and_then(|r| i32::try_from(r).ok());
     match replicas {
-        Some(r) if only_replicas_differ(desired, observed) => OwnedWrite::Scale(r),
+        Some(r) if subset_but_replicas(d, &o) => OwnedWrite::Scale(r),
         _ => OwnedWrite::Apply,
     }
 }
@@ -285,17 +292,20 @@ pub fn only_replicas_differ<K: serde::Serialize>(desired: &K, observed: &K) -> b
         serde_json::to_value(desired),
         serde_json::to_value(observed),
     ) {
-        (Ok(mut d), Ok(o)) => {
-            if let Some(spec) = d.get_mut("spec").and_then(Value::as_object_mut) {
-                match o.pointer("/spec/replicas") {
-                    Some(r) => spec.insert("replicas".into(), r.clone()),
-                    None => spec.remove("replicas"),
-                };
-            }
-            subset(&d, &o)
-        }
+        (Ok(d), Ok(o)) => subset_but_replicas(d, &o),
         _ => false,
     }
+}
+
+/// `subset` with `spec.replicas` taken from `o`.
+fn subset_but_replicas(mut d: Value, o: &Value) -> bool {
+    if let Some(spec) = d.get_mut("spec").and_then(Value::as_object_mut) {
+        match o.pointer("/spec/replicas") {
+            Some(r) => spec.insert("replicas".into(), r.clone()),
+            None => spec.remove("replicas"),
+        };
+    }
+    subset(&d, o)
 }
 
 /// The managedFields of an object after handing our manager's *Update* entry over to its
