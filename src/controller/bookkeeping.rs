@@ -302,47 +302,49 @@ impl Lane {
     pub async fn status(&self, tdset: &TDSet, s: StatusWrite) {
         self.shared.memo.queued(tdset, s.status.clone());
         let mut s = Some(s);
-        loop {
-            let room = self.shared.room.notified();
-            if let Ok(mut q) = self.shared.queue.lock()
-                && let Some(w) =
-                    s.take_if(|w| !q.statuses_full() || q.statuses.contains_key(&w.uid))
-            {
-                if q.push_status(w) {
-                    self.shared.metrics.bookkeeping_superseded.inc();
-                }
-                self.shared
-                    .metrics
-                    .bookkeeping_pending
-                    .set(q.waiting() as i64);
+        self.enqueue(|q| {
+            let Some(w) = s.take_if(|w| !q.statuses_full() || q.statuses.contains_key(&w.uid))
+            else {
+                return false;
+            };
+            if q.push_status(w) {
+                self.shared.metrics.bookkeeping_superseded.inc();
             }
-            if s.is_none() {
-                self.shared.work.notify_one();
-                return;
-            }
-            // The writers take the turn while the queue is full (see `Queue::full`).
-            self.shared.work.notify_one();
-            room.await;
-        }
+            true
+        })
+        .await;
     }
 
     /// Queues an Event; waits only while the queue is full.
     pub async fn event(&self, e: EventNote) {
         let mut e = Some(e);
+        self.enqueue(|q| {
+            let Some(e) = e.take_if(|_| !q.events_full()) else {
+                return false;
+            };
+            q.events.push_back(e);
+            true
+        })
+        .await;
+    }
+
+    /// Runs `push` on the queue until it takes its item; while the queue is full, the writers
+    /// take the turn (see `Queue::full`) and this waits for them to make room.
+    async fn enqueue(&self, mut push: impl FnMut(&mut Queue) -> bool) {
         loop {
             let room = self.shared.room.notified();
-            if let Ok(mut q) = self.shared.queue.lock()
-                && q.events.len() < EVENT_QUEUE
-                && let Some(e) = e.take()
-            {
-                q.events.push_back(e);
-                self.shared
-                    .metrics
-                    .bookkeeping_pending
-                    .set(q.waiting() as i64);
-            }
-            if e.is_none() {
-                self.shared.work.notify_one();
+            let pushed = self.shared.queue.lock().is_ok_and(|mut q| {
+                let pushed = push(&mut q);
+                if pushed {
+                    self.shared
+                        .metrics
+                        .bookkeeping_pending
+                        .set(q.waiting() as i64);
+                }
+                pushed
+            });
+            self.shared.work.notify_one();
+            if pushed {
                 return;
             }
             room.await;
