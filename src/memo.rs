@@ -147,6 +147,11 @@ impl OwnWrites {
     const MAX: usize = 16384;
     const MAX_AGE: Duration = Duration::from_secs(300);
 
+    /// The key of an owned object: the same for the write and for the watch that sees it.
+    pub fn key(namespace: &str, name: &str) -> String {
+        format!("{namespace}/{name}")
+    }
+
     /// A fingerprint of what is wanted (the desired object, serialised).
     pub fn fingerprint<T: serde::Serialize>(desired: &T) -> u64 {
         use std::hash::{Hash, Hasher};

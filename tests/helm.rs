@@ -561,7 +561,7 @@ async fn release_gone(kubeconfig: &Path, release: &str) {
         // does the test, and only that object.
         // Ours carries the release's labels; what Helm deleted and the controller recreated
         // carries none.
-        let unlabelled = kubectl_at(
+        let found = kubectl_at(
             kubeconfig,
             &[
                 "get",
@@ -571,8 +571,8 @@ async fn release_gone(kubeconfig: &Path, release: &str) {
                 "jsonpath={.metadata.name}:{.metadata.labels}",
             ],
         );
-        let unlabelled = String::from_utf8_lossy(&unlabelled.stdout).to_string();
-        if unlabelled.ends_with(':') {
+        let found = String::from_utf8_lossy(&found.stdout).to_string();
+        if found.ends_with(':') {
             let yaml = kubectl_at(
                 kubeconfig,
                 &["get", &aggregated, "-o", "yaml", "--show-managed-fields"],
@@ -599,13 +599,9 @@ async fn release_gone(kubeconfig: &Path, release: &str) {
                 ],
             ),
         );
-        let recreated = kubectl_at(
-            kubeconfig,
-            &["get", &aggregated, "--ignore-not-found", "-o", "name"],
-        );
         (left.trim().is_empty()
             && cluster_scoped_of(kubeconfig, release).len() == 1
-            && String::from_utf8_lossy(&recreated.stdout).trim().is_empty())
+            && found.is_empty())
         .then_some(())
     })
     .await;

@@ -74,7 +74,7 @@ pub(super) async fn reconcile_owned(
         .and_then(|d| d.spec.as_ref())
         .and_then(|s| s.replicas);
     let mut scaled = false;
-    let key = format!("{ns}/{name}");
+    let key = OwnWrites::key(ns, &name);
     let fingerprint = OwnWrites::fingerprint(&desired);
     let stale_but_written = cached.as_ref().is_some_and(|c| {
         ctx.own_writes

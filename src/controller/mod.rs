@@ -391,7 +391,7 @@ async fn run_controller(
             deploy_stream
                 .filter_map(|d| futures::future::ready(d.ok()))
                 .inspect(move |d| {
-                    let key = format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any());
+                    let key = OwnWrites::key(&d.namespace().unwrap_or_default(), &d.name_any());
                     own_writes.seen(&key, d.meta().resource_version.as_deref());
                 })
                 .flat_map(move |d| futures::stream::iter(affected(d)))
