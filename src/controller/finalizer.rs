@@ -3,7 +3,6 @@
 //! the operator may not write: it says so in an Event and lets go.
 
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
@@ -70,10 +69,10 @@ pub(super) async fn ensure(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()>
 }
 
 /// A TDSet being deleted: restore its target if asked to, then let it go.
-pub(super) async fn on_delete(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<Action> {
+pub(super) async fn on_delete(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
     if !has_finalizer(tdset) {
         // Owned objects go with the garbage collector; a target is kept as it is.
-        return Ok(Action::await_change());
+        return Ok(());
     }
     let original = ctx
         .statuses
@@ -122,6 +121,5 @@ pub(super) async fn on_delete(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<
         }
         _ => {}
     }
-    set_finalizer(tdset, ctx, ns, false).await?;
-    Ok(Action::await_change())
+    set_finalizer(tdset, ctx, ns, false).await
 }

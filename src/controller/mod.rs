@@ -6,6 +6,7 @@
 //! - `bookkeeping.rs`: the lane that sends statuses and Events after the workload writes;
 //! - `events.rs`: which Events a change produces;
 //! - `watches.rs`: the watches and their compact caches;
+//! - `wakeups.rs`: when each TDSet is reconciled next (its next transition);
 //! - `leader.rs`: Lease-based leader election around the controller.
 //!
 //! Each reconcile evaluates the schedule at `ctx.clock.now()`, makes the owned Deployment (and
@@ -20,6 +21,7 @@ mod events;
 mod finalizer;
 mod leader;
 mod scale;
+mod wakeups;
 mod watches;
 
 use std::sync::Arc;
@@ -74,6 +76,8 @@ pub struct Context {
     pub own_writes: Arc<OwnWrites>,
     /// Set once every cache holds a full list.
     pub synced: Arc<AtomicBool>,
+    /// When each TDSet is reconciled next.
+    pub wakeups: Arc<wakeups::Wakeups>,
 }
 
 /// What happened to an owned object in this reconcile.
@@ -101,8 +105,18 @@ pub async fn reconcile(tdset: Arc<TDSet>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     let started = Instant::now();
-    let span = info_span!("reconcile", tdset = %format!("{}/{}", tdset.namespace().unwrap_or_default(), tdset.name_any()));
+    let (ns, name) = (tdset.namespace().unwrap_or_default(), tdset.name_any());
+    let span = info_span!("reconcile", tdset = %format!("{ns}/{name}"));
     let result = reconcile_inner(&tdset, &ctx).instrument(span).await;
+    // The next look is kept by `wakeups`, not by kube-runtime's requeue (see wakeups.rs); a
+    // failed reconcile keeps the wakeup it had and is retried by the error policy.
+    match &result {
+        Ok(Some(wait)) => ctx
+            .wakeups
+            .set(&ns, &name, tokio::time::Instant::now() + *wait),
+        Ok(None) => ctx.wakeups.forget(&ns, &name),
+        Err(_) => {}
+    }
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
@@ -122,7 +136,7 @@ pub async fn reconcile(tdset: Arc<TDSet>, ctx: Arc<Context>) -> Result<Action> {
             }
         }
     }
-    result
+    result.map(|_| Action::await_change())
 }
 
 /// Backs off on errors: one broken TDSet is retried on its own schedule and never blocks others.
@@ -131,13 +145,16 @@ pub fn error_policy(tdset: Arc<TDSet>, error: &Error, _ctx: Arc<Context>) -> Act
     Action::requeue(Duration::from_secs(15))
 }
 
-async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
+/// One reconcile; what it returns is how long until the TDSet is to be looked at again
+/// (none: never, it is going away).
+async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration>> {
     let ns = tdset
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     if tdset.meta().deletion_timestamp.is_some() {
         // Owned objects go with the garbage collector; a referenced target may be restored.
-        return finalizer::on_delete(tdset, ctx, &ns).await;
+        finalizer::on_delete(tdset, ctx, &ns).await?;
+        return Ok(None);
     }
     let now = ctx.clock.now();
     let interval = tdset.spec.check_interval();
@@ -156,7 +173,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
             );
             warn!(%message, "invalid spec");
             apply::report_failure(tdset, ctx, &Problem::InvalidSpec(message)).await?;
-            return Ok(Action::requeue(interval));
+            return Ok(Some(interval));
         }
     };
     let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
@@ -221,7 +238,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Action> {
         wait = wait.min(retry);
     }
     debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), ?wait, "reconciled");
-    Ok(Action::requeue(wait))
+    Ok(Some(wait))
 }
 
 /// Maps a change of a built-in scalable object to the TDSets that reference it, directly or
@@ -301,10 +318,12 @@ async fn run_controller(
     let index = TargetIndex::default();
     let statuses = Arc::new(StatusMemo::default());
     let own_writes = Arc::new(OwnWrites::default());
+    let wakeups = Arc::new(wakeups::Wakeups::default());
     let (tdsets, tdset_stream) = tdset_watch(
         api_for(&client, &opts.namespace),
         index.clone(),
         statuses.clone(),
+        wakeups.clone(),
     );
     let (deployments, deploy_stream) = owned_watch::<Deployment>(api_for(&client, &opts.namespace));
     let (services, svc_stream) = owned_watch::<Service>(api_for(&client, &opts.namespace));
@@ -334,6 +353,7 @@ async fn run_controller(
         statuses,
         own_writes: own_writes.clone(),
         synced: Arc::new(AtomicBool::new(false)),
+        wakeups: wakeups.clone(),
     });
 
     // Ready once all four caches hold a full list. Polled, not awaited: a store's readiness
@@ -396,6 +416,7 @@ async fn run_controller(
                 })
                 .flat_map(move |d| futures::stream::iter(affected(d)))
         })
+        .reconcile_on(wakeups.triggers())
         .owns_stream(svc_stream)
         .watches_stream(hpa_stream, on_hpa)
         .watches_stream(

@@ -16,18 +16,20 @@ use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::wakeups::Wakeups;
 use crate::api::TDSet;
 use crate::cache::{Cached, Prune};
 use crate::memo::StatusMemo;
 use crate::workload::owned::{self, FIELD_MANAGER};
 
 /// A watch of TDSets whose cached objects are pruned to what the operator reads; it also
-/// keeps `index` (which TDSets reference which target) up to date and tells the status memo
-/// what the cache has caught up with.
+/// keeps `index` (which TDSets reference which target) up to date, tells the status memo
+/// what the cache has caught up with, and forgets the wakeups of deleted TDSets.
 pub(super) fn tdset_watch(
     api: Api<TDSet>,
     index: TargetIndex,
     statuses: Arc<StatusMemo>,
+    wakeups: Arc<Wakeups>,
 ) -> (
     Store<TDSet>,
     impl futures::Stream<Item = Result<TDSet, watcher::Error>> + Send,
@@ -44,6 +46,7 @@ pub(super) fn tdset_watch(
             watcher::Event::Delete(t) => {
                 index.remove(t);
                 statuses.seen(t, true);
+                wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
             }
             watcher::Event::Init | watcher::Event::InitDone => {}
         })
