@@ -20,6 +20,8 @@
 #                                            PrometheusRule CRDs (does not fetch)
 #
 # TDSET_APISERVER_PORT=N makes `start` serve on that port instead of a free one it picks.
+# TDSET_APISERVER_ARGS="--flag=value ..." adds flags to kube-apiserver (e.g. a feature gate
+# turned off, to test against what an older cluster serves); split on spaces.
 set -euo pipefail
 
 K8S_VERSION="v1.34.4"
@@ -298,6 +300,7 @@ start_apiserver() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --authorization-mode RBAC --service-cluster-ip-range 10.0.0.0/24 \
     --endpoint-reconciler-type none --allow-privileged=true \
+    ${TDSET_APISERVER_ARGS:-} \
     >"$dir/logs/kube-apiserver.log" 2>&1 </dev/null &
   track "$dir" $! kube-apiserver
 }

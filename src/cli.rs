@@ -57,6 +57,11 @@ pub struct RunArgs {
     /// Reconciles run at once.
     #[arg(long, env = "TDSET_CONCURRENCY", default_value_t = 16)]
     pub concurrency: u16,
+    /// How watches receive their initial lists: `stream` (WatchList, one object at a time,
+    /// Kubernetes >= 1.32 by default), `pages` (500 at a time), or `auto` (stream when the API
+    /// server supports it).
+    #[arg(long, env = "TDSET_INITIAL_LIST", value_enum, default_value_t = crate::controller::InitialList::Auto)]
+    pub initial_list: crate::controller::InitialList,
     /// Log filter, e.g. `info` or `tdset_operator=debug,kube=info`.
     #[arg(long, env = "TDSET_LOG", default_value = "info")]
     pub log_level: String,

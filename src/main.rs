@@ -125,6 +125,7 @@ async fn operate(args: RunArgs) -> Result<()> {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         instance,
+        initial_list: args.initial_list,
     };
     let result = controller::run(
         client,

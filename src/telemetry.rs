@@ -45,6 +45,8 @@ pub struct Metrics {
     pub bookkeeping_pending: IntGauge,
     /// Queued statuses replaced by a newer one before they were sent.
     pub bookkeeping_superseded: IntCounter,
+    /// 1 when the watches stream their initial lists, 0 when they list in pages.
+    pub streaming_lists: IntGauge,
     tdsets: Arc<Mutex<Option<Store<TDSet>>>>,
 }
 
@@ -106,7 +108,12 @@ impl Metrics {
             "tdset_bookkeeping_superseded_total",
             "Queued status writes replaced by a newer status of the same TDSet before they were sent",
         )?;
+        let streaming_lists = IntGauge::new(
+            "tdset_watch_streaming_lists",
+            "1 when the watches receive their initial lists as a stream (the API server's WatchList), 0 when they list in pages",
+        )?;
         let tdsets = Arc::new(Mutex::new(None));
+        registry.register(Box::new(streaming_lists.clone()))?;
         registry.register(Box::new(bookkeeping_pending.clone()))?;
         registry.register(Box::new(bookkeeping_superseded.clone()))?;
         registry.register(Box::new(reconciles.clone()))?;
@@ -131,6 +138,7 @@ impl Metrics {
             transition_lag,
             bookkeeping_pending,
             bookkeeping_superseded,
+            streaming_lists,
             tdsets,
         })
     }

@@ -51,6 +51,7 @@ use crate::status::{self, Inputs, Missing, Notice, Observed, Problem};
 use crate::telemetry::Metrics;
 use crate::workload::Source;
 use apply::write_status;
+pub use watches::InitialList;
 use watches::{
     TargetIndex, api_backoff, api_for, hpa_watch, owned_watch, target_watch, tdset_watch,
 };
@@ -95,6 +96,8 @@ pub struct RunOptions {
     pub concurrency: u16,
     /// Identity in Events (and the lease holder).
     pub instance: String,
+    /// How the watches receive their initial lists.
+    pub initial_list: InitialList,
 }
 
 pub async fn reconcile(tdset: Arc<TDSet>, ctx: Arc<Context>) -> Result<Action> {
@@ -319,15 +322,19 @@ async fn run_controller(
     let statuses = Arc::new(StatusMemo::default());
     let own_writes = Arc::new(OwnWrites::default());
     let wakeups = Arc::new(wakeups::Wakeups::default());
+    let stream = watches::streams_lists(api_for(&client, &opts.namespace), opts.initial_list).await;
+    metrics.streaming_lists.set(i64::from(stream));
     let (tdsets, tdset_stream) = tdset_watch(
         api_for(&client, &opts.namespace),
         index.clone(),
         statuses.clone(),
         wakeups.clone(),
+        stream,
     );
-    let (deployments, deploy_stream) = owned_watch::<Deployment>(api_for(&client, &opts.namespace));
-    let (services, svc_stream) = owned_watch::<Service>(api_for(&client, &opts.namespace));
-    let (hpas, hpa_stream) = hpa_watch(api_for(&client, &opts.namespace));
+    let (deployments, deploy_stream) =
+        owned_watch::<Deployment>(api_for(&client, &opts.namespace), stream);
+    let (services, svc_stream) = owned_watch::<Service>(api_for(&client, &opts.namespace), stream);
+    let (hpas, hpa_stream) = hpa_watch(api_for(&client, &opts.namespace), stream);
     metrics.set_tdset_store(Some(tdsets.clone()));
 
     let priority = Arc::new(bookkeeping::Priority::default());
@@ -420,15 +427,15 @@ async fn run_controller(
         .owns_stream(svc_stream)
         .watches_stream(hpa_stream, on_hpa)
         .watches_stream(
-            target_watch::<Deployment>(api_for(&client, &opts.namespace)),
+            target_watch::<Deployment>(api_for(&client, &opts.namespace), stream),
             on_target(&index, &hpas),
         )
         .watches_stream(
-            target_watch::<StatefulSet>(api_for(&client, &opts.namespace)),
+            target_watch::<StatefulSet>(api_for(&client, &opts.namespace), stream),
             on_target(&index, &hpas),
         )
         .watches_stream(
-            target_watch::<ReplicaSet>(api_for(&client, &opts.namespace)),
+            target_watch::<ReplicaSet>(api_for(&client, &opts.namespace), stream),
             on_target(&index, &hpas),
         )
         .with_config(ControllerConfig::default().concurrency(opts.concurrency))

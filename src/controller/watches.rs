@@ -8,19 +8,90 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::api::Api;
+use kube::api::{Api, WatchEvent, WatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracing::info;
 
 use super::wakeups::Wakeups;
 use crate::api::TDSet;
 use crate::cache::{Cached, Prune};
 use crate::memo::StatusMemo;
 use crate::workload::owned::{self, FIELD_MANAGER};
+
+/// How the watches receive their initial lists (and their lists after a watch expired).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitialList {
+    /// Streamed when the API server supports it (probed at start), else in pages.
+    Auto,
+    /// Streamed, one object at a time (`sendInitialEvents`, Kubernetes' WatchList).
+    Stream,
+    /// Listed in pages of 500 objects.
+    Pages,
+}
+
+/// Whether the watches stream their initial lists. A streamed list arrives one object at a
+/// time, so a start against 10 000 TDSets never holds a page of 500 decoded Deployments and
+/// its response body at once (restart peak 64.8 -> 59.6 MiB, BENCHMARKS.md). The API server
+/// refuses `sendInitialEvents` when its WatchList feature is off (the default before 1.32),
+/// and kube-runtime's watcher does not fall back, so `auto` asks once.
+pub(super) async fn streams_lists(api: Api<TDSet>, wanted: InitialList) -> bool {
+    match wanted {
+        InitialList::Stream => true,
+        InitialList::Pages => false,
+        InitialList::Auto => match probe_streaming_list(api).await {
+            Ok(()) => {
+                info!("initial lists are streamed (the API server supports WatchList)");
+                true
+            }
+            Err(why) => {
+                info!(%why, "initial lists are read in pages");
+                false
+            }
+        },
+    }
+}
+
+/// A streaming list of TDSets with a label nothing carries: a server that supports it answers
+/// at once with the bookmark that ends the (empty) initial list.
+async fn probe_streaming_list(api: Api<TDSet>) -> Result<(), String> {
+    const PROBE: Duration = Duration::from_secs(10);
+    let params = WatchParams::streaming_lists()
+        .labels("schedule.rs/watch-list-probe=none")
+        .timeout(PROBE.as_secs() as u32);
+    let events = api
+        .watch(&params, "0")
+        .await
+        .map_err(|e| format!("the API server refused a streaming list: {e}"))?;
+    let mut events = std::pin::pin!(events);
+    match tokio::time::timeout(PROBE, events.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Bookmark(b))))
+            if b.metadata
+                .annotations
+                .contains_key("k8s.io/initial-events-end") =>
+        {
+            Ok(())
+        }
+        Ok(Ok(Some(WatchEvent::Error(e)))) => Err(format!(
+            "the API server refused a streaming list: {}",
+            e.message
+        )),
+        Ok(Err(e)) => Err(format!("a streaming list failed: {e}")),
+        Ok(Ok(_)) | Err(_) => {
+            Err("the API server did not end a streaming list with its bookmark".into())
+        }
+    }
+}
+
+/// What every watch asks for: bookmarks, and the initial list as decided above.
+fn config(stream: bool) -> watcher::Config {
+    let c = watcher::Config::default();
+    if stream { c.streaming_lists() } else { c }
+}
 
 /// A watch of TDSets whose cached objects are pruned to what the operator reads; it also
 /// keeps `index` (which TDSets reference which target) up to date, tells the status memo
@@ -30,12 +101,13 @@ pub(super) fn tdset_watch(
     index: TargetIndex,
     statuses: Arc<StatusMemo>,
     wakeups: Arc<Wakeups>,
+    stream: bool,
 ) -> (
     Store<TDSet>,
     impl futures::Stream<Item = Result<TDSet, watcher::Error>> + Send,
 ) {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
+    let stream = watcher(api, config(stream))
         .backoff(api_backoff())
         .modify(|o: &mut TDSet| o.prune())
         .inspect_ok(move |event| match event {
@@ -140,12 +212,13 @@ impl Index {
 /// what conflict detection needs).
 pub(super) fn hpa_watch(
     api: Api<HorizontalPodAutoscaler>,
+    stream: bool,
 ) -> (
     Store<HorizontalPodAutoscaler>,
     impl futures::Stream<Item = Result<HorizontalPodAutoscaler, watcher::Error>> + Send,
 ) {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
+    let stream = watcher(api, config(stream))
         .backoff(api_backoff())
         .modify(|h: &mut HorizontalPodAutoscaler| h.prune())
         .reflect(writer)
@@ -160,12 +233,12 @@ pub(super) fn hpa_watch(
 /// boundary a second watch of each would double the API server's fan-out for every scale.
 pub(super) fn target_watch<K>(
     api: Api<PartialObjectMeta<K>>,
+    stream: bool,
 ) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    let not_owned =
-        watcher::Config::default().labels(&format!("{}!={FIELD_MANAGER}", owned::MANAGED_BY_LABEL));
+    let not_owned = config(stream).labels(&format!("{}!={FIELD_MANAGER}", owned::MANAGED_BY_LABEL));
     watcher(api, not_owned)
         .backoff(api_backoff())
         .touched_objects()
@@ -174,6 +247,7 @@ where
 /// A watch of the owned objects of kind `K` (by label), cached compactly (see `Cached`).
 pub(super) fn owned_watch<K>(
     api: Api<K>,
+    stream: bool,
 ) -> (
     Store<Cached<K>>,
     impl futures::Stream<Item = Result<Cached<K>, watcher::Error>> + Send,
@@ -190,8 +264,7 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let owned =
-        watcher::Config::default().labels(&format!("{}={FIELD_MANAGER}", owned::MANAGED_BY_LABEL));
+    let owned = config(stream).labels(&format!("{}={FIELD_MANAGER}", owned::MANAGED_BY_LABEL));
     let stream = watcher(api, owned)
         .backoff(api_backoff())
         .map_ok(|event| match event {

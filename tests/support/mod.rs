@@ -47,6 +47,11 @@ pub fn kubectl_path() -> PathBuf {
 /// Starts a fresh control plane in `dir` (with kube-controller-manager), stopped when this
 /// process exits.
 pub fn start_control_plane(dir: &Path) -> ControlPlane {
+    start_control_plane_with(dir, &[])
+}
+
+/// `start_control_plane`, with these flags added to kube-apiserver.
+pub fn start_control_plane_with(dir: &Path, apiserver_args: &[&str]) -> ControlPlane {
     let bins = bin_dir();
     if !bins.join("kube-apiserver").exists() || !bins.join("etcd").exists() {
         panic!(
@@ -55,6 +60,7 @@ pub fn start_control_plane(dir: &Path) -> ControlPlane {
         );
     }
     let out = Command::new(script())
+        .env("TDSET_APISERVER_ARGS", apiserver_args.join(" "))
         .arg("start")
         .arg(dir)
         .args(["--kcm", "--watch", &std::process::id().to_string()])
@@ -302,6 +308,7 @@ impl Operator {
             namespace: namespace.map(str::to_string),
             concurrency: 8,
             instance: instance.to_string(),
+            initial_list: tdset_operator::controller::InitialList::Auto,
         };
         let task = tokio::spawn(tdset_operator::controller::run(
             client.clone(),
