@@ -57,7 +57,19 @@ impl OperatorProcess {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tdset-operator"));
+        // TDSET_BENCH_WRAP="heaptrack -o /tmp/ht" runs the operator under a profiler: its
+        // memory figures are then the profiler's, and a profiler that does not pass SIGTERM on
+        // leaves each operator running after the bench (`pkill -f 'tdset-operator run'`).
+        let wrap = std::env::var("TDSET_BENCH_WRAP").unwrap_or_default();
+        let mut wrap = wrap.split_whitespace();
+        let mut cmd = match wrap.next() {
+            Some(tool) => {
+                let mut c = Command::new(tool);
+                c.args(wrap).arg(env!("CARGO_BIN_EXE_tdset-operator"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_tdset-operator")),
+        };
         cmd.args([
             "run",
             "--kubeconfig",

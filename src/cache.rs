@@ -1,10 +1,11 @@
 //! What the operator's caches keep of the objects it watches.
 //!
 //! At 10 000 TDSets the caches were most of the operator's memory (see BENCHMARKS.md). Two
-//! things cut them down: objects are pruned to what a reconcile reads (`Prune`), and owned
-//! objects are kept as compact JSON rather than as k8s-openapi structs (`Cached`), whose
+//! things cut them down: objects are pruned to what a reconcile reads (`Prune`), and TDSets
+//! and owned objects are kept as compact JSON rather than as structs (`Cached`), whose
 //! mostly-`None` fields still take their full size: 2.4 KiB for a `Deployment` and another
-//! 2.1 KiB for each `Container`, before any of their contents.
+//! 2.1 KiB for each `Container`, before any of their contents; a TDSet's status with its
+//! three conditions is about 1 KiB as structs and strings, 0.7 KiB as JSON.
 //!
 //! What the operator wrote and the caches do not show yet is in `memo.rs`.
 
@@ -19,7 +20,7 @@ use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::TDSet;
+use crate::api::{TDSet, TDSetStatus};
 use crate::error::{Error, Result};
 use crate::workload::owned::TEMPLATE_LABEL;
 
@@ -169,6 +170,30 @@ where
     }
 }
 
+impl Cached<TDSet> {
+    /// Only the status, for the per-TDSet metrics: decoding it skips the spec.
+    pub fn status(&self) -> Option<TDSetStatus> {
+        #[derive(serde::Deserialize)]
+        struct StatusOnly {
+            status: Option<TDSetStatus>,
+        }
+        serde_json::from_str::<StatusOnly>(&self.rest)
+            .ok()
+            .and_then(|s| s.status)
+    }
+}
+
+/// kube-runtime's controller asks that what it reconciles can be decoded; a `Cached` object
+/// decodes as its kind and is then pruned and compacted like one from the watch.
+impl<'de, K> serde::Deserialize<'de> for Cached<K>
+where
+    K: Resource + Prune + Serialize + DeserializeOwned,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        K::deserialize(d).map(Cached::new)
+    }
+}
+
 // Written by hand: derives would require `K: Clone` / `K: Debug`, which `Cached` does not hold.
 impl<K> Clone for Cached<K> {
     fn clone(&self) -> Self {
@@ -283,5 +308,44 @@ mod tests {
 
         let svc = desired_service(&t).unwrap().unwrap();
         assert_eq!(Cached::new(svc.clone()).object().unwrap(), svc);
+    }
+
+    #[test]
+    fn a_cached_tdset_keeps_its_finalizers_spec_and_status() {
+        let mut t = tdset("web");
+        t.metadata.uid = Some("t-uid".into());
+        t.metadata.resource_version = Some("7".into());
+        t.metadata.generation = Some(2);
+        t.metadata.finalizers = Some(vec!["schedule.rs/restore".into()]);
+        t.metadata.labels = Some(BTreeMap::from([("team".into(), "shop".into())]));
+        t.status = Some(crate::api::TDSetStatus {
+            desired_replicas: Some(3),
+            next_transition_time: Some("2026-05-01T17:00:00Z".into()),
+            conditions: vec![crate::api::Condition {
+                type_: "Available".into(),
+                status: "True".into(),
+                reason: "Ready".into(),
+                message: "3/3 replicas ready".into(),
+                last_transition_time: "2026-05-01T09:00:00Z".into(),
+                observed_generation: Some(2),
+            }],
+            ..Default::default()
+        });
+        let cached = Cached::new(t.clone());
+        assert_eq!(cached.meta().generation, Some(2));
+        assert_eq!(
+            cached.status(),
+            t.status,
+            "the metrics read the status alone"
+        );
+        let mut pruned = t.clone();
+        pruned.prune();
+        let json = |t: &TDSet| serde_json::to_value(t).unwrap();
+        assert_eq!(json(&cached.object().unwrap()), json(&pruned));
+        assert!(pruned.metadata.finalizers.is_some() && pruned.metadata.labels.is_none());
+        // As kube-runtime would decode it.
+        let decoded: Cached<TDSet> =
+            serde_json::from_value(serde_json::to_value(&t).unwrap()).unwrap();
+        assert_eq!(json(&decoded.object().unwrap()), json(&pruned));
     }
 }

@@ -7,6 +7,7 @@ use kube::runtime::reflector::Store;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::api::{TDSet, TDSetStatus};
+use crate::cache::Cached;
 use crate::error::Result;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -47,7 +48,7 @@ pub struct Metrics {
     pub bookkeeping_superseded: IntCounter,
     /// 1 when the watches stream their initial lists, 0 when they list in pages.
     pub streaming_lists: IntGauge,
-    tdsets: Arc<Mutex<Option<Store<TDSet>>>>,
+    tdsets: Arc<Mutex<Option<Store<Cached<TDSet>>>>>,
 }
 
 impl Metrics {
@@ -145,7 +146,7 @@ impl Metrics {
 
     /// Per-TDSet series are read from this cache at scrape time, so a deleted TDSet's series
     /// disappear with it.
-    pub fn set_tdset_store(&self, store: Option<Store<TDSet>>) {
+    pub fn set_tdset_store(&self, store: Option<Store<Cached<TDSet>>>) {
         if let Ok(mut s) = self.tdsets.lock() {
             *s = store;
         }
@@ -172,7 +173,7 @@ impl Metrics {
         {
             head.clear();
         }
-        let tdsets: Vec<Arc<TDSet>> = self
+        let tdsets: Vec<Arc<Cached<TDSet>>> = self
             .tdsets
             .lock()
             .ok()
@@ -238,7 +239,7 @@ const FAMILIES: [(&str, &str, Series); 5] = [
 ];
 
 /// One family's lines for some TDSets (with its HELP and TYPE when `header`).
-fn render_family(family: usize, header: bool, tdsets: &[Arc<TDSet>]) -> String {
+fn render_family(family: usize, header: bool, tdsets: &[Arc<Cached<TDSet>>]) -> String {
     use std::fmt::Write as _;
     let (name, help, series) = FAMILIES[family];
     // Labels in alphabetical order, as the prometheus crate writes them.
@@ -247,7 +248,8 @@ fn render_family(family: usize, header: bool, tdsets: &[Arc<TDSet>]) -> String {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
     }
     for t in tdsets {
-        let Some(status) = &t.status else { continue };
+        // Decoded per family: a scrape holds one chunk's lines, never every status at once.
+        let Some(status) = &t.status() else { continue };
         let (ns, tname) = (t.namespace().unwrap_or_default(), t.name_any());
         let (ns, tname) = (escape(&ns), escape(&tname));
         match series {
@@ -314,10 +316,10 @@ mod tests {
     #[test]
     fn per_tdset_series_come_in_chunks_each_family_whole_and_headed_once() {
         let metrics = Metrics::new().unwrap();
-        let (reader, mut writer) = kube::runtime::reflector::store::<TDSet>();
+        let (reader, mut writer) = kube::runtime::reflector::store::<Cached<TDSet>>();
         let n = CHUNK * 2 + 10;
         for i in 0..n {
-            writer.apply_watcher_event(&watcher::Event::Apply(tdset(i)));
+            writer.apply_watcher_event(&watcher::Event::Apply(Cached::new(tdset(i))));
         }
         metrics.set_tdset_store(Some(reader));
         let chunks: Vec<String> = metrics.chunks().collect();

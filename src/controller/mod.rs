@@ -100,13 +100,22 @@ pub struct RunOptions {
     pub initial_list: InitialList,
 }
 
-pub async fn reconcile(tdset: Arc<TDSet>, ctx: Arc<Context>) -> Result<Action> {
+/// How the controller names a TDSet: it reconciles the cached form (see `Cached`).
+pub(crate) type TDSetRef = ObjectRef<Cached<TDSet>>;
+
+/// The name alone (no uid or resourceVersion), of a TDSet or its cached form.
+pub(crate) fn tdset_ref(tdset: &impl Resource) -> TDSetRef {
+    ObjectRef::new(&tdset.name_any()).within(&tdset.namespace().unwrap_or_default())
+}
+
+pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<Action> {
     if !ctx.synced.load(Ordering::SeqCst) {
         // The TDSets are listed but the owned objects not yet: an owned Deployment missing
         // from the cache would be taken for missing and created again (a restart against
         // 10 000 TDSets sent up to `concurrency` creates the API server refused).
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
+    let tdset = cached.object()?;
     let started = Instant::now();
     let (ns, name) = (tdset.namespace().unwrap_or_default(), tdset.name_any());
     let span = info_span!("reconcile", tdset = %format!("{ns}/{name}"));
@@ -143,7 +152,7 @@ pub async fn reconcile(tdset: Arc<TDSet>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 /// Backs off on errors: one broken TDSet is retried on its own schedule and never blocks others.
-pub fn error_policy(tdset: Arc<TDSet>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(tdset: Arc<Cached<TDSet>>, error: &Error, _ctx: Arc<Context>) -> Action {
     warn!(tdset = %format!("{}/{}", tdset.namespace().unwrap_or_default(), tdset.name_any()), %error, "reconcile failed; retrying in 15s");
     Action::requeue(Duration::from_secs(15))
 }
@@ -249,7 +258,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
 fn on_target<K: Resource<DynamicType = ()>>(
     index: &TargetIndex,
     hpas: &Store<HorizontalPodAutoscaler>,
-) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<TDSet>> + Send + Sync + 'static {
+) -> impl Fn(PartialObjectMeta<K>) -> Vec<TDSetRef> + Send + Sync + 'static {
     let (index, hpas) = (index.clone(), hpas.clone());
     move |o| {
         scale::affected(
@@ -268,11 +277,11 @@ fn on_target<K: Resource<DynamicType = ()>>(
 fn on_owned_deployment(
     index: &TargetIndex,
     hpas: &Store<HorizontalPodAutoscaler>,
-) -> impl Fn(Cached<Deployment>) -> Vec<ObjectRef<TDSet>> + Send + Sync + 'static {
+) -> impl Fn(Cached<Deployment>) -> Vec<TDSetRef> + Send + Sync + 'static {
     let (index, hpas) = (index.clone(), hpas.clone());
     move |d| {
         let ns = d.namespace();
-        let mut out: Vec<ObjectRef<TDSet>> = d
+        let mut out: Vec<TDSetRef> = d
             .owner_references()
             .iter()
             .filter_map(|o| ObjectRef::from_owner_ref(ns.as_deref(), o, ()))
@@ -411,7 +420,14 @@ async fn run_controller(
             out
         }
     };
-    Controller::for_stream(tdset_stream, tdsets)
+    // A TDSet's change triggers its reconcile by name alone: kube-runtime would key the pending
+    // request by the object's full reference (uid and resourceVersion too), and a start queues
+    // one for every TDSet at once.
+    let tdset_triggers = tdset_stream
+        .filter_map(|t| futures::future::ready(t.ok()))
+        .map(|t: Cached<TDSet>| tdset_ref(&t));
+    Controller::for_stream(futures::stream::empty(), tdsets)
+        .reconcile_on(tdset_triggers)
         .reconcile_on({
             let affected = on_owned_deployment(&index, &hpas);
             // Watch errors are retried by the watch's own backoff; only changes trigger.

@@ -10,12 +10,11 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use tracing::debug;
 
 use super::events::record_scale;
-use super::{Context, Outcome, Write};
+use super::{Context, Outcome, TDSetRef, Write};
 use crate::api::{ScaleTargetRef, TDSet, TDSetStatus, TargetStatus};
 use crate::error::{Error, Result};
 use crate::schedule::Evaluation;
@@ -621,7 +620,7 @@ pub(super) fn affected(
     group: &str,
     kind: &str,
     name: &str,
-) -> Vec<ObjectRef<TDSet>> {
+) -> Vec<TDSetRef> {
     let mut out = ctx_index.lookup(ns, group, kind, name);
     for h in hpas.state() {
         if h.namespace().as_deref() != Some(ns) {

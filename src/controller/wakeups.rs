@@ -14,7 +14,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::api::TDSet;
+use super::TDSetRef;
 
 /// At most one pending wakeup per TDSet: the latest reconcile knows best, so setting one
 /// replaces the one before (earlier or later).
@@ -66,7 +66,7 @@ impl Wakeups {
     }
 
     /// Everything due at `now`, removed; otherwise the instant of the next.
-    fn due(&self, now: Instant) -> Result<Vec<ObjectRef<TDSet>>, Option<Instant>> {
+    fn due(&self, now: Instant) -> Result<Vec<TDSetRef>, Option<Instant>> {
         let Ok(mut inner) = self.inner.lock() else {
             return Err(None);
         };
@@ -89,7 +89,7 @@ impl Wakeups {
     }
 
     /// The TDSets whose instant has come, as they come; never ends.
-    pub fn triggers(self: Arc<Self>) -> impl Stream<Item = ObjectRef<TDSet>> + Send {
+    pub fn triggers(self: Arc<Self>) -> impl Stream<Item = TDSetRef> + Send {
         let batches = futures::stream::unfold(self, |this| async move {
             loop {
                 // A wakeup set between `due` and the wait is not missed: `notify_one` leaves
@@ -118,7 +118,7 @@ mod tests {
 
     use super::*;
 
-    fn names(refs: Vec<ObjectRef<TDSet>>) -> Vec<String> {
+    fn names(refs: Vec<TDSetRef>) -> Vec<String> {
         refs.into_iter()
             .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
             .collect()

@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Api, WatchEvent, WatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use super::wakeups::Wakeups;
+use super::{TDSetRef, tdset_ref};
 use crate::api::TDSet;
 use crate::cache::{Cached, Prune};
 use crate::memo::StatusMemo;
@@ -93,9 +94,9 @@ fn config(stream: bool) -> watcher::Config {
     if stream { c.streaming_lists() } else { c }
 }
 
-/// A watch of TDSets whose cached objects are pruned to what the operator reads; it also
-/// keeps `index` (which TDSets reference which target) up to date, tells the status memo
-/// what the cache has caught up with, and forgets the wakeups of deleted TDSets.
+/// A watch of TDSets, cached compactly (see `Cached`); it also keeps `index` (which TDSets
+/// reference which target) up to date, tells the status memo what the cache has caught up
+/// with, and forgets the wakeups of deleted TDSets.
 pub(super) fn tdset_watch(
     api: Api<TDSet>,
     index: TargetIndex,
@@ -103,13 +104,12 @@ pub(super) fn tdset_watch(
     wakeups: Arc<Wakeups>,
     stream: bool,
 ) -> (
-    Store<TDSet>,
-    impl futures::Stream<Item = Result<TDSet, watcher::Error>> + Send,
+    Store<Cached<TDSet>>,
+    impl futures::Stream<Item = Result<Cached<TDSet>, watcher::Error>> + Send,
 ) {
     let (reader, writer) = reflector::store();
     let stream = watcher(api, config(stream))
         .backoff(api_backoff())
-        .modify(|o: &mut TDSet| o.prune())
         .inspect_ok(move |event| match event {
             watcher::Event::Apply(t) | watcher::Event::InitApply(t) => {
                 index.update(t);
@@ -122,9 +122,24 @@ pub(super) fn tdset_watch(
             }
             watcher::Event::Init | watcher::Event::InitDone => {}
         })
+        .map_ok(compact)
         .reflect(writer)
         .touched_objects();
     (reader, stream)
+}
+
+/// A watch event with its object pruned and compacted for the cache.
+fn compact<K>(event: watcher::Event<K>) -> watcher::Event<Cached<K>>
+where
+    K: Resource + Prune + Serialize + DeserializeOwned,
+{
+    match event {
+        watcher::Event::Apply(o) => watcher::Event::Apply(Cached::new(o)),
+        watcher::Event::Delete(o) => watcher::Event::Delete(Cached::new(o)),
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(Cached::new(o)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 /// (namespace, group, kind, name) of a referenced object.
@@ -137,8 +152,8 @@ pub struct TargetIndex(Arc<RwLock<Index>>);
 
 #[derive(Default)]
 struct Index {
-    by_target: HashMap<TargetKey, HashSet<ObjectRef<TDSet>>>,
-    by_tdset: HashMap<ObjectRef<TDSet>, TargetKey>,
+    by_target: HashMap<TargetKey, HashSet<TDSetRef>>,
+    by_tdset: HashMap<TDSetRef, TargetKey>,
 }
 
 impl TargetIndex {
@@ -146,7 +161,7 @@ impl TargetIndex {
         let Ok(mut index) = self.0.write() else {
             return;
         };
-        let me = ObjectRef::from_obj(tdset);
+        let me = tdset_ref(tdset);
         let key = tdset.spec.scale_target_ref.as_ref().map(|r| {
             (
                 tdset.namespace().unwrap_or_default(),
@@ -171,11 +186,11 @@ impl TargetIndex {
 
     pub fn remove(&self, tdset: &TDSet) {
         if let Ok(mut index) = self.0.write() {
-            index.unlink(&ObjectRef::from_obj(tdset));
+            index.unlink(&tdset_ref(tdset));
         }
     }
 
-    pub fn lookup(&self, ns: &str, group: &str, kind: &str, name: &str) -> Vec<ObjectRef<TDSet>> {
+    pub fn lookup(&self, ns: &str, group: &str, kind: &str, name: &str) -> Vec<TDSetRef> {
         let key = (
             ns.to_string(),
             group.to_string(),
@@ -196,7 +211,7 @@ impl TargetIndex {
 }
 
 impl Index {
-    fn unlink(&mut self, me: &ObjectRef<TDSet>) {
+    fn unlink(&mut self, me: &TDSetRef) {
         if let Some(old) = self.by_tdset.remove(me)
             && let Some(set) = self.by_target.get_mut(&old)
         {
@@ -267,13 +282,7 @@ where
     let owned = config(stream).labels(&format!("{}={FIELD_MANAGER}", owned::MANAGED_BY_LABEL));
     let stream = watcher(api, owned)
         .backoff(api_backoff())
-        .map_ok(|event| match event {
-            watcher::Event::Apply(o) => watcher::Event::Apply(Cached::new(o)),
-            watcher::Event::Delete(o) => watcher::Event::Delete(Cached::new(o)),
-            watcher::Event::InitApply(o) => watcher::Event::InitApply(Cached::new(o)),
-            watcher::Event::Init => watcher::Event::Init,
-            watcher::Event::InitDone => watcher::Event::InitDone,
-        })
+        .map_ok(compact)
         .reflect(writer)
         .touched_objects();
     (reader, stream)
