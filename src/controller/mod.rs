@@ -109,15 +109,18 @@ pub(crate) fn tdset_ref(tdset: &impl Resource) -> TDSetRef {
 }
 
 pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<Action> {
+    let (ns, name) = (cached.namespace().unwrap_or_default(), cached.name_any());
+    ctx.wakeups.started(&ns, &name);
     if !ctx.synced.load(Ordering::SeqCst) {
         // The TDSets are listed but the owned objects not yet: an owned Deployment missing
         // from the cache would be taken for missing and created again (a restart against
         // 10 000 TDSets sent up to `concurrency` creates the API server refused).
-        return Ok(Action::requeue(Duration::from_millis(200)));
+        let again = tokio::time::Instant::now() + Duration::from_millis(200);
+        ctx.wakeups.set(&ns, &name, again);
+        return Ok(Action::await_change());
     }
     let tdset = cached.object()?;
     let started = Instant::now();
-    let (ns, name) = (tdset.namespace().unwrap_or_default(), tdset.name_any());
     let span = info_span!("reconcile", tdset = %format!("{ns}/{name}"));
     let result = reconcile_inner(&tdset, &ctx).instrument(span).await;
     // The next look is kept by `wakeups`, not by kube-runtime's requeue (see wakeups.rs); a
@@ -330,7 +333,8 @@ async fn run_controller(
     let index = TargetIndex::default();
     let statuses = Arc::new(StatusMemo::default());
     let own_writes = Arc::new(OwnWrites::default());
-    let wakeups = Arc::new(wakeups::Wakeups::default());
+    // Twice what can run, so a reconcile that ends finds the next one already waiting.
+    let wakeups = Arc::new(wakeups::Wakeups::new(usize::from(opts.concurrency) * 2));
     let stream = watches::streams_lists(api_for(&client, &opts.namespace), opts.initial_list).await;
     metrics.streaming_lists.set(i64::from(stream));
     let (tdsets, tdset_stream) = tdset_watch(
@@ -420,14 +424,11 @@ async fn run_controller(
             out
         }
     };
-    // A TDSet's change triggers its reconcile by name alone: kube-runtime would key the pending
-    // request by the object's full reference (uid and resourceVersion too), and a start queues
-    // one for every TDSet at once.
-    let tdset_triggers = tdset_stream
-        .filter_map(|t| futures::future::ready(t.ok()))
-        .map(|t: Cached<TDSet>| tdset_ref(&t));
+    // A TDSet's own changes reach the controller as wakeups (see wakeups.rs): a start against
+    // 10 000 TDSets would otherwise queue all of them in kube-runtime at once.
+    let drive_tdset_watch = tdset_stream.filter_map(|_| futures::future::ready(None::<TDSetRef>));
     Controller::for_stream(futures::stream::empty(), tdsets)
-        .reconcile_on(tdset_triggers)
+        .reconcile_on(drive_tdset_watch)
         .reconcile_on({
             let affected = on_owned_deployment(&index, &hpas);
             // Watch errors are retried by the watch's own backoff; only changes trigger.

@@ -1,13 +1,17 @@
-//! When each TDSet is to be reconciled next (its next transition, or `intervalMint`), kept
-//! compactly and fed to the controller as triggers.
+//! When each TDSet is to be reconciled next, kept compactly and handed to the controller a
+//! few at a time.
 //!
-//! kube-runtime's own requeue (`Action::requeue`) keeps two copies of a full `ObjectRef`
-//! (name, namespace, uid, resourceVersion) per pending object in a hash map and a timer
-//! wheel: about 500 bytes per TDSet, 5 MB of a 10 000-TDSet operator's heap, for an instant
-//! and a name. Here one shared `"namespace/name"` string is keyed by its instant.
+//! Every reason to reconcile a TDSet of its own (its next transition, `intervalMint`, a change
+//! of the TDSet seen by the watch, the first look after a start) is a wakeup here.
+//! kube-runtime's own queue keeps each pending request as two clones of an `ObjectRef` in a
+//! hash map and a timer wheel, about 370 bytes per TDSet; a start against 10 000 TDSets queued
+//! all of them at once. Here a TDSet's wakeup is one shared `"namespace/name"` keyed by its
+//! instant, and the controller is handed at most `limit` due ones that have not started yet,
+//! which is all it can run anyway.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::Stream;
 use kube::runtime::reflector::ObjectRef;
@@ -16,32 +20,68 @@ use tokio::time::Instant;
 
 use super::TDSetRef;
 
-/// At most one pending wakeup per TDSet: the latest reconcile knows best, so setting one
-/// replaces the one before (earlier or later).
-#[derive(Default)]
+/// A handed-over wakeup whose reconcile has not started after this long no longer counts
+/// against the limit (its TDSet may have gone before the controller looked it up).
+const HANDED_FOR: Duration = Duration::from_secs(10);
+
+/// At most one pending wakeup per TDSet, the earliest asked for.
 pub struct Wakeups {
     inner: Mutex<Inner>,
-    /// Wakes the stream when a wakeup earlier than the one it sleeps for is set.
+    /// Wakes the stream when an earlier wakeup is set or room frees up.
     changed: Notify,
+    limit: usize,
 }
 
 #[derive(Default)]
 struct Inner {
     at: HashMap<Arc<str>, Instant>,
     queue: BTreeSet<(Instant, Arc<str>)>,
+    /// Handed to the controller and not started yet, with when.
+    handed: HashMap<Arc<str>, Instant>,
+}
+
+/// What the stream does next.
+enum Next {
+    Hand(Vec<TDSetRef>),
+    /// Nothing to hand before this instant (or a change), or before a change at all.
+    Wait(Option<Instant>),
+}
+
+fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+impl Inner {
+    fn remove(&mut self, key: &str) {
+        if let Some((key, at)) = self.at.remove_entry(key) {
+            self.queue.remove(&(at, key));
+        }
+    }
 }
 
 impl Wakeups {
-    /// Reconcile `namespace/name` at `when` (and not at any instant set before).
+    /// `limit`: due wakeups handed to the controller and not started, at most.
+    pub fn new(limit: usize) -> Self {
+        Wakeups {
+            inner: Mutex::default(),
+            changed: Notify::new(),
+            limit: limit.max(1),
+        }
+    }
+
+    /// Reconcile `namespace/name` at `when`, or earlier if an earlier wakeup is pending: the
+    /// earlier one may stand for a change this reconcile has not seen.
     pub fn set(&self, namespace: &str, name: &str, when: Instant) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        let key: Arc<str> = format!("{namespace}/{name}").into();
-        let earliest = inner.queue.first().map(|(t, _)| *t);
-        if let Some((key, old)) = inner.at.remove_entry(&key) {
-            inner.queue.remove(&(old, key));
+        let key = key(namespace, name);
+        if inner.at.get(key.as_str()).is_some_and(|t| *t <= when) {
+            return;
         }
+        inner.remove(&key);
+        let key: Arc<str> = key.into();
+        let earliest = inner.queue.first().map(|(t, _)| *t);
         inner.at.insert(key.clone(), when);
         inner.queue.insert((when, key));
         drop(inner);
@@ -50,12 +90,40 @@ impl Wakeups {
         }
     }
 
+    /// Reconcile `namespace/name` as soon as there is room.
+    pub fn now(&self, namespace: &str, name: &str) {
+        self.set(namespace, name, Instant::now());
+    }
+
+    /// The reconcile of `namespace/name` has started: it covers every wakeup due by now, and
+    /// frees its place among the handed ones.
+    pub fn started(&self, namespace: &str, name: &str) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let key = key(namespace, name);
+        if inner
+            .at
+            .get(key.as_str())
+            .is_some_and(|t| *t <= Instant::now())
+        {
+            inner.remove(&key);
+        }
+        let freed = inner.handed.remove(key.as_str()).is_some();
+        drop(inner);
+        if freed {
+            self.changed.notify_one();
+        }
+    }
+
     /// No wakeup for `namespace/name` (deleted).
     pub fn forget(&self, namespace: &str, name: &str) {
         if let Ok(mut inner) = self.inner.lock() {
-            let key = format!("{namespace}/{name}");
-            if let Some((key, at)) = inner.at.remove_entry(key.as_str()) {
-                inner.queue.remove(&(at, key));
+            let key = key(namespace, name);
+            inner.remove(&key);
+            if inner.handed.remove(key.as_str()).is_some() {
+                drop(inner);
+                self.changed.notify_one();
             }
         }
     }
@@ -65,13 +133,15 @@ impl Wakeups {
         self.inner.lock().map(|i| i.at.len()).unwrap_or_default()
     }
 
-    /// Everything due at `now`, removed; otherwise the instant of the next.
-    fn due(&self, now: Instant) -> Result<Vec<TDSetRef>, Option<Instant>> {
+    fn next(&self, now: Instant) -> Next {
         let Ok(mut inner) = self.inner.lock() else {
-            return Err(None);
+            return Next::Wait(None);
         };
+        inner.handed.retain(|_, t| *t + HANDED_FOR > now);
+        let room = self.limit.saturating_sub(inner.handed.len());
         let mut out = Vec::new();
-        while let Some((at, _)) = inner.queue.first()
+        while out.len() < room
+            && let Some((at, _)) = inner.queue.first()
             && *at <= now
         {
             if let Some((_, key)) = inner.queue.pop_first() {
@@ -79,30 +149,37 @@ impl Wakeups {
                 if let Some((ns, name)) = key.split_once('/') {
                     out.push(ObjectRef::new(name).within(ns));
                 }
+                inner.handed.insert(key, now);
             }
         }
-        if out.is_empty() {
-            Err(inner.queue.first().map(|(t, _)| *t))
+        if !out.is_empty() {
+            return Next::Hand(out);
+        }
+        let next_due = inner.queue.first().map(|(t, _)| *t);
+        if room == 0 {
+            // Full: wait for a start (notified), or for the oldest handed one to lapse.
+            let lapse = inner.handed.values().min().map(|t| *t + HANDED_FOR);
+            Next::Wait(lapse)
         } else {
-            Ok(out)
+            Next::Wait(next_due)
         }
     }
 
-    /// The TDSets whose instant has come, as they come; never ends.
+    /// Due TDSets, as room allows; never ends.
     pub fn triggers(self: Arc<Self>) -> impl Stream<Item = TDSetRef> + Send {
         let batches = futures::stream::unfold(self, |this| async move {
             loop {
-                // A wakeup set between `due` and the wait is not missed: `notify_one` leaves
-                // a permit when nobody waits yet.
-                match this.due(Instant::now()) {
-                    Ok(batch) => return Some((batch, this)),
-                    Err(Some(next)) => {
+                // A change between `next` and the wait is not missed: `notify_one` leaves a
+                // permit when nobody waits yet.
+                match this.next(Instant::now()) {
+                    Next::Hand(batch) => return Some((batch, this)),
+                    Next::Wait(Some(until)) => {
                         tokio::select! {
-                            () = tokio::time::sleep_until(next) => {}
+                            () = tokio::time::sleep_until(until) => {}
                             () = this.changed.notified() => {}
                         }
                     }
-                    Err(None) => this.changed.notified().await,
+                    Next::Wait(None) => this.changed.notified().await,
                 }
             }
         });
@@ -112,8 +189,6 @@ impl Wakeups {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use futures::StreamExt;
 
     use super::*;
@@ -124,9 +199,13 @@ mod tests {
             .collect()
     }
 
+    fn started(w: &Wakeups, r: &TDSetRef) {
+        w.started(r.namespace.as_deref().unwrap_or_default(), &r.name);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn each_tdset_is_triggered_at_its_instant_in_order() {
-        let w = Arc::new(Wakeups::default());
+        let w = Arc::new(Wakeups::new(16));
         let t0 = Instant::now();
         w.set("a", "late", t0 + Duration::from_secs(30));
         w.set("a", "early", t0 + Duration::from_secs(10));
@@ -149,8 +228,8 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn setting_again_replaces_and_forget_removes() {
-        let w = Arc::new(Wakeups::default());
+    async fn the_earliest_wakeup_stands_and_forget_removes() {
+        let w = Arc::new(Wakeups::new(16));
         let t0 = Instant::now();
         w.set("a", "x", t0 + Duration::from_secs(10));
         w.set("a", "x", t0 + Duration::from_secs(20));
@@ -159,13 +238,58 @@ mod tests {
         assert_eq!(w.len(), 1);
         let mut s = Box::pin(w.clone().triggers());
         let only = s.next().await.unwrap();
-        assert_eq!(Instant::now() - t0, Duration::from_secs(20));
+        assert_eq!(
+            Instant::now() - t0,
+            Duration::from_secs(10),
+            "a later wakeup does not push back an earlier one"
+        );
         assert_eq!(names(vec![only]), ["a/x"]);
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_started_reconcile_covers_what_was_due_but_not_what_comes_later() {
+        let w = Wakeups::new(16);
+        let t0 = Instant::now();
+        w.now("a", "x");
+        w.started("a", "x");
+        assert_eq!(w.len(), 0, "due by the start: covered");
+        w.set("a", "x", t0 + Duration::from_secs(60));
+        w.started("a", "x");
+        assert_eq!(w.len(), 1, "a transition later than the start stays");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_limit_are_handed_over_until_they_start() {
+        let w = Arc::new(Wakeups::new(2));
+        for i in 0..5 {
+            w.now("a", &format!("t{i}"));
+        }
+        let mut s = Box::pin(w.clone().triggers());
+        let a = s.next().await.unwrap();
+        let b = s.next().await.unwrap();
+        assert_eq!(names(vec![a.clone(), b]), ["a/t0", "a/t1"]);
+        let t0 = Instant::now();
+        let waiting = tokio::time::timeout(Duration::from_secs(1), s.next()).await;
+        assert!(waiting.is_err(), "no third before one has started");
+        started(&w, &a);
+        assert_eq!(names(vec![s.next().await.unwrap()]), ["a/t2"]);
+        // One handed over and never started (its TDSet went) stops counting after a while.
+        let c = s.next().await;
+        assert!(
+            c.is_some() && Instant::now() - t0 >= HANDED_FOR,
+            "the lapsed one freed its place"
+        );
+        w.forget("a", "t2");
+        assert_eq!(
+            names(vec![s.next().await.unwrap()]),
+            ["a/t4"],
+            "a forgotten one frees its place at once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_earlier_wakeup_set_while_waiting_is_not_late() {
-        let w = Arc::new(Wakeups::default());
+        let w = Arc::new(Wakeups::new(16));
         let t0 = Instant::now();
         w.set("a", "late", t0 + Duration::from_secs(3600));
         let mut s = Box::pin(w.clone().triggers());
@@ -182,12 +306,12 @@ mod tests {
         setter.await.unwrap();
 
         // And with nothing pending at all, the first wakeup set is seen.
-        let w = Arc::new(Wakeups::default());
+        let w = Arc::new(Wakeups::new(16));
         let mut s = Box::pin(w.clone().triggers());
         let w2 = w.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            w2.set("b", "y", Instant::now());
+            w2.now("b", "y");
         });
         assert_eq!(names(vec![s.next().await.unwrap()]), ["b/y"]);
     }

@@ -96,7 +96,8 @@ fn config(stream: bool) -> watcher::Config {
 
 /// A watch of TDSets, cached compactly (see `Cached`); it also keeps `index` (which TDSets
 /// reference which target) up to date, tells the status memo what the cache has caught up
-/// with, and forgets the wakeups of deleted TDSets.
+/// with, and turns each change into a wakeup (a deletion forgets it). The stream itself
+/// triggers nothing: it only has to be driven.
 pub(super) fn tdset_watch(
     api: Api<TDSet>,
     index: TargetIndex,
@@ -114,6 +115,7 @@ pub(super) fn tdset_watch(
             watcher::Event::Apply(t) | watcher::Event::InitApply(t) => {
                 index.update(t);
                 statuses.seen(t, false);
+                wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
             }
             watcher::Event::Delete(t) => {
                 index.remove(t);
