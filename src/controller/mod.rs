@@ -114,9 +114,9 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
     if !ctx.synced.load(Ordering::SeqCst) {
         // The TDSets are listed but the owned objects not yet: an owned Deployment missing
         // from the cache would be taken for missing and created again (a restart against
-        // 10 000 TDSets sent up to `concurrency` creates the API server refused).
-        let again = tokio::time::Instant::now() + Duration::from_millis(200);
-        ctx.wakeups.set(&ns, &name, again);
+        // 10 000 TDSets sent up to `concurrency` creates the API server refused). Wakeups
+        // hand nothing over until then; this one came another way (an owned object's event).
+        ctx.wakeups.now(&ns, &name);
         return Ok(Action::await_change());
     }
     let tdset = cached.object()?;
@@ -334,7 +334,7 @@ async fn run_controller(
     let statuses = Arc::new(StatusMemo::default());
     let own_writes = Arc::new(OwnWrites::default());
     // Twice what can run, so a reconcile that ends finds the next one already waiting.
-    let wakeups = Arc::new(wakeups::Wakeups::new(usize::from(opts.concurrency) * 2));
+    let wakeups = Arc::new(wakeups::Wakeups::closed(usize::from(opts.concurrency) * 2));
     let stream = watches::streams_lists(api_for(&client, &opts.namespace), opts.initial_list).await;
     metrics.streaming_lists.set(i64::from(stream));
     let (tdsets, tdset_stream) = tdset_watch(
@@ -376,16 +376,18 @@ async fn run_controller(
         wakeups: wakeups.clone(),
     });
 
-    // Ready once all four caches hold a full list. Polled, not awaited: a store's readiness
-    // wakes only its last waiter, and the controller itself waits on the TDSet store.
+    // Ready, and wakeups handed over, once all four caches hold a full list. Polled, not
+    // awaited: a store's readiness wakes only its last waiter, and the controller itself
+    // waits on the TDSet store.
     let readiness = {
-        let (t, d, s, h, health, all_synced) = (
+        let (t, d, s, h, health, all_synced, wakeups) = (
             tdsets.clone(),
             deployments.clone(),
             services.clone(),
             hpas.clone(),
             health.clone(),
             ctx.synced.clone(),
+            wakeups.clone(),
         );
         tokio::spawn(async move {
             let synced =
@@ -398,6 +400,7 @@ async fn run_controller(
                 {
                     info!("caches synced; ready");
                     all_synced.store(true, Ordering::SeqCst);
+                    wakeups.open();
                     health.set_ready(true);
                     return;
                 }

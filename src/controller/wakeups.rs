@@ -10,6 +10,7 @@
 //! which is all it can run anyway.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,9 +28,11 @@ const HANDED_FOR: Duration = Duration::from_secs(10);
 /// At most one pending wakeup per TDSet, the earliest asked for.
 pub struct Wakeups {
     inner: Mutex<Inner>,
-    /// Wakes the stream when an earlier wakeup is set or room frees up.
+    /// Wakes the stream when an earlier wakeup is set, room frees up or the gate opens.
     changed: Notify,
     limit: usize,
+    /// Nothing is handed over before this is set (the caches are not synced yet).
+    open: AtomicBool,
 }
 
 #[derive(Default)]
@@ -62,11 +65,24 @@ impl Inner {
 impl Wakeups {
     /// `limit`: due wakeups handed to the controller and not started, at most.
     pub fn new(limit: usize) -> Self {
+        let w = Self::closed(limit);
+        w.open.store(true, Ordering::SeqCst);
+        w
+    }
+
+    /// Like `new`, handing nothing over until `open` is called.
+    pub fn closed(limit: usize) -> Self {
         Wakeups {
             inner: Mutex::default(),
             changed: Notify::new(),
             limit: limit.max(1),
+            open: AtomicBool::new(false),
         }
+    }
+
+    pub fn open(&self) {
+        self.open.store(true, Ordering::SeqCst);
+        self.changed.notify_one();
     }
 
     /// Reconcile `namespace/name` at `when`, or earlier if an earlier wakeup is pending: the
@@ -134,6 +150,9 @@ impl Wakeups {
     }
 
     fn next(&self, now: Instant) -> Next {
+        if !self.open.load(Ordering::SeqCst) {
+            return Next::Wait(None);
+        }
         let Ok(mut inner) = self.inner.lock() else {
             return Next::Wait(None);
         };
@@ -285,6 +304,17 @@ mod tests {
             ["a/t4"],
             "a forgotten one frees its place at once"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_handed_over_before_the_gate_opens() {
+        let w = Arc::new(Wakeups::closed(16));
+        w.now("a", "x");
+        let mut s = Box::pin(w.clone().triggers());
+        let early = tokio::time::timeout(Duration::from_secs(60), s.next()).await;
+        assert!(early.is_err(), "closed: nothing handed over");
+        w.open();
+        assert_eq!(names(vec![s.next().await.unwrap()]), ["a/x"]);
     }
 
     #[tokio::test(start_paused = true)]
