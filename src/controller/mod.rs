@@ -6,7 +6,7 @@
 //! - `bookkeeping.rs`: the lane that sends statuses and Events after the workload writes;
 //! - `events.rs`: which Events a change produces;
 //! - `watches.rs`: the watches and their compact caches;
-//! - `wakeups.rs`: when each TDSet is reconciled next (its next transition);
+//! - `wakeups.rs`: when each TDSet is reconciled next, handed to the controller a few at a time;
 //! - `leader.rs`: Lease-based leader election around the controller.
 //!
 //! Each reconcile evaluates the schedule at `ctx.clock.now()`, makes the owned Deployment (and
