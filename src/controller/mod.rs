@@ -334,7 +334,7 @@ async fn run_controller(
     let statuses = Arc::new(StatusMemo::default());
     let own_writes = Arc::new(OwnWrites::default());
     // Twice what can run, so a reconcile that ends finds the next one already waiting.
-    let wakeups = Arc::new(wakeups::Wakeups::closed(usize::from(opts.concurrency) * 2));
+    let wakeups = Arc::new(wakeups::Wakeups::new(usize::from(opts.concurrency) * 2));
     let stream = watches::streams_lists(api_for(&client, &opts.namespace), opts.initial_list).await;
     metrics.streaming_lists.set(i64::from(stream));
     let (tdsets, tdset_stream) = tdset_watch(

@@ -63,15 +63,9 @@ impl Inner {
 }
 
 impl Wakeups {
-    /// `limit`: due wakeups handed to the controller and not started, at most.
+    /// `limit`: due wakeups handed to the controller and not started, at most. Nothing is
+    /// handed over until `open` is called.
     pub fn new(limit: usize) -> Self {
-        let w = Self::closed(limit);
-        w.open.store(true, Ordering::SeqCst);
-        w
-    }
-
-    /// Like `new`, handing nothing over until `open` is called.
-    pub fn closed(limit: usize) -> Self {
         Wakeups {
             inner: Mutex::default(),
             changed: Notify::new(),
@@ -218,13 +212,20 @@ mod tests {
             .collect()
     }
 
+    /// Wakeups already open, as after the caches synced.
+    fn opened(limit: usize) -> Arc<Wakeups> {
+        let w = Arc::new(Wakeups::new(limit));
+        w.open();
+        w
+    }
+
     fn started(w: &Wakeups, r: &TDSetRef) {
         w.started(r.namespace.as_deref().unwrap_or_default(), &r.name);
     }
 
     #[tokio::test(start_paused = true)]
     async fn each_tdset_is_triggered_at_its_instant_in_order() {
-        let w = Arc::new(Wakeups::new(16));
+        let w = opened(16);
         let t0 = Instant::now();
         w.set("a", "late", t0 + Duration::from_secs(30));
         w.set("a", "early", t0 + Duration::from_secs(10));
@@ -248,7 +249,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_earliest_wakeup_stands_and_forget_removes() {
-        let w = Arc::new(Wakeups::new(16));
+        let w = opened(16);
         let t0 = Instant::now();
         w.set("a", "x", t0 + Duration::from_secs(10));
         w.set("a", "x", t0 + Duration::from_secs(20));
@@ -267,7 +268,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_started_reconcile_covers_what_was_due_but_not_what_comes_later() {
-        let w = Wakeups::new(16);
+        let w = opened(16);
         let t0 = Instant::now();
         w.now("a", "x");
         w.started("a", "x");
@@ -279,7 +280,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn at_most_limit_are_handed_over_until_they_start() {
-        let w = Arc::new(Wakeups::new(2));
+        let w = opened(2);
         for i in 0..5 {
             w.now("a", &format!("t{i}"));
         }
@@ -308,7 +309,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn nothing_is_handed_over_before_the_gate_opens() {
-        let w = Arc::new(Wakeups::closed(16));
+        let w = Arc::new(Wakeups::new(16));
         w.now("a", "x");
         let mut s = Box::pin(w.clone().triggers());
         let early = tokio::time::timeout(Duration::from_secs(60), s.next()).await;
@@ -319,7 +320,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_earlier_wakeup_set_while_waiting_is_not_late() {
-        let w = Arc::new(Wakeups::new(16));
+        let w = opened(16);
         let t0 = Instant::now();
         w.set("a", "late", t0 + Duration::from_secs(3600));
         let mut s = Box::pin(w.clone().triggers());
@@ -336,7 +337,7 @@ mod tests {
         setter.await.unwrap();
 
         // And with nothing pending at all, the first wakeup set is seen.
-        let w = Arc::new(Wakeups::new(16));
+        let w = opened(16);
         let mut s = Box::pin(w.clone().triggers());
         let w2 = w.clone();
         tokio::spawn(async move {
