@@ -105,7 +105,11 @@ pub(crate) type TDSetRef = ObjectRef<Cached<TDSet>>;
 
 /// The name alone (no uid or resourceVersion), of a TDSet or its cached form.
 pub(crate) fn tdset_ref(tdset: &impl Resource) -> TDSetRef {
-    ObjectRef::new(&tdset.name_any()).within(&tdset.namespace().unwrap_or_default())
+    tdset_ref_named(&tdset.namespace().unwrap_or_default(), &tdset.name_any())
+}
+
+pub(crate) fn tdset_ref_named(namespace: &str, name: &str) -> TDSetRef {
+    ObjectRef::new(name).within(namespace)
 }
 
 pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<Action> {

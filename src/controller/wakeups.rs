@@ -15,11 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::Stream;
-use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::TDSetRef;
+use super::{TDSetRef, tdset_ref_named};
 
 /// A handed-over wakeup whose reconcile has not started after this long no longer counts
 /// against the limit (its TDSet may have gone before the controller looked it up).
@@ -160,7 +159,7 @@ impl Wakeups {
             if let Some((_, key)) = inner.queue.pop_first() {
                 inner.at.remove(&key);
                 if let Some((ns, name)) = key.split_once('/') {
-                    out.push(ObjectRef::new(name).within(ns));
+                    out.push(tdset_ref_named(ns, name));
                 }
                 inner.handed.insert(key, now);
             }
