@@ -3,6 +3,7 @@
 //! - `mod.rs`: the context and the reconcile driver (one call per stage), the error policy;
 //! - `apply.rs`: guarded writes of owned objects; the TDSet's next status, queued;
 //! - `scale.rs`, `finalizer.rs`: referenced targets and HPAs; `onDelete: Restore`;
+//! - `discovery.rs`: which kind a `scaleTargetRef` names, remembered;
 //! - `bookkeeping.rs`: the lane that sends statuses and Events after the workload writes;
 //! - `events.rs`: which Events a change produces;
 //! - `watches.rs`: the watches and their compact caches;
@@ -17,6 +18,7 @@
 
 mod apply;
 mod bookkeeping;
+mod discovery;
 mod events;
 mod finalizer;
 mod leader;
@@ -71,7 +73,7 @@ pub struct Context {
     /// HPAs (pruned): what conflict detection and HPA floors look up.
     pub hpas: Store<HorizontalPodAutoscaler>,
     /// Target kinds, as discovery describes them.
-    pub discovery: scale::Discovery,
+    pub discovery: discovery::Discovery,
     pub statuses: Arc<StatusMemo>,
     /// Owned objects written and not yet seen back through the watch.
     pub own_writes: Arc<OwnWrites>,
@@ -373,7 +375,7 @@ async fn run_controller(
         deployments: deployments.clone(),
         services: services.clone(),
         hpas: hpas.clone(),
-        discovery: scale::Discovery::new(client.clone()),
+        discovery: discovery::Discovery::new(client.clone()),
         statuses,
         own_writes: own_writes.clone(),
         synced: Arc::new(AtomicBool::new(false)),

@@ -1,0 +1,86 @@
+//! Which kind a `scaleTargetRef` names, as the API server's discovery describes it (its
+//! resource and whether it has a `/scale` subresource), remembered between reconciles.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::api::{ApiResource, GroupVersionKind};
+
+use crate::api::ScaleTargetRef;
+use crate::error::{Error, Result};
+use crate::status::Problem;
+
+/// A kind as discovery describes it.
+#[derive(Clone, Debug)]
+pub(super) struct Resolved {
+    pub(super) resource: ApiResource,
+    pub(super) has_scale: bool,
+}
+
+/// Discovery of target kinds, remembered so a reconcile does not ask the API server each
+/// time: a kind that is served for ten minutes, one that is not for ten seconds (a CRD
+/// installed after the TDSet is picked up quickly).
+pub struct Discovery {
+    client: Client,
+    kinds: Mutex<HashMap<String, Lookup>>,
+}
+
+/// When a kind was looked up, and what was found.
+type Lookup = (Instant, Result<Resolved, Problem>);
+
+impl Discovery {
+    const FOUND_FOR: Duration = Duration::from_secs(600);
+    const MISSING_FOR: Duration = Duration::from_secs(10);
+
+    pub fn new(client: Client) -> Discovery {
+        Discovery {
+            client,
+            kinds: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `Ok(Err(problem))` when the kind is not served; `Err` when discovery itself failed.
+    pub(super) async fn resolve(&self, r: &ScaleTargetRef) -> Result<Result<Resolved, Problem>> {
+        let key = format!("{}/{}", r.api_version, r.kind);
+        if let Ok(kinds) = self.kinds.lock()
+            && let Some((at, found)) = kinds.get(&key)
+        {
+            let ttl = if found.is_ok() {
+                Self::FOUND_FOR
+            } else {
+                Self::MISSING_FOR
+            };
+            if at.elapsed() < ttl {
+                return Ok(found.clone());
+            }
+        }
+        let gvk = GroupVersionKind::gvk(r.group(), r.version(), &r.kind);
+        let found = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((resource, caps)) => Ok(Resolved {
+                resource,
+                has_scale: caps.subresources.iter().any(|(s, _)| s.plural == "scale"),
+            }),
+            Err(kube::Error::Discovery(_)) => Err(not_served(r)),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Err(not_served(r)),
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "discovering {} {}",
+                    r.api_version, r.kind
+                ))(e));
+            }
+        };
+        if let Ok(mut kinds) = self.kinds.lock() {
+            kinds.insert(key, (Instant::now(), found.clone()));
+        }
+        Ok(found)
+    }
+}
+
+fn not_served(r: &ScaleTargetRef) -> Problem {
+    Problem::TargetNotFound(format!(
+        "the API server does not serve kind {} in {}; check spec.scaleTargetRef.apiVersion and kind (is its CRD installed?)",
+        r.kind, r.api_version
+    ))
+}
