@@ -45,19 +45,26 @@ impl Holidays {
             });
         }
         ranges.sort_unstable();
-        Holidays(ranges)
+        // Merged into disjoint ranges, so a lookup is one binary search.
+        let mut merged: Vec<(NaiveDate, NaiveDate)> = Vec::with_capacity(ranges.len());
+        for (from, to) in ranges {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(to),
+                _ => merged.push((from, to)),
+            }
+        }
+        Holidays(merged)
     }
 
     pub(super) fn contains(&self, date: NaiveDate) -> bool {
-        // The last range starting on or before `date` is the only one that can hold it
-        // (ranges may overlap, so look back over those that still reach it).
+        // The ranges are disjoint: only the last one starting on or before `date` can hold it.
         let i = self.0.partition_point(|(from, _)| *from <= date);
-        self.0[..i].iter().rev().any(|(_, to)| *to >= date)
+        i > 0 && self.0[i - 1].1 >= date
     }
 
     /// The last holiday date, if any.
     pub(super) fn last(&self) -> Option<NaiveDate> {
-        self.0.iter().map(|(_, to)| *to).max()
+        self.0.last().map(|(_, to)| *to)
     }
 }
 

@@ -363,40 +363,12 @@ impl Schedule {
     /// The earliest instant strictly after `now` at which the count changes, and the count
     /// from then on; `None` when it never changes. Every ramp step is a change.
     pub fn next_transition(&self, now: DateTime<Utc>) -> Option<Transition> {
-        let Some(ramp) = &self.ramp else {
-            return self.next_level_change(now).map(|c| Transition {
+        match &self.ramp {
+            None => self.next_level_change(now).map(|c| Transition {
                 at: c.at,
                 replicas: c.after,
-            });
-        };
-        if self.level_is_constant() {
-            return None;
-        }
-        // The count changes only at ramp steps around level changes: those that reach past
-        // `now` from before it, and those up to the first change of level after it (plus the
-        // down steps that follow that one).
-        let current = self.evaluate(now).replicas;
-        let mut from = now - self.reach;
-        loop {
-            let next_level = self.next_level_change(from.max(now));
-            let until = match next_level {
-                Some(c) => c.at + self.reach,
-                None => now + self.reach,
-            };
-            let changes = self.level_changes(from - self.reach, until + self.reach);
-            for at in ramp.step_instants(&changes, self.reach) {
-                if at <= now || at > until {
-                    continue;
-                }
-                let level = self.level_at(at).replicas;
-                let replicas = ramp.count_at(at, level, &changes);
-                if replicas != current {
-                    return Some(Transition { at, replicas });
-                }
-            }
-            // No step moved the count up to `until`: look past the next change of level.
-            next_level?;
-            from = until;
+            }),
+            Some(ramp) => RampWalk::new(self, ramp, now).next(),
         }
     }
 
@@ -507,46 +479,57 @@ impl Schedule {
 
     /// Every change of the replica count in `(from, to]`, in order.
     pub fn transitions(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Transition> {
-        let mut out = Vec::new();
-        let mut t = from;
-        while let Some(next) = self.next_transition(t) {
-            if next.at > to {
-                break;
+        let until = |t: &Transition| t.at <= to;
+        match &self.ramp {
+            // One walk: the level changes around each stretch are found once, not per step.
+            Some(ramp) => RampWalk::new(self, ramp, from).take_while(until).collect(),
+            None => {
+                std::iter::successors(self.next_transition(from), |t| self.next_transition(t.at))
+                    .take_while(until)
+                    .collect()
             }
-            out.push(next);
-            t = next.at;
         }
-        out
     }
 
-    /// Pairs of windows that are active at the same local time somewhere in the week.
+    /// Pairs of windows that are active at the same local time somewhere in the week, each
+    /// with the first such minute of the week (Monday 00:00 first).
     pub fn warnings(&self) -> Vec<Warning> {
-        const WEEK: usize = 7 * 1440;
-        let coverage: Vec<Vec<bool>> = self
+        const WEEK: u32 = 7 * 1440;
+        // Each window as at most 8 intervals of minutes of the week (one per day it starts
+        // on, the one that wraps Sunday night split in two).
+        let spans: Vec<Vec<(u32, u32)>> = self
             .windows
             .iter()
             .map(|w| {
-                let mut minutes = vec![false; WEEK];
-                for d in 0..7usize {
-                    if w.days & (1 << d) == 0 {
-                        continue;
-                    }
-                    let len = if w.start < w.end {
-                        w.end - w.start
+                let (start, end) = (u32::from(w.start), u32::from(w.end));
+                let len = if start < end {
+                    end - start
+                } else {
+                    1440 - start + end
+                };
+                let mut out = Vec::with_capacity(8);
+                for d in (0..7u32).filter(|d| w.days & (1 << d) != 0) {
+                    let (a, b) = (d * 1440 + start, d * 1440 + start + len);
+                    if b > WEEK {
+                        out.extend([(a, WEEK), (0, b - WEEK)]);
                     } else {
-                        1440 - w.start + w.end
-                    };
-                    for k in 0..len as usize {
-                        minutes[(d * 1440 + w.start as usize + k) % WEEK] = true;
+                        out.push((a, b));
                     }
                 }
-                minutes
+                out
             })
             .collect();
+        let first_common = |x: &[(u32, u32)], y: &[(u32, u32)]| {
+            x.iter()
+                .flat_map(|&(a1, b1)| y.iter().map(move |&(a2, b2)| (a1.max(a2), b1.min(b2))))
+                .filter(|(a, b)| a < b)
+                .map(|(a, _)| a)
+                .min()
+        };
         let mut out = Vec::new();
         for i in 0..self.windows.len() {
             for j in i + 1..self.windows.len() {
-                if let Some(m) = (0..WEEK).find(|&m| coverage[i][m] && coverage[j][m]) {
+                if let Some(m) = first_common(&spans[i], &spans[j]) {
                     out.push(Warning::Overlap {
                         first: i,
                         first_label: self.windows[i].label.clone(),
@@ -554,7 +537,7 @@ impl Schedule {
                         second_label: self.windows[j].label.clone(),
                         example: format!(
                             "{} {:02}:{:02}",
-                            Day::ALL[m / 1440],
+                            Day::ALL[(m / 1440) as usize],
                             (m % 1440) / 60,
                             m % 60
                         ),
@@ -563,6 +546,77 @@ impl Schedule {
             }
         }
         out
+    }
+}
+
+/// The changes of a ramped count after an instant, in order. The time after `t` is taken in
+/// stretches of at least a day (and at least the ramp's reach) that end one reach past a
+/// change of level; the level changes that can matter in a stretch are listed once, and each
+/// change of the count in it costs one pass over them (`CompiledRamp::first_change`).
+struct RampWalk<'a> {
+    schedule: &'a Schedule,
+    ramp: &'a CompiledRamp,
+    /// The last change found (or the start), and the count from then on.
+    t: DateTime<Utc>,
+    count: i32,
+    /// The current stretch: where it ends, its level changes, and whether the level is
+    /// constant after it.
+    stretch: Option<(DateTime<Utc>, Vec<LevelChange>, bool)>,
+    /// Past this the walk gives up, as `next_level_change` does.
+    limit: DateTime<Utc>,
+}
+
+impl<'a> RampWalk<'a> {
+    fn new(schedule: &'a Schedule, ramp: &'a CompiledRamp, from: DateTime<Utc>) -> Self {
+        RampWalk {
+            schedule,
+            ramp,
+            t: from,
+            count: schedule.evaluate(from).replicas,
+            stretch: None,
+            limit: from + MAX_LOOKAHEAD + HORIZON,
+        }
+    }
+}
+
+impl Iterator for RampWalk<'_> {
+    type Item = Transition;
+
+    fn next(&mut self) -> Option<Transition> {
+        let s = self.schedule;
+        if s.level_is_constant() {
+            return None;
+        }
+        loop {
+            if self.stretch.is_none() {
+                if self.t > self.limit {
+                    return None;
+                }
+                let next_level = s.next_level_change(self.t);
+                let span = s.reach.max(Duration::days(1));
+                let end = next_level.map_or(self.t, |c| c.at.max(self.t)) + span;
+                let changes = s.level_changes(self.t - s.reach, end + s.reach);
+                self.stretch = Some((end, changes, next_level.is_none()));
+            }
+            let (end, changes, last) = self.stretch.as_ref()?;
+            let level0 = s.level_at(self.t).replicas;
+            match self
+                .ramp
+                .first_change(self.count, level0, changes, self.t, *end)
+            {
+                Some(at) => {
+                    let replicas = self.ramp.count_at(at, s.level_at(at).replicas, changes);
+                    (self.t, self.count) = (at, replicas);
+                    return Some(Transition { at, replicas });
+                }
+                // The level is constant after this stretch and every step has been taken.
+                None if *last => return None,
+                None => {
+                    self.t = *end;
+                    self.stretch = None;
+                }
+            }
+        }
     }
 }
 

@@ -104,27 +104,85 @@ impl CompiledRamp {
         (r.max(0), phase)
     }
 
-    /// The instants at which a ramp around `changes` can move the count.
-    pub(super) fn step_instants(
+    /// The first instant in `(from, to]` at which the count differs from `r0`, the count at
+    /// `from`; `level0` is the level at `from` and `changes` every level change in
+    /// `(from - reach, to + reach]`, in order.
+    ///
+    /// The count is the largest of a few terms: the level, one falling term per change that
+    /// has happened (Down) and one rising term per change to come (Up). Each term is at
+    /// least `r0` on one interval that follows from its formula, so the count rises at the
+    /// first instant a term exceeds `r0` and falls at the first instant no term reaches it.
+    /// Linear in `changes` (plus a sort) whatever the step: the steps are never enumerated.
+    pub(super) fn first_change(
         &self,
+        r0: i32,
+        level0: i32,
         changes: &[LevelChange],
-        reach: Duration,
-    ) -> Vec<DateTime<Utc>> {
-        let steps = (reach.num_milliseconds() / self.every.num_milliseconds().max(1)) as i32;
-        let mut out = Vec::new();
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let ahead = |c: &&LevelChange| c.at > from;
+        // Rise: the level itself, or a rising term (it exceeds `r0` once at most `k` steps
+        // remain, `k = ceil((after - r0) / step) - 1`).
+        let mut rise: Option<DateTime<Utc>> = None;
+        for c in changes.iter().filter(ahead).filter(|c| c.after > r0) {
+            let k = if self.up {
+                (c.after - r0 - 1) / self.step
+            } else {
+                0
+            };
+            let at = c.at - self.every * k;
+            if at > from && at <= to && rise.is_none_or(|r| at < r) {
+                rise = Some(at);
+            }
+        }
+        // Fall: the end of the run of intervals, from `from` on, on which some term is at
+        // least `r0`.
+        let mut spans: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
+        let (mut start, mut level) = (from, level0);
+        for c in changes.iter().filter(ahead) {
+            if c.at > to {
+                break;
+            }
+            if level >= r0 {
+                spans.push((start, c.at));
+            }
+            (start, level) = (c.at, c.after);
+        }
+        if level >= r0 {
+            spans.push((start, DateTime::<Utc>::MAX_UTC));
+        }
         for c in changes {
-            for k in 0..=steps {
-                if self.down {
-                    out.push(c.at + self.every * k);
+            if self.down && c.at <= to {
+                // At least `r0` for the first `k` steps after the change.
+                let k = (c.before - r0).div_euclid(self.step);
+                if k >= 1 {
+                    spans.push((c.at, c.at + self.every * k));
                 }
-                if self.up {
-                    out.push(c.at - self.every * k);
+            }
+            if self.up && c.at > from {
+                // At least `r0` from `k` steps before the change.
+                let k = (c.after - r0).div_euclid(self.step);
+                if k >= 1 {
+                    spans.push((c.at - self.every * k, c.at));
                 }
             }
         }
-        out.sort_unstable();
-        out.dedup();
-        out
+        spans.sort_unstable_by_key(|s| s.0);
+        let mut covered = from;
+        for (s, e) in spans {
+            if s > covered {
+                break;
+            }
+            covered = covered.max(e);
+        }
+        // `from` itself is covered: some term is `r0` there.
+        debug_assert!(covered > from, "the count at {from} is not {r0}");
+        let fall = (covered > from && covered <= to).then_some(covered);
+        match (rise, fall) {
+            (Some(r), Some(f)) => Some(r.min(f)),
+            (r, f) => r.or(f),
+        }
     }
 }
 
