@@ -515,6 +515,10 @@ pub struct TargetStatus {
     pub api_version: String,
     pub kind: String,
     pub name: String,
+    /// The object's uid when the original was recorded: the original is put back only onto
+    /// this very object, never onto one created later under the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     /// `spec.replicas` (through /scale) or `spec.minReplicas` (an HPA's floor).
     pub field: String,
     /// The value the field had when the TDSet first took the target over; put back on

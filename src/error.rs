@@ -59,6 +59,12 @@ impl Error {
         matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.is_not_found())
     }
 
+    /// Whether the API server answered 409: a precondition (uid, resourceVersion) failed,
+    /// e.g. the object was deleted and created again under the same name.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.is_conflict())
+    }
+
     /// A short, stable label for the `reconcile_errors_total{kind}` metric.
     pub fn metric_label(&self) -> &'static str {
         match self {

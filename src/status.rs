@@ -40,6 +40,8 @@ pub mod reason {
     pub const FORBIDDEN: &str = "Forbidden";
     pub const CONFLICTING_AUTOSCALER: &str = "ConflictingAutoscaler";
     pub const INVALID_TEMPLATE: &str = "InvalidTemplate";
+    pub const CONFLICTING_TDSET: &str = "ConflictingTDSet";
+    pub const CONFLICTING_WRITER: &str = "ConflictingWriter";
 }
 
 /// Why the operator could not do its job this time (Degraded=True).
@@ -61,6 +63,10 @@ pub enum Problem {
     Forbidden(String),
     /// An HPA scales the referenced object; the TDSet should target the HPA instead.
     ConflictingAutoscaler(String),
+    /// Another TDSet holds the workload (the older claim, or its owner).
+    ConflictingTDSet(String),
+    /// Someone else keeps setting the count the operator sets (e.g. a GitOps tool).
+    ConflictingWriter(String),
 }
 
 impl Problem {
@@ -74,6 +80,8 @@ impl Problem {
             Problem::ScaleNotSupported(_) => reason::SCALE_NOT_SUPPORTED,
             Problem::Forbidden(_) => reason::FORBIDDEN,
             Problem::ConflictingAutoscaler(_) => reason::CONFLICTING_AUTOSCALER,
+            Problem::ConflictingTDSet(_) => reason::CONFLICTING_TDSET,
+            Problem::ConflictingWriter(_) => reason::CONFLICTING_WRITER,
         }
     }
 
@@ -86,7 +94,9 @@ impl Problem {
             | Problem::TargetNotFound(m)
             | Problem::ScaleNotSupported(m)
             | Problem::Forbidden(m)
-            | Problem::ConflictingAutoscaler(m) => m,
+            | Problem::ConflictingAutoscaler(m)
+            | Problem::ConflictingTDSet(m)
+            | Problem::ConflictingWriter(m) => m,
         }
     }
 }

@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 use super::bookkeeping::StatusWrite;
 use super::events::{EventType, publish, record_deployment_change};
 use super::{Change, Context, Outcome, Write};
-use crate::api::{TDSet, TDSetStatus};
+use crate::api::{ScaleTargetRef, TDSet, TDSetStatus, TargetStatus};
 use crate::error::{Error, Result};
 use crate::memo::OwnWrites;
 use crate::schedule::Evaluation;
@@ -59,7 +59,26 @@ pub(super) async fn reconcile_owned(
             scaled: false,
         });
     }
-    let desired = owned::desired_deployment(tdset, eval.replicas)?
+    // An HPA that scales this Deployment sets its replicas: they are left to it (the two would
+    // revert each other at every HPA sync), and the TDSet says so.
+    let hpa = super::scale::hpa_scaling(
+        ctx,
+        ns,
+        &ScaleTargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: name.clone(),
+        },
+    );
+    let cached_replicas = cached
+        .as_ref()
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.replicas);
+    let replicas = match (&hpa, cached_replicas) {
+        (Some(_), Some(n)) => n,
+        _ => eval.replicas,
+    };
+    let desired = owned::desired_deployment(tdset, replicas)?
         .ok_or(Error::MissingField("spec.container"))?;
     let template_changed = cached
         .as_ref()
@@ -69,10 +88,7 @@ pub(super) async fn reconcile_owned(
         reason: reason::DEPLOYMENT_MISSING,
         message: format!("no Deployment {name} of this TDSet exists"),
     };
-    let before = cached
-        .as_ref()
-        .and_then(|d| d.spec.as_ref())
-        .and_then(|s| s.replicas);
+    let before = cached_replicas;
     let mut scaled = false;
     let key = OwnWrites::key(ns, &name);
     let fingerprint = OwnWrites::fingerprint(&desired);
@@ -85,7 +101,7 @@ pub(super) async fn reconcile_owned(
         // nothing to report twice. Its replica count is the one we wrote.
         let mut d = cached.clone().unwrap_or_default();
         if let Some(spec) = d.spec.as_mut() {
-            spec.replicas = Some(eval.replicas);
+            spec.replicas = Some(replicas);
         }
         Ok((d, Change::Unchanged))
     } else {
@@ -97,7 +113,7 @@ pub(super) async fn reconcile_owned(
                 ctx.own_writes
                     .record(&key, fingerprint, d.meta().resource_version.as_deref());
             }
-            scaled = change == Change::Updated && before != Some(eval.replicas);
+            scaled = change == Change::Updated && before != Some(replicas);
             record_deployment_change(tdset, ctx, eval, cached.as_ref(), &change, template_changed)
                 .await;
             (Ok(Observed::deployment(&d, eval.replicas)), None)
@@ -124,6 +140,14 @@ pub(super) async fn reconcile_owned(
         }
         Err(e) => return Err(e),
     };
+    if let Some(h) = hpa {
+        problem = problem.or(Some(Problem::ConflictingAutoscaler(format!(
+            "HorizontalPodAutoscaler {h} scales Deployment {name}, which this TDSet runs; its replicas are \
+             left to the HPA rather than fought over. To schedule the HPA's floor, run the workload \
+             elsewhere and set spec.scaleTargetRef to {{apiVersion: autoscaling/v2, kind: \
+             HorizontalPodAutoscaler, name: {h}}}"
+        ))));
+    }
     match ensure_service(tdset, ctx, ns).await {
         Ok(()) => {}
         Err(e @ Error::ForeignObject { .. }) => problem = problem.or(Some(foreign_problem(&e))),
@@ -361,26 +385,7 @@ pub(super) async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Re
         }
         // spec.service was removed: delete the Service only if it is ours, and only that one.
         None => {
-            if let Some(svc) = cached.filter(|s| owned::is_owned_by(s, tdset)) {
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: svc.metadata.uid.clone(),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                ctx.metrics.write("services", "delete");
-                match api.delete(&svc.name_any(), &dp).await {
-                    Ok(_) => {}
-                    // Already gone: the goal is reached, but it was not this delete that did it.
-                    Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
-                    Err(e) => {
-                        return Err(Error::kube(format!(
-                            "deleting Service {ns}/{}",
-                            svc.name_any()
-                        ))(e));
-                    }
-                }
+            if delete_owned(ctx, tdset, &api, "services", cached).await? {
                 publish(
                     ctx,
                     tdset,
@@ -388,12 +393,87 @@ pub(super) async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Re
                     "ServiceDeleted",
                     format!(
                         "deleted Service {ns}/{} (spec.service removed)",
-                        svc.name_any()
+                        tdset.name_any()
                     ),
                 )
                 .await;
             }
         }
+    }
+    Ok(())
+}
+
+/// Deletes `cached` if this TDSet owns it, guarded by its uid (so an object created meanwhile
+/// under that name is never deleted). Whether this delete removed it.
+async fn delete_owned<K>(
+    ctx: &Context,
+    tdset: &TDSet,
+    api: &Api<K>,
+    plural: &str,
+    cached: Option<K>,
+) -> Result<bool>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let Some(object) = cached.filter(|o| owned::is_owned_by(o, tdset)) else {
+        return Ok(false);
+    };
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: object.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    ctx.metrics.write(plural, "delete");
+    match api.delete(&object.name_any(), &dp).await {
+        Ok(_) => Ok(true),
+        // Already gone (or replaced): the goal is reached, but not by this delete.
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(false),
+        Err(e) => Err(Error::kube(format!(
+            "deleting {plural} {}/{}",
+            object.namespace().unwrap_or_default(),
+            object.name_any()
+        ))(e)),
+    }
+}
+
+/// A TDSet that now references a target instead of running its own Deployment (its form
+/// changed from `container`/`template` to `scaleTargetRef`): the Deployment and Service it
+/// owns are deleted, so nothing it no longer describes keeps running.
+pub(super) async fn remove_owned(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
+    let name = tdset.name_any();
+    let deployment = ctx
+        .deployments
+        .get(&ObjectRef::new(&name).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    let service = ctx
+        .services
+        .get(&ObjectRef::new(&name).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    let mut removed = vec![];
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    if delete_owned(ctx, tdset, &deployments, "deployments", deployment).await? {
+        removed.push("Deployment");
+    }
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    if delete_owned(ctx, tdset, &services, "services", service).await? {
+        removed.push("Service");
+    }
+    if !removed.is_empty() {
+        publish(
+            ctx,
+            tdset,
+            EventType::Normal,
+            "OwnedDeleted",
+            format!(
+                "deleted {} {ns}/{name}: the TDSet now scales spec.scaleTargetRef and runs nothing of its own",
+                removed.join(" and ")
+            ),
+        )
+        .await;
     }
     Ok(())
 }
@@ -409,6 +489,38 @@ pub(super) async fn report_failure(tdset: &TDSet, ctx: &Context, problem: &Probl
         ctx.clock.now(),
     );
     write_status(tdset, ctx, previous.as_ref(), new_status).await
+}
+
+/// Writes the TDSet's status as it stands with `target` recorded in it, and returns once the
+/// API server has it: a count to restore must be durable before the write that changes it
+/// (a crash, a restart or a change of leader between the two would otherwise take the
+/// operator's own count for the original).
+pub(super) async fn write_target_now(
+    tdset: &TDSet,
+    ctx: &Context,
+    target: &TargetStatus,
+) -> Result<()> {
+    let (Some(uid), Some(ns)) = (tdset.meta().uid.clone(), tdset.namespace()) else {
+        return Err(Error::MissingField("metadata.uid"));
+    };
+    let mut status = ctx.statuses.current(tdset).unwrap_or_default();
+    status.target = Some(target.clone());
+    debug!(
+        ?target,
+        "recording the target's original count before changing it"
+    );
+    ctx.lane
+        .write_now(
+            tdset,
+            StatusWrite {
+                namespace: ns,
+                name: tdset.name_any(),
+                uid,
+                status: std::sync::Arc::new(status),
+                attempts: 0,
+            },
+        )
+        .await
 }
 
 /// Patches status only when it differs from `previous` (from `StatusMemo::current`), and

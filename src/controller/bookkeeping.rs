@@ -139,6 +139,14 @@ impl Queue {
         }
     }
 
+    /// Takes the status waiting for `uid` out of the queue, if any.
+    fn take_status(&mut self, uid: &str) -> Option<StatusWrite> {
+        let s = self.statuses.remove(uid)?;
+        self.order.retain(|u| u != uid);
+        self.retry_at.remove(uid);
+        Some(s)
+    }
+
     /// Statuses first (what `kubectl get` shows), then Events; Events first while their queue
     /// is full (a publisher is waiting). A TDSet whose previous status is still being written,
     /// or that waits for a retry, is skipped.
@@ -224,7 +232,14 @@ pub struct KubeSink {
 impl Sink for KubeSink {
     fn status(&self, s: &StatusWrite) -> BoxFuture<'_, Result<Option<String>>> {
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &s.namespace);
-        let body = serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "status": &*s.status});
+        // The uid is a precondition: a status queued for a TDSet that was deleted and created
+        // again under its name is refused (409), never written onto the new one.
+        let body = serde_json::json!({
+            "apiVersion": "schedule.rs/v1",
+            "kind": "TDSet",
+            "metadata": {"name": &s.name, "uid": &s.uid},
+            "status": &*s.status,
+        });
         let (ns, name) = (s.namespace.clone(), s.name.clone());
         Box::pin(async move {
             let written = api
@@ -261,6 +276,8 @@ struct Shared {
     priority: Arc<Priority>,
     memo: Arc<StatusMemo>,
     metrics: Arc<Metrics>,
+    /// Where writes go; `write_now` uses it directly.
+    sink: Arc<dyn Sink>,
     /// Set by `drain`: no more deferring to workload writes, and writers stop once empty.
     draining: std::sync::atomic::AtomicBool,
     /// Set when `drain` gives up: writers stop at once.
@@ -287,6 +304,7 @@ impl Lane {
             priority,
             memo,
             metrics,
+            sink: sink.clone(),
             draining: Default::default(),
             closed: Default::default(),
         });
@@ -313,6 +331,49 @@ impl Lane {
             true
         })
         .await;
+    }
+
+    /// Writes a status now and returns once the API server has it, for what must be durable
+    /// before the workload write that needs it (a target's original count). One TDSet's
+    /// statuses stay in order: a status of it still queued is superseded by this one, and
+    /// one being written is waited for first. Never deferred to workload writes: the caller
+    /// is one.
+    pub async fn write_now(&self, tdset: &TDSet, s: StatusWrite) -> Result<()> {
+        let superseded = loop {
+            let taken = self.shared.queue.lock().ok().and_then(|mut q| {
+                if q.writing.contains(&s.uid) {
+                    return None;
+                }
+                q.writing.insert(s.uid.clone());
+                Some(q.take_status(&s.uid))
+            });
+            if let Some(taken) = taken {
+                break taken;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        self.shared.metrics.write("tdsets/status", "apply");
+        let result = self.shared.sink.status(&s).await;
+        if let Ok(produced) = &result {
+            // Recorded only once written: what the memo says is durable must be.
+            self.shared.memo.queued(tdset, s.status.clone());
+            self.shared
+                .memo
+                .written(&s.uid, &s.status, produced.clone());
+        }
+        if let Ok(mut q) = self.shared.queue.lock() {
+            q.done(&s.uid, None, Instant::now());
+            // Failed: the status it was to supersede is still due.
+            if let (Err(_), Some(old)) = (&result, superseded) {
+                q.push_status(old);
+            }
+            self.shared
+                .metrics
+                .bookkeeping_pending
+                .set(q.waiting() as i64);
+        }
+        self.shared.work.notify_one();
+        result.map(|_| ())
     }
 
     /// Queues an Event; waits only while the queue is full.
@@ -431,9 +492,9 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
                         s.memo.written(&w.uid, &w.status, produced);
                         None
                     }
-                    Err(e) if e.is_not_found() => {
+                    Err(e) if e.is_not_found() || e.is_conflict() => {
                         s.memo.written(&w.uid, &w.status, None);
-                        debug!(tdset = %format!("{}/{}", w.namespace, w.name), "TDSet gone; status dropped");
+                        debug!(tdset = %format!("{}/{}", w.namespace, w.name), "TDSet gone (or replaced); status dropped");
                         None
                     }
                     Err(e) => {

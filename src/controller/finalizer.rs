@@ -1,6 +1,10 @@
-//! `onDelete: Restore`: a finalizer that puts a referenced target back to the count it had
-//! when the TDSet took it over. It never blocks a deletion for a target that is gone or that
-//! the operator may not write: it says so in an Event and lets go.
+//! Letting go of a target: when a TDSet is deleted, or stops referencing the object it
+//! scaled (a new `scaleTargetRef`, another form). `onDelete: Restore` puts the count recorded
+//! in `status.target` back, onto that very object (kind, name, uid), never onto whatever the
+//! spec names now. An HPA's target that the schedule put to sleep (an HPA cannot hold 0) is
+//! woken whatever `onDelete` says. A finalizer holds the deletion for this; it never blocks
+//! it for a target that is gone or that the operator may not write: it says so in an Event
+//! and lets go.
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -10,7 +14,8 @@ use tracing::{info, warn};
 use super::Context;
 use super::events::{EventType, publish};
 use super::scale;
-use crate::api::{OnDelete, TDSet};
+use crate::api::{OnDelete, ScaleTargetRef, TDSet, TargetStatus};
+use crate::status::Problem;
 use crate::error::{Error, Result};
 use crate::workload::owned::FIELD_MANAGER;
 
@@ -18,7 +23,15 @@ use crate::workload::owned::FIELD_MANAGER;
 pub const RESTORE_FINALIZER: &str = "schedule.rs/restore-target";
 
 fn wants_finalizer(tdset: &TDSet) -> bool {
-    tdset.spec.scale_target_ref.is_some() && tdset.spec.on_delete == Some(OnDelete::Restore)
+    tdset
+        .spec
+        .scale_target_ref
+        .as_ref()
+        .is_some_and(|r| r.is_hpa() || restores(tdset))
+}
+
+fn restores(tdset: &TDSet) -> bool {
+    tdset.spec.on_delete == Some(OnDelete::Restore)
 }
 
 fn has_finalizer(tdset: &TDSet) -> bool {
@@ -68,58 +81,110 @@ pub(super) async fn ensure(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()>
     Ok(())
 }
 
-/// A TDSet being deleted: restore its target if asked to, then let it go.
+/// A TDSet being deleted: let go of its target, then of the TDSet.
 pub(super) async fn on_delete(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
     if !has_finalizer(tdset) {
         // Owned objects go with the garbage collector; a target is kept as it is.
         return Ok(());
     }
-    let original = ctx
-        .statuses
-        .current(tdset)
-        .and_then(|s| s.target)
-        .and_then(|t| t.original_replicas);
-    match (&tdset.spec.scale_target_ref, original) {
-        (Some(r), Some(original)) if wants_finalizer(tdset) => {
-            match scale::restore(ctx, ns, r, original).await? {
-                Ok(done) => {
-                    info!(%done, "restored the target before deletion");
-                    publish(
-                        ctx,
-                        tdset,
-                        EventType::Normal,
-                        "Restored",
-                        format!("{done} (onDelete: Restore)"),
-                    )
-                    .await;
-                }
-                Err(p) => {
-                    warn!(problem = %p.message(), "could not restore the target; deleting anyway");
-                    publish(
-                        ctx,
-                        tdset,
-                        EventType::Warning,
-                        "RestoreFailed",
-                        format!(
-                            "could not restore {r} to {original}: {}; the TDSet is deleted anyway",
-                            p.message()
-                        ),
-                    )
-                    .await;
-                }
-            }
-        }
-        (Some(r), None) => {
+    match ctx.statuses.current(tdset).and_then(|s| s.target) {
+        Some(recorded) => let_go(tdset, ctx, ns, &recorded, "deleted").await?,
+        None if restores(tdset) => {
+            let what = tdset
+                .spec
+                .scale_target_ref
+                .as_ref()
+                .map_or_else(|| "the target".to_string(), ToString::to_string);
             publish(
                 ctx,
                 tdset,
                 EventType::Warning,
                 "RestoreFailed",
-                format!("no original count of {r} was recorded, so there is nothing to restore; the TDSet is deleted anyway"),
+                format!("no original count of {what} was recorded, so there is nothing to restore; the TDSet is deleted anyway"),
             )
             .await;
         }
-        _ => {}
+        None => {}
     }
     set_finalizer(tdset, ctx, ns, false).await
+}
+
+/// The TDSet no longer references the target its status records (a new `scaleTargetRef`,
+/// or another form): that target is let go of as a deletion would, before anything else is
+/// written. The status that names the new target (or none) follows from this reconcile.
+pub(super) async fn release_previous(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
+    let Some(recorded) = ctx.statuses.current(tdset).and_then(|s| s.target) else {
+        return Ok(());
+    };
+    let still = tdset.spec.scale_target_ref.as_ref().is_some_and(|r| {
+        r.api_version == recorded.api_version && r.kind == recorded.kind && r.name == recorded.name
+    });
+    if !still {
+        let_go(tdset, ctx, ns, &recorded, "retargeted").await?;
+    }
+    Ok(())
+}
+
+/// Puts `recorded` back as `onDelete` asks (and wakes an HPA's sleeping target), reporting
+/// what was done, or why not, in an Event.
+async fn let_go(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    recorded: &TargetStatus,
+    why: &str,
+) -> Result<()> {
+    let r = ScaleTargetRef {
+        api_version: recorded.api_version.clone(),
+        kind: recorded.kind.clone(),
+        name: recorded.name.clone(),
+    };
+    let uid = recorded.uid.as_deref();
+    let (verb, result) = match recorded.original_replicas {
+        Some(original) if restores(tdset) => (
+            "restore",
+            scale::restore(ctx, ns, &r, original, uid).await?,
+        ),
+        None if restores(tdset) => (
+            "restore",
+            Err(Problem::TargetNotFound(format!(
+                "no original count of {r} was recorded"
+            ))),
+        ),
+        _ if r.is_hpa() => ("wake the target of", scale::wake(ctx, ns, &r, uid).await?),
+        _ => return Ok(()),
+    };
+    match result {
+        Ok(Some(done)) => {
+            info!(%done, why, "let go of the target");
+            publish(
+                ctx,
+                tdset,
+                EventType::Normal,
+                "Restored",
+                format!("{done} (the TDSet was {why}; onDelete: {})", on_delete_name(tdset)),
+            )
+            .await;
+        }
+        Ok(None) => {}
+        Err(p) => {
+            warn!(problem = %p.message(), why, "could not let go of the target as asked");
+            publish(
+                ctx,
+                tdset,
+                EventType::Warning,
+                "RestoreFailed",
+                format!(
+                    "could not {verb} {r}: {}; it was not restored (the TDSet was {why})",
+                    p.message()
+                ),
+            )
+            .await;
+        }
+    }
+    Ok(())
+}
+
+fn on_delete_name(tdset: &TDSet) -> &'static str {
+    if restores(tdset) { "Restore" } else { "Keep" }
 }

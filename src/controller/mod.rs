@@ -81,6 +81,8 @@ pub struct Context {
     pub synced: Arc<AtomicBool>,
     /// When each TDSet is reconciled next.
     pub wakeups: Arc<wakeups::Wakeups>,
+    /// Which TDSets reference which target, and which of them holds it.
+    pub index: TargetIndex,
 }
 
 /// What happened to an owned object in this reconcile.
@@ -213,6 +215,13 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
     // Observe and apply, as the mode asks; while suspended, observe only. The bookkeeping lane
     // (status, Events) waits while this runs anywhere.
     let turn = ctx.priority.workload();
+    // What the TDSet drove before and no longer describes is let go of first (suspended or
+    // not: letting go is not scheduling), so a target's record is never overwritten before it
+    // has been given back.
+    finalizer::release_previous(tdset, ctx, &ns).await?;
+    if matches!(source, Source::Scale(_) | Source::HpaFloor(_)) {
+        apply::remove_owned(tdset, ctx, &ns).await?;
+    }
     finalizer::ensure(tdset, ctx, &ns).await?;
     let write = if tdset.spec.is_suspended() {
         Write::Never
@@ -380,6 +389,7 @@ async fn run_controller(
         own_writes: own_writes.clone(),
         synced: Arc::new(AtomicBool::new(false)),
         wakeups: wakeups.clone(),
+        index: index.clone(),
     });
 
     // Ready, and wakeups handed over, once all four caches hold a full list. Polled, not

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use tracing::debug;
 
@@ -116,12 +117,14 @@ async fn read(
                 spec_replicas: int("/spec/replicas").unwrap_or(1),
                 status_replicas: int("/status/replicas").unwrap_or(0),
                 ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
+                uid: o.metadata.uid.clone(),
             }
         }));
     }
     Ok(request("/scale")
         .answer(api.get_scale(&r.name).await)?
         .map(|s| ScaleView {
+            uid: s.metadata.uid,
             spec_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
             status_replicas: s.status.map_or(0, |s| s.replicas),
             ready_replicas: None,
@@ -190,6 +193,44 @@ async fn resolve_and_read(
     Ok(read(ctx, ns, r, &res).await?.map(|view| (res, view)))
 }
 
+/// The HPA (first by name) that scales `r`, from the cache.
+pub(super) fn hpa_scaling(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Option<String> {
+    target::conflicting_hpa(r, &hpas_in(ctx, ns)).map(|h| h.name.clone())
+}
+
+/// Another TDSet that holds `r`: one that owns it (it runs that Deployment), or an older
+/// claim on it (see `TargetIndex::holder`). Such a TDSet is the only one that writes it.
+fn held_elsewhere(tdset: &TDSet, ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Option<Problem> {
+    let me = tdset.name_any();
+    if r.group() == "apps" && r.kind == "Deployment"
+        && let Some(d) = ctx.deployments.get(&ObjectRef::new(&r.name).within(ns))
+        && let Some(owner) = d.owner_references().iter().find(|o| {
+            o.controller == Some(true) && o.kind == "TDSet" && o.api_version.starts_with("schedule.rs/")
+        })
+    {
+        return Some(Problem::ConflictingTDSet(format!(
+            "{r} is run by TDSet {}, which owns it; this TDSet writes nothing to it",
+            owner.name
+        )));
+    }
+    match ctx.index.holder(ns, r.group(), &r.kind, &r.name) {
+        Some(holder) if holder != me => Some(Problem::ConflictingTDSet(format!(
+            "{r} is held by TDSet {holder}, the older claim on it; this TDSet writes nothing to it \
+             until {holder} lets go of it (deleted, or pointed elsewhere)"
+        ))),
+        _ => None,
+    }
+}
+
+/// The outcome for a target another TDSet holds: nothing read or written, and the target
+/// this TDSet recorded before (if any) kept as it was.
+fn held_outcome(tdset: &TDSet, ctx: &Context, p: Problem, r: &ScaleTargetRef) -> Outcome {
+    let recorded = ctx.statuses.current(tdset).and_then(|s| s.target);
+    let mut out = problem_outcome(p, r, TargetStatus::default());
+    out.target = recorded;
+    out
+}
+
 /// The HPAs of a namespace, from the cache.
 fn hpas_in(ctx: &Context, ns: &str) -> Vec<HpaView> {
     ctx.hpas
@@ -219,30 +260,45 @@ pub(super) fn hpa_view(h: &HorizontalPodAutoscaler) -> Option<HpaView> {
     })
 }
 
+/// The target as status records it, and whether its original count is durable: already in
+/// the TDSet's status in the API, for this very object (same uid), before any write of ours.
+pub(super) struct Record {
+    pub status: TargetStatus,
+    pub durable: bool,
+}
+
 /// What status says about the target. The original count is kept from the first takeover
 /// for as long as the TDSet points at the same object. Status is the only place it is
 /// remembered, so before recording a new one the TDSet is read live: a freshly started
 /// operator may list a revision from before the status that recorded it, and would otherwise
-/// take the count it set itself for the original.
+/// take the count it set itself for the original. `observed` is the field's value now and
+/// the object's uid.
 async fn target_status(
     tdset: &TDSet,
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
     field: &str,
-    now: Option<i32>,
-) -> Result<TargetStatus> {
+    observed: Option<(i32, Option<&str>)>,
+) -> Result<Record> {
+    let uid = observed.and_then(|(_, uid)| uid);
     let same = |t: &TargetStatus| {
-        t.api_version == r.api_version && t.kind == r.kind && t.name == r.name && t.field == field
+        t.api_version == r.api_version
+            && t.kind == r.kind
+            && t.name == r.name
+            && t.field == field
+            && match (t.uid.as_deref(), uid) {
+                (Some(recorded), Some(seen)) => recorded == seen,
+                _ => true,
+            }
     };
     let recorded = |status: Option<TDSetStatus>| {
         status
             .and_then(|s| s.target)
-            .filter(same)
-            .and_then(|t| t.original_replicas)
+            .filter(|t| same(t) && t.original_replicas.is_some())
     };
-    let mut original = recorded(ctx.statuses.current(tdset));
-    if original.is_none() {
+    let mut found = recorded(ctx.statuses.current(tdset));
+    if found.is_none() {
         let live = Api::<TDSet>::namespaced(ctx.client.clone(), ns)
             .get(&tdset.name_any())
             .await
@@ -250,15 +306,37 @@ async fn target_status(
                 "reading TDSet {ns}/{}",
                 tdset.name_any()
             )))?;
-        original = recorded(live.status);
+        found = recorded(live.status);
     }
-    Ok(TargetStatus {
-        api_version: r.api_version.clone(),
-        kind: r.kind.clone(),
-        name: r.name.clone(),
-        field: field.into(),
-        original_replicas: original.or(now),
+    Ok(match found {
+        Some(t) => Record {
+            status: TargetStatus {
+                uid: t.uid.clone().or(uid.map(String::from)),
+                ..t
+            },
+            durable: true,
+        },
+        None => Record {
+            status: TargetStatus {
+                api_version: r.api_version.clone(),
+                kind: r.kind.clone(),
+                name: r.name.clone(),
+                uid: uid.map(String::from),
+                field: field.into(),
+                original_replicas: observed.map(|(count, _)| count),
+            },
+            durable: false,
+        },
     })
+}
+
+/// Makes the original count durable before the first write that changes the field.
+async fn ensure_durable(tdset: &TDSet, ctx: &Context, record: &mut Record) -> Result<()> {
+    if !record.durable {
+        super::apply::write_target_now(tdset, ctx, &record.status).await?;
+        record.durable = true;
+    }
+    Ok(())
 }
 
 fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStatus) -> Outcome {
@@ -292,6 +370,9 @@ pub(super) async fn reconcile_scale(
     write_: Write,
 ) -> Result<Outcome> {
     const FIELD: &str = "spec.replicas";
+    if let Some(p) = held_elsewhere(tdset, ctx, ns, r) {
+        return Ok(held_outcome(tdset, ctx, p, r));
+    }
     if ctx.hpas.wait_until_ready().now_or_never().is_none() {
         // Until the HPA cache holds a full list, a conflicting HPA could be missed: write
         // nothing yet and look again in a moment.
@@ -303,7 +384,7 @@ pub(super) async fn reconcile_scale(
             problem: None,
             notices: vec![],
             // Keep what status remembers (the original count), as every other path does.
-            target: Some(target_status(tdset, ctx, ns, r, FIELD, None).await?),
+            target: Some(target_status(tdset, ctx, ns, r, FIELD, None).await?.status),
             retry: Some(Duration::from_secs(1)),
             scaled: false,
         });
@@ -314,11 +395,19 @@ pub(super) async fn reconcile_scale(
             return Ok(problem_outcome(
                 p,
                 r,
-                target_status(tdset, ctx, ns, r, FIELD, None).await?,
+                target_status(tdset, ctx, ns, r, FIELD, None).await?.status,
             ));
         }
     };
-    let target = target_status(tdset, ctx, ns, r, FIELD, Some(view.spec_replicas)).await?;
+    let mut record = target_status(
+        tdset,
+        ctx,
+        ns,
+        r,
+        FIELD,
+        Some((view.spec_replicas, view.uid.as_deref())),
+    )
+    .await?;
     if let Some(h) = target::conflicting_hpa(r, &hpas_in(ctx, ns)) {
         let p = Problem::ConflictingAutoscaler(format!(
             "HorizontalPodAutoscaler {} also scales {r}; the operator writes nothing rather than fight it. \
@@ -326,7 +415,7 @@ pub(super) async fn reconcile_scale(
              to make the schedule the HPA's floor",
             h.name, h.name
         ));
-        let mut out = problem_outcome(p, r, target);
+        let mut out = problem_outcome(p, r, record.status);
         out.workload = Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas));
         return Ok(out);
     }
@@ -335,8 +424,9 @@ pub(super) async fn reconcile_scale(
     if write_ == Write::IfDifferent
         && let Some(replicas) = target::scale_write(eval.replicas, &view)
     {
+        ensure_durable(tdset, ctx, &mut record).await?;
         if let Err(p) = write(ctx, ns, r, &res, replicas).await? {
-            return Ok(problem_outcome(p, r, target));
+            return Ok(problem_outcome(p, r, record.status));
         }
         record_scale(
             ctx,
@@ -354,7 +444,7 @@ pub(super) async fn reconcile_scale(
         workload: Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas)),
         problem: None,
         notices: vec![],
-        target: Some(target),
+        target: Some(record.status),
         retry: None,
         scaled,
     })
@@ -430,34 +520,42 @@ pub(super) async fn reconcile_hpa(
     write_: Write,
 ) -> Result<Outcome> {
     const FIELD: &str = "spec.minReplicas";
+    if let Some(p) = held_elsewhere(tdset, ctx, ns, r) {
+        return Ok(held_outcome(tdset, ctx, p, r));
+    }
     let (mut hpa, uid) = match read_hpa(ctx, ns, r).await? {
         Ok(found) => found,
         Err(p) => {
             return Ok(problem_outcome(
                 p,
                 r,
-                target_status(tdset, ctx, ns, r, FIELD, None).await?,
+                target_status(tdset, ctx, ns, r, FIELD, None).await?.status,
             ));
         }
     };
-    let target = target_status(tdset, ctx, ns, r, FIELD, Some(hpa.min())).await?;
+    let mut record =
+        target_status(tdset, ctx, ns, r, FIELD, Some((hpa.min(), uid.as_deref()))).await?;
     // The HPA's own target, read for its count: a floor of 0 is the target asleep.
     let workload_ref = hpa.target.clone();
-    let (res, mut target_replicas) = match resolve_and_read(ctx, ns, &workload_ref).await? {
-        Ok((res, view)) => (Some(res), Some(view.spec_replicas)),
-        Err(p) => {
-            debug!(problem = %p.message(), "the HPA's target cannot be read");
-            (None, None)
-        }
-    };
+    let (res, mut target_replicas, unreadable) =
+        match resolve_and_read(ctx, ns, &workload_ref).await? {
+            Ok((res, view)) => (Some(res), Some(view.spec_replicas), None),
+            Err(p) => {
+                debug!(problem = %p.message(), "the HPA's target cannot be read");
+                (None, None, Some(p))
+            }
+        };
     let mut plan = hpa::plan(eval.replicas, &hpa, target_replicas);
     if write_ == Write::Never {
         plan.min_replicas = None;
         plan.scale_target = None;
     }
+    if plan.min_replicas.is_some() || plan.scale_target.is_some() {
+        ensure_durable(tdset, ctx, &mut record).await?;
+    }
     if let Some(min) = plan.min_replicas {
         if let Err(p) = write_min_replicas(ctx, ns, r, uid.as_deref(), min).await? {
-            return Ok(problem_outcome(p, r, target));
+            return Ok(problem_outcome(p, r, record.status));
         }
         let change = format!("set HorizontalPodAutoscaler {} minReplicas", r.name);
         record_scale(ctx, tdset, &change, hpa.min(), min, eval).await;
@@ -473,7 +571,7 @@ pub(super) async fn reconcile_hpa(
                 record_scale(ctx, tdset, &change, target_replicas.unwrap_or(0), n, eval).await;
                 target_replicas = Some(n);
             }
-            Err(p) => return Ok(problem_outcome(p, r, target)),
+            Err(p) => return Ok(problem_outcome(p, r, record.status)),
         }
     }
     let notices = plan
@@ -485,56 +583,121 @@ pub(super) async fn reconcile_hpa(
         })
         .into_iter()
         .collect();
+    let scaled = plan.min_replicas.is_some() || plan.scale_target.is_some();
+    // Without the target's count, whether it sleeps or runs is unknown: say so, never
+    // "Settled" at a count nobody read.
+    if let Some(p) = unreadable {
+        let mut out = problem_outcome(p, &workload_ref, record.status);
+        out.notices = notices;
+        out.scaled = scaled;
+        if let Err(missing) = &mut out.workload {
+            missing.message = format!(
+                "the target of HorizontalPodAutoscaler {}: {}",
+                r.name, missing.message
+            );
+        }
+        return Ok(out);
+    }
     Ok(Outcome {
         workload: Ok(Observed::hpa(&hpa, plan.floor, target_replicas)),
         problem: None,
         notices,
-        target: Some(target),
+        target: Some(record.status),
         retry: None,
-        scaled: plan.min_replicas.is_some() || plan.scale_target.is_some(),
+        scaled,
     })
 }
 
-/// Puts a target back to `original` (the `onDelete: Restore` finalizer). `Ok(Err)` says why
-/// it could not be done (gone, forbidden): the finalizer then lets go rather than block.
+/// Whether `seen` is the object whose count was recorded (`recorded`: its uid then).
+fn same_object(r: &ScaleTargetRef, recorded: Option<&str>, seen: Option<&str>) -> Result<(), Problem> {
+    match (recorded, seen) {
+        (Some(a), Some(b)) if a != b => Err(Problem::TargetNotFound(format!(
+            "{r} was deleted and created again since its count was recorded; the new object is left as it is"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Puts a target back to `original`, only onto the object it was recorded from (`uid`).
+/// `Ok(Err)` says why it could not be done (gone, replaced, forbidden): the caller then lets
+/// go rather than block.
 pub(super) async fn restore(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
     original: i32,
-) -> Result<Result<String, Problem>> {
+    uid: Option<&str>,
+) -> Result<Result<Option<String>, Problem>> {
     if r.is_hpa() {
-        let (hpa, uid) = match read_hpa(ctx, ns, r).await? {
+        let (hpa, seen) = match read_hpa(ctx, ns, r).await? {
             Ok(found) => found,
             Err(p) => return Ok(Err(p)),
         };
+        if let Err(p) = same_object(r, uid, seen.as_deref()) {
+            return Ok(Err(p));
+        }
         if hpa.min() != original
-            && let Err(p) = write_min_replicas(ctx, ns, r, uid.as_deref(), original).await?
+            && let Err(p) = write_min_replicas(ctx, ns, r, seen.as_deref(), original).await?
         {
             return Ok(Err(p));
         }
         // A target the schedule put to sleep is woken to the restored floor.
         if let Ok((res, view)) = resolve_and_read(ctx, ns, &hpa.target).await?
             && view.spec_replicas == 0
-            && let Err(p) = write(ctx, ns, &hpa.target, &res, original).await?
+            && let Err(p) = write(ctx, ns, &hpa.target, &res, original.max(1)).await?
         {
             return Ok(Err(p));
         }
-        return Ok(Ok(format!(
+        return Ok(Ok(Some(format!(
             "restored HorizontalPodAutoscaler {} minReplicas to {original}",
             r.name
-        )));
+        ))));
     }
     let (res, view) = match resolve_and_read(ctx, ns, r).await? {
         Ok(found) => found,
         Err(p) => return Ok(Err(p)),
     };
+    if let Err(p) = same_object(r, uid, view.uid.as_deref()) {
+        return Ok(Err(p));
+    }
     if view.spec_replicas != original
         && let Err(p) = write(ctx, ns, r, &res, original).await?
     {
         return Ok(Err(p));
     }
-    Ok(Ok(format!("restored {r} to {original} replicas")))
+    Ok(Ok(Some(format!("restored {r} to {original} replicas"))))
+}
+
+/// An HPA's target that the schedule put to 0 (which the HPA cannot hold, so it stays there)
+/// is woken to the HPA's floor when the TDSet lets go of the HPA without restoring it.
+pub(super) async fn wake(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    uid: Option<&str>,
+) -> Result<Result<Option<String>, Problem>> {
+    let (hpa, seen) = match read_hpa(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if let Err(p) = same_object(r, uid, seen.as_deref()) {
+        return Ok(Err(p));
+    }
+    let (res, view) = match resolve_and_read(ctx, ns, &hpa.target).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if view.spec_replicas != 0 {
+        return Ok(Ok(None));
+    }
+    let to = hpa.min().max(1);
+    if let Err(p) = write(ctx, ns, &hpa.target, &res, to).await? {
+        return Ok(Err(p));
+    }
+    Ok(Ok(Some(format!(
+        "woke {} to {to} replicas, the floor of HorizontalPodAutoscaler {}",
+        hpa.target, r.name
+    ))))
 }
 
 /// The TDSets to reconcile when a watched object changes: those that reference it, and, for

@@ -1,7 +1,7 @@
 //! The watches that feed the controller, each with a cache that keeps only what a reconcile
 //! reads, and the backoff they share.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use super::wakeups::Wakeups;
-use super::{TDSetRef, tdset_ref};
+use super::{TDSetRef, tdset_ref, tdset_ref_named};
 use crate::api::TDSet;
 use crate::cache::{Cached, Prune};
 use crate::memo::StatusMemo;
@@ -113,12 +113,17 @@ pub(super) fn tdset_watch(
         .backoff(api_backoff())
         .inspect_ok(move |event| match event {
             watcher::Event::Apply(t) | watcher::Event::InitApply(t) => {
-                index.update(t);
+                // A claim that moved may hand its old target to another TDSet, or take one.
+                for other in index.update(t) {
+                    wakeups.now(other.namespace.as_deref().unwrap_or_default(), &other.name);
+                }
                 statuses.seen(t, false);
                 wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
             }
             watcher::Event::Delete(t) => {
-                index.remove(t);
+                for other in index.remove(t) {
+                    wakeups.now(other.namespace.as_deref().unwrap_or_default(), &other.name);
+                }
                 statuses.seen(t, true);
                 wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
             }
@@ -148,51 +153,81 @@ where
 type TargetKey = (String, String, String, String);
 
 /// Which TDSets reference which object, so a change of a target (or of an HPA that scales it)
-/// reconciles exactly the TDSets concerned, without scanning every TDSet per event.
+/// reconciles exactly the TDSets concerned, without scanning every TDSet per event. It also
+/// says which of them holds the object: the oldest claim (creationTimestamp, then name).
 #[derive(Clone, Default)]
 pub struct TargetIndex(Arc<RwLock<Index>>);
 
+/// A TDSet's claim on a target, ordered as holding goes: older first, then by name.
+type Claim = (String, String);
+
 #[derive(Default)]
 struct Index {
-    by_target: HashMap<TargetKey, HashSet<TDSetRef>>,
-    by_tdset: HashMap<TDSetRef, TargetKey>,
+    by_target: HashMap<TargetKey, BTreeSet<Claim>>,
+    by_tdset: HashMap<TDSetRef, (TargetKey, Claim)>,
 }
 
 impl TargetIndex {
-    pub fn update(&self, tdset: &TDSet) {
+    /// Records the TDSet's target; returns the other TDSets whose claim may have changed
+    /// hands (those on the target it left or joined), to be reconciled.
+    pub fn update(&self, tdset: &TDSet) -> Vec<TDSetRef> {
         let Ok(mut index) = self.0.write() else {
-            return;
+            return vec![];
         };
         let me = tdset_ref(tdset);
+        let ns = tdset.namespace().unwrap_or_default();
         let key = tdset.spec.scale_target_ref.as_ref().map(|r| {
             (
-                tdset.namespace().unwrap_or_default(),
+                ns.clone(),
                 r.group().to_string(),
                 r.kind.clone(),
                 r.name.clone(),
             )
         });
-        if index.by_tdset.get(&me) == key.as_ref() {
-            return;
+        if index.by_tdset.get(&me).map(|(k, _)| k) == key.as_ref() {
+            return vec![];
         }
-        index.unlink(&me);
+        let mut others = index.unlink(&me);
         if let Some(key) = key {
-            index
-                .by_target
-                .entry(key.clone())
-                .or_default()
-                .insert(me.clone());
-            index.by_tdset.insert(me, key);
+            let created = tdset
+                .meta()
+                .creation_timestamp
+                .as_ref()
+                .and_then(|t| serde_json::to_string(t).ok())
+                .unwrap_or_default();
+            let claim = (created, tdset.name_any());
+            let set = index.by_target.entry(key.clone()).or_default();
+            others.extend(set.iter().map(|(_, name)| tdset_ref_named(&ns, name)));
+            set.insert(claim.clone());
+            index.by_tdset.insert(me, (key, claim));
         }
+        others
     }
 
-    pub fn remove(&self, tdset: &TDSet) {
-        if let Ok(mut index) = self.0.write() {
-            index.unlink(&tdset_ref(tdset));
-        }
+    /// Forgets the TDSet; returns the others that claimed its target.
+    pub fn remove(&self, tdset: &TDSet) -> Vec<TDSetRef> {
+        self.0
+            .write()
+            .map(|mut index| index.unlink(&tdset_ref(tdset)))
+            .unwrap_or_default()
     }
 
     pub fn lookup(&self, ns: &str, group: &str, kind: &str, name: &str) -> Vec<TDSetRef> {
+        self.claims(ns, group, kind, name)
+            .iter()
+            .map(|(_, n)| tdset_ref_named(ns, n))
+            .collect()
+    }
+
+    /// The TDSet that holds the object: the oldest of those that reference it.
+    pub fn holder(&self, ns: &str, group: &str, kind: &str, name: &str) -> Option<String> {
+        self.claims(ns, group, kind, name)
+            .into_iter()
+            .next()
+            .map(|(_, n)| n)
+    }
+
+    fn claims(&self, ns: &str, group: &str, kind: &str, name: &str) -> Vec<Claim> {
         let key = (
             ns.to_string(),
             group.to_string(),
@@ -213,15 +248,23 @@ impl TargetIndex {
 }
 
 impl Index {
-    fn unlink(&mut self, me: &TDSetRef) {
-        if let Some(old) = self.by_tdset.remove(me)
-            && let Some(set) = self.by_target.get_mut(&old)
-        {
-            set.remove(me);
-            if set.is_empty() {
-                self.by_target.remove(&old);
-            }
+    /// Removes the TDSet's claim; returns the TDSets left claiming what it claimed.
+    fn unlink(&mut self, me: &TDSetRef) -> Vec<TDSetRef> {
+        let Some((old, claim)) = self.by_tdset.remove(me) else {
+            return vec![];
+        };
+        let Some(set) = self.by_target.get_mut(&old) else {
+            return vec![];
+        };
+        set.remove(&claim);
+        let others = set
+            .iter()
+            .map(|(_, name)| tdset_ref_named(&old.0, name))
+            .collect();
+        if set.is_empty() {
+            self.by_target.remove(&old);
         }
+        others
     }
 }
 

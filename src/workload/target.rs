@@ -15,6 +15,8 @@ pub struct ScaleView {
     pub status_replicas: i32,
     /// Ready replicas, when the kind reports them (`status.readyReplicas`).
     pub ready_replicas: Option<i32>,
+    /// The object's uid (`/scale` carries its object's).
+    pub uid: Option<String>,
 }
 
 /// The replica count to write, if it differs from what the target is asked to run.
@@ -79,6 +81,7 @@ mod tests {
             spec_replicas: 3,
             status_replicas: 3,
             ready_replicas: Some(3),
+            uid: None,
         };
         assert_eq!(scale_write(3, &seen), None);
         assert_eq!(scale_write(0, &seen), Some(0));

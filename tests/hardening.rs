@@ -1,0 +1,409 @@
+//! Safe under abuse and failure, on the real API server (kube-controller-manager runs the
+//! Deployment and HPA controllers): one writer per workload, originals that are durable
+//! before the change that needs them, retargets and form switches that let go cleanly, and
+//! nothing left asleep by accident. The operator runs in-process with an injected clock.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use support::*;
+use tdset_operator::api::TDSet;
+use tdset_operator::clock::SystemClock;
+
+/// Noon on a Friday, inside 09:00-17:00.
+fn noon() -> SystemClock {
+    SystemClock::starting_at(utc("2026-05-01T12:00:00Z"))
+}
+
+/// `replicas` from 09:00 to 17:00 UTC (so at noon), `default` otherwise, for `source`.
+fn at_noon(source: Value, replicas: i32, default: i32) -> Value {
+    let mut spec = json!({
+        "schedulingConfig": [{"name": "office", "startTime": 9, "endTime": 17, "replica": replicas}],
+        "defaultReplica": default,
+        "intervalMint": 60
+    });
+    for (k, v) in source.as_object().into_iter().flatten() {
+        spec[k] = v.clone();
+    }
+    spec
+}
+
+fn deployment_ref(name: &str) -> Value {
+    json!({"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}})
+}
+
+fn hpa_ref(name: &str) -> Value {
+    json!({"scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": name}})
+}
+
+fn hpa(name: &str, target: &str, min: i32, max: i32) -> Value {
+    json!({
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                 "minReplicas": min, "maxReplicas": max,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]}
+    })
+}
+
+fn deployments(client: &Client, ns: &str) -> Api<Deployment> {
+    Api::namespaced(client.clone(), ns)
+}
+
+fn tdsets(client: &Client, ns: &str) -> Api<TDSet> {
+    Api::namespaced(client.clone(), ns)
+}
+
+async fn delete_tdset(client: &Client, ns: &str, name: &str) {
+    tdsets(client, ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("deleting the TDSet");
+}
+
+/// How many times the Deployment's spec changed (its generation) over `window`: the writes
+/// that reached it, whoever made them.
+async fn spec_changes_over(client: &Client, ns: &str, name: &str, window: Duration) -> i64 {
+    let generation = |d: Deployment| d.metadata.generation.unwrap_or(0);
+    let before = generation(deployments(client, ns).get(name).await.unwrap());
+    tokio::time::sleep(window).await;
+    generation(deployments(client, ns).get(name).await.unwrap()) - before
+}
+
+#[tokio::test]
+async fn the_original_count_is_in_the_api_before_the_first_scale() {
+    let (client, ns) = setup("hard-order").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 3)).await;
+    // Both watches start before the TDSet exists: every revision of either is seen. etcd
+    // revisions are one sequence for all objects, so they order the two writes.
+    let first_revision = |stream: std::pin::Pin<Box<dyn futures::Stream<Item = (u64, bool)> + Send>>| {
+        tokio::spawn(async move {
+            let mut stream = stream;
+            while let Some((rv, hit)) = stream.next().await {
+                if hit {
+                    return rv;
+                }
+            }
+            u64::MAX
+        })
+    };
+    let rv = |m: &kube::api::ObjectMeta| {
+        m.resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let original_recorded = first_revision(Box::pin(
+        watcher(tdsets(&client, &ns.name), watcher::Config::default())
+            .applied_objects()
+            .filter_map(|t| async move { t.ok() })
+            .map(move |t: TDSet| {
+                let recorded = t
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.target.as_ref())
+                    .and_then(|t| t.original_replicas)
+                    == Some(3);
+                (rv(&t.metadata), recorded)
+            }),
+    ));
+    let scaled = first_revision(Box::pin(
+        watcher(deployments(&client, &ns.name), watcher::Config::default())
+            .applied_objects()
+            .filter_map(|d| async move { d.ok() })
+            .map(move |d: Deployment| (rv(&d.metadata), replicas(&d) != Some(3))),
+    ));
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let mut spec = at_noon(deployment_ref("web"), 5, 1);
+    spec["onDelete"] = json!("Restore");
+    create_tdset(&client, &ns.name, &tdset("sched", spec)).await;
+    deployment_at(&client, &ns.name, "web", 5).await;
+    let (recorded_at, scaled_at) = (
+        tokio::time::timeout(GUARD, original_recorded)
+            .await
+            .unwrap()
+            .unwrap(),
+        tokio::time::timeout(GUARD, scaled).await.unwrap().unwrap(),
+    );
+    assert!(
+        recorded_at < scaled_at,
+        "the original (3) was recorded at revision {recorded_at}, after the Deployment was scaled at {scaled_at}"
+    );
+    delete_tdset(&client, &ns.name, "sched").await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn two_tdsets_on_one_deployment_the_older_holds_it_and_hands_it_over_when_it_goes() {
+    let (client, ns) = setup("hard-two").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset("older", at_noon(deployment_ref("web"), 4, 1)),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "web", 4).await;
+    // creationTimestamp has whole seconds: the younger is younger by at least one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset("younger", at_noon(deployment_ref("web"), 2, 2)),
+    )
+    .await;
+    let younger = tdset_with_reason(&client, &ns.name, "younger", "Degraded", "ConflictingTDSet").await;
+    let degraded = condition(&younger, "Degraded").unwrap();
+    assert_eq!(degraded.status, "True");
+    assert!(
+        degraded.message.contains("older") && degraded.message.contains("Deployment web"),
+        "{}",
+        degraded.message
+    );
+    wait_for_event(&client, &ns.name, "younger", |(ty, r, _)| {
+        ty == "Warning" && r == "ConflictingTDSet"
+    })
+    .await;
+    // No flip-flop: over 30 s the Deployment's spec is not written at all.
+    let changes = spec_changes_over(&client, &ns.name, "web", Duration::from_secs(30)).await;
+    assert_eq!(changes, 0, "the Deployment was written {changes} times while both TDSets exist");
+    assert_eq!(
+        replicas(&deployments(&client, &ns.name).get("web").await.unwrap()),
+        Some(4)
+    );
+    // The holder goes: the younger takes the Deployment over at once.
+    delete_tdset(&client, &ns.name, "older").await;
+    deployment_at(&client, &ns.name, "web", 2).await;
+    tdset_with_reason(&client, &ns.name, "younger", "Degraded", "AsExpected").await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_target_another_tdset_runs_is_left_to_it() {
+    let (client, ns) = setup("hard-owned").await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "runs-web",
+            at_noon(json!({"container": {"image": "nginx:1.27", "port": 8080}}), 3, 1),
+        ),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "runs-web", 3).await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset("grabs-web", at_noon(deployment_ref("runs-web"), 6, 6)),
+    )
+    .await;
+    let grabber =
+        tdset_with_reason(&client, &ns.name, "grabs-web", "Degraded", "ConflictingTDSet").await;
+    assert!(
+        condition(&grabber, "Degraded")
+            .unwrap()
+            .message
+            .contains("runs-web"),
+        "{:?}",
+        condition(&grabber, "Degraded")
+    );
+    let changes =
+        spec_changes_over(&client, &ns.name, "runs-web", Duration::from_secs(20)).await;
+    assert_eq!(changes, 0, "the owned Deployment was written {changes} times");
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_hpa_on_an_owned_deployment_is_reported_and_not_fought() {
+    let (client, ns) = setup("hard-ownhpa").await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "web",
+            at_noon(json!({"container": {"image": "nginx:1.27", "port": 8080}}), 5, 1),
+        ),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "web", 5).await;
+    // The HPA's maximum is below the schedule: it scales the Deployment down to 3 at every
+    // sync (no metrics needed for that), which an operator that fights would revert.
+    let _: HorizontalPodAutoscaler = create_object(&client, &ns.name, hpa("web", "web", 1, 3)).await;
+    let t = tdset_with_reason(&client, &ns.name, "web", "Degraded", "ConflictingAutoscaler").await;
+    assert!(condition(&t, "Degraded").unwrap().message.contains("HorizontalPodAutoscaler web"));
+    deployment_at(&client, &ns.name, "web", 3).await;
+    let changes = spec_changes_over(&client, &ns.name, "web", Duration::from_secs(35)).await;
+    assert_eq!(changes, 0, "the Deployment was written {changes} times: the HPA was fought");
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn retargeting_gives_the_old_target_back_and_deletion_restores_only_the_new_one() {
+    let (client, ns) = setup("hard-retarget").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("a", 3)).await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("b", 2)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let mut spec = at_noon(deployment_ref("a"), 5, 1);
+    spec["onDelete"] = json!("Restore");
+    create_tdset(&client, &ns.name, &tdset("sched", spec)).await;
+    deployment_at(&client, &ns.name, "a", 5).await;
+    tdsets(&client, &ns.name)
+        .patch(
+            "sched",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "b"}}})),
+        )
+        .await
+        .unwrap();
+    // The old target gets its own count back, the new one the schedule's.
+    deployment_at(&client, &ns.name, "a", 3).await;
+    deployment_at(&client, &ns.name, "b", 5).await;
+    object_where(&client, &ns.name, "sched", "b's original recorded", |t: &TDSet| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.target.as_ref())
+            .is_some_and(|t| t.name == "b" && t.original_replicas == Some(2))
+    })
+    .await;
+    // Someone changes a meanwhile: the TDSet no longer holds it and never writes it again.
+    deployments(&client, &ns.name)
+        .patch_scale(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 7}})),
+        )
+        .await
+        .unwrap();
+    delete_tdset(&client, &ns.name, "sched").await;
+    deployment_at(&client, &ns.name, "b", 2).await;
+    tdset_gone(&client, &ns.name, "sched").await;
+    assert_eq!(
+        replicas(&deployments(&client, &ns.name).get("a").await.unwrap()),
+        Some(7)
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn deleting_before_the_retarget_is_seen_restores_the_recorded_target_only() {
+    let (client, ns) = setup("hard-race").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("a", 3)).await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("b", 2)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let mut spec = at_noon(deployment_ref("a"), 5, 1);
+    spec["onDelete"] = json!("Restore");
+    create_tdset(&client, &ns.name, &tdset("sched", spec)).await;
+    deployment_at(&client, &ns.name, "a", 5).await;
+    op.kill();
+    // Retarget and delete while no operator runs: the next one sees only the deletion.
+    tdsets(&client, &ns.name)
+        .patch(
+            "sched",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "b"}}})),
+        )
+        .await
+        .unwrap();
+    delete_tdset(&client, &ns.name, "sched").await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    tdset_gone(&client, &ns.name, "sched").await;
+    deployment_at(&client, &ns.name, "a", 3).await;
+    assert_eq!(
+        replicas(&deployments(&client, &ns.name).get("b").await.unwrap()),
+        Some(2),
+        "a's original was put onto b"
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn switching_from_a_template_to_a_target_deletes_what_the_tdset_ran() {
+    let (client, ns) = setup("hard-switch").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("other", 2)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "web",
+            at_noon(
+                json!({"container": {"image": "nginx:1.27", "port": 8080}, "service": {"port": 80}}),
+                3,
+                1,
+            ),
+        ),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    eventually(GUARD, "the owned Service", || async {
+        services.get_opt("web").await.ok().flatten()
+    })
+    .await;
+    tdsets(&client, &ns.name)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"container": null, "service": null,
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"}}})),
+        )
+        .await
+        .unwrap();
+    deployment_at(&client, &ns.name, "other", 3).await;
+    eventually(GUARD, "the owned Deployment and Service deleted", || async {
+        let d = deployments(&client, &ns.name).get_opt("web").await.ok()?;
+        let s = services.get_opt("web").await.ok()?;
+        (d.is_none_or(|d| d.metadata.deletion_timestamp.is_some()) && s.is_none()).then_some(())
+    })
+    .await;
+    wait_for_event(&client, &ns.name, "web", |(_, r, _)| r == "OwnedDeleted").await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_hpa_target_put_to_sleep_is_woken_when_the_tdset_lets_go() {
+    let (client, ns) = setup("hard-wake").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 2)).await;
+    let _: HorizontalPodAutoscaler = create_object(&client, &ns.name, hpa("web", "web", 2, 10)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    // 0 at noon: the HPA cannot hold 0, so its target is put to sleep through /scale.
+    create_tdset(&client, &ns.name, &tdset("sleepy", at_noon(hpa_ref("web"), 0, 2))).await;
+    deployment_at(&client, &ns.name, "web", 0).await;
+    object_where(&client, &ns.name, "sleepy", "the finalizer", |t: &TDSet| {
+        !t.finalizers().is_empty()
+    })
+    .await;
+    // Deleted with the default onDelete (Keep): the target wakes to the HPA's floor.
+    delete_tdset(&client, &ns.name, "sleepy").await;
+    tdset_gone(&client, &ns.name, "sleepy").await;
+    deployment_at(&client, &ns.name, "web", 2).await;
+
+    // An HPA whose target cannot be read: status says so, never "Settled".
+    let _: HorizontalPodAutoscaler =
+        create_object(&client, &ns.name, hpa("lost", "no-such-deployment", 1, 10)).await;
+    create_tdset(&client, &ns.name, &tdset("blind", at_noon(hpa_ref("lost"), 0, 2))).await;
+    let t = tdset_with_reason(&client, &ns.name, "blind", "Degraded", "TargetNotFound").await;
+    let progressing = condition(&t, "Progressing").unwrap();
+    assert_ne!(progressing.reason, "Settled", "{progressing:?}");
+    op.stop().await;
+    ns.cleanup().await;
+}
