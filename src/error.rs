@@ -46,6 +46,9 @@ pub enum Error {
 
     #[error("{0}")]
     Config(String),
+
+    #[error("the reconcile did not finish within {0:?} (a request hung?); it is retried")]
+    Deadline(std::time::Duration),
 }
 
 impl Error {
@@ -76,6 +79,7 @@ impl Error {
             Error::Serialize { .. } => "serialize",
             Error::Metrics(_) => "metrics",
             Error::Config(_) => "config",
+            Error::Deadline(_) => "deadline",
         }
     }
 }

@@ -42,8 +42,7 @@ async fn deploy_dir_applies_and_the_operator_works_as_its_service_account() {
     let lease = LeaseOptions {
         name: format!("rbac-test-{}", unique_suffix()),
         namespace: "tdset-system".into(),
-        duration_seconds: 10,
-        grace_seconds: 3,
+        duration: std::time::Duration::from_secs(10),
     };
     let op = Operator::start(
         &sa_client,

@@ -398,3 +398,167 @@ async fn deletes_under_reconcile_and_create_delete_loops_leave_nothing_behind() 
     op.stop().await;
     ns.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_right_after_its_first_scale_the_operator_still_restores_the_true_original() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fault-original").await;
+    let kubeconfig = control_plane().kubeconfig.clone();
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 3)).await;
+    // A watch, started before the operator, sees the first scale the moment it lands.
+    let mut changes = kube::runtime::watcher(
+        deploys.clone(),
+        kube::runtime::watcher::Config::default().fields("metadata.name=web"),
+    )
+    .boxed();
+    let op = OperatorProcess::start(&kubeconfig, &ns.name, &[], "fault-original-1.log");
+    tdsets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": "sched"},
+                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                         "onDelete": "Restore",
+                         "schedulingConfig": [{"startTime": 0, "endTime": 12, "replica": 6}, {"startTime": 12, "endTime": 0, "replica": 6}],
+                         "defaultReplica": 6}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let scaled = tokio::time::timeout(GUARD, async {
+        while let Some(event) = changes.next().await {
+            if let Ok(kube::runtime::watcher::Event::Apply(d)) = event
+                && replicas(&d) == Some(6)
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    op.sigkill();
+    assert!(scaled.is_ok(), "the operator never scaled the Deployment");
+    // A new operator, then the deletion: the Deployment goes back to 3, not to the 6 the
+    // first operator set.
+    let op = OperatorProcess::start(&kubeconfig, &ns.name, &[], "fault-original-2.log");
+    tdsets
+        .delete("sched", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("the TDSet is gone", || async {
+        tdsets.get_opt("sched").await.ok().flatten().is_none()
+    })
+    .await;
+    let restored = deploys.get("web").await.unwrap();
+    assert_eq!(
+        replicas(&restored),
+        Some(3),
+        "Restore put back the operator's own count"
+    );
+    assert!(op.sigterm().success());
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_api_server_stops_before_the_standby_takes_over() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fault-blackhole").await;
+    let kubeconfig = control_plane().kubeconfig.clone();
+    let line = BlackHole::start(&kubeconfig, &std::env::temp_dir()).await;
+    let lease_args = [
+        "--leader-elect",
+        "true",
+        "--lease-namespace",
+        ns.name.as_str(),
+        "--lease-duration",
+        "6",
+    ];
+    // a reaches the API server through the line that will be cut; b directly.
+    let a = OperatorProcess::start(
+        &line.kubeconfig,
+        &ns.name,
+        &[&lease_args[..], &["--instance", "a"]].concat(),
+        "fault-blackhole-a.log",
+    );
+    wait_until("a leads", || async { a.metric("tdset_leader") == 1.0 }).await;
+    let b = OperatorProcess::start(
+        &kubeconfig,
+        &ns.name,
+        &[&lease_args[..], &["--instance", "b"]].concat(),
+        "fault-blackhole-b.log",
+    );
+    wait_until("b ready as a standby", || async {
+        b.get("/readyz").is_some_and(|(c, _)| c == 200)
+    })
+    .await;
+    let (tdsets, deploys) = web_created(&client, &ns.name, "a creates the Deployment").await;
+
+    let cut_at = Instant::now();
+    line.cut(true);
+    // a must stop before b can lead: poll both, a first, and b's first lead must find a
+    // already stopped.
+    let mut a_stopped = None;
+    eventually(GUARD, "b takes over", || {
+        let (a_leads, b_leads) = (a.metric("tdset_leader"), b.metric("tdset_leader"));
+        if a_leads == 0.0 && a_stopped.is_none() {
+            a_stopped = Some((cut_at.elapsed(), a.metric("tdset_api_writes_total")));
+        }
+        if b_leads == 1.0 {
+            assert!(
+                a_stopped.is_some(),
+                "b leads while the cut-off a still reconciles"
+            );
+        }
+        async move { (b_leads == 1.0).then_some(()) }
+    })
+    .await;
+    let (stopped_after, a_writes) = a_stopped.unwrap();
+    let took_over = cut_at.elapsed();
+    // Changes made while a is cut off are b's to apply.
+    set_container(&tdsets, "web", "nginx:2", 8080).await;
+    wait_until("b applies the change", || async {
+        let image = deploys
+            .get_opt("web")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|d| d.spec?.template.spec?.containers.first()?.image.clone());
+        image.as_deref() == Some("nginx:2")
+    })
+    .await;
+    // The line stays down for 40 s, then comes back: a stands by and sends nothing of what it
+    // had before it stopped.
+    tokio::time::sleep(Duration::from_secs(40).saturating_sub(cut_at.elapsed())).await;
+    line.cut(false);
+    wait_until("a is ready again as a standby", || async {
+        a.get("/readyz").is_some_and(|(c, _)| c == 200)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(a.metric("tdset_leader"), 0.0);
+    assert_eq!(b.metric("tdset_leader"), 1.0);
+    assert_eq!(
+        a.metric("tdset_api_writes_total"),
+        a_writes,
+        "a wrote after it stopped leading"
+    );
+    let image = deploys
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.template.spec?.containers.first()?.image.clone());
+    assert_eq!(image.as_deref(), Some("nginx:2"), "b's change was undone");
+    eprintln!(
+        "line cut: a stopped after {:.1} s, b led after {:.1} s (lease 6 s, renew deadline 4 s)",
+        stopped_after.as_secs_f64(),
+        took_over.as_secs_f64()
+    );
+    assert!(a.sigterm().success());
+    assert!(b.sigterm().success());
+    ns.cleanup().await;
+}

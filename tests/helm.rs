@@ -636,8 +636,7 @@ async fn works_as_the_release_service_account(
     let lease = LeaseOptions {
         name: format!("helm-test-{}", unique_suffix()),
         namespace: "tdset-system".into(),
-        duration_seconds: 10,
-        grace_seconds: 3,
+        duration: std::time::Duration::from_secs(10),
     };
     let op = Operator::start_with(
         &sa_client,

@@ -759,8 +759,7 @@ async fn with_leader_election_only_the_leader_writes_and_a_standby_takes_over() 
     let lease = LeaseOptions {
         name: "tdset-operator".into(),
         namespace: ns.name.clone(),
-        duration_seconds: 4,
-        grace_seconds: 1,
+        duration: std::time::Duration::from_secs(4),
     };
     let a = Operator::start(&client, &ns.name, noon(), Some(lease.clone()), "instance-a");
     // Let a take the lease first, so the roles are known.

@@ -282,6 +282,8 @@ struct Shared {
     draining: std::sync::atomic::AtomicBool,
     /// Set when `drain` gives up: writers stop at once.
     closed: std::sync::atomic::AtomicBool,
+    /// The writers, aborted by `close`.
+    writers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// The lane; cloning shares it. Its writers stop after `drain`.
@@ -307,9 +309,13 @@ impl Lane {
             sink: sink.clone(),
             draining: Default::default(),
             closed: Default::default(),
+            writers: Mutex::new(Vec::new()),
         });
-        for _ in 0..WRITERS {
-            tokio::spawn(writer(shared.clone(), sink.clone()));
+        let writers = (0..WRITERS)
+            .map(|_| tokio::spawn(writer(shared.clone(), sink.clone())))
+            .collect();
+        if let Ok(mut w) = shared.writers.lock() {
+            *w = writers;
         }
         Lane { shared }
     }
@@ -409,6 +415,21 @@ impl Lane {
                 return;
             }
             room.await;
+        }
+    }
+
+    /// Stops at once, sending nothing more: writes in progress are abandoned and what is
+    /// queued is dropped (leadership is lost; the next leader recomputes every status).
+    pub fn close(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        if let Ok(mut writers) = self.shared.writers.lock() {
+            for w in writers.drain(..) {
+                w.abort();
+            }
+        }
+        let left = self.shared.queue.lock().map(|q| q.waiting()).unwrap_or(0);
+        if left > 0 {
+            warn!(left, "dropped queued status writes and Events");
         }
     }
 

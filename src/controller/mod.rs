@@ -93,6 +93,29 @@ pub(crate) enum Change {
     Updated,
 }
 
+/// The operator's API clients: requests (reads and writes, each with a read timeout, see
+/// `main.rs`) and watches (long-lived streams that may be quiet for minutes).
+#[derive(Clone)]
+pub struct Clients {
+    pub requests: Client,
+    pub watches: Client,
+}
+
+impl Clients {
+    /// One client for both (tests, and the in-process operator).
+    pub fn same(client: Client) -> Clients {
+        Clients {
+            requests: client.clone(),
+            watches: client,
+        }
+    }
+}
+
+/// The longest one reconcile may take: a request that hangs (a black-holed connection)
+/// holds one TDSet's transitions back for at most this long, then the reconcile is dropped
+/// and retried by the error policy.
+pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
+
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     /// Watch only this namespace; all when `None`.
@@ -130,7 +153,15 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
     let tdset = cached.object()?;
     let started = Instant::now();
     let span = info_span!("reconcile", tdset = %format!("{ns}/{name}"));
-    let result = reconcile_inner(&tdset, &ctx).instrument(span).await;
+    let result = match tokio::time::timeout(
+        RECONCILE_DEADLINE,
+        reconcile_inner(&tdset, &ctx).instrument(span),
+    )
+    .await
+    {
+        Ok(result) => result,
+        Err(_) => Err(Error::Deadline(RECONCILE_DEADLINE)),
+    };
     // The next look is kept by `wakeups`, not by kube-runtime's requeue (see wakeups.rs); a
     // failed reconcile keeps the wakeup it had and is retried by the error policy.
     match &result {
@@ -336,33 +367,40 @@ pub(crate) struct Outcome {
     pub scaled: bool,
 }
 
-/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
+/// Runs the controller until `shutdown` resolves (in-flight reconciles finish first, then
+/// what the lane holds is written) or `lost` does (leadership is gone: everything stops at
+/// once and what the lane holds is dropped, since another replica may already lead).
 async fn run_controller(
-    client: Client,
+    clients: Clients,
     opts: &RunOptions,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    lost: impl std::future::Future<Output = ()> + Send,
 ) -> Result<()> {
+    let client = clients.requests;
+    let watch_client = clients.watches;
     let index = TargetIndex::default();
     let statuses = Arc::new(StatusMemo::default());
     let own_writes = Arc::new(OwnWrites::default());
     // Twice what can run, so a reconcile that ends finds the next one already waiting.
     let wakeups = Arc::new(wakeups::Wakeups::new(usize::from(opts.concurrency) * 2));
-    let stream = watches::streams_lists(api_for(&client, &opts.namespace), opts.initial_list).await;
+    let stream =
+        watches::streams_lists(api_for(&watch_client, &opts.namespace), opts.initial_list).await;
     metrics.streaming_lists.set(i64::from(stream));
     let (tdsets, tdset_stream) = tdset_watch(
-        api_for(&client, &opts.namespace),
+        api_for(&watch_client, &opts.namespace),
         index.clone(),
         statuses.clone(),
         wakeups.clone(),
         stream,
     );
     let (deployments, deploy_stream) =
-        owned_watch::<Deployment>(api_for(&client, &opts.namespace), stream);
-    let (services, svc_stream) = owned_watch::<Service>(api_for(&client, &opts.namespace), stream);
-    let (hpas, hpa_stream) = hpa_watch(api_for(&client, &opts.namespace), stream);
+        owned_watch::<Deployment>(api_for(&watch_client, &opts.namespace), stream);
+    let (services, svc_stream) =
+        owned_watch::<Service>(api_for(&watch_client, &opts.namespace), stream);
+    let (hpas, hpa_stream) = hpa_watch(api_for(&watch_client, &opts.namespace), stream);
     metrics.set_tdset_store(Some(tdsets.clone()));
 
     let priority = Arc::new(bookkeeping::Priority::default());
@@ -446,7 +484,7 @@ async fn run_controller(
     // A TDSet's own changes reach the controller as wakeups (see wakeups.rs): a start against
     // 10 000 TDSets would otherwise queue all of them in kube-runtime at once.
     let drive_tdset_watch = tdset_stream.filter_map(|_| futures::future::ready(None::<TDSetRef>));
-    Controller::for_stream(futures::stream::empty(), tdsets)
+    let controller = Controller::for_stream(futures::stream::empty(), tdsets)
         .reconcile_on(drive_tdset_watch)
         .reconcile_on({
             let affected = on_owned_deployment(&index, &hpas);
@@ -463,15 +501,15 @@ async fn run_controller(
         .owns_stream(svc_stream)
         .watches_stream(hpa_stream, on_hpa)
         .watches_stream(
-            target_watch::<Deployment>(api_for(&client, &opts.namespace), stream),
+            target_watch::<Deployment>(api_for(&watch_client, &opts.namespace), stream),
             on_target(&index, &hpas),
         )
         .watches_stream(
-            target_watch::<StatefulSet>(api_for(&client, &opts.namespace), stream),
+            target_watch::<StatefulSet>(api_for(&watch_client, &opts.namespace), stream),
             on_target(&index, &hpas),
         )
         .watches_stream(
-            target_watch::<ReplicaSet>(api_for(&client, &opts.namespace), stream),
+            target_watch::<ReplicaSet>(api_for(&watch_client, &opts.namespace), stream),
             on_target(&index, &hpas),
         )
         .with_config(ControllerConfig::default().concurrency(opts.concurrency))
@@ -482,11 +520,22 @@ async fn run_controller(
             if let Err(e) = res {
                 debug!(error = %e, "controller event");
             }
-        })
-        .await;
+        });
+    let lost = tokio::select! {
+        _ = controller => false,
+        _ = lost => true,
+    };
     readiness.abort();
-    // What the lane still holds is written before the process (or this leader) lets go.
-    lane.drain(Duration::from_secs(5)).await;
+    if lost {
+        // Dropping the controller dropped its reconciles mid-flight; nothing queued is sent.
+        lane.close();
+        warn!(
+            "leadership lost: stopped at once; queued statuses and Events were dropped (the next leader recomputes them)"
+        );
+    } else {
+        // What the lane still holds is written before the process lets go.
+        lane.drain(Duration::from_secs(5)).await;
+    }
     metrics.set_tdset_store(None);
     info!("controller stopped");
     Ok(())

@@ -311,7 +311,7 @@ impl Operator {
             initial_list: tdset_operator::controller::InitialList::Auto,
         };
         let task = tokio::spawn(tdset_operator::controller::run(
-            client.clone(),
+            tdset_operator::controller::Clients::same(client.clone()),
             opts,
             lease,
             Arc::new(clock),
@@ -705,5 +705,85 @@ impl Drop for OperatorProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A TCP proxy in front of the API server that can black-hole its traffic: while cut, every
+/// byte either way is read and dropped, connections stay open and nothing is refused, as when
+/// a network drops packets. For one replica's view of the API server.
+pub struct BlackHole {
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub kubeconfig: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BlackHole {
+    /// A proxy to the server of `kubeconfig`, and a kubeconfig (in `dir`) that goes through it.
+    pub async fn start(kubeconfig: &Path, dir: &Path) -> BlackHole {
+        use std::sync::atomic::Ordering;
+        let text = std::fs::read_to_string(kubeconfig).expect("reading the kubeconfig");
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: https://"))
+            .expect("a server in the kubeconfig")
+            .to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let local = listener.local_addr().unwrap();
+        let proxied = dir.join(format!("blackhole-{}.kubeconfig", unique_suffix()));
+        std::fs::write(
+            &proxied,
+            text.replace(&format!("https://{server}"), &format!("https://{local}")),
+        )
+        .unwrap();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = tokio::spawn({
+            let cut = cut.clone();
+            async move {
+                while let Ok((inbound, _)) = listener.accept().await {
+                    let (cut, server) = (cut.clone(), server.clone());
+                    tokio::spawn(async move {
+                        let Ok(outbound) = tokio::net::TcpStream::connect(&server).await else {
+                            return;
+                        };
+                        let (ri, wi) = inbound.into_split();
+                        let (ro, wo) = outbound.into_split();
+                        // Each direction copies while the line is up and swallows while cut.
+                        let pipe = |mut from: tokio::net::tcp::OwnedReadHalf,
+                                    mut to: tokio::net::tcp::OwnedWriteHalf,
+                                    cut: std::sync::Arc<std::sync::atomic::AtomicBool>| async move {
+                            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                            let mut buf = vec![0u8; 16 * 1024];
+                            loop {
+                                let n = match from.read(&mut buf).await {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => n,
+                                };
+                                if !cut.load(Ordering::SeqCst)
+                                    && to.write_all(&buf[..n]).await.is_err()
+                                {
+                                    return;
+                                }
+                            }
+                        };
+                        tokio::join!(pipe(ri, wo, cut.clone()), pipe(ro, wi, cut));
+                    });
+                }
+            }
+        });
+        BlackHole {
+            cut,
+            kubeconfig: proxied,
+            task,
+        }
+    }
+
+    pub fn cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for BlackHole {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
