@@ -84,17 +84,18 @@ async fn the_original_count_is_in_the_api_before_the_first_scale() {
     let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 3)).await;
     // Both watches start before the TDSet exists: every revision of either is seen. etcd
     // revisions are one sequence for all objects, so they order the two writes.
-    let first_revision = |stream: std::pin::Pin<Box<dyn futures::Stream<Item = (u64, bool)> + Send>>| {
-        tokio::spawn(async move {
-            let mut stream = stream;
-            while let Some((rv, hit)) = stream.next().await {
-                if hit {
-                    return rv;
+    let first_revision =
+        |stream: std::pin::Pin<Box<dyn futures::Stream<Item = (u64, bool)> + Send>>| {
+            tokio::spawn(async move {
+                let mut stream = stream;
+                while let Some((rv, hit)) = stream.next().await {
+                    if hit {
+                        return rv;
+                    }
                 }
-            }
-            u64::MAX
-        })
-    };
+                u64::MAX
+            })
+        };
     let rv = |m: &kube::api::ObjectMeta| {
         m.resource_version
             .as_deref()
@@ -163,7 +164,8 @@ async fn two_tdsets_on_one_deployment_the_older_holds_it_and_hands_it_over_when_
         &tdset("younger", at_noon(deployment_ref("web"), 2, 2)),
     )
     .await;
-    let younger = tdset_with_reason(&client, &ns.name, "younger", "Degraded", "ConflictingTDSet").await;
+    let younger =
+        tdset_with_reason(&client, &ns.name, "younger", "Degraded", "ConflictingTDSet").await;
     let degraded = condition(&younger, "Degraded").unwrap();
     assert_eq!(degraded.status, "True");
     assert!(
@@ -177,7 +179,10 @@ async fn two_tdsets_on_one_deployment_the_older_holds_it_and_hands_it_over_when_
     .await;
     // No flip-flop: over 30 s the Deployment's spec is not written at all.
     let changes = spec_changes_over(&client, &ns.name, "web", Duration::from_secs(30)).await;
-    assert_eq!(changes, 0, "the Deployment was written {changes} times while both TDSets exist");
+    assert_eq!(
+        changes, 0,
+        "the Deployment was written {changes} times while both TDSets exist"
+    );
     assert_eq!(
         replicas(&deployments(&client, &ns.name).get("web").await.unwrap()),
         Some(4)
@@ -199,7 +204,11 @@ async fn a_target_another_tdset_runs_is_left_to_it() {
         &ns.name,
         &tdset(
             "runs-web",
-            at_noon(json!({"container": {"image": "nginx:1.27", "port": 8080}}), 3, 1),
+            at_noon(
+                json!({"container": {"image": "nginx:1.27", "port": 8080}}),
+                3,
+                1,
+            ),
         ),
     )
     .await;
@@ -210,8 +219,14 @@ async fn a_target_another_tdset_runs_is_left_to_it() {
         &tdset("grabs-web", at_noon(deployment_ref("runs-web"), 6, 6)),
     )
     .await;
-    let grabber =
-        tdset_with_reason(&client, &ns.name, "grabs-web", "Degraded", "ConflictingTDSet").await;
+    let grabber = tdset_with_reason(
+        &client,
+        &ns.name,
+        "grabs-web",
+        "Degraded",
+        "ConflictingTDSet",
+    )
+    .await;
     assert!(
         condition(&grabber, "Degraded")
             .unwrap()
@@ -220,9 +235,11 @@ async fn a_target_another_tdset_runs_is_left_to_it() {
         "{:?}",
         condition(&grabber, "Degraded")
     );
-    let changes =
-        spec_changes_over(&client, &ns.name, "runs-web", Duration::from_secs(20)).await;
-    assert_eq!(changes, 0, "the owned Deployment was written {changes} times");
+    let changes = spec_changes_over(&client, &ns.name, "runs-web", Duration::from_secs(20)).await;
+    assert_eq!(
+        changes, 0,
+        "the owned Deployment was written {changes} times"
+    );
     op.stop().await;
     ns.cleanup().await;
 }
@@ -236,19 +253,39 @@ async fn an_hpa_on_an_owned_deployment_is_reported_and_not_fought() {
         &ns.name,
         &tdset(
             "web",
-            at_noon(json!({"container": {"image": "nginx:1.27", "port": 8080}}), 5, 1),
+            at_noon(
+                json!({"container": {"image": "nginx:1.27", "port": 8080}}),
+                5,
+                1,
+            ),
         ),
     )
     .await;
     deployment_at(&client, &ns.name, "web", 5).await;
     // The HPA's maximum is below the schedule: it scales the Deployment down to 3 at every
     // sync (no metrics needed for that), which an operator that fights would revert.
-    let _: HorizontalPodAutoscaler = create_object(&client, &ns.name, hpa("web", "web", 1, 3)).await;
-    let t = tdset_with_reason(&client, &ns.name, "web", "Degraded", "ConflictingAutoscaler").await;
-    assert!(condition(&t, "Degraded").unwrap().message.contains("HorizontalPodAutoscaler web"));
+    let _: HorizontalPodAutoscaler =
+        create_object(&client, &ns.name, hpa("web", "web", 1, 3)).await;
+    let t = tdset_with_reason(
+        &client,
+        &ns.name,
+        "web",
+        "Degraded",
+        "ConflictingAutoscaler",
+    )
+    .await;
+    assert!(
+        condition(&t, "Degraded")
+            .unwrap()
+            .message
+            .contains("HorizontalPodAutoscaler web")
+    );
     deployment_at(&client, &ns.name, "web", 3).await;
     let changes = spec_changes_over(&client, &ns.name, "web", Duration::from_secs(35)).await;
-    assert_eq!(changes, 0, "the Deployment was written {changes} times: the HPA was fought");
+    assert_eq!(
+        changes, 0,
+        "the Deployment was written {changes} times: the HPA was fought"
+    );
     op.stop().await;
     ns.cleanup().await;
 }
@@ -274,12 +311,18 @@ async fn retargeting_gives_the_old_target_back_and_deletion_restores_only_the_ne
     // The old target gets its own count back, the new one the schedule's.
     deployment_at(&client, &ns.name, "a", 3).await;
     deployment_at(&client, &ns.name, "b", 5).await;
-    object_where(&client, &ns.name, "sched", "b's original recorded", |t: &TDSet| {
-        t.status
-            .as_ref()
-            .and_then(|s| s.target.as_ref())
-            .is_some_and(|t| t.name == "b" && t.original_replicas == Some(2))
-    })
+    object_where(
+        &client,
+        &ns.name,
+        "sched",
+        "b's original recorded",
+        |t: &TDSet| {
+            t.status
+                .as_ref()
+                .and_then(|s| s.target.as_ref())
+                .is_some_and(|t| t.name == "b" && t.original_replicas == Some(2))
+        },
+    )
     .await;
     // Someone changes a meanwhile: the TDSet no longer holds it and never writes it again.
     deployments(&client, &ns.name)
@@ -368,11 +411,15 @@ async fn switching_from_a_template_to_a_target_deletes_what_the_tdset_ran() {
         .await
         .unwrap();
     deployment_at(&client, &ns.name, "other", 3).await;
-    eventually(GUARD, "the owned Deployment and Service deleted", || async {
-        let d = deployments(&client, &ns.name).get_opt("web").await.ok()?;
-        let s = services.get_opt("web").await.ok()?;
-        (d.is_none_or(|d| d.metadata.deletion_timestamp.is_some()) && s.is_none()).then_some(())
-    })
+    eventually(
+        GUARD,
+        "the owned Deployment and Service deleted",
+        || async {
+            let d = deployments(&client, &ns.name).get_opt("web").await.ok()?;
+            let s = services.get_opt("web").await.ok()?;
+            (d.is_none_or(|d| d.metadata.deletion_timestamp.is_some()) && s.is_none()).then_some(())
+        },
+    )
     .await;
     wait_for_event(&client, &ns.name, "web", |(_, r, _)| r == "OwnedDeleted").await;
     op.stop().await;
@@ -383,10 +430,16 @@ async fn switching_from_a_template_to_a_target_deletes_what_the_tdset_ran() {
 async fn an_hpa_target_put_to_sleep_is_woken_when_the_tdset_lets_go() {
     let (client, ns) = setup("hard-wake").await;
     let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 2)).await;
-    let _: HorizontalPodAutoscaler = create_object(&client, &ns.name, hpa("web", "web", 2, 10)).await;
+    let _: HorizontalPodAutoscaler =
+        create_object(&client, &ns.name, hpa("web", "web", 2, 10)).await;
     let op = Operator::start(&client, &ns.name, noon(), None, "test");
     // 0 at noon: the HPA cannot hold 0, so its target is put to sleep through /scale.
-    create_tdset(&client, &ns.name, &tdset("sleepy", at_noon(hpa_ref("web"), 0, 2))).await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset("sleepy", at_noon(hpa_ref("web"), 0, 2)),
+    )
+    .await;
     deployment_at(&client, &ns.name, "web", 0).await;
     object_where(&client, &ns.name, "sleepy", "the finalizer", |t: &TDSet| {
         !t.finalizers().is_empty()
@@ -400,7 +453,12 @@ async fn an_hpa_target_put_to_sleep_is_woken_when_the_tdset_lets_go() {
     // An HPA whose target cannot be read: status says so, never "Settled".
     let _: HorizontalPodAutoscaler =
         create_object(&client, &ns.name, hpa("lost", "no-such-deployment", 1, 10)).await;
-    create_tdset(&client, &ns.name, &tdset("blind", at_noon(hpa_ref("lost"), 0, 2))).await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset("blind", at_noon(hpa_ref("lost"), 0, 2)),
+    )
+    .await;
     let t = tdset_with_reason(&client, &ns.name, "blind", "Degraded", "TargetNotFound").await;
     let progressing = condition(&t, "Progressing").unwrap();
     assert_ne!(progressing.reason, "Settled", "{progressing:?}");

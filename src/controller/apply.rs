@@ -78,8 +78,8 @@ pub(super) async fn reconcile_owned(
         (Some(_), Some(n)) => n,
         _ => eval.replicas,
     };
-    let desired = owned::desired_deployment(tdset, replicas)?
-        .ok_or(Error::MissingField("spec.container"))?;
+    let desired =
+        owned::desired_deployment(tdset, replicas)?.ok_or(Error::MissingField("spec.container"))?;
     let template_changed = cached
         .as_ref()
         .is_some_and(|c| !owned::only_replicas_differ(&desired, c));

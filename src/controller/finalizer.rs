@@ -15,8 +15,8 @@ use super::Context;
 use super::events::{EventType, publish};
 use super::scale;
 use crate::api::{OnDelete, ScaleTargetRef, TDSet, TargetStatus};
-use crate::status::Problem;
 use crate::error::{Error, Result};
+use crate::status::Problem;
 use crate::workload::owned::FIELD_MANAGER;
 
 /// The finalizer the operator sets on TDSets with `onDelete: Restore`.
@@ -141,10 +141,9 @@ async fn let_go(
     };
     let uid = recorded.uid.as_deref();
     let (verb, result) = match recorded.original_replicas {
-        Some(original) if restores(tdset) => (
-            "restore",
-            scale::restore(ctx, ns, &r, original, uid).await?,
-        ),
+        Some(original) if restores(tdset) => {
+            ("restore", scale::restore(ctx, ns, &r, original, uid).await?)
+        }
         None if restores(tdset) => (
             "restore",
             Err(Problem::TargetNotFound(format!(
@@ -162,7 +161,10 @@ async fn let_go(
                 tdset,
                 EventType::Normal,
                 "Restored",
-                format!("{done} (the TDSet was {why}; onDelete: {})", on_delete_name(tdset)),
+                format!(
+                    "{done} (the TDSet was {why}; onDelete: {})",
+                    on_delete_name(tdset)
+                ),
             )
             .await;
         }

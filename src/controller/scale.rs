@@ -8,8 +8,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
 use super::discovery::Resolved;
@@ -202,10 +202,13 @@ pub(super) fn hpa_scaling(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Option
 /// claim on it (see `TargetIndex::holder`). Such a TDSet is the only one that writes it.
 fn held_elsewhere(tdset: &TDSet, ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Option<Problem> {
     let me = tdset.name_any();
-    if r.group() == "apps" && r.kind == "Deployment"
+    if r.group() == "apps"
+        && r.kind == "Deployment"
         && let Some(d) = ctx.deployments.get(&ObjectRef::new(&r.name).within(ns))
         && let Some(owner) = d.owner_references().iter().find(|o| {
-            o.controller == Some(true) && o.kind == "TDSet" && o.api_version.starts_with("schedule.rs/")
+            o.controller == Some(true)
+                && o.kind == "TDSet"
+                && o.api_version.starts_with("schedule.rs/")
         })
     {
         return Some(Problem::ConflictingTDSet(format!(
@@ -609,7 +612,11 @@ pub(super) async fn reconcile_hpa(
 }
 
 /// Whether `seen` is the object whose count was recorded (`recorded`: its uid then).
-fn same_object(r: &ScaleTargetRef, recorded: Option<&str>, seen: Option<&str>) -> Result<(), Problem> {
+fn same_object(
+    r: &ScaleTargetRef,
+    recorded: Option<&str>,
+    seen: Option<&str>,
+) -> Result<(), Problem> {
     match (recorded, seen) {
         (Some(a), Some(b)) if a != b => Err(Problem::TargetNotFound(format!(
             "{r} was deleted and created again since its count was recorded; the new object is left as it is"
