@@ -30,6 +30,16 @@ pub trait Prune {
     fn prune(&mut self);
 }
 
+/// Whether a TDSet controls the object (its ownerReference, which a tenant can only point
+/// at a TDSet of their own namespace). The watches select owned objects by label, and any
+/// tenant can set a label: an object a TDSet does not control is cached as its metadata
+/// alone, so labelling Deployments cannot make the operator hold their pod specs.
+fn controlled_by_a_tdset(m: &ObjectMeta) -> bool {
+    m.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true) && o.kind == "TDSet" && o.api_version.starts_with("schedule.rs/")
+    })
+}
+
 fn prune_meta(m: &mut ObjectMeta) {
     m.managed_fields = None;
     m.annotations = None;
@@ -46,6 +56,10 @@ impl Prune for Deployment {
             .as_ref()
             .is_some_and(|l| l.contains_key(TEMPLATE_LABEL));
         prune_meta(&mut self.metadata);
+        if !controlled_by_a_tdset(&self.metadata) {
+            (self.spec, self.status) = (None, None);
+            return;
+        }
         if let Some(spec) = self.spec.as_mut() {
             spec.strategy = None;
             spec.revision_history_limit = None;
@@ -80,6 +94,10 @@ impl Prune for Deployment {
 impl Prune for Service {
     fn prune(&mut self) {
         prune_meta(&mut self.metadata);
+        if !controlled_by_a_tdset(&self.metadata) {
+            (self.spec, self.status) = (None, None);
+            return;
+        }
         if let Some(spec) = self.spec.take() {
             self.spec = Some(ServiceSpec {
                 type_: spec.type_,
@@ -308,6 +326,19 @@ mod tests {
 
         let svc = desired_service(&t).unwrap().unwrap();
         assert_eq!(Cached::new(svc.clone()).object().unwrap(), svc);
+    }
+
+    #[test]
+    fn a_labelled_deployment_no_tdset_controls_is_cached_as_metadata_only() {
+        let t = tdset("web");
+        let mut forged = served(desired_deployment(&t, 3).unwrap().unwrap());
+        // The operator's labels, set by a tenant on a Deployment of their own.
+        forged.metadata.owner_references = None;
+        let cached = Cached::new(forged.clone()).object().unwrap();
+        assert_eq!(cached.spec, None);
+        assert_eq!(cached.status, None);
+        assert_eq!(cached.metadata.labels, forged.metadata.labels);
+        assert!(!is_owned_by(&cached, &t));
     }
 
     #[test]

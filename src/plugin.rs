@@ -145,11 +145,7 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                 replica: replicas,
                 reason,
             };
-            let mut mine = owned_overrides(&tdset);
-            mine.retain(|o| {
-                (o.start.as_str(), o.end.as_str()) != (new.start.as_str(), new.end.as_str())
-            });
-            mine.push(new.clone());
+            let mine = with_override(owned_overrides(&tdset), new.clone(), now);
             apply(&api, &ns, &name, json!({"overrides": mine})).await?;
             Ok(format!(
                 "tdset.schedule.rs/{name} override {} replicas from {} until {}{}\n",
@@ -230,6 +226,24 @@ async fn apply(api: &Api<TDSet>, ns: &str, name: &str, spec: Value) -> Result<()
     })
 }
 
+/// What the plugin applies: the overrides it applied earlier that have not ended (ended ones
+/// change nothing, and the list has a maximum), without one of the same start and end, and
+/// the new one.
+fn with_override(mine: Vec<Override>, new: Override, now: DateTime<Utc>) -> Vec<Override> {
+    let ended = |o: &Override| {
+        DateTime::parse_from_rfc3339(&o.end).is_ok_and(|end| end.with_timezone(&Utc) <= now)
+    };
+    let mut out: Vec<Override> = mine
+        .into_iter()
+        .filter(|o| {
+            !ended(o)
+                && (o.start.as_str(), o.end.as_str()) != (new.start.as_str(), new.end.as_str())
+        })
+        .collect();
+    out.push(new);
+    out
+}
+
 /// The overrides this plugin's field manager applied earlier (so applying them again with a
 /// new one keeps them), read from the TDSet's managedFields.
 fn owned_overrides(tdset: &TDSet) -> Vec<Override> {
@@ -278,5 +292,52 @@ impl PluginCli {
                     .map(|f| f.to_string_lossy().starts_with("kubectl-tdset"))
             })
             .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(start: &str, end: &str) -> Override {
+        Override {
+            start: start.into(),
+            end: end.into(),
+            replica: 1,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn overrides_that_have_ended_are_not_applied_again() {
+        let now = DateTime::parse_from_rfc3339("2026-11-24T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        // Daily use for months: only what has not ended stays, so the list never fills up.
+        let mut mine = vec![];
+        for day in 0..60 {
+            let at = now - chrono::Duration::days(60 - day);
+            mine = with_override(
+                mine,
+                o(&rfc3339(at), &rfc3339(at + chrono::Duration::hours(1))),
+                now,
+            );
+        }
+        assert_eq!(mine.len(), 1, "{mine:?}");
+        let kept = with_override(
+            vec![
+                o("2026-11-24T11:00:00Z", "2026-11-24T13:00:00Z"),
+                o("2026-11-24T00:00:00Z", "2026-11-24T12:00:00Z"),
+            ],
+            o("2026-11-25T00:00:00Z", "2026-11-25T01:00:00Z"),
+            now,
+        );
+        assert_eq!(
+            kept,
+            vec![
+                o("2026-11-24T11:00:00Z", "2026-11-24T13:00:00Z"),
+                o("2026-11-25T00:00:00Z", "2026-11-25T01:00:00Z")
+            ]
+        );
     }
 }

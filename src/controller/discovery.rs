@@ -72,9 +72,64 @@ impl Discovery {
             }
         };
         if let Ok(mut kinds) = self.kinds.lock() {
-            kinds.insert(key, (Instant::now(), found.clone()));
+            remember(&mut kinds, key, (Instant::now(), found.clone()));
         }
         Ok(found)
+    }
+}
+
+/// Kinds remembered at most. The keys come from TDSet specs, which any tenant writes: past
+/// this, entries that have expired go, then the oldest, so made-up kinds cannot grow the map.
+const MAX_KINDS: usize = 256;
+
+fn remember(kinds: &mut HashMap<String, Lookup>, key: String, lookup: Lookup) {
+    if kinds.len() >= MAX_KINDS && !kinds.contains_key(&key) {
+        let now = lookup.0;
+        kinds.retain(|_, (at, found)| {
+            let ttl = if found.is_ok() {
+                Discovery::FOUND_FOR
+            } else {
+                Discovery::MISSING_FOR
+            };
+            now.duration_since(*at) < ttl
+        });
+        while kinds.len() >= MAX_KINDS {
+            let Some(oldest) = kinds
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            kinds.remove(&oldest);
+        }
+    }
+    kinds.insert(key, lookup);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn made_up_kinds_never_grow_the_memory_past_its_bound() {
+        let mut kinds = HashMap::new();
+        let start = Instant::now();
+        let missing = |i: usize| {
+            Err(not_served(&ScaleTargetRef {
+                api_version: "made.up/v1".into(),
+                kind: format!("Kind{i}"),
+                name: "x".into(),
+            }))
+        };
+        for i in 0..10 * MAX_KINDS {
+            // All within one TTL: nothing has expired, the oldest goes.
+            let at = start + Duration::from_millis(i as u64);
+            remember(&mut kinds, format!("made.up/v1/Kind{i}"), (at, missing(i)));
+            assert!(kinds.len() <= MAX_KINDS);
+        }
+        assert!(kinds.contains_key(&format!("made.up/v1/Kind{}", 10 * MAX_KINDS - 1)));
+        assert!(!kinds.contains_key("made.up/v1/Kind0"));
     }
 }
 

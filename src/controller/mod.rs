@@ -83,6 +83,8 @@ pub struct Context {
     pub wakeups: Arc<wakeups::Wakeups>,
     /// Which TDSets reference which target, and which of them holds it.
     pub index: TargetIndex,
+    /// Consecutive failed reconciles per TDSet ("ns/name"), for the error backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 /// What happened to an owned object in this reconcile.
@@ -164,6 +166,11 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
     };
     // The next look is kept by `wakeups`, not by kube-runtime's requeue (see wakeups.rs); a
     // failed reconcile keeps the wakeup it had and is retried by the error policy.
+    if result.is_ok()
+        && let Ok(mut failures) = ctx.failures.lock()
+    {
+        failures.remove(&format!("{ns}/{name}"));
+    }
     match &result {
         Ok(Some(wait)) => ctx
             .wakeups
@@ -193,10 +200,41 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
     result.map(|_| Action::await_change())
 }
 
-/// Backs off on errors: one broken TDSet is retried on its own schedule and never blocks others.
-pub fn error_policy(tdset: Arc<Cached<TDSet>>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(tdset = %format!("{}/{}", tdset.namespace().unwrap_or_default(), tdset.name_any()), %error, "reconcile failed; retrying in 15s");
-    Action::requeue(Duration::from_secs(15))
+/// Backs off on errors: one broken TDSet is retried on its own schedule (doubling from 5 s
+/// to 5 min, each wait spread by +-25 % so TDSets that failed together do not retry
+/// together) and never blocks others. A success resets it.
+pub fn error_policy(tdset: Arc<Cached<TDSet>>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!(
+        "{}/{}",
+        tdset.namespace().unwrap_or_default(),
+        tdset.name_any()
+    );
+    let attempt = ctx.failures.lock().map_or(0, |mut f| {
+        let n = f.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    });
+    let wait = backoff(attempt, jitter());
+    warn!(tdset = %key, %error, attempt, retry_in = ?wait, "reconcile failed");
+    Action::requeue(wait)
+}
+
+/// The wait before retry `attempt` (1, 2, ...), `jitter` in [0, 1).
+fn backoff(attempt: u32, jitter: f64) -> Duration {
+    const FIRST: Duration = Duration::from_secs(5);
+    const MAX: Duration = Duration::from_secs(300);
+    let base = FIRST
+        .saturating_mul(1 << attempt.saturating_sub(1).min(10))
+        .min(MAX);
+    base.mul_f64(0.75 + jitter / 2.0)
+}
+
+/// A number in [0, 1) that differs between calls (std's randomly keyed hasher).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// One reconcile; what it returns is how long until the TDSet is to be looked at again
@@ -428,6 +466,7 @@ async fn run_controller(
         synced: Arc::new(AtomicBool::new(false)),
         wakeups: wakeups.clone(),
         index: index.clone(),
+        failures: Default::default(),
     });
 
     // Ready, and wakeups handed over, once all four caches hold a full list. Polled, not
@@ -539,4 +578,23 @@ async fn run_controller(
     metrics.set_tdset_store(None);
     info!("controller stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_back_off_exponentially_with_jitter_up_to_five_minutes() {
+        assert_eq!(backoff(1, 0.5), Duration::from_secs(5));
+        assert_eq!(backoff(2, 0.5), Duration::from_secs(10));
+        assert_eq!(backoff(4, 0.5), Duration::from_secs(40));
+        assert_eq!(backoff(50, 0.5), Duration::from_secs(300));
+        assert_eq!(backoff(1, 0.0), Duration::from_millis(3750));
+        assert!(backoff(1, 0.999) < Duration::from_millis(6250));
+        let spread: std::collections::HashSet<u64> =
+            (0..20).map(|_| (jitter() * 1e6) as u64).collect();
+        assert!(spread.len() > 15, "jitter repeats: {spread:?}");
+        assert!((0..1000).map(|_| jitter()).all(|j| (0.0..1.0).contains(&j)));
+    }
 }
