@@ -465,3 +465,65 @@ async fn an_hpa_target_put_to_sleep_is_woken_when_the_tdset_lets_go() {
     op.stop().await;
     ns.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_writer_that_keeps_resetting_the_count_is_reported_and_not_followed_at_watch_speed() {
+    let (client, ns) = setup("hard-gitops").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset("sched", at_noon(deployment_ref("web"), 4, 1)),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "web", 4).await;
+    let scale_writes = || op.counter("tdset_api_writes_total{resource=\"deployments/scale\"");
+    let before = scale_writes();
+    // A GitOps tool that puts its own count back twice a second, for 30 s.
+    let api = deployments(&client, &ns.name);
+    let gitops = PatchParams {
+        field_manager: Some("argocd-controller".into()),
+        ..PatchParams::default()
+    };
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut resets = 0;
+    while tokio::time::Instant::now() < until {
+        if replicas(&api.get("web").await.unwrap()) != Some(1) {
+            api.patch(
+                "web",
+                &gitops,
+                &Patch::Merge(json!({"spec": {"replicas": 1}})),
+            )
+            .await
+            .unwrap();
+            resets += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let reverts = scale_writes() - before;
+    eprintln!("{resets} resets by the other writer, {reverts} reverts by the operator in 30 s");
+    assert!(
+        resets >= 4,
+        "the other writer never had to reset ({resets})"
+    );
+    assert!(
+        reverts <= 5.0,
+        "{reverts} reverts in 30 s: the operator followed the other writer at watch speed"
+    );
+    let t = tdset_with_reason(&client, &ns.name, "sched", "Degraded", "ConflictingWriter").await;
+    assert!(
+        condition(&t, "Degraded")
+            .unwrap()
+            .message
+            .contains("argocd-controller"),
+        "{:?}",
+        condition(&t, "Degraded")
+    );
+    wait_for_event(&client, &ns.name, "sched", |(ty, r, note)| {
+        ty == "Warning" && r == "ConflictingWriter" && note.contains("argocd-controller")
+    })
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}

@@ -107,6 +107,13 @@ fn remember(kinds: &mut HashMap<String, Lookup>, key: String, lookup: Lookup) {
     kinds.insert(key, lookup);
 }
 
+fn not_served(r: &ScaleTargetRef) -> Problem {
+    Problem::TargetNotFound(format!(
+        "the API server does not serve kind {} in {}; check spec.scaleTargetRef.apiVersion and kind (is its CRD installed?)",
+        r.kind, r.api_version
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,11 +138,4 @@ mod tests {
         assert!(kinds.contains_key(&format!("made.up/v1/Kind{}", 10 * MAX_KINDS - 1)));
         assert!(!kinds.contains_key("made.up/v1/Kind0"));
     }
-}
-
-fn not_served(r: &ScaleTargetRef) -> Problem {
-    Problem::TargetNotFound(format!(
-        "the API server does not serve kind {} in {}; check spec.scaleTargetRef.apiVersion and kind (is its CRD installed?)",
-        r.kind, r.api_version
-    ))
 }

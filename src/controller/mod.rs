@@ -52,6 +52,7 @@ use crate::schedule::Schedule;
 use crate::status::{self, Inputs, Missing, Notice, Observed, Problem};
 use crate::telemetry::Metrics;
 use crate::workload::Source;
+use crate::workload::contest::Contest;
 use apply::write_status;
 pub use watches::InitialList;
 use watches::{
@@ -85,6 +86,35 @@ pub struct Context {
     pub index: TargetIndex,
     /// Consecutive failed reconciles per TDSet ("ns/name"), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Each TDSet's writes to its target, against another writer ("ns/name").
+    pub contests: std::sync::Mutex<std::collections::HashMap<String, Contest>>,
+}
+
+impl Context {
+    /// Runs `f` on the TDSet's record of its writes against other writers.
+    pub(crate) fn contest<T>(&self, key: &str, f: impl FnOnce(&mut Contest) -> T) -> T {
+        match self.contests.lock() {
+            Ok(mut contests) => {
+                // Deleted TDSets leave entries behind; one without reverts only costs a revert
+                // counted as a first write, so those go when the map grows.
+                if contests.len() >= 4096 && !contests.contains_key(key) {
+                    contests.retain(|_, c| c.has_reverts());
+                }
+                f(contests.entry(key.to_string()).or_default())
+            }
+            Err(_) => f(&mut Contest::default()),
+        }
+    }
+
+    /// Forgets what is kept per TDSet in memory (it is gone).
+    fn forget(&self, key: &str) {
+        if let Ok(mut c) = self.contests.lock() {
+            c.remove(key);
+        }
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+    }
 }
 
 /// What happened to an owned object in this reconcile.
@@ -175,7 +205,10 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
         Ok(Some(wait)) => ctx
             .wakeups
             .set(&ns, &name, tokio::time::Instant::now() + *wait),
-        Ok(None) => ctx.wakeups.forget(&ns, &name),
+        Ok(None) => {
+            ctx.wakeups.forget(&ns, &name);
+            ctx.forget(&format!("{ns}/{name}"));
+        }
         Err(_) => {}
     }
     ctx.metrics
@@ -467,6 +500,7 @@ async fn run_controller(
         wakeups: wakeups.clone(),
         index: index.clone(),
         failures: Default::default(),
+        contests: Default::default(),
     });
 
     // Ready, and wakeups handed over, once all four caches hold a full list. Polled, not

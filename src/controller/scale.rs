@@ -19,6 +19,7 @@ use crate::api::{ScaleTargetRef, TDSet, TDSetStatus, TargetStatus};
 use crate::error::{Error, Result};
 use crate::schedule::Evaluation;
 use crate::status::{Missing, Notice, Observed, Problem, reason};
+use crate::workload::contest::{self, Verdict};
 use crate::workload::hpa::{self, HpaView};
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::target::{self, ScaleView};
@@ -118,6 +119,11 @@ async fn read(
                 status_replicas: int("/status/replicas").unwrap_or(0),
                 ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
                 uid: o.metadata.uid.clone(),
+                replicas_manager: o
+                    .metadata
+                    .managed_fields
+                    .as_deref()
+                    .and_then(|m| contest::replicas_manager(m, FIELD_MANAGER)),
             }
         }));
     }
@@ -125,6 +131,7 @@ async fn read(
         .answer(api.get_scale(&r.name).await)?
         .map(|s| ScaleView {
             uid: s.metadata.uid,
+            replicas_manager: None,
             spec_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
             status_replicas: s.status.map_or(0, |s| s.replicas),
             ready_replicas: None,
@@ -424,31 +431,51 @@ pub(super) async fn reconcile_scale(
     }
     let mut view = view;
     let mut scaled = false;
+    let mut retry = None;
+    let key = format!("{ns}/{}", tdset.name_any());
+    let now = tokio::time::Instant::now();
     if write_ == Write::IfDifferent
         && let Some(replicas) = target::scale_write(eval.replicas, &view)
     {
-        ensure_durable(tdset, ctx, &mut record).await?;
-        if let Err(p) = write(ctx, ns, r, &res, replicas).await? {
-            return Ok(problem_outcome(p, r, record.status));
+        if let Verdict::Wait(until) = ctx.contest(&key, |c| c.decide(replicas, now)) {
+            // Someone keeps setting it back: put the schedule's count back later, not now.
+            retry = Some(until.duration_since(now));
+        } else {
+            ensure_durable(tdset, ctx, &mut record).await?;
+            if let Err(p) = write(ctx, ns, r, &res, replicas).await? {
+                return Ok(problem_outcome(p, r, record.status));
+            }
+            ctx.contest(&key, |c| c.wrote(replicas, now));
+            record_scale(
+                ctx,
+                tdset,
+                &format!("scaled {r}"),
+                view.spec_replicas,
+                replicas,
+                eval,
+            )
+            .await;
+            view.spec_replicas = replicas;
+            scaled = true;
         }
-        record_scale(
-            ctx,
-            tdset,
-            &format!("scaled {r}"),
-            view.spec_replicas,
-            replicas,
-            eval,
-        )
-        .await;
-        view.spec_replicas = replicas;
-        scaled = true;
     }
+    let problem = ctx.contest(&key, |c| c.fight(now)).map(|_| {
+        let who = view
+            .replicas_manager
+            .as_deref()
+            .map_or_else(|| "another writer".to_string(), |m| format!("{m:?}"));
+        Problem::ConflictingWriter(format!(
+            "spec.replicas of {r} keeps being set back by {who}; the operator now puts the \
+             schedule's count back less and less often instead of fighting it. Stop {who} from \
+             managing spec.replicas (leave it out of its manifest, or have it ignore the field)"
+        ))
+    });
     Ok(Outcome {
         workload: Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas)),
-        problem: None,
+        problem,
         notices: vec![],
         target: Some(record.status),
-        retry: None,
+        retry,
         scaled,
     })
 }

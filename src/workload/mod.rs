@@ -3,8 +3,10 @@
 //!
 //! - [`owned`]: a Deployment (and Service) the TDSet owns, from `container` or `template`;
 //! - [`target`]: an existing object's replica count, set through its `/scale` subresource;
-//! - [`hpa`]: an existing HorizontalPodAutoscaler's `minReplicas`, the scheduled floor.
+//! - [`hpa`]: an existing HorizontalPodAutoscaler's `minReplicas`, the scheduled floor;
+//! - [`contest`]: when another writer keeps resetting the count, how often to put it back.
 
+pub mod contest;
 pub mod hpa;
 pub mod owned;
 mod quantity;

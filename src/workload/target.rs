@@ -17,6 +17,8 @@ pub struct ScaleView {
     pub ready_replicas: Option<i32>,
     /// The object's uid (`/scale` carries its object's).
     pub uid: Option<String>,
+    /// Who else last set `spec.replicas` (from managedFields, where the object was read).
+    pub replicas_manager: Option<String>,
 }
 
 /// The replica count to write, if it differs from what the target is asked to run.
@@ -82,6 +84,7 @@ mod tests {
             status_replicas: 3,
             ready_replicas: Some(3),
             uid: None,
+            replicas_manager: None,
         };
         assert_eq!(scale_write(3, &seen), None);
         assert_eq!(scale_write(0, &seen), Some(0));
