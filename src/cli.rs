@@ -62,6 +62,11 @@ pub struct RunArgs {
     /// server supports it).
     #[arg(long, env = "TDSET_INITIAL_LIST", value_enum, default_value_t = crate::controller::InitialList::Auto)]
     pub initial_list: crate::controller::InitialList,
+    /// Namespaces where TDSets with `container` or `template` may run pods under the
+    /// operator's identity: `*` (all), `none`, or a comma-separated list. Elsewhere such a
+    /// TDSet is Degraded (FormNotAllowed) and nothing is created.
+    #[arg(long, env = "TDSET_POD_FORMS_IN", default_value = "*")]
+    pub pod_forms_in: crate::workload::PodForms,
     /// Log filter, e.g. `info` or `tdset_operator=debug,kube=info`.
     #[arg(long, env = "TDSET_LOG", default_value = "info")]
     pub log_level: String,

@@ -125,6 +125,7 @@ async fn operate(args: RunArgs) -> Result<()> {
         concurrency: args.concurrency,
         instance,
         initial_list: args.initial_list,
+        pod_forms: args.pod_forms_in.clone(),
     };
     let result = controller::run(
         clients,

@@ -42,6 +42,7 @@ pub mod reason {
     pub const INVALID_TEMPLATE: &str = "InvalidTemplate";
     pub const CONFLICTING_TDSET: &str = "ConflictingTDSet";
     pub const CONFLICTING_WRITER: &str = "ConflictingWriter";
+    pub const FORM_NOT_ALLOWED: &str = "FormNotAllowed";
 }
 
 /// Why the operator could not do its job this time (Degraded=True).
@@ -67,6 +68,8 @@ pub enum Problem {
     ConflictingTDSet(String),
     /// Someone else keeps setting the count the operator sets (e.g. a GitOps tool).
     ConflictingWriter(String),
+    /// The platform does not allow this form here (`--pod-forms-in`).
+    FormNotAllowed(String),
 }
 
 impl Problem {
@@ -82,6 +85,7 @@ impl Problem {
             Problem::ConflictingAutoscaler(_) => reason::CONFLICTING_AUTOSCALER,
             Problem::ConflictingTDSet(_) => reason::CONFLICTING_TDSET,
             Problem::ConflictingWriter(_) => reason::CONFLICTING_WRITER,
+            Problem::FormNotAllowed(_) => reason::FORM_NOT_ALLOWED,
         }
     }
 
@@ -96,7 +100,8 @@ impl Problem {
             | Problem::Forbidden(m)
             | Problem::ConflictingAutoscaler(m)
             | Problem::ConflictingTDSet(m)
-            | Problem::ConflictingWriter(m) => m,
+            | Problem::ConflictingWriter(m)
+            | Problem::FormNotAllowed(m) => m,
         }
     }
 }

@@ -51,8 +51,8 @@ use crate::memo::{OwnWrites, StatusMemo};
 use crate::schedule::Schedule;
 use crate::status::{self, Inputs, Missing, Notice, Observed, Problem};
 use crate::telemetry::Metrics;
-use crate::workload::Source;
 use crate::workload::contest::Contest;
+use crate::workload::{PodForms, Source};
 use apply::write_status;
 pub use watches::InitialList;
 use watches::{
@@ -86,6 +86,8 @@ pub struct Context {
     pub index: TargetIndex,
     /// Consecutive failed reconciles per TDSet ("ns/name"), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Where `container` and `template` TDSets may run pods.
+    pub pod_forms: PodForms,
     /// Each TDSet's writes to its target, against another writer ("ns/name").
     pub contests: std::sync::Mutex<std::collections::HashMap<String, Contest>>,
 }
@@ -157,6 +159,8 @@ pub struct RunOptions {
     pub instance: String,
     /// How the watches receive their initial lists.
     pub initial_list: InitialList,
+    /// Where `container` and `template` TDSets may run pods.
+    pub pod_forms: PodForms,
 }
 
 /// How the controller names a TDSet: it reconciles the cached form (see `Cached`).
@@ -331,6 +335,17 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
         Write::IfDifferent
     };
     let outcome = match source {
+        _ if let Some(refused) = ctx.pod_forms.refuse(source, &ns) => Outcome {
+            workload: Err(Missing {
+                reason: status::reason::BLOCKED,
+                message: "nothing runs: this form is not allowed in this namespace".into(),
+            }),
+            problem: Some(Problem::FormNotAllowed(refused)),
+            notices: vec![],
+            target: None,
+            retry: None,
+            scaled: false,
+        },
         Source::Container(_) | Source::Template(_) => {
             apply::reconcile_owned(tdset, ctx, &ns, &eval, write).await?
         }
@@ -501,6 +516,7 @@ async fn run_controller(
         index: index.clone(),
         failures: Default::default(),
         contests: Default::default(),
+        pod_forms: opts.pod_forms.clone(),
     });
 
     // Ready, and wakeups handed over, once all four caches hold a full list. Polled, not

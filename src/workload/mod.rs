@@ -60,10 +60,101 @@ impl<'a> Source<'a> {
     }
 }
 
+/// Where the forms that run pods (`container`, `template`) are allowed. They run any pod spec
+/// (any ServiceAccount of the namespace) under the operator's identity, which admission
+/// policies keyed on the requesting user do not see; a platform team can limit them to some
+/// namespaces, or none. The other forms only scale what already runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PodForms {
+    /// Everywhere (the default).
+    #[default]
+    Anywhere,
+    /// Only in these namespaces (none: nowhere).
+    In(std::collections::BTreeSet<String>),
+}
+
+impl std::str::FromStr for PodForms {
+    type Err = String;
+
+    /// `*` (anywhere), `none` (nowhere) or a comma-separated list of namespaces.
+    fn from_str(s: &str) -> Result<PodForms, String> {
+        match s.trim() {
+            "*" => Ok(PodForms::Anywhere),
+            "" | "none" => Ok(PodForms::In(Default::default())),
+            list => Ok(PodForms::In(
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect(),
+            )),
+        }
+    }
+}
+
+impl PodForms {
+    /// Why `source` may not run in `ns`, if it may not.
+    pub fn refuse(&self, source: Source<'_>, ns: &str) -> Option<String> {
+        let PodForms::In(allowed) = self else {
+            return None;
+        };
+        if !source.is_owned() || allowed.contains(ns) {
+            return None;
+        }
+        let form = match source {
+            Source::Template(_) => "spec.template",
+            _ => "spec.container",
+        };
+        let where_ = if allowed.is_empty() {
+            "in no namespace".to_string()
+        } else {
+            format!(
+                "only in namespaces {}",
+                allowed.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        };
+        Some(format!(
+            "this operator runs TDSets with {form} (which run pods under its identity) {where_} \
+             (--pod-forms-in); nothing is created or changed. Use spec.scaleTargetRef to schedule \
+             a workload deployed by other means"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::workload::owned::tests::tdset;
+
+    #[test]
+    fn pod_forms_are_refused_outside_the_listed_namespaces() {
+        let mut t = tdset("web");
+        let container = Source::of(&t.spec).unwrap();
+        assert_eq!(
+            "*".parse::<PodForms>().unwrap().refuse(container, "a"),
+            None
+        );
+        let some: PodForms = "team-a, team-b".parse().unwrap();
+        assert_eq!(some.refuse(container, "team-b"), None);
+        let refused = some.refuse(container, "team-c").unwrap();
+        assert!(
+            refused.contains("spec.container") && refused.contains("team-a, team-b"),
+            "{refused}"
+        );
+        let none: PodForms = "none".parse().unwrap();
+        assert!(
+            none.refuse(container, "team-a")
+                .unwrap()
+                .contains("in no namespace")
+        );
+        t.spec.container = None;
+        t.spec.scale_target_ref = Some(ScaleTargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+        });
+        assert_eq!(none.refuse(Source::of(&t.spec).unwrap(), "team-a"), None);
+    }
 
     #[test]
     fn exactly_one_source() {

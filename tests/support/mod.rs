@@ -300,6 +300,35 @@ impl Operator {
         lease: Option<tdset_operator::controller::LeaseOptions>,
         instance: &str,
     ) -> Operator {
+        Operator::launch(
+            client,
+            namespace,
+            clock,
+            lease,
+            instance,
+            Default::default(),
+        )
+    }
+
+    /// Watching one namespace, with `container`/`template` allowed only where `pod_forms` says.
+    pub fn start_allowing(
+        client: &Client,
+        ns: &str,
+        clock: tdset_operator::clock::SystemClock,
+        pod_forms: &str,
+    ) -> Operator {
+        let pod_forms = pod_forms.parse().expect("a --pod-forms-in value");
+        Operator::launch(client, Some(ns), clock, None, "test", pod_forms)
+    }
+
+    fn launch(
+        client: &Client,
+        namespace: Option<&str>,
+        clock: tdset_operator::clock::SystemClock,
+        lease: Option<tdset_operator::controller::LeaseOptions>,
+        instance: &str,
+        pod_forms: tdset_operator::workload::PodForms,
+    ) -> Operator {
         use std::sync::Arc;
         let metrics = Arc::new(tdset_operator::telemetry::Metrics::new().expect("metrics"));
         let health = Arc::new(tdset_operator::http::Health::default());
@@ -309,6 +338,7 @@ impl Operator {
             concurrency: 8,
             instance: instance.to_string(),
             initial_list: tdset_operator::controller::InitialList::Auto,
+            pod_forms,
         };
         let task = tokio::spawn(tdset_operator::controller::run(
             tdset_operator::controller::Clients::same(client.clone()),
