@@ -562,3 +562,61 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_the_standby_takes_ove
     assert!(b.sigterm().success());
     ns.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_stuck_on_a_black_holed_connection_ends_and_the_transition_lands_after() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fault-stuck").await;
+    let line = BlackHole::start(&control_plane().kubeconfig, &std::env::temp_dir()).await;
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    // The operator's clock starts 40 s before a window that takes the Deployment from 1 to 3.
+    let op = OperatorProcess::start(
+        &line.kubeconfig,
+        &ns.name,
+        &["--fake-now", "2026-05-01T11:59:20Z"],
+        "fault-stuck.log",
+    );
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    tdsets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": "web"},
+                "spec": {"container": {"image": "nginx:1", "port": 8080},
+                         "schedulingConfig": [{"startTime": "12:00", "endTime": "13:00", "replica": 3}],
+                         "defaultReplica": 1}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let at = |n: i32| {
+        let deploys = deploys.clone();
+        move || {
+            let deploys = deploys.clone();
+            async move {
+                deploys
+                    .get_opt("web")
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|d| replicas(&d))
+                    == Some(n)
+            }
+        }
+    };
+    wait_until("the Deployment at 1 before the window", at(1)).await;
+    // The line goes dead before the boundary: the reconcile at 12:00 sends its write into it.
+    line.cut(true);
+    let errors = || op.metric("tdset_reconcile_errors_total");
+    wait_until(
+        "the stuck reconcile ends (timed out) instead of hanging",
+        || async { errors() > 0.0 },
+    )
+    .await;
+    line.cut(false);
+    wait_until("the window's count lands once the line is back", at(3)).await;
+    assert!(op.sigterm().success());
+    ns.cleanup().await;
+}
