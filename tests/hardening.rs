@@ -45,6 +45,23 @@ fn hpa_ref(name: &str) -> Value {
     json!({"scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": name}})
 }
 
+/// A TDSet that runs its own Deployment: `replicas` at noon, 1 otherwise.
+fn runs_nginx(replicas: i32) -> Value {
+    at_noon(
+        json!({"container": {"image": "nginx:1.27", "port": 8080}}),
+        replicas,
+        1,
+    )
+}
+
+/// Waits until TDSet `name` is Degraded for `reason`; its message.
+async fn degraded_for(client: &Client, ns: &str, name: &str, reason: &str) -> String {
+    let t = tdset_with_reason(client, ns, name, "Degraded", reason).await;
+    let degraded = condition(&t, "Degraded").expect("a Degraded condition");
+    assert_eq!(degraded.status, "True", "{degraded:?}");
+    degraded.message.clone()
+}
+
 fn hpa(name: &str, target: &str, min: i32, max: i32) -> Value {
     json!({
         "metadata": {"name": name},
@@ -164,14 +181,10 @@ async fn two_tdsets_on_one_deployment_the_older_holds_it_and_hands_it_over_when_
         &tdset("younger", at_noon(deployment_ref("web"), 2, 2)),
     )
     .await;
-    let younger =
-        tdset_with_reason(&client, &ns.name, "younger", "Degraded", "ConflictingTDSet").await;
-    let degraded = condition(&younger, "Degraded").unwrap();
-    assert_eq!(degraded.status, "True");
+    let message = degraded_for(&client, &ns.name, "younger", "ConflictingTDSet").await;
     assert!(
-        degraded.message.contains("older") && degraded.message.contains("Deployment web"),
-        "{}",
-        degraded.message
+        message.contains("older") && message.contains("Deployment web"),
+        "{message}"
     );
     wait_for_event(&client, &ns.name, "younger", |(ty, r, _)| {
         ty == "Warning" && r == "ConflictingTDSet"
@@ -199,19 +212,7 @@ async fn two_tdsets_on_one_deployment_the_older_holds_it_and_hands_it_over_when_
 async fn a_target_another_tdset_runs_is_left_to_it() {
     let (client, ns) = setup("hard-owned").await;
     let op = Operator::start(&client, &ns.name, noon(), None, "test");
-    create_tdset(
-        &client,
-        &ns.name,
-        &tdset(
-            "runs-web",
-            at_noon(
-                json!({"container": {"image": "nginx:1.27", "port": 8080}}),
-                3,
-                1,
-            ),
-        ),
-    )
-    .await;
+    create_tdset(&client, &ns.name, &tdset("runs-web", runs_nginx(3))).await;
     deployment_at(&client, &ns.name, "runs-web", 3).await;
     create_tdset(
         &client,
@@ -219,22 +220,8 @@ async fn a_target_another_tdset_runs_is_left_to_it() {
         &tdset("grabs-web", at_noon(deployment_ref("runs-web"), 6, 6)),
     )
     .await;
-    let grabber = tdset_with_reason(
-        &client,
-        &ns.name,
-        "grabs-web",
-        "Degraded",
-        "ConflictingTDSet",
-    )
-    .await;
-    assert!(
-        condition(&grabber, "Degraded")
-            .unwrap()
-            .message
-            .contains("runs-web"),
-        "{:?}",
-        condition(&grabber, "Degraded")
-    );
+    let message = degraded_for(&client, &ns.name, "grabs-web", "ConflictingTDSet").await;
+    assert!(message.contains("runs-web"), "{message}");
     let changes = spec_changes_over(&client, &ns.name, "runs-web", Duration::from_secs(20)).await;
     assert_eq!(
         changes, 0,
@@ -248,38 +235,14 @@ async fn a_target_another_tdset_runs_is_left_to_it() {
 async fn an_hpa_on_an_owned_deployment_is_reported_and_not_fought() {
     let (client, ns) = setup("hard-ownhpa").await;
     let op = Operator::start(&client, &ns.name, noon(), None, "test");
-    create_tdset(
-        &client,
-        &ns.name,
-        &tdset(
-            "web",
-            at_noon(
-                json!({"container": {"image": "nginx:1.27", "port": 8080}}),
-                5,
-                1,
-            ),
-        ),
-    )
-    .await;
+    create_tdset(&client, &ns.name, &tdset("web", runs_nginx(5))).await;
     deployment_at(&client, &ns.name, "web", 5).await;
     // The HPA's maximum is below the schedule: it scales the Deployment down to 3 at every
     // sync (no metrics needed for that), which an operator that fights would revert.
     let _: HorizontalPodAutoscaler =
         create_object(&client, &ns.name, hpa("web", "web", 1, 3)).await;
-    let t = tdset_with_reason(
-        &client,
-        &ns.name,
-        "web",
-        "Degraded",
-        "ConflictingAutoscaler",
-    )
-    .await;
-    assert!(
-        condition(&t, "Degraded")
-            .unwrap()
-            .message
-            .contains("HorizontalPodAutoscaler web")
-    );
+    let message = degraded_for(&client, &ns.name, "web", "ConflictingAutoscaler").await;
+    assert!(message.contains("HorizontalPodAutoscaler web"), "{message}");
     deployment_at(&client, &ns.name, "web", 3).await;
     let changes = spec_changes_over(&client, &ns.name, "web", Duration::from_secs(35)).await;
     assert_eq!(
@@ -511,15 +474,8 @@ async fn a_writer_that_keeps_resetting_the_count_is_reported_and_not_followed_at
         reverts <= 5.0,
         "{reverts} reverts in 30 s: the operator followed the other writer at watch speed"
     );
-    let t = tdset_with_reason(&client, &ns.name, "sched", "Degraded", "ConflictingWriter").await;
-    assert!(
-        condition(&t, "Degraded")
-            .unwrap()
-            .message
-            .contains("argocd-controller"),
-        "{:?}",
-        condition(&t, "Degraded")
-    );
+    let message = degraded_for(&client, &ns.name, "sched", "ConflictingWriter").await;
+    assert!(message.contains("argocd-controller"), "{message}");
     wait_for_event(&client, &ns.name, "sched", |(ty, r, note)| {
         ty == "Warning" && r == "ConflictingWriter" && note.contains("argocd-controller")
     })
