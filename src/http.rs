@@ -1,9 +1,11 @@
 //! `/metrics`, `/healthz` and `/readyz` on hyper.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use http_body_util::combinators::BoxBody;
@@ -12,8 +14,10 @@ use hyper::body::{Bytes, Frame};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tracing::warn;
 
 use crate::error::{Error, Result};
 use crate::telemetry::Metrics;
@@ -31,11 +35,48 @@ impl Health {
     }
 }
 
+/// How the listener protects itself. Liveness shares it with /metrics, so a flood of idle or
+/// slow connections must never keep `/healthz` from answering.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A connection must send a request's headers within this (hyper closes it otherwise).
+    pub header_read: Duration,
+    /// A connection is closed (after the request in flight, if any) once it is this old:
+    /// scrapers reconnect, idle ones do not linger.
+    pub max_age: Duration,
+    /// Connections at once; past it the oldest is closed to make room for the newest.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_read: Duration::from_secs(5),
+            max_age: Duration::from_secs(60),
+            max_connections: 256,
+        }
+    }
+}
+
+/// How long a closing connection may take to finish the response in flight.
+const GRACE: Duration = Duration::from_secs(10);
+/// The pause after a failed accept (e.g. out of file descriptors), instead of spinning.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
 /// Binds now (so a taken port fails at start-up) and serves until the task is dropped.
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    serve_with(addr, metrics, health, Limits::default()).await
+}
+
+pub async fn serve_with(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    limits: Limits,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
         .await
@@ -44,16 +85,58 @@ pub async fn serve(
         .local_addr()
         .map_err(|e| Error::Config(format!("listener address: {e}")))?;
     let task = tokio::spawn(async move {
+        // Open connections, oldest first, each with the signal that closes it.
+        let open: Arc<Mutex<VecDeque<(u64, oneshot::Sender<()>)>>> = Default::default();
+        let mut next_id = 0u64;
+        let mut failing = false;
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => {
+                    failing = false;
+                    stream
+                }
+                Err(e) => {
+                    if !failing {
+                        warn!(error = %e, "metrics/health listener cannot accept; retrying");
+                        failing = true;
+                    }
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
             };
-            let (metrics, health) = (metrics.clone(), health.clone());
+            let (close_tx, close_rx) = oneshot::channel();
+            let id = next_id;
+            next_id += 1;
+            if let Ok(mut open) = open.lock() {
+                while open.len() >= limits.max_connections.max(1) {
+                    if let Some((_, oldest)) = open.pop_front() {
+                        let _ = oldest.send(());
+                    }
+                }
+                open.push_back((id, close_tx));
+            }
+            let (metrics, health, open) = (metrics.clone(), health.clone(), open.clone());
             tokio::spawn(async move {
                 let svc = service_fn(move |req| respond(req, metrics.clone(), health.clone()));
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(limits.header_read)
+                    .serve_connection(TokioIo::new(stream), svc);
+                tokio::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    _ = tokio::time::sleep(limits.max_age) => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(GRACE, conn).await;
+                    }
+                    _ = close_rx => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(GRACE, conn).await;
+                    }
+                }
+                if let Ok(mut open) = open.lock() {
+                    open.retain(|(i, _)| *i != id);
+                }
             });
         }
     });
