@@ -58,6 +58,9 @@ impl Default for Limits {
     }
 }
 
+/// Open connections, oldest first, each with the signal that closes it.
+type Open = VecDeque<(u64, oneshot::Sender<()>)>;
+
 /// How long a closing connection may take to finish the response in flight.
 const GRACE: Duration = Duration::from_secs(10);
 /// The pause after a failed accept (e.g. out of file descriptors), instead of spinning.
@@ -85,8 +88,7 @@ pub async fn serve_with(
         .local_addr()
         .map_err(|e| Error::Config(format!("listener address: {e}")))?;
     let task = tokio::spawn(async move {
-        // Open connections, oldest first, each with the signal that closes it.
-        let open: Arc<Mutex<VecDeque<(u64, oneshot::Sender<()>)>>> = Default::default();
+        let open: Arc<Mutex<Open>> = Default::default();
         let mut next_id = 0u64;
         let mut failing = false;
         loop {
