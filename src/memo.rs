@@ -71,6 +71,18 @@ impl StatusMemo {
         tdset.status.clone()
     }
 
+    /// The TDSet's status as far as it is known to be in the API: the one this operator
+    /// wrote (not one still queued), else the cached one.
+    pub fn durable(&self, tdset: &TDSet) -> Option<TDSetStatus> {
+        let written = tdset.meta().uid.as_deref().and_then(|uid| {
+            let written = self.written.lock().ok()?;
+            let w = written.get(uid)?;
+            w.produced.as_ref()?;
+            Some(TDSetStatus::clone(&w.status))
+        });
+        written.or_else(|| tdset.status.clone())
+    }
+
     /// The TDSet cache now holds `tdset` (`None`: it was deleted). A written status the cache
     /// has caught up with is forgotten here rather than at the TDSet's next reconcile, which
     /// may be hours away: the memo holds only writes in flight, not a second copy of every
@@ -254,6 +266,30 @@ mod tests {
         assert_eq!(memo.current(&at("4", Some(theirs.clone()))), Some(theirs));
         // ... and the entry is gone, so a revision-1 object is no longer overlaid.
         assert_eq!(memo.current(&at("1", None)), None);
+    }
+
+    #[test]
+    fn a_queued_status_is_known_but_only_a_written_one_is_durable() {
+        let memo = StatusMemo::default();
+        let cached = TDSetStatus {
+            desired_replicas: Some(1),
+            ..TDSetStatus::default()
+        };
+        let ours = TDSetStatus {
+            desired_replicas: Some(3),
+            ..TDSetStatus::default()
+        };
+        memo.queued(&at("1", Some(cached.clone())), Arc::new(ours.clone()));
+        assert_eq!(
+            memo.current(&at("1", Some(cached.clone()))),
+            Some(ours.clone())
+        );
+        assert_eq!(
+            memo.durable(&at("1", Some(cached.clone()))),
+            Some(cached.clone())
+        );
+        memo.written(UID, &ours, Some("2".into()));
+        assert_eq!(memo.durable(&at("1", Some(cached))), Some(ours));
     }
 
     #[test]

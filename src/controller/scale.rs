@@ -307,7 +307,8 @@ async fn target_status(
             .and_then(|s| s.target)
             .filter(|t| same(t) && t.original_replicas.is_some())
     };
-    let mut found = recorded(ctx.statuses.current(tdset));
+    // A record only queued in the lane is known, not durable: a crash loses it.
+    let mut found = recorded(ctx.statuses.durable(tdset));
     if found.is_none() {
         let live = Api::<TDSet>::namespaced(ctx.client.clone(), ns)
             .get(&tdset.name_any())
@@ -318,15 +319,24 @@ async fn target_status(
             )))?;
         found = recorded(live.status);
     }
-    Ok(match found {
-        Some(t) => Record {
+    let queued = recorded(ctx.statuses.current(tdset));
+    Ok(match (found, queued) {
+        (Some(t), _) => Record {
             status: TargetStatus {
                 uid: t.uid.clone().or(uid.map(String::from)),
                 ..t
             },
             durable: true,
         },
-        None => Record {
+        // Recorded before this operator changed anything, not yet written: still the original.
+        (None, Some(t)) => Record {
+            status: TargetStatus {
+                uid: t.uid.clone().or(uid.map(String::from)),
+                ..t
+            },
+            durable: false,
+        },
+        (None, None) => Record {
             status: TargetStatus {
                 api_version: r.api_version.clone(),
                 kind: r.kind.clone(),
