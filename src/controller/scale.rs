@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 use tracing::debug;
 
 use super::discovery::Resolved;
@@ -216,6 +216,7 @@ fn held_elsewhere(tdset: &TDSet, ctx: &Context, ns: &str, r: &ScaleTargetRef) ->
             o.controller == Some(true)
                 && o.kind == "TDSet"
                 && o.api_version.starts_with("schedule.rs/")
+                && Some(&o.uid) != tdset.meta().uid.as_ref()
         })
     {
         return Some(Problem::ConflictingTDSet(format!(
