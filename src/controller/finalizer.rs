@@ -142,7 +142,7 @@ async fn let_go(
     let uid = recorded.uid.as_deref();
     let (verb, result) = match recorded.original_replicas {
         Some(original) if restores(tdset) => {
-            ("restore", scale::restore(ctx, ns, &r, original, uid).await?)
+            ("restore", restore(ctx, ns, &r, original, uid).await?)
         }
         None if restores(tdset) => (
             "restore",
@@ -150,7 +150,7 @@ async fn let_go(
                 "no original count of {r} was recorded"
             ))),
         ),
-        _ if r.is_hpa() => ("wake the target of", scale::wake(ctx, ns, &r, uid).await?),
+        _ if r.is_hpa() => ("wake the target of", wake(ctx, ns, &r, uid).await?),
         _ => return Ok(()),
     };
     match result {
@@ -189,4 +189,100 @@ async fn let_go(
 
 fn on_delete_name(tdset: &TDSet) -> &'static str {
     if restores(tdset) { "Restore" } else { "Keep" }
+}
+
+/// Whether `seen` is the object whose count was recorded (`recorded`: its uid then).
+fn same_object(
+    r: &ScaleTargetRef,
+    recorded: Option<&str>,
+    seen: Option<&str>,
+) -> Result<(), Problem> {
+    match (recorded, seen) {
+        (Some(a), Some(b)) if a != b => Err(Problem::TargetNotFound(format!(
+            "{r} was deleted and created again since its count was recorded; the new object is left as it is"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Puts a target back to `original`, only onto the object it was recorded from (`uid`).
+/// `Ok(Err)` says why it could not be done (gone, replaced, forbidden): the caller then lets
+/// go rather than block.
+async fn restore(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    original: i32,
+    uid: Option<&str>,
+) -> Result<Result<Option<String>, Problem>> {
+    if r.is_hpa() {
+        let (hpa, seen) = match scale::read_hpa(ctx, ns, r).await? {
+            Ok(found) => found,
+            Err(p) => return Ok(Err(p)),
+        };
+        if let Err(p) = same_object(r, uid, seen.as_deref()) {
+            return Ok(Err(p));
+        }
+        if hpa.min() != original
+            && let Err(p) = scale::write_min_replicas(ctx, ns, r, seen.as_deref(), original).await?
+        {
+            return Ok(Err(p));
+        }
+        // A target the schedule put to sleep is woken to the restored floor.
+        if let Ok((res, view)) = scale::resolve_and_read(ctx, ns, &hpa.target).await?
+            && view.spec_replicas == 0
+            && let Err(p) = scale::write(ctx, ns, &hpa.target, &res, original.max(1)).await?
+        {
+            return Ok(Err(p));
+        }
+        return Ok(Ok(Some(format!(
+            "restored HorizontalPodAutoscaler {} minReplicas to {original}",
+            r.name
+        ))));
+    }
+    let (res, view) = match scale::resolve_and_read(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if let Err(p) = same_object(r, uid, view.uid.as_deref()) {
+        return Ok(Err(p));
+    }
+    if view.spec_replicas != original
+        && let Err(p) = scale::write(ctx, ns, r, &res, original).await?
+    {
+        return Ok(Err(p));
+    }
+    Ok(Ok(Some(format!("restored {r} to {original} replicas"))))
+}
+
+/// An HPA's target that the schedule put to 0 (which the HPA cannot hold, so it stays there)
+/// is woken to the HPA's floor when the TDSet lets go of the HPA without restoring it.
+async fn wake(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    uid: Option<&str>,
+) -> Result<Result<Option<String>, Problem>> {
+    let (hpa, seen) = match scale::read_hpa(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if let Err(p) = same_object(r, uid, seen.as_deref()) {
+        return Ok(Err(p));
+    }
+    let (res, view) = match scale::resolve_and_read(ctx, ns, &hpa.target).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if view.spec_replicas != 0 {
+        return Ok(Ok(None));
+    }
+    let to = hpa.min().max(1);
+    if let Err(p) = scale::write(ctx, ns, &hpa.target, &res, to).await? {
+        return Ok(Err(p));
+    }
+    Ok(Ok(Some(format!(
+        "woke {} to {to} replicas, the floor of HorizontalPodAutoscaler {}",
+        hpa.target, r.name
+    ))))
 }

@@ -2,8 +2,11 @@
 //!
 //! - `mod.rs`: the context and the reconcile driver (one call per stage), the error policy;
 //! - `apply.rs`: guarded writes of owned objects; the TDSet's next status, queued;
-//! - `scale.rs`, `finalizer.rs`: referenced targets and HPAs; `onDelete: Restore`;
+//! - `scale.rs`, `finalizer.rs`: referenced targets and HPAs; letting go of them (`onDelete`,
+//!   retargets);
+//! - `claims.rs`: which TDSet holds a referenced object (one writer per workload);
 //! - `discovery.rs`: which kind a `scaleTargetRef` names, remembered;
+//! - `backoff.rs`: how long a failed reconcile waits before it is retried;
 //! - `bookkeeping.rs`: the lane that sends statuses and Events after the workload writes;
 //! - `events.rs`: which Events a change produces;
 //! - `watches.rs`: the watches and their compact caches;
@@ -17,7 +20,9 @@
 //! precondition, so an object someone else created meanwhile is never written to.
 
 mod apply;
+mod backoff;
 mod bookkeeping;
+mod claims;
 mod discovery;
 mod events;
 mod finalizer;
@@ -251,27 +256,9 @@ pub fn error_policy(tdset: Arc<Cached<TDSet>>, error: &Error, ctx: Arc<Context>)
         *n = n.saturating_add(1);
         *n
     });
-    let wait = backoff(attempt, jitter());
+    let wait = backoff::after(attempt, backoff::jitter());
     warn!(tdset = %key, %error, attempt, retry_in = ?wait, "reconcile failed");
     Action::requeue(wait)
-}
-
-/// The wait before retry `attempt` (1, 2, ...), `jitter` in [0, 1).
-fn backoff(attempt: u32, jitter: f64) -> Duration {
-    const FIRST: Duration = Duration::from_secs(5);
-    const MAX: Duration = Duration::from_secs(300);
-    let base = FIRST
-        .saturating_mul(1 << attempt.saturating_sub(1).min(10))
-        .min(MAX);
-    base.mul_f64(0.75 + jitter / 2.0)
-}
-
-/// A number in [0, 1) that differs between calls (std's randomly keyed hasher).
-fn jitter() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(Instant::now().elapsed().as_nanos());
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// One reconcile; what it returns is how long until the TDSet is to be looked at again
@@ -628,23 +615,4 @@ async fn run_controller(
     metrics.set_tdset_store(None);
     info!("controller stopped");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn errors_back_off_exponentially_with_jitter_up_to_five_minutes() {
-        assert_eq!(backoff(1, 0.5), Duration::from_secs(5));
-        assert_eq!(backoff(2, 0.5), Duration::from_secs(10));
-        assert_eq!(backoff(4, 0.5), Duration::from_secs(40));
-        assert_eq!(backoff(50, 0.5), Duration::from_secs(300));
-        assert_eq!(backoff(1, 0.0), Duration::from_millis(3750));
-        assert!(backoff(1, 0.999) < Duration::from_millis(6250));
-        let spread: std::collections::HashSet<u64> =
-            (0..20).map(|_| (jitter() * 1e6) as u64).collect();
-        assert!(spread.len() > 15, "jitter repeats: {spread:?}");
-        assert!((0..1000).map(|_| jitter()).all(|j| (0.0..1.0).contains(&j)));
-    }
 }

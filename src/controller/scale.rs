@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use tracing::debug;
 
+use super::claims;
 use super::discovery::Resolved;
 use super::events::record_scale;
 use super::{Context, Outcome, TDSetRef, Write};
@@ -144,7 +144,7 @@ async fn read(
 /// Server-side apply for the kinds built into the API server; a JSON merge patch for custom
 /// resources, whose `/scale` the API server cannot apply to (it answers "request to convert
 /// CR to an invalid group/version: autoscaling/v1").
-async fn write(
+pub(super) async fn write(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
@@ -180,7 +180,7 @@ async fn write(
 }
 
 /// Resolves and reads a target, as one step: `Ok(Err)` is a problem to report.
-async fn resolve_and_read(
+pub(super) async fn resolve_and_read(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
@@ -203,43 +203,6 @@ async fn resolve_and_read(
 /// The HPA (first by name) that scales `r`, from the cache.
 pub(super) fn hpa_scaling(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Option<String> {
     target::conflicting_hpa(r, &hpas_in(ctx, ns)).map(|h| h.name.clone())
-}
-
-/// Another TDSet that holds `r`: one that owns it (it runs that Deployment), or an older
-/// claim on it (see `TargetIndex::holder`). Such a TDSet is the only one that writes it.
-fn held_elsewhere(tdset: &TDSet, ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Option<Problem> {
-    let me = tdset.name_any();
-    if r.group() == "apps"
-        && r.kind == "Deployment"
-        && let Some(d) = ctx.deployments.get(&ObjectRef::new(&r.name).within(ns))
-        && let Some(owner) = d.owner_references().iter().find(|o| {
-            o.controller == Some(true)
-                && o.kind == "TDSet"
-                && o.api_version.starts_with("schedule.rs/")
-                && Some(&o.uid) != tdset.meta().uid.as_ref()
-        })
-    {
-        return Some(Problem::ConflictingTDSet(format!(
-            "{r} is run by TDSet {}, which owns it; this TDSet writes nothing to it",
-            owner.name
-        )));
-    }
-    match ctx.index.holder(ns, r.group(), &r.kind, &r.name) {
-        Some(holder) if holder != me => Some(Problem::ConflictingTDSet(format!(
-            "{r} is held by TDSet {holder}, the older claim on it; this TDSet writes nothing to it \
-             until {holder} lets go of it (deleted, or pointed elsewhere)"
-        ))),
-        _ => None,
-    }
-}
-
-/// The outcome for a target another TDSet holds: nothing read or written, and the target
-/// this TDSet recorded before (if any) kept as it was.
-fn held_outcome(tdset: &TDSet, ctx: &Context, p: Problem, r: &ScaleTargetRef) -> Outcome {
-    let recorded = ctx.statuses.current(tdset).and_then(|s| s.target);
-    let mut out = problem_outcome(p, r, TargetStatus::default());
-    out.target = recorded;
-    out
 }
 
 /// The HPAs of a namespace, from the cache.
@@ -360,7 +323,7 @@ async fn ensure_durable(tdset: &TDSet, ctx: &Context, record: &mut Record) -> Re
     Ok(())
 }
 
-fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStatus) -> Outcome {
+pub(super) fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStatus) -> Outcome {
     let retry = match &p {
         Problem::Forbidden(_) => Some(LOOK_AGAIN),
         _ if !is_watched(r) => Some(LOOK_AGAIN),
@@ -391,8 +354,8 @@ pub(super) async fn reconcile_scale(
     write_: Write,
 ) -> Result<Outcome> {
     const FIELD: &str = "spec.replicas";
-    if let Some(p) = held_elsewhere(tdset, ctx, ns, r) {
-        return Ok(held_outcome(tdset, ctx, p, r));
+    if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
+        return Ok(claims::held_outcome(tdset, ctx, p, r));
     }
     if ctx.hpas.wait_until_ready().now_or_never().is_none() {
         // Until the HPA cache holds a full list, a conflicting HPA could be missed: write
@@ -492,7 +455,7 @@ pub(super) async fn reconcile_scale(
 }
 
 /// Reads an HPA live (a cache may lag behind the operator's own last write).
-async fn read_hpa(
+pub(super) async fn read_hpa(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
@@ -515,7 +478,7 @@ async fn read_hpa(
 }
 
 /// Sets an HPA's `spec.minReplicas` (server-side apply, guarded by the uid it was read with).
-async fn write_min_replicas(
+pub(super) async fn write_min_replicas(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
@@ -561,8 +524,8 @@ pub(super) async fn reconcile_hpa(
     write_: Write,
 ) -> Result<Outcome> {
     const FIELD: &str = "spec.minReplicas";
-    if let Some(p) = held_elsewhere(tdset, ctx, ns, r) {
-        return Ok(held_outcome(tdset, ctx, p, r));
+    if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
+        return Ok(claims::held_outcome(tdset, ctx, p, r));
     }
     let (mut hpa, uid) = match read_hpa(ctx, ns, r).await? {
         Ok(found) => found,
@@ -647,102 +610,6 @@ pub(super) async fn reconcile_hpa(
         retry: None,
         scaled,
     })
-}
-
-/// Whether `seen` is the object whose count was recorded (`recorded`: its uid then).
-fn same_object(
-    r: &ScaleTargetRef,
-    recorded: Option<&str>,
-    seen: Option<&str>,
-) -> Result<(), Problem> {
-    match (recorded, seen) {
-        (Some(a), Some(b)) if a != b => Err(Problem::TargetNotFound(format!(
-            "{r} was deleted and created again since its count was recorded; the new object is left as it is"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Puts a target back to `original`, only onto the object it was recorded from (`uid`).
-/// `Ok(Err)` says why it could not be done (gone, replaced, forbidden): the caller then lets
-/// go rather than block.
-pub(super) async fn restore(
-    ctx: &Context,
-    ns: &str,
-    r: &ScaleTargetRef,
-    original: i32,
-    uid: Option<&str>,
-) -> Result<Result<Option<String>, Problem>> {
-    if r.is_hpa() {
-        let (hpa, seen) = match read_hpa(ctx, ns, r).await? {
-            Ok(found) => found,
-            Err(p) => return Ok(Err(p)),
-        };
-        if let Err(p) = same_object(r, uid, seen.as_deref()) {
-            return Ok(Err(p));
-        }
-        if hpa.min() != original
-            && let Err(p) = write_min_replicas(ctx, ns, r, seen.as_deref(), original).await?
-        {
-            return Ok(Err(p));
-        }
-        // A target the schedule put to sleep is woken to the restored floor.
-        if let Ok((res, view)) = resolve_and_read(ctx, ns, &hpa.target).await?
-            && view.spec_replicas == 0
-            && let Err(p) = write(ctx, ns, &hpa.target, &res, original.max(1)).await?
-        {
-            return Ok(Err(p));
-        }
-        return Ok(Ok(Some(format!(
-            "restored HorizontalPodAutoscaler {} minReplicas to {original}",
-            r.name
-        ))));
-    }
-    let (res, view) = match resolve_and_read(ctx, ns, r).await? {
-        Ok(found) => found,
-        Err(p) => return Ok(Err(p)),
-    };
-    if let Err(p) = same_object(r, uid, view.uid.as_deref()) {
-        return Ok(Err(p));
-    }
-    if view.spec_replicas != original
-        && let Err(p) = write(ctx, ns, r, &res, original).await?
-    {
-        return Ok(Err(p));
-    }
-    Ok(Ok(Some(format!("restored {r} to {original} replicas"))))
-}
-
-/// An HPA's target that the schedule put to 0 (which the HPA cannot hold, so it stays there)
-/// is woken to the HPA's floor when the TDSet lets go of the HPA without restoring it.
-pub(super) async fn wake(
-    ctx: &Context,
-    ns: &str,
-    r: &ScaleTargetRef,
-    uid: Option<&str>,
-) -> Result<Result<Option<String>, Problem>> {
-    let (hpa, seen) = match read_hpa(ctx, ns, r).await? {
-        Ok(found) => found,
-        Err(p) => return Ok(Err(p)),
-    };
-    if let Err(p) = same_object(r, uid, seen.as_deref()) {
-        return Ok(Err(p));
-    }
-    let (res, view) = match resolve_and_read(ctx, ns, &hpa.target).await? {
-        Ok(found) => found,
-        Err(p) => return Ok(Err(p)),
-    };
-    if view.spec_replicas != 0 {
-        return Ok(Ok(None));
-    }
-    let to = hpa.min().max(1);
-    if let Err(p) = write(ctx, ns, &hpa.target, &res, to).await? {
-        return Ok(Err(p));
-    }
-    Ok(Ok(Some(format!(
-        "woke {} to {to} replicas, the floor of HorizontalPodAutoscaler {}",
-        hpa.target, r.name
-    ))))
 }
 
 /// The TDSets to reconcile when a watched object changes: those that reference it, and, for

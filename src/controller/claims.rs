@@ -1,0 +1,58 @@
+//! One writer per workload: which TDSet holds a referenced object. The owner of a
+//! Deployment holds it; otherwise the oldest claim does (creationTimestamp, then name, kept
+//! in `TargetIndex`). Every other TDSet that references it writes nothing and says who holds it.
+
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+
+use super::scale::problem_outcome;
+use super::{Context, Outcome};
+use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
+use crate::status::Problem;
+
+/// Another TDSet that holds `r`: one that owns it (it runs that Deployment), or an older
+/// claim on it (see `TargetIndex::holder`). Such a TDSet is the only one that writes it.
+pub(super) fn held_elsewhere(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+) -> Option<Problem> {
+    let me = tdset.name_any();
+    if r.group() == "apps"
+        && r.kind == "Deployment"
+        && let Some(d) = ctx.deployments.get(&ObjectRef::new(&r.name).within(ns))
+        && let Some(owner) = d.owner_references().iter().find(|o| {
+            o.controller == Some(true)
+                && o.kind == "TDSet"
+                && o.api_version.starts_with("schedule.rs/")
+                && Some(&o.uid) != tdset.meta().uid.as_ref()
+        })
+    {
+        return Some(Problem::ConflictingTDSet(format!(
+            "{r} is run by TDSet {}, which owns it; this TDSet writes nothing to it",
+            owner.name
+        )));
+    }
+    match ctx.index.holder(ns, r.group(), &r.kind, &r.name) {
+        Some(holder) if holder != me => Some(Problem::ConflictingTDSet(format!(
+            "{r} is held by TDSet {holder}, the older claim on it; this TDSet writes nothing to it \
+             until {holder} lets go of it (deleted, or pointed elsewhere)"
+        ))),
+        _ => None,
+    }
+}
+
+/// The outcome for a target another TDSet holds: nothing read or written, and the target
+/// this TDSet recorded before (if any) kept as it was.
+pub(super) fn held_outcome(
+    tdset: &TDSet,
+    ctx: &Context,
+    p: Problem,
+    r: &ScaleTargetRef,
+) -> Outcome {
+    let recorded = ctx.statuses.current(tdset).and_then(|s| s.target);
+    let mut out = problem_outcome(p, r, TargetStatus::default());
+    out.target = recorded;
+    out
+}
