@@ -56,6 +56,42 @@ async fn web_created(client: &Client, ns: &str, what: &str) -> (Api<TDSet>, Api<
     (tdsets, deploys)
 }
 
+/// Two replicas with leader election (a 6 s lease in `ns`): `a` (through `a_kubeconfig`)
+/// leads, `b` (through `b_kubeconfig`) is a ready standby.
+async fn leader_and_standby(
+    a_kubeconfig: &std::path::Path,
+    b_kubeconfig: &std::path::Path,
+    ns: &str,
+    log: &str,
+) -> (OperatorProcess, OperatorProcess) {
+    let lease_args = [
+        "--leader-elect",
+        "true",
+        "--lease-namespace",
+        ns,
+        "--lease-duration",
+        "6",
+    ];
+    let a = OperatorProcess::start(
+        a_kubeconfig,
+        ns,
+        &[&lease_args[..], &["--instance", "a"]].concat(),
+        &format!("{log}-a.log"),
+    );
+    wait_until("a leads", || async { a.metric("tdset_leader") == 1.0 }).await;
+    let b = OperatorProcess::start(
+        b_kubeconfig,
+        ns,
+        &[&lease_args[..], &["--instance", "b"]].concat(),
+        &format!("{log}-b.log"),
+    );
+    wait_until("b ready as a standby", || async {
+        b.get("/readyz").is_some_and(|(c, _)| c == 200)
+    })
+    .await;
+    (a, b)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_while_converging_then_restart_leaves_no_duplicates_or_orphans() {
     let client = client().await;
@@ -222,31 +258,7 @@ async fn killing_the_leader_hands_over_to_the_standby() {
     install_crd(&client).await;
     let ns = TestNamespace::new(&client, "fault-leader").await;
     let kubeconfig = control_plane().kubeconfig.clone();
-    let lease_args = [
-        "--leader-elect",
-        "true",
-        "--lease-namespace",
-        ns.name.as_str(),
-        "--lease-duration",
-        "6",
-    ];
-    let a = OperatorProcess::start(
-        &kubeconfig,
-        &ns.name,
-        &[&lease_args[..], &["--instance", "a"]].concat(),
-        "fault-leader-a.log",
-    );
-    wait_until("a leads", || async { a.metric("tdset_leader") == 1.0 }).await;
-    let b = OperatorProcess::start(
-        &kubeconfig,
-        &ns.name,
-        &[&lease_args[..], &["--instance", "b"]].concat(),
-        "fault-leader-b.log",
-    );
-    wait_until("b ready as a standby", || async {
-        b.get("/readyz").is_some_and(|(c, _)| c == 200)
-    })
-    .await;
+    let (a, b) = leader_and_standby(&kubeconfig, &kubeconfig, &ns.name, "fault-leader").await;
     let (tdsets, deploys) =
         web_created(&client, &ns.name, "the leader creates the Deployment").await;
     assert!(a.metric("tdset_api_writes_total") > 0.0);
@@ -469,32 +481,9 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_the_standby_takes_ove
     let ns = TestNamespace::new(&client, "fault-blackhole").await;
     let kubeconfig = control_plane().kubeconfig.clone();
     let line = BlackHole::start(&kubeconfig, &std::env::temp_dir()).await;
-    let lease_args = [
-        "--leader-elect",
-        "true",
-        "--lease-namespace",
-        ns.name.as_str(),
-        "--lease-duration",
-        "6",
-    ];
     // a reaches the API server through the line that will be cut; b directly.
-    let a = OperatorProcess::start(
-        &line.kubeconfig,
-        &ns.name,
-        &[&lease_args[..], &["--instance", "a"]].concat(),
-        "fault-blackhole-a.log",
-    );
-    wait_until("a leads", || async { a.metric("tdset_leader") == 1.0 }).await;
-    let b = OperatorProcess::start(
-        &kubeconfig,
-        &ns.name,
-        &[&lease_args[..], &["--instance", "b"]].concat(),
-        "fault-blackhole-b.log",
-    );
-    wait_until("b ready as a standby", || async {
-        b.get("/readyz").is_some_and(|(c, _)| c == 200)
-    })
-    .await;
+    let (a, b) =
+        leader_and_standby(&line.kubeconfig, &kubeconfig, &ns.name, "fault-blackhole").await;
     let (tdsets, deploys) = web_created(&client, &ns.name, "a creates the Deployment").await;
 
     let cut_at = Instant::now();

@@ -71,6 +71,21 @@ fn hpa(name: &str, target: &str, min: i32, max: i32) -> Value {
     })
 }
 
+/// Someone's Deployment "web" at 1, the operator, and TDSet `name` that scales it to 4 at
+/// noon; returns once it is at 4.
+async fn web_at_4_held_by(client: &Client, ns: &str, name: &str) -> Operator {
+    let _: Deployment = create_object(client, ns, app_deployment("web", 1)).await;
+    let op = Operator::start(client, ns, noon(), None, "test");
+    create_tdset(
+        client,
+        ns,
+        &tdset(name, at_noon(deployment_ref("web"), 4, 1)),
+    )
+    .await;
+    deployment_at(client, ns, "web", 4).await;
+    op
+}
+
 fn deployments(client: &Client, ns: &str) -> Api<Deployment> {
     Api::namespaced(client.clone(), ns)
 }
@@ -164,15 +179,7 @@ async fn the_original_count_is_in_the_api_before_the_first_scale() {
 #[tokio::test]
 async fn two_tdsets_on_one_deployment_the_older_holds_it_and_hands_it_over_when_it_goes() {
     let (client, ns) = setup("hard-two").await;
-    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
-    let op = Operator::start(&client, &ns.name, noon(), None, "test");
-    create_tdset(
-        &client,
-        &ns.name,
-        &tdset("older", at_noon(deployment_ref("web"), 4, 1)),
-    )
-    .await;
-    deployment_at(&client, &ns.name, "web", 4).await;
+    let op = web_at_4_held_by(&client, &ns.name, "older").await;
     // creationTimestamp has whole seconds: the younger is younger by at least one.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     create_tdset(
@@ -432,15 +439,7 @@ async fn an_hpa_target_put_to_sleep_is_woken_when_the_tdset_lets_go() {
 #[tokio::test]
 async fn a_writer_that_keeps_resetting_the_count_is_reported_and_not_followed_at_watch_speed() {
     let (client, ns) = setup("hard-gitops").await;
-    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
-    let op = Operator::start(&client, &ns.name, noon(), None, "test");
-    create_tdset(
-        &client,
-        &ns.name,
-        &tdset("sched", at_noon(deployment_ref("web"), 4, 1)),
-    )
-    .await;
-    deployment_at(&client, &ns.name, "web", 4).await;
+    let op = web_at_4_held_by(&client, &ns.name, "sched").await;
     let scale_writes = || op.counter("tdset_api_writes_total{resource=\"deployments/scale\"");
     let before = scale_writes();
     // A GitOps tool that puts its own count back twice a second, for 30 s.
