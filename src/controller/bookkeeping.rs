@@ -286,6 +286,30 @@ struct Shared {
     writers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
+/// A TDSet's status being written by `Lane::write_now`, outside the writers.
+struct WriteTurn<'a> {
+    shared: &'a Shared,
+    uid: &'a str,
+    /// The queued status it took the place of, to queue again if it was not written.
+    superseded: Option<StatusWrite>,
+}
+
+impl Drop for WriteTurn<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut q) = self.shared.queue.lock() {
+            q.done(self.uid, None, Instant::now());
+            if let Some(old) = self.superseded.take() {
+                q.push_status(old);
+            }
+            self.shared
+                .metrics
+                .bookkeeping_pending
+                .set(q.waiting() as i64);
+        }
+        self.shared.work.notify_one();
+    }
+}
+
 /// The lane; cloning shares it. Its writers stop after `drain`.
 #[derive(Clone)]
 pub struct Lane {
@@ -358,6 +382,14 @@ impl Lane {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
+        // Hands the TDSet back to the writers however this ends: written, failed, or dropped
+        // mid-request (the reconcile's deadline, a lost lease). The status it superseded is
+        // due again unless this one was written.
+        let mut turn = WriteTurn {
+            shared: &self.shared,
+            uid: &s.uid,
+            superseded,
+        };
         self.shared.metrics.write("tdsets/status", "apply");
         let result = self.shared.sink.status(&s).await;
         if let Ok(produced) = &result {
@@ -366,19 +398,9 @@ impl Lane {
             self.shared
                 .memo
                 .written(&s.uid, &s.status, produced.clone());
+            turn.superseded = None;
         }
-        if let Ok(mut q) = self.shared.queue.lock() {
-            q.done(&s.uid, None, Instant::now());
-            // Failed: the status it was to supersede is still due.
-            if let (Err(_), Some(old)) = (&result, superseded) {
-                q.push_status(old);
-            }
-            self.shared
-                .metrics
-                .bookkeeping_pending
-                .set(q.waiting() as i64);
-        }
-        self.shared.work.notify_one();
+        drop(turn);
         result.map(|_| ())
     }
 

@@ -72,6 +72,42 @@ async fn the_lane_waits_for_workload_writes_then_sends_everything() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn write_now_is_written_before_it_returns_and_a_dropped_one_hands_the_tdset_back() {
+    let memo = Arc::new(StatusMemo::default());
+    let (rec, priority, lane) = started(memo.clone());
+    // Inside a workload turn (the caller is a workload write): not deferred.
+    let turn = priority.workload();
+    lane.status(&tdset("a"), write("a", 1)).await;
+    lane.write_now(&tdset("a"), write("a", 2)).await.unwrap();
+    assert_eq!(
+        *rec.sent.lock().unwrap(),
+        ["a=2"],
+        "the queued a=1 is superseded"
+    );
+    assert_eq!(
+        memo.durable(&tdset("a")).and_then(|s| s.desired_replicas),
+        Some(2)
+    );
+    drop(turn);
+
+    // A write_now dropped mid-request (a reconcile's deadline) must not leave the TDSet
+    // marked as being written, or its statuses would never be sent again.
+    lane.status(&tdset("b"), write("b", 1)).await;
+    let held = rec.hold.write().await;
+    let stuck = tokio::time::timeout(
+        Duration::from_millis(100),
+        lane.write_now(&tdset("b"), write("b", 2)),
+    )
+    .await;
+    assert!(stuck.is_err(), "the held write did not time out");
+    drop(held);
+    lane.status(&tdset("b"), write("b", 3)).await;
+    run_for(QUIET * 4).await;
+    assert_eq!(*rec.sent.lock().unwrap(), ["a=2", "b=3"]);
+    lane.drain(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_publisher_waiting_for_room_is_never_stuck_behind_its_own_workload_turn() {
     let (rec, priority, lane) = started(Arc::new(StatusMemo::default()));
     // A reconcile holds its workload turn while it publishes more Events than fit.
