@@ -513,7 +513,13 @@ async fn a_burst_on_one_boundary_scales_first_then_writes_every_status_and_event
     .await;
     assert!(scaled.values().all(|n| *n == 1), "{scaled:?}");
     assert_eq!(op.counter("tdset_transition_lag_seconds_count"), N as f64);
-    assert_eq!(op.counter("tdset_bookkeeping_pending"), 0.0);
+    // Nothing stays in the lane. Not asserted at the instant the last Event is visible: the
+    // Deployments' ready counts keep changing as their pods start, and each change queues a
+    // status of its own.
+    eventually(GUARD, "the bookkeeping lane empties", || async {
+        (op.counter("tdset_bookkeeping_pending") == 0.0).then_some(())
+    })
+    .await;
     finish(op, ns).await;
 }
 
