@@ -4,13 +4,14 @@
 //! the next change: windows, holidays, overrides, ramps), [`workload`] (what to write, per
 //! mode: owned Deployment/Service, `/scale` target, HPA floor), [`status`] (next status and
 //! conditions). Caches: [`cache`] (what is kept of watched objects, and the operator's own
-//! unseen writes). Edges: [`controller`] (the operator, the only place that talks to the API
+//! unseen writes). Edges: [`clients`] (the connections to the API server), [`controller`] (the operator, the only place that talks to the API
 //! server for it), [`plugin`] (`kubectl tdset`), [`telemetry`], [`http`], and the [`cli`]
 //! with [`preview`].
 
 pub mod api;
 pub mod cache;
 pub mod cli;
+pub mod clients;
 pub mod clock;
 pub mod controller;
 pub mod error;

@@ -93,7 +93,7 @@ async fn operate(args: RunArgs) -> Result<()> {
             .await
             .map_err(|e| Error::Config(format!("no cluster configuration found: {e}")))?,
     };
-    let clients = api_clients(config)?;
+    let clients = tdset_operator::clients::Clients::from_config(config)?;
     let metrics = Arc::new(Metrics::new()?);
     let health = Arc::new(Health::default());
     let (addr, server) = http::serve(args.metrics_addr, metrics.clone(), health.clone()).await?;
@@ -140,31 +140,6 @@ async fn operate(args: RunArgs) -> Result<()> {
     server.abort();
     info!("shut down");
     result
-}
-
-/// No request to the API server may hang: it is sent within `WRITE_TIMEOUT` and answered
-/// within `READ_TIMEOUT` of being sent, or it fails (and the reconcile is retried). Watches
-/// are quiet for minutes by design, so they use a client without a read timeout; the
-/// watcher's own idle timeout covers them.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn api_clients(mut config: kube::Config) -> Result<controller::Clients> {
-    config.connect_timeout = Some(CONNECT_TIMEOUT);
-    config.write_timeout = Some(WRITE_TIMEOUT);
-    let build = |config: kube::Config| {
-        kube::Client::try_from(config)
-            .map_err(|e| Error::Config(format!("building the API client: {e}")))
-    };
-    let watches = build(config.clone())?;
-    config.read_timeout = Some(READ_TIMEOUT);
-    // Counted from when the request was sent, not from when its pooled connection went idle.
-    config.reset_reader_on_write = true;
-    Ok(controller::Clients {
-        requests: build(config)?,
-        watches,
-    })
 }
 
 /// Resolves on SIGTERM or SIGINT.

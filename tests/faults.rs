@@ -552,20 +552,25 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_the_standby_takes_ove
     ns.cleanup().await;
 }
 
+/// The connections the operator holds go dead under it (a load balancer's backend vanishing
+/// without a reset: no error, no reply, ever), while new connections work. The boundary's
+/// reconcile sends its write on a pooled dead connection; it must end by its timeout and the
+/// retry, on a new connection, must land the window's count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reconcile_stuck_on_a_black_holed_connection_ends_and_the_transition_lands_after() {
+async fn a_reconcile_stuck_on_a_dead_connection_ends_and_the_transition_lands_after() {
     let client = client().await;
     install_crd(&client).await;
     let ns = TestNamespace::new(&client, "fault-stuck").await;
     let line = BlackHole::start(&control_plane().kubeconfig, &std::env::temp_dir()).await;
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
-    // The operator's clock starts 40 s before a window that takes the Deployment from 1 to 3.
+    // The operator's clock starts 30 s before a window that takes the Deployment from 1 to 3.
     let op = OperatorProcess::start(
         &line.kubeconfig,
         &ns.name,
-        &["--fake-now", "2026-05-01T11:59:20Z"],
+        &["--fake-now", "2026-05-01T11:59:30Z"],
         "fault-stuck.log",
     );
+    let started = Instant::now();
     let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
     tdsets
         .create(
@@ -596,16 +601,72 @@ async fn a_reconcile_stuck_on_a_black_holed_connection_ends_and_the_transition_l
         }
     };
     wait_until("the Deployment at 1 before the window", at(1)).await;
-    // The line goes dead before the boundary: the reconcile at 12:00 sends its write into it.
-    line.cut(true);
-    let errors = || op.metric("tdset_reconcile_errors_total");
-    wait_until(
-        "the stuck reconcile ends (timed out) instead of hanging",
-        || async { errors() > 0.0 },
-    )
+    wait_until("the TDSet's status written", || async {
+        tdsets
+            .get_status("web")
+            .await
+            .ok()
+            .and_then(|t| t.status)
+            .is_some_and(|s| s.replicas == Some(1))
+    })
     .await;
-    line.cut(false);
-    wait_until("the window's count lands once the line is back", at(3)).await;
+    // Shortly before the boundary, so that the requests before it have left idle connections
+    // in the operator's pool, every connection it holds goes dead.
+    tokio::time::sleep(Duration::from_secs(25).saturating_sub(started.elapsed())).await;
+    line.cut_open_connections();
+    let cut = Instant::now();
+    // A request on a dead connection never fails by itself: without a read timeout or a
+    // reconcile deadline the reconcile waits for ever and the count never lands. Each dead
+    // connection the retries meet costs one read timeout (30 s), so the guard is generous.
+    eventually(Duration::from_secs(300), "the window's count lands", || {
+        let at = at(3);
+        async move { at().await.then_some(()) }
+    })
+    .await;
+    assert!(
+        op.metric("tdset_reconcile_errors_total") > 0.0,
+        "the stuck reconcile ended in an error, and was retried"
+    );
+    eprintln!(
+        "dead connections: the window's count landed {:.1} s after the cut (boundary ~5 s after it)",
+        cut.elapsed().as_secs_f64()
+    );
+    assert!(op.sigterm().success());
+    ns.cleanup().await;
+}
+
+/// A peer that vanishes without a reset (a dropped route, a dead node) is only noticed on an
+/// idle connection by TCP keepalive; without it a watch waits for ever. Every connection the
+/// operator holds to the API server is probed, and soon (the kernel's default is 2 h).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_to_the_api_server_is_probed_by_keepalive() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fault-keepalive").await;
+    let kubeconfig = &control_plane().kubeconfig;
+    let port: u16 = api_server_addr(kubeconfig)
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port in the kubeconfig's server");
+    let op = OperatorProcess::start(kubeconfig, &ns.name, &[], "fault-keepalive.log");
+    let (_tdsets, _deploys) = web_created(&client, &ns.name, "the operator at work").await;
+    // Sampled until every connection is idle (a connection with a request in flight carries
+    // the retransmit timer instead).
+    let timers = eventually(GUARD, "a sample with every connection idle", || async {
+        let timers = tcp_timers_to(op.pid(), port);
+        let idle = !timers.is_empty() && timers.iter().all(|(tr, _)| *tr != 1);
+        idle.then_some(timers)
+    })
+    .await;
+    eprintln!("the operator's connections to the API server (timer, fires in s): {timers:?}");
+    for (tr, when) in &timers {
+        assert_eq!(*tr, 2, "a connection without keepalive: {timers:?}");
+        assert!(
+            *when <= 30.0,
+            "keepalive probes only after {when} s of silence: {timers:?}"
+        );
+    }
     assert!(op.sigterm().success());
     ns.cleanup().await;
 }

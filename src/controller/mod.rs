@@ -49,6 +49,7 @@ pub use leader::{LeaseOptions, run};
 
 use crate::api::{TDSet, TargetStatus};
 use crate::cache::Cached;
+pub use crate::clients::Clients;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::http::Health;
@@ -130,24 +131,6 @@ pub(crate) enum Change {
     Unchanged,
     Created,
     Updated,
-}
-
-/// The operator's API clients: requests (reads and writes, each with a read timeout, see
-/// `main.rs`) and watches (long-lived streams that may be quiet for minutes).
-#[derive(Clone)]
-pub struct Clients {
-    pub requests: Client,
-    pub watches: Client,
-}
-
-impl Clients {
-    /// One client for both (tests, and the in-process operator).
-    pub fn same(client: Client) -> Clients {
-        Clients {
-            requests: client.clone(),
-            watches: client,
-        }
-    }
 }
 
 /// The longest one reconcile may take: a request that hangs (a black-holed connection)
