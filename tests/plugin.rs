@@ -74,14 +74,20 @@ async fn kubectl_tdset_previews_overrides_suspends_and_resumes() {
         (Some(8), Some(2))
     );
 
-    let t0 = utc("2026-11-27T12:00:00Z");
+    // The operator's clock runs from noon tomorrow: ahead of real time, which the plugin checks
+    // overrides against ("ends in the past"), on whatever day the suite runs.
+    let day = |d: i64, hm: &str| {
+        let date = (chrono::Utc::now() + chrono::Duration::days(d)).date_naive();
+        format!("{}T{hm}:00Z", date.format("%Y-%m-%d"))
+    };
+    let t0 = utc(&day(1, "12:00"));
     let spec = json!({
         "container": {"image": "nginx:1.27", "port": 8080},
         "schedulingConfig": [{"startTime": 9, "endTime": 17, "replica": 3}],
         "defaultReplica": 1,
         "intervalMint": 60,
         // Another writer's override, which the plugin must leave in place.
-        "overrides": [{"start": "2026-12-01T00:00:00Z", "end": "2026-12-02T00:00:00Z", "replica": 5, "reason": "theirs"}]
+        "overrides": [{"start": day(5, "00:00"), "end": day(6, "00:00"), "replica": 5, "reason": "theirs"}]
     });
     create_tdset(&client, &ns.name, &tdset("web", spec)).await;
     let clock = SystemClock::starting_at(t0);
@@ -99,7 +105,7 @@ async fn kubectl_tdset_previews_overrides_suspends_and_resumes() {
             "--context",
             "tdset-local",
             "--at",
-            "2026-12-01T12:00:00Z",
+            &day(5, "12:00"),
             "-o",
             "json",
         ],
@@ -146,7 +152,7 @@ async fn kubectl_tdset_previews_overrides_suspends_and_resumes() {
             "--replicas",
             "2",
             "--from",
-            "2026-12-24T00:00:00Z",
+            &day(28, "00:00"),
             "--for",
             "2h",
         ],
@@ -163,7 +169,7 @@ async fn kubectl_tdset_previews_overrides_suspends_and_resumes() {
         reasons.contains(&"theirs".into()) && reasons.contains(&"launch".into()),
         "{reasons:?}"
     );
-    assert!(overrides.iter().any(|o| o.end == "2026-12-24T02:00:00Z"));
+    assert!(overrides.iter().any(|o| o.end == day(28, "02:00")));
 
     // Suspend, then resume: a manual scale stays while suspended and is reverted after.
     let (ok, out, err) = kubectl_tdset(&dir, &["suspend", "web", "-n", &ns.name]);
