@@ -997,12 +997,14 @@ fn main() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let kubeconfig = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         let client = client_for(&kubeconfig).await;
-        let text = std::fs::read_to_string(repo_root().join("crds/tdset.yaml")).unwrap();
-        let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
-        Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
-            .patch("tdsets.schedule.rs", &kube::api::PatchParams::apply("bench").force(), &kube::api::Patch::Apply(&crd))
-            .await
-            .unwrap();
+        for (file, name) in [("crds/tdset.yaml", "tdsets.schedule.rs"), ("crds/tdcalendar.yaml", "tdcalendars.schedule.rs")] {
+            let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+            let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+            Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
+                .patch(name, &kube::api::PatchParams::apply("bench").force(), &kube::api::Patch::Apply(&crd))
+                .await
+                .unwrap();
+        }
         tokio::time::sleep(Duration::from_secs(2)).await;
         let logs = dir.join("logs");
         let (sa_client, sa_kubeconfig) = operator_service_account(&client, &kubeconfig).await;

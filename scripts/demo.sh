@@ -34,10 +34,10 @@ start() {
   export KUBECONFIG
   KUBECONFIG="$($CP start "$STATE" --kcm)"
   PATH="$($CP bin-dir):$PATH"
-  kubectl apply -f crds/tdset.yaml
+  kubectl apply -f crds/tdset.yaml -f crds/tdcalendar.yaml
   # `kubectl wait` fails at once while the new CRD has no conditions yet, so ask again.
   for _ in $(seq 1 60); do
-    kubectl wait --for condition=Established crd/tdsets.schedule.rs --timeout=60s >/dev/null 2>&1 && break
+    kubectl wait --for condition=Established crd/tdsets.schedule.rs crd/tdcalendars.schedule.rs --timeout=60s >/dev/null 2>&1 && break
     sleep 0.5
   done
   kubectl wait --for condition=Established crd/tdsets.schedule.rs --timeout=1s

@@ -96,6 +96,11 @@ pub struct TDSetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 366))]
     pub holidays: Vec<Holiday>,
+    /// Names of `TDCalendar`s whose holidays apply too, each date read in `timeZone`. A
+    /// calendar that does not exist contributes nothing and is reported (`CalendarNotFound`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_CALENDARS), extend("x-kubernetes-list-type" = "set"))]
+    pub calendars: Vec<CalendarName>,
     /// Time-bounded counts that win over windows, holidays and `defaultReplica` while active
     /// (`start <= t < end`); the first active one in list order applies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -128,6 +133,44 @@ pub struct ContainerSpec {
     /// The port the container listens on.
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
+}
+
+/// The most calendars one TDSet may name.
+pub const MAX_CALENDARS: usize = 8;
+
+/// The name of a `TDCalendar` (a DNS subdomain).
+#[derive(
+    Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(transparent)]
+pub struct CalendarName(
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub String,
+);
+
+/// Holidays shared by many TDSets: each names the calendar in `spec.calendars`, and reads its
+/// dates in its own time zone. Cluster-wide policy: the operator reads calendars, and only
+/// those who may write cluster-scoped objects change them.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "schedule.rs",
+    version = "v1",
+    kind = "TDCalendar",
+    plural = "tdcalendars",
+    singular = "tdcalendar",
+    shortname = "tdcal",
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TDCalendarSpec {
+    /// Dates (`YYYY-MM-DD`) or inclusive date ranges (`YYYY-MM-DD/YYYY-MM-DD`), as a TDSet's
+    /// `spec.holidays`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 366))]
+    pub holidays: Vec<Holiday>,
 }
 
 /// A holiday: a date, or an inclusive range of dates, in the TDSet's time zone.
@@ -601,6 +644,13 @@ pub fn crd() -> crate::Result<
         }
     }
     serde_json::from_value(crd).map_err(serialize)
+}
+
+/// The `TDCalendar` CustomResourceDefinition.
+pub fn calendar_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    use kube::CustomResourceExt;
+    TDCalendar::crd()
 }
 
 fn tighten_pod_template(template: &mut serde_json::Value) {

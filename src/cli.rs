@@ -23,8 +23,12 @@ pub struct Cli {
 pub enum Command {
     /// Run the operator.
     Run(RunArgs),
-    /// Print the CustomResourceDefinition as YAML (what crds/ holds).
-    Crd,
+    /// Print a CustomResourceDefinition as YAML (what crds/ holds).
+    Crd {
+        /// Which one: `tdset` (crds/tdset.yaml) or `tdcalendar` (crds/tdcalendar.yaml).
+        #[arg(value_enum, default_value_t = CrdKind::Tdset)]
+        kind: CrdKind,
+    },
     /// Show what a TDSet manifest does at an instant or over a range. Never talks to a cluster.
     Preview(PreviewArgs),
 }
@@ -83,6 +87,9 @@ pub struct PreviewArgs {
     /// The TDSet manifest (YAML or JSON).
     #[arg(short = 'f', long = "file")]
     pub file: Option<String>,
+    /// A TDCalendar manifest whose dates apply if the TDSet names it (repeatable).
+    #[arg(long = "calendar", value_name = "FILE")]
+    pub calendars: Vec<String>,
     /// One instant (RFC 3339). Default: now, unless --from/--to are given.
     #[arg(long, value_parser = parse_time, conflicts_with_all = ["from", "to"])]
     pub at: Option<DateTime<Utc>>,
@@ -111,8 +118,21 @@ pub(crate) fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
         .ok_or_else(|| format!("{s:?} is not an RFC 3339 time such as 2026-03-08T07:00:00Z"))
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrdKind {
+    Tdset,
+    Tdcalendar,
+}
+
 pub fn crd_yaml() -> Result<String> {
-    let crd = crate::api::crd()?;
+    crd_yaml_of(CrdKind::Tdset)
+}
+
+pub fn crd_yaml_of(kind: CrdKind) -> Result<String> {
+    let crd = match kind {
+        CrdKind::Tdset => crate::api::crd()?,
+        CrdKind::Tdcalendar => crate::api::calendar_crd(),
+    };
     serde_saphyr::to_string(&crd).map_err(|e| Error::Config(format!("serialising the CRD: {e}")))
 }
 
@@ -122,8 +142,20 @@ pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
         .file
         .as_deref()
         .ok_or_else(|| Error::Config("preview needs a manifest: -f FILE".into()))?;
-    let (tdset, schedule) = preview::load_manifest(file)?;
-    run_preview_of(args, now, &schedule, tdset.spec.is_suspended())
+    let (tdset, _) = preview::load_manifest(file)?;
+    let calendars = args
+        .calendars
+        .iter()
+        .map(|path| preview::load_calendar(path))
+        .collect::<Result<Vec<_>>>()?;
+    let (schedule, missing) = preview::compile(file, &tdset, &calendars)?;
+    let out = run_preview_of(args, now, &schedule, tdset.spec.is_suspended())?;
+    Ok(
+        match preview::missing_calendars_note(&missing, "given (--calendar FILE)") {
+            Some(note) if args.output != Output::Json => format!("{out}{note}"),
+            _ => out,
+        },
+    )
 }
 
 /// `preview` of a compiled schedule (from a file, or from a live TDSet for the plugin).

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use tdset_operator::cli::{Cli, Command, RunArgs, crd_yaml, run_preview};
+use tdset_operator::cli::{Cli, Command, RunArgs, crd_yaml_of, run_preview};
 use tdset_operator::clock::SystemClock;
 use tdset_operator::controller::{self, LeaseOptions, RunOptions};
 use tdset_operator::http::{self, Health};
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Crd => crd_yaml().map(|out| print!("{out}")),
+        Command::Crd { kind } => crd_yaml_of(kind).map(|out| print!("{out}")),
         Command::Preview(args) => run_preview(&args, chrono::Utc::now()).map(|out| print!("{out}")),
         Command::Run(args) => run(args),
     };

@@ -9,15 +9,15 @@
 use chrono::{DateTime, Duration, Utc};
 use clap::{Parser, Subcommand};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 
-use crate::api::{Override, TDSet};
+use crate::api::{Override, TDCalendar, TDSet};
 use crate::cli::{PreviewArgs, run_preview_of};
 use crate::error::{Error, Result};
 use crate::preview::rfc3339;
-use crate::schedule::{Schedule, parse_duration};
+use crate::schedule::parse_duration;
 
 /// The field manager of everything the plugin writes.
 pub const PLUGIN_MANAGER: &str = "kubectl-tdset";
@@ -74,6 +74,8 @@ pub enum PluginCommand {
     Suspend { name: String },
     /// Let the operator apply the schedule again, at once.
     Resume { name: String },
+    /// The TDCalendars, how many days each holds, and the TDSets that name each.
+    Calendars,
 }
 
 /// Runs the plugin; returns what to print on stdout.
@@ -96,8 +98,27 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                 ));
             }
             let tdset = get(&api, &ns, &name).await?;
-            let schedule = Schedule::compile(&tdset.spec).map_err(Error::InvalidSpec)?;
-            run_preview_of(&args, now, &schedule, tdset.spec.is_suspended())
+            // The live calendars it names, as the operator reads them.
+            let calendars: Api<TDCalendar> = Api::all(api.clone().into_client());
+            let mut live = Vec::new();
+            for c in &tdset.spec.calendars {
+                let context = format!("reading TDCalendar {}", c.0);
+                if let Some(found) = calendars
+                    .get_opt(&c.0)
+                    .await
+                    .map_err(Error::kube(context))?
+                {
+                    live.push(found);
+                }
+            }
+            let (schedule, missing) = crate::preview::compile(&name, &tdset, &live)?;
+            let out = run_preview_of(&args, now, &schedule, tdset.spec.is_suspended())?;
+            Ok(
+                match crate::preview::missing_calendars_note(&missing, "found in the cluster") {
+                    Some(note) if args.output != crate::cli::Output::Json => format!("{out}{note}"),
+                    _ => out,
+                },
+            )
         }
         PluginCommand::Preview { name: None, args } => crate::cli::run_preview(&args, now),
         PluginCommand::Override {
@@ -165,7 +186,75 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
             apply(&api, &ns, &name, json!({"suspend": false})).await?;
             Ok(format!("tdset.schedule.rs/{name} resumed\n"))
         }
+        PluginCommand::Calendars => calendars(api.into_client(), &ns).await,
     }
+}
+
+/// `kubectl tdset calendars`: the users are the TDSets of every namespace, or of the current
+/// one when the caller may not list them cluster-wide (the table says which).
+async fn calendars(client: kube::Client, ns: &str) -> Result<String> {
+    let calendars = Api::<TDCalendar>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing TDCalendars"))?;
+    let (tdsets, scope) = match Api::<TDSet>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => (list.items, "all namespaces".to_string()),
+        Err(kube::Error::Api(status)) if status.is_forbidden() => {
+            let list = Api::<TDSet>::namespaced(client, ns)
+                .list(&ListParams::default())
+                .await
+                .map_err(Error::kube(format!("listing TDSets in {ns}")))?;
+            (
+                list.items,
+                format!("namespace {ns} only: TDSets elsewhere are not listed"),
+            )
+        }
+        Err(e) => return Err(Error::kube("listing TDSets")(e)),
+    };
+    let rows: Vec<[String; 3]> = calendars
+        .items
+        .iter()
+        .map(|c| {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let users: Vec<String> = tdsets
+                .iter()
+                .filter(|t| t.spec.calendars.iter().any(|n| n.0 == name))
+                .map(|t| {
+                    format!(
+                        "{}/{}",
+                        t.metadata.namespace.as_deref().unwrap_or_default(),
+                        t.metadata.name.as_deref().unwrap_or_default()
+                    )
+                })
+                .collect();
+            let users = if users.is_empty() {
+                "<none>".to_string()
+            } else {
+                users.join(",")
+            };
+            [
+                name,
+                crate::schedule::holiday_days(&c.spec.holidays).to_string(),
+                users,
+            ]
+        })
+        .collect();
+    let mut out = table(&[["NAME".into(), "DAYS".into(), "USED-BY".into()]], &rows);
+    out.push_str(&format!("(users from {scope})\n"));
+    Ok(out)
+}
+
+/// Left-aligned columns, two spaces apart, as kubectl prints them.
+fn table(header: &[[String; 3]], rows: &[[String; 3]]) -> String {
+    let all: Vec<&[String; 3]> = header.iter().chain(rows).collect();
+    let width = |i: usize| all.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
+    let (w0, w1) = (width(0), width(1));
+    all.iter()
+        .map(|r| format!("{:<w0$}  {:<w1$}  {}\n", r[0], r[1], r[2]))
+        .collect()
 }
 
 /// A client from the kubeconfig (with --kubeconfig and --context), and the context's namespace.

@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use serde::Serialize;
 
-use crate::api::TDSet;
+use crate::api::{TDCalendar, TDSet};
 use crate::error::{Error, Result};
-use crate::schedule::{Schedule, Transition};
+use crate::schedule::{Schedule, SharedHolidays, Transition};
 
 /// Reads one TDSet manifest (YAML or JSON) and checks it as the API server and the
 /// controller would, reporting every problem with its field path.
@@ -21,6 +21,65 @@ pub fn load_manifest(path: &str) -> Result<(TDSet, Schedule)> {
 }
 
 pub fn parse_manifest(path: &str, text: &str) -> Result<(TDSet, Schedule)> {
+    let tdset: TDSet = parse_object(path, text, "TDSet")?;
+    let (schedule, _) = compile(path, &tdset, &[])?;
+    Ok((tdset, schedule))
+}
+
+/// Reads one TDCalendar manifest (YAML or JSON), for `preview --calendar`.
+pub fn load_calendar(path: &str) -> Result<TDCalendar> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.into(),
+        source,
+    })?;
+    parse_object(path, &text, "TDCalendar")
+}
+
+/// Compiles a TDSet's schedule with the calendars it names among `calendars`; returns the
+/// names it gives that are not among them (their dates do not apply, as in the controller).
+pub fn compile(
+    path: &str,
+    tdset: &TDSet,
+    calendars: &[TDCalendar],
+) -> Result<(Schedule, Vec<String>)> {
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for name in &tdset.spec.calendars {
+        match calendars
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name.0.as_str()))
+        {
+            Some(c) => found.push(SharedHolidays {
+                calendar: &name.0,
+                holidays: &c.spec.holidays,
+            }),
+            None => missing.push(name.0.clone()),
+        }
+    }
+    let schedule =
+        Schedule::compile_with(&tdset.spec, &found).map_err(|errors| Error::Manifest {
+            path: path.into(),
+            message: errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n  "),
+        })?;
+    Ok((schedule, missing))
+}
+
+/// What preview says of calendars a TDSet names that it was not given.
+pub fn missing_calendars_note(missing: &[String], how: &str) -> Option<String> {
+    (!missing.is_empty()).then(|| {
+        format!(
+            "note: TDCalendar {} not {how}; its dates are not applied here\n",
+            missing.join(", ")
+        )
+    })
+}
+
+/// A `schedule.rs/v1` object of `kind`, with decode errors carrying the field path.
+fn parse_object<T: serde::de::DeserializeOwned>(path: &str, text: &str, kind: &str) -> Result<T> {
     let manifest_err = |message: String| Error::Manifest {
         path: path.into(),
         message,
@@ -28,33 +87,23 @@ pub fn parse_manifest(path: &str, text: &str) -> Result<(TDSet, Schedule)> {
     // Through a generic value first so decode errors can carry the field path.
     let value: serde_json::Value = serde_saphyr::from_str(text)
         .map_err(|e| manifest_err(format!("not valid YAML or JSON: {e}")))?;
-    let api_version = value
-        .get("apiVersion")
-        .and_then(|v| v.as_str())
-        .unwrap_or_default();
-    let kind = value
-        .get("kind")
-        .and_then(|v| v.as_str())
-        .unwrap_or_default();
-    if api_version != "schedule.rs/v1" || kind != "TDSet" {
+    let field = |f: &str| {
+        value
+            .get(f)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (api_version, found) = (field("apiVersion"), field("kind"));
+    if api_version != "schedule.rs/v1" || found != kind {
         return Err(manifest_err(format!(
-            "expected apiVersion: schedule.rs/v1 and kind: TDSet, found apiVersion: {api_version:?} kind: {kind:?}"
+            "expected apiVersion: schedule.rs/v1 and kind: {kind}, found apiVersion: {api_version:?} kind: {found:?}"
         )));
     }
-    let tdset: TDSet = serde_path_to_error::deserialize(value).map_err(|e| {
+    serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();
         manifest_err(format!("{field}: {}", e.into_inner()))
-    })?;
-    let schedule = Schedule::compile(&tdset.spec).map_err(|errors| {
-        manifest_err(
-            errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n  "),
-        )
-    })?;
-    Ok((tdset, schedule))
+    })
 }
 
 pub fn rfc3339(t: DateTime<Utc>) -> String {

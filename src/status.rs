@@ -43,6 +43,7 @@ pub mod reason {
     pub const CONFLICTING_TDSET: &str = "ConflictingTDSet";
     pub const CONFLICTING_WRITER: &str = "ConflictingWriter";
     pub const FORM_NOT_ALLOWED: &str = "FormNotAllowed";
+    pub const CALENDAR_NOT_FOUND: &str = "CalendarNotFound";
 }
 
 /// Why the operator could not do its job this time (Degraded=True).
@@ -70,6 +71,8 @@ pub enum Problem {
     ConflictingWriter(String),
     /// The platform does not allow this form here (`--pod-forms-in`).
     FormNotAllowed(String),
+    /// A calendar the TDSet names does not exist.
+    CalendarNotFound(String),
 }
 
 impl Problem {
@@ -86,7 +89,14 @@ impl Problem {
             Problem::ConflictingTDSet(_) => reason::CONFLICTING_TDSET,
             Problem::ConflictingWriter(_) => reason::CONFLICTING_WRITER,
             Problem::FormNotAllowed(_) => reason::FORM_NOT_ALLOWED,
+            Problem::CalendarNotFound(_) => reason::CALENDAR_NOT_FOUND,
         }
+    }
+
+    /// Whether the workload's changes wait for it: a missing calendar does not stop the
+    /// schedule (its dates just do not apply), every other problem does.
+    pub fn blocks(&self) -> bool {
+        !matches!(self, Problem::CalendarNotFound(_))
     }
 
     pub fn message(&self) -> &str {
@@ -101,7 +111,8 @@ impl Problem {
             | Problem::ConflictingAutoscaler(m)
             | Problem::ConflictingTDSet(m)
             | Problem::ConflictingWriter(m)
-            | Problem::FormNotAllowed(m) => m,
+            | Problem::FormNotAllowed(m)
+            | Problem::CalendarNotFound(m) => m,
         }
     }
 }
@@ -327,7 +338,7 @@ fn progressing(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
             format!("spec.suspend is true: the operator writes nothing to the workload{wants}"),
         );
     }
-    if let Some(p) = i.problem {
+    if let Some(p) = i.problem.filter(|p| p.blocks()) {
         return (
             false,
             reason::BLOCKED,

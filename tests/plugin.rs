@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use kube::api::Api;
@@ -12,39 +11,6 @@ use serde_json::json;
 use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::{Clock, SystemClock};
-
-/// A directory holding `kubectl-tdset` -> the built binary.
-fn plugin_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tdset-plugin-{}", unique_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_tdset-operator"),
-        dir.join("kubectl-tdset"),
-    )
-    .unwrap();
-    dir
-}
-
-/// `kubectl tdset ARGS`: (success, stdout, stderr).
-fn kubectl_tdset(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let path = format!(
-        "{}:{}",
-        dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new(kubectl_path())
-        .env("PATH", path)
-        .env("KUBECONFIG", &control_plane().kubeconfig)
-        .arg("tdset")
-        .args(args)
-        .output()
-        .expect("running kubectl tdset");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
 
 #[tokio::test]
 async fn kubectl_tdset_previews_overrides_suspends_and_resumes() {

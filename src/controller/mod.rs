@@ -22,6 +22,7 @@
 mod apply;
 mod backoff;
 mod bookkeeping;
+mod calendars;
 mod claims;
 mod discovery;
 mod events;
@@ -90,6 +91,8 @@ pub struct Context {
     pub wakeups: Arc<wakeups::Wakeups>,
     /// Which TDSets reference which target, and which of them holds it.
     pub index: TargetIndex,
+    /// Every TDCalendar.
+    pub calendars: Store<crate::api::TDCalendar>,
     /// Consecutive failed reconciles per TDSet ("ns/name"), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Where `container` and `template` TDSets may run pods.
@@ -258,8 +261,9 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
     let now = ctx.clock.now();
     let interval = tdset.spec.check_interval();
 
-    // Schedule: the level now and the next change (pure).
-    let schedule = match Schedule::compile(&tdset.spec) {
+    // Schedule: the level now and the next change (pure), with the named calendars' dates.
+    let (found, missing_calendars) = calendars::resolve(&ctx.calendars, &tdset.spec);
+    let schedule = match Schedule::compile_with(&tdset.spec, &calendars::holidays(&found)) {
         Ok(s) => s,
         Err(errors) => {
             let message = format!(
@@ -326,6 +330,11 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
     };
     drop(turn);
 
+    // A calendar that does not exist is reported, unless the workload has a worse problem.
+    let calendar_problem = (!missing_calendars.is_empty())
+        .then(|| Problem::CalendarNotFound(calendars::missing_message(&missing_calendars)));
+    let problem = outcome.problem.clone().or(calendar_problem);
+
     if let Some(due) = due.filter(|_| outcome.scaled) {
         let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
         ctx.metrics.transition_lag.observe(lag);
@@ -341,7 +350,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
         notices: &outcome.notices,
         workload: outcome.workload.as_ref(),
         target: outcome.target.as_ref(),
-        problem: outcome.problem.as_ref(),
+        problem: problem.as_ref(),
         suspended: write == Write::Never,
         now,
     });
@@ -438,6 +447,7 @@ async fn run_controller(
     let client = clients.requests;
     let watch_client = clients.watches;
     let index = TargetIndex::default();
+    let calendar_index = calendars::CalendarIndex::default();
     let statuses = Arc::new(StatusMemo::default());
     let own_writes = Arc::new(OwnWrites::default());
     // Twice what can run, so a reconcile that ends finds the next one already waiting.
@@ -448,6 +458,7 @@ async fn run_controller(
     let (tdsets, tdset_stream) = tdset_watch(
         api_for(&watch_client, &opts.namespace),
         index.clone(),
+        calendar_index.clone(),
         statuses.clone(),
         wakeups.clone(),
         stream,
@@ -457,6 +468,8 @@ async fn run_controller(
     let (services, svc_stream) =
         owned_watch::<Service>(api_for(&watch_client, &opts.namespace), stream);
     let (hpas, hpa_stream) = hpa_watch(api_for(&watch_client, &opts.namespace), stream);
+    let (calendar_store, calendar_stream) =
+        calendars::calendar_watch(kube::Api::all(watch_client.clone()));
     metrics.set_tdset_store(Some(tdsets.clone()));
 
     let priority = Arc::new(bookkeeping::Priority::default());
@@ -484,20 +497,23 @@ async fn run_controller(
         synced: Arc::new(AtomicBool::new(false)),
         wakeups: wakeups.clone(),
         index: index.clone(),
+        calendars: calendar_store.clone(),
         failures: Default::default(),
         contests: Default::default(),
         pod_forms: opts.pod_forms.clone(),
     });
 
-    // Ready, and wakeups handed over, once all four caches hold a full list. Polled, not
+    // Ready, and wakeups handed over, once all five caches hold a full list (calendars too: a
+    // window must not start on a holiday the operator has not read yet). Polled, not
     // awaited: a store's readiness wakes only its last waiter, and the controller itself
     // waits on the TDSet store.
     let readiness = {
-        let (t, d, s, h, health, all_synced, wakeups) = (
+        let (t, d, s, h, c, health, all_synced, wakeups) = (
             tdsets.clone(),
             deployments.clone(),
             services.clone(),
             hpas.clone(),
+            calendar_store.clone(),
             health.clone(),
             ctx.synced.clone(),
             wakeups.clone(),
@@ -510,6 +526,7 @@ async fn run_controller(
                     && synced(d.wait_until_ready().now_or_never())
                     && synced(s.wait_until_ready().now_or_never())
                     && synced(h.wait_until_ready().now_or_never())
+                    && synced(c.wait_until_ready().now_or_never())
                 {
                     info!("caches synced; ready");
                     all_synced.store(true, Ordering::SeqCst);
@@ -559,6 +576,7 @@ async fn run_controller(
         .reconcile_on(wakeups.triggers())
         .owns_stream(svc_stream)
         .watches_stream(hpa_stream, on_hpa)
+        .watches_stream(calendar_stream, calendars::on_calendar(&calendar_index))
         .watches_stream(
             target_watch::<Deployment>(api_for(&watch_client, &opts.namespace), stream),
             on_target(&index, &hpas),

@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::info;
 
+use super::calendars::CalendarIndex;
 use super::wakeups::Wakeups;
 use super::{TDSetRef, tdset_ref, tdset_ref_named};
 use crate::api::TDSet;
@@ -101,6 +102,7 @@ fn config(stream: bool) -> watcher::Config {
 pub(super) fn tdset_watch(
     api: Api<TDSet>,
     index: TargetIndex,
+    calendars: CalendarIndex,
     statuses: Arc<StatusMemo>,
     wakeups: Arc<Wakeups>,
     stream: bool,
@@ -117,6 +119,7 @@ pub(super) fn tdset_watch(
                 for other in index.update(t) {
                     wakeups.now(other.namespace.as_deref().unwrap_or_default(), &other.name);
                 }
+                calendars.update(t);
                 statuses.seen(t, false);
                 wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
             }
@@ -124,6 +127,7 @@ pub(super) fn tdset_watch(
                 for other in index.remove(t) {
                     wakeups.now(other.namespace.as_deref().unwrap_or_default(), &other.name);
                 }
+                calendars.remove(t);
                 statuses.seen(t, true);
                 wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
             }

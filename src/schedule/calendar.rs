@@ -4,17 +4,53 @@
 use chrono::{DateTime, NaiveDate, Utc};
 
 use super::SpecError;
-use crate::api::TDSetSpec;
+use crate::api::{Holiday, TDSetSpec};
+
+/// The holidays of a `TDCalendar` a TDSet names.
+#[derive(Clone, Copy, Debug)]
+pub struct SharedHolidays<'a> {
+    pub calendar: &'a str,
+    pub holidays: &'a [Holiday],
+}
 
 /// Holidays as sorted, inclusive date ranges.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Holidays(Vec<(NaiveDate, NaiveDate)>);
 
+/// How many days a list of holidays covers (overlaps counted once).
+pub fn holiday_days(holidays: &[Holiday]) -> i64 {
+    let shared = [SharedHolidays {
+        calendar: "",
+        holidays,
+    }];
+    let compiled = Holidays::compile(&TDSetSpec::default(), &shared, &mut vec![]);
+    compiled
+        .0
+        .iter()
+        .map(|(from, to)| (*to - *from).num_days() + 1)
+        .sum()
+}
+
 impl Holidays {
-    pub(super) fn compile(spec: &TDSetSpec, errors: &mut Vec<SpecError>) -> Holidays {
+    pub(super) fn compile(
+        spec: &TDSetSpec,
+        shared: &[SharedHolidays<'_>],
+        errors: &mut Vec<SpecError>,
+    ) -> Holidays {
         let mut ranges = Vec::new();
-        for (i, h) in spec.holidays.iter().enumerate() {
-            let field = format!("spec.holidays[{i}]");
+        let own = spec
+            .holidays
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (format!("spec.holidays[{i}]"), h));
+        // A calendar's dates passed the same schema; a bad one is still named, not skipped.
+        let theirs = shared.iter().flat_map(|c| {
+            c.holidays
+                .iter()
+                .enumerate()
+                .map(move |(i, h)| (format!("TDCalendar {}: spec.holidays[{i}]", c.calendar), h))
+        });
+        for (field, h) in own.chain(theirs) {
             let date = |s: &str| NaiveDate::parse_from_str(s, "%Y-%m-%d").ok();
             let (from, to) = match h.0.split_once('/') {
                 Some((a, b)) => (date(a), date(b)),
@@ -134,7 +170,6 @@ pub(super) fn compile_overrides(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Holiday;
 
     fn holidays(list: &[&str]) -> (Holidays, Vec<SpecError>) {
         let spec = TDSetSpec {
@@ -142,7 +177,7 @@ mod tests {
             ..TDSetSpec::default()
         };
         let mut errors = vec![];
-        (Holidays::compile(&spec, &mut errors), errors)
+        (Holidays::compile(&spec, &[], &mut errors), errors)
     }
 
     fn d(s: &str) -> NaiveDate {
@@ -169,6 +204,36 @@ mod tests {
         for day in ["2026-12-19", "2027-01-01", "2026-01-02"] {
             assert!(!h.contains(d(day)), "{day}");
         }
+    }
+
+    #[test]
+    fn a_calendars_dates_join_the_specs_and_a_bad_one_names_the_calendar() {
+        let spec = TDSetSpec {
+            holidays: vec![Holiday("2026-12-24".into())],
+            ..TDSetSpec::default()
+        };
+        let company = [
+            Holiday("2026-12-25/2026-12-26".into()),
+            Holiday("2026-13-01".into()),
+        ];
+        let shared = [SharedHolidays {
+            calendar: "company",
+            holidays: &company,
+        }];
+        let mut errors = vec![];
+        let h = Holidays::compile(&spec, &shared, &mut errors);
+        for day in ["2026-12-24", "2026-12-25", "2026-12-26"] {
+            assert!(h.contains(d(day)), "{day}");
+        }
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "TDCalendar company: spec.holidays[1]");
+        assert_eq!(holiday_days(&company), 2, "the bad entry counts no day");
+        let overlapping = [
+            Holiday("2026-12-24/2026-12-26".into()),
+            Holiday("2026-12-26/2026-12-31".into()),
+            Holiday("2027-01-01".into()),
+        ];
+        assert_eq!(holiday_days(&overlapping), 9);
     }
 
     #[test]

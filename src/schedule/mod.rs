@@ -27,7 +27,7 @@ use crate::api::{Day, TDSetSpec};
 use calendar::{CompiledOverride, Holidays};
 use ramp::{CompiledRamp, LevelChange};
 
-pub use calendar::{MAX_HOLIDAYS, MAX_OVERRIDES};
+pub use calendar::{MAX_HOLIDAYS, MAX_OVERRIDES, SharedHolidays, holiday_days};
 pub use ramp::{RampPhase, parse_duration};
 pub use validate::validate;
 
@@ -181,6 +181,14 @@ impl Schedule {
     /// Compiles a spec, checking everything the schema checks plus what it cannot (the zone,
     /// real dates, the length of a ramp). Every problem is returned, not just the first.
     pub fn compile(spec: &TDSetSpec) -> Result<Schedule, Vec<SpecError>> {
+        Schedule::compile_with(spec, &[])
+    }
+
+    /// As `compile`, with the holidays of the calendars the spec names (those found).
+    pub fn compile_with(
+        spec: &TDSetSpec,
+        calendars: &[SharedHolidays<'_>],
+    ) -> Result<Schedule, Vec<SpecError>> {
         let mut errors = validate(spec);
         let tz = match spec.time_zone_name().parse::<Tz>() {
             Ok(tz) => Some(tz),
@@ -195,7 +203,7 @@ impl Schedule {
                 None
             }
         };
-        let holidays = Holidays::compile(spec, &mut errors);
+        let holidays = Holidays::compile(spec, calendars, &mut errors);
         let overrides = calendar::compile_overrides(spec, &mut errors);
         let ramp = match spec.ramp.as_ref().map(CompiledRamp::compile) {
             Some(Ok(r)) => Some(r),
@@ -659,6 +667,32 @@ mod tests {
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn a_shared_calendars_date_is_read_in_each_tdsets_own_zone() {
+        // Weekdays 09:00-17:00 at 5; the calendar makes 2026-12-24 (a Thursday) a holiday.
+        let weekdays = |tz: &str| {
+            let mut window = w("09:00", "17:00", 5);
+            window.days = Some(vec![Day::Mon, Day::Tue, Day::Wed, Day::Thu, Day::Fri]);
+            spec(tz, vec![window], 1)
+        };
+        let dates = [crate::api::Holiday("2026-12-24".into())];
+        let shared = [SharedHolidays {
+            calendar: "company",
+            holidays: &dates,
+        }];
+        let berlin = Schedule::compile_with(&weekdays("Europe/Berlin"), &shared).unwrap();
+        let tokyo = Schedule::compile_with(&weekdays("Asia/Tokyo"), &shared).unwrap();
+        let plain = Schedule::compile(&weekdays("Europe/Berlin")).unwrap();
+        // 10:00 local on the 24th in each zone: no window; the day after, the window.
+        assert_eq!(berlin.evaluate(at("2026-12-24T09:00:00Z")).replicas, 1);
+        assert_eq!(tokyo.evaluate(at("2026-12-24T01:00:00Z")).replicas, 1);
+        assert_eq!(plain.evaluate(at("2026-12-24T09:00:00Z")).replicas, 5);
+        assert_eq!(berlin.evaluate(at("2026-12-25T09:00:00Z")).replicas, 5);
+        // 10:00 in Berlin on the 24th is already the 24th's evening in Tokyo, past its window;
+        // 10:00 in Tokyo on the 25th is the 25th, not a holiday there.
+        assert_eq!(tokyo.evaluate(at("2026-12-25T01:00:00Z")).replicas, 5);
     }
 
     #[test]

@@ -230,28 +230,33 @@ pub fn unique_suffix() -> String {
     )
 }
 
-/// Installs the checked-in CRD (server-side apply, so it is idempotent across tests) and
-/// waits until it is Established.
+/// Installs the checked-in CRDs (server-side apply, so it is idempotent across tests) and
+/// waits until they are Established.
 pub async fn install_crd(client: &Client) {
-    let text = std::fs::read_to_string(repo_root().join("crds/tdset.yaml"))
-        .expect("reading crds/tdset.yaml");
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(&text).expect("parsing crds/tdset.yaml");
     let api = Api::<CustomResourceDefinition>::all(client.clone());
-    api.patch(
-        "tdsets.schedule.rs",
-        &PatchParams::apply("tdset-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("applying the CRD");
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(api, "tdsets.schedule.rs", conditions::is_crd_established()),
-    )
-    .await
-    .expect("CRD not Established within 60s")
-    .expect("watching the CRD");
+    for (file, name) in [
+        ("crds/tdset.yaml", "tdsets.schedule.rs"),
+        ("crds/tdcalendar.yaml", "tdcalendars.schedule.rs"),
+    ] {
+        let text = std::fs::read_to_string(repo_root().join(file))
+            .unwrap_or_else(|e| panic!("reading {file}: {e}"));
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("parsing {file}: {e}"));
+        api.patch(
+            name,
+            &PatchParams::apply("tdset-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {file}: {e}"));
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            await_condition(api.clone(), name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name} not Established within 60s"))
+        .expect("watching the CRD");
+    }
 }
 
 /// Polls `f` until it returns Some, for at most `limit`. The limit only stops a hung test;
@@ -740,6 +745,39 @@ impl Drop for OperatorProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A directory holding `kubectl-tdset` -> the built binary.
+pub fn plugin_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tdset-plugin-{}", unique_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_tdset-operator"),
+        dir.join("kubectl-tdset"),
+    )
+    .unwrap();
+    dir
+}
+
+/// `kubectl tdset ARGS`: (success, stdout, stderr).
+pub fn kubectl_tdset(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(kubectl_path())
+        .env("PATH", path)
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .arg("tdset")
+        .args(args)
+        .output()
+        .expect("running kubectl tdset");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// `host:port` of the API server a kubeconfig points to.

@@ -1,0 +1,199 @@
+//! Shared calendars on the real API server: a `TDCalendar`'s dates are holidays of every TDSet
+//! that names it, in each TDSet's own zone; a change to it reaches them at once; a missing one
+//! is reported and picked up when it appears.
+
+mod support;
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use support::*;
+use tdset_operator::api::TDCalendar;
+use tdset_operator::clock::SystemClock;
+
+/// Weekdays 09:00-17:00 at 3, else 1, naming `calendar`.
+fn weekdays(zone: &str, calendar: &str) -> Value {
+    json!({
+        "container": {"image": "nginx:1.27", "port": 8080},
+        "schedulingConfig": [{"startTime": "09:00", "endTime": "17:00", "replica": 3,
+                              "days": ["Mon", "Tue", "Wed", "Thu", "Fri"]}],
+        "defaultReplica": 1,
+        "timeZone": zone,
+        "calendars": [calendar],
+    })
+}
+
+/// A cluster-scoped calendar, unique to the test (tests share the cluster).
+struct Calendar {
+    api: Api<TDCalendar>,
+    name: String,
+}
+
+impl Calendar {
+    fn new(client: &kube::Client, prefix: &str) -> Calendar {
+        Calendar {
+            api: Api::all(client.clone()),
+            name: format!("{prefix}-{}", unique_suffix()),
+        }
+    }
+
+    async fn set(&self, holidays: &[&str]) {
+        let calendar: TDCalendar = serde_json::from_value(json!({
+            "apiVersion": "schedule.rs/v1", "kind": "TDCalendar",
+            "metadata": {"name": self.name},
+            "spec": {"holidays": holidays},
+        }))
+        .unwrap();
+        self.api
+            .patch(
+                &self.name,
+                &PatchParams::apply("tdset-tests").force(),
+                &Patch::Apply(&calendar),
+            )
+            .await
+            .expect("applying the calendar");
+    }
+
+    async fn delete(&self) {
+        let _ = self.api.delete(&self.name, &DeleteParams::default()).await;
+    }
+}
+
+#[tokio::test]
+async fn a_calendar_stops_weekday_windows_on_its_dates_and_its_changes_apply_at_once() {
+    let (client, ns) = setup("calendar").await;
+    let calendar = Calendar::new(&client, "company");
+    // Thursday 2026-12-03, 10:00 UTC: the weekday window is open.
+    let clock = SystemClock::starting_at(utc("2026-12-03T10:00:00Z"));
+    let _op = Operator::start(&client, &ns.name, clock, None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset("web", weekdays("UTC", &calendar.name)),
+    )
+    .await;
+
+    // The calendar does not exist yet: its dates do not apply, and the TDSet says so.
+    deployment_at(&client, &ns.name, "web", 3).await;
+    let t = tdset_with_reason(&client, &ns.name, "web", "Degraded", "CalendarNotFound").await;
+    let degraded = condition(&t, "Degraded").unwrap();
+    assert_eq!(degraded.status, "True");
+    assert!(degraded.message.contains(&calendar.name), "{degraded:?}");
+    let progressing = condition(&t, "Progressing").unwrap();
+    assert_ne!(progressing.reason, "Blocked", "{progressing:?}");
+    wait_for_event(&client, &ns.name, "web", |(kind, reason, note)| {
+        kind == "Warning" && reason == "CalendarNotFound" && note.contains(&calendar.name)
+    })
+    .await;
+
+    // Created with today in it: today is a holiday, the weekday window does not start.
+    calendar.set(&["2026-12-24", "2026-12-03"]).await;
+    deployment_at(&client, &ns.name, "web", 1).await;
+    tdset_with_reason(&client, &ns.name, "web", "Degraded", "AsExpected").await;
+
+    // The date taken out again: the window applies at once.
+    calendar.set(&["2026-12-24"]).await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+
+    // A range that covers today, then the calendar deleted: reported, its dates gone.
+    calendar.set(&["2026-12-01/2026-12-04"]).await;
+    deployment_at(&client, &ns.name, "web", 1).await;
+    calendar.delete().await;
+    tdset_with_reason(&client, &ns.name, "web", "Degraded", "CalendarNotFound").await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn one_calendar_is_read_in_each_tdsets_own_zone() {
+    let (client, ns) = setup("calendar-zones").await;
+    let calendar = Calendar::new(&client, "shared");
+    calendar.set(&["2026-12-03"]).await;
+    // 2026-12-03T23:30Z: Thursday 23:30 in London, Friday 08:30 in Tokyo. The windows run
+    // 22:00-02:00 in each zone (over midnight): London's started on the 3rd, a holiday.
+    let clock = SystemClock::starting_at(utc("2026-12-03T23:30:00Z"));
+    let _op = Operator::start(&client, &ns.name, clock, None, "test");
+    for (name, zone, start, end) in [
+        ("london", "Europe/London", "22:00", "02:00"),
+        ("tokyo", "Asia/Tokyo", "08:00", "12:00"),
+    ] {
+        let mut spec = weekdays(zone, &calendar.name);
+        spec["schedulingConfig"][0]["startTime"] = json!(start);
+        spec["schedulingConfig"][0]["endTime"] = json!(end);
+        create_tdset(&client, &ns.name, &tdset(name, spec)).await;
+    }
+    // London: the window would have started on Thursday the 3rd, a holiday there: 1.
+    // Tokyo: it is Friday the 4th there, not a holiday: its window runs, 3.
+    deployment_at(&client, &ns.name, "london", 1).await;
+    deployment_at(&client, &ns.name, "tokyo", 3).await;
+
+    // The CLI at the same instant agrees: `preview -f` with the calendar's manifest, and the
+    // plugin's `preview NAME`, which reads the live calendar.
+    let dir = plugin_dir();
+    let london = dir.join("london.yaml");
+    let mut spec = weekdays("Europe/London", &calendar.name);
+    spec["schedulingConfig"][0]["startTime"] = json!("22:00");
+    spec["schedulingConfig"][0]["endTime"] = json!("02:00");
+    std::fs::write(
+        &london,
+        serde_json::to_string(&tdset("london", spec)).unwrap(),
+    )
+    .unwrap();
+    let file = dir.join("calendar.yaml");
+    std::fs::write(
+        &file,
+        json!({"apiVersion": "schedule.rs/v1", "kind": "TDCalendar",
+               "metadata": {"name": calendar.name}, "spec": {"holidays": ["2026-12-03"]}})
+        .to_string(),
+    )
+    .unwrap();
+    let at = "2026-12-03T23:30:00Z";
+    let desired = |args: &[&str]| {
+        let (ok, out, err) = kubectl_tdset(&dir, args);
+        assert!(ok, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["desiredReplicas"].as_i64()
+    };
+    let london = london.to_str().unwrap();
+    let with = [
+        "preview",
+        "-f",
+        london,
+        "--calendar",
+        file.to_str().unwrap(),
+        "--at",
+        at,
+        "-o",
+        "json",
+    ];
+    assert_eq!(desired(&with), Some(1), "preview -f with the calendar");
+    let without = ["preview", "-f", london, "--at", at, "-o", "json"];
+    assert_eq!(desired(&without), Some(3), "preview -f without it");
+    let (ok, out, err) = kubectl_tdset(&dir, &["preview", "-f", london, "--at", at]);
+    assert!(
+        ok && out.contains(&format!("TDCalendar {} not given", calendar.name)),
+        "{out}{err}"
+    );
+    let live = [
+        "preview", "london", "-n", &ns.name, "--at", at, "-o", "json",
+    ];
+    assert_eq!(
+        desired(&live),
+        Some(1),
+        "the plugin's preview of the live TDSet"
+    );
+
+    // `kubectl tdset calendars`: the days it holds and who names it.
+    let (ok, out, err) = kubectl_tdset(&dir, &["calendars"]);
+    assert!(ok, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with(&calendar.name))
+        .unwrap_or_else(|| panic!("no row for {}: {out}", calendar.name));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1], "1", "{row}");
+    for user in ["london", "tokyo"] {
+        assert!(cells[2].contains(&format!("{}/{user}", ns.name)), "{row}");
+    }
+    calendar.delete().await;
+    ns.cleanup().await;
+}
