@@ -549,6 +549,36 @@ pub struct TDSetStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// The last changes of the workload's count, newest first (at most 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_HISTORY))]
+    pub history: Vec<HistoryEntry>,
+}
+
+/// How many changes `status.history` keeps.
+pub const MAX_HISTORY: usize = 10;
+
+/// One change of the workload's count: a scheduled transition, or a change made for another
+/// reason (a spec edit, a count put back).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// The scheduled instant of the transition (RFC 3339), or when an unscheduled change was
+    /// decided.
+    pub at: String,
+    /// When the workload write succeeded; absent while it has not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at: Option<String>,
+    /// The count before, when it was known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<i32>,
+    /// The count the change set (or was to set).
+    pub to: i32,
+    /// Why, in a few words: the window, override, holiday, default or ramp step.
+    pub reason: String,
+    /// Why the write failed (the last failure, when it succeeded after retries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The referenced object and what the operator sets on it.

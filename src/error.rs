@@ -4,7 +4,7 @@ use crate::schedule::SpecError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kubernetes API call failed: {context}: {source}")]
+    #[error("kubernetes API call failed: {context}: {}", api_message(.source))]
     Kube {
         context: String,
         #[source]
@@ -49,6 +49,15 @@ pub enum Error {
 
     #[error("the reconcile did not finish within {0:?} (a request hung?); it is retried")]
     Deadline(std::time::Duration),
+}
+
+/// The API server's own message (HTTP code and reason) rather than kube's debug dump of the
+/// whole Status: it reaches status conditions, Events and history, where people read it.
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
 }
 
 impl Error {

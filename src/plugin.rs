@@ -76,6 +76,8 @@ pub enum PluginCommand {
     Resume { name: String },
     /// The TDCalendars, how many days each holds, and the TDSets that name each.
     Calendars,
+    /// The last changes of a TDSet's workload (status.history), with how late each landed.
+    History { name: String },
 }
 
 /// Runs the plugin; returns what to print on stdout.
@@ -187,6 +189,12 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
             Ok(format!("tdset.schedule.rs/{name} resumed\n"))
         }
         PluginCommand::Calendars => calendars(api.into_client(), &ns).await,
+        PluginCommand::History { name } => {
+            let tdset = get(&api, &ns, &name).await?;
+            Ok(history_table(
+                tdset.status.as_ref().map_or(&[][..], |s| &s.history[..]),
+            ))
+        }
     }
 }
 
@@ -247,13 +255,63 @@ async fn calendars(client: kube::Client, ns: &str) -> Result<String> {
     Ok(out)
 }
 
-/// Left-aligned columns, two spaces apart, as kubectl prints them.
-fn table(header: &[[String; 3]], rows: &[[String; 3]]) -> String {
-    let all: Vec<&[String; 3]> = header.iter().chain(rows).collect();
-    let width = |i: usize| all.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
-    let (w0, w1) = (width(0), width(1));
+/// `kubectl tdset history`: newest first, how late each change landed after its instant.
+pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
+    if history.is_empty() {
+        return "no changes recorded yet\n".into();
+    }
+    let header = ["AT", "APPLIED", "LATE", "FROM", "TO", "REASON"].map(String::from);
+    let rows: Vec<[String; 6]> = history
+        .iter()
+        .map(|h| {
+            let at = crate::preview::parse_rfc3339(&h.at);
+            let applied = h
+                .applied_at
+                .as_deref()
+                .and_then(crate::preview::parse_rfc3339);
+            let late = match (at, applied) {
+                (Some(a), Some(b)) => {
+                    format!("{:.1}s", (b - a).num_milliseconds().max(0) as f64 / 1000.0)
+                }
+                (_, None) => "failed".into(),
+                _ => "?".into(),
+            };
+            let reason = match &h.message {
+                Some(m) => format!("{} ({m})", h.reason),
+                None => h.reason.clone(),
+            };
+            [
+                h.at.clone(),
+                h.applied_at.clone().unwrap_or_else(|| "-".into()),
+                late,
+                h.from.map_or_else(|| "-".into(), |f| f.to_string()),
+                h.to.to_string(),
+                reason,
+            ]
+        })
+        .collect();
+    table(&[header], &rows)
+}
+
+/// Left-aligned columns, two spaces apart, as kubectl prints them (the last one unpadded).
+fn table<const N: usize>(header: &[[String; N]], rows: &[[String; N]]) -> String {
+    let all: Vec<&[String; N]> = header.iter().chain(rows).collect();
+    let widths: Vec<usize> = (0..N)
+        .map(|i| all.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
     all.iter()
-        .map(|r| format!("{:<w0$}  {:<w1$}  {}\n", r[0], r[1], r[2]))
+        .map(|r| {
+            let mut line = String::new();
+            for (i, cell) in r.iter().enumerate() {
+                if i + 1 == N {
+                    line.push_str(cell);
+                } else {
+                    line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+                }
+            }
+            line.push('\n');
+            line
+        })
         .collect()
 }
 

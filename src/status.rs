@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 
-use crate::api::{Condition, TDSetStatus, TargetStatus};
+use crate::api::{Condition, HistoryEntry, MAX_HISTORY, TDSetStatus, TargetStatus};
 use crate::preview::rfc3339;
 use crate::schedule::{Evaluation, Transition, Warning};
 use crate::workload::hpa::HpaView;
@@ -231,6 +231,8 @@ pub struct Inputs<'a> {
     pub problem: Option<&'a Problem>,
     /// `spec.suspend`: the operator observes and reports, and writes nothing to the workload.
     pub suspended: bool,
+    /// The change this reconcile made to the workload's count, for `history`.
+    pub change: Option<HistoryEntry>,
     pub now: DateTime<Utc>,
 }
 
@@ -253,7 +255,66 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
         next_replicas: i.next.map(|n| n.replicas),
         target: i.target.cloned(),
         conditions,
+        history: match &i.change {
+            Some(change) => recorded(i.previous, change.clone()),
+            None => i.previous.map(|p| p.history.clone()).unwrap_or_default(),
+        },
     }
+}
+
+/// `previous`'s history with `entry` recorded: newest first, at most `MAX_HISTORY`. An entry
+/// for the same instant that has not been applied (a failed attempt) is replaced, and its
+/// failure kept as the message of the one that replaces it.
+pub fn recorded(previous: Option<&TDSetStatus>, mut entry: HistoryEntry) -> Vec<HistoryEntry> {
+    let mut history = previous.map(|p| p.history.clone()).unwrap_or_default();
+    if let Some(first) = history.first()
+        && first.at == entry.at
+        && first.applied_at.is_none()
+    {
+        if entry.message.is_none() {
+            entry.message = first.message.clone();
+        }
+        entry.from = entry.from.or(first.from);
+        history.remove(0);
+    }
+    history.insert(0, entry);
+    history.truncate(MAX_HISTORY);
+    history
+}
+
+/// The failed attempt at a transition that was due (its instant, from `previous`, has passed
+/// and the reconcile failed), for `history`.
+pub fn failed_transition(
+    previous: Option<&TDSetStatus>,
+    problem: &Problem,
+    now: DateTime<Utc>,
+) -> Option<HistoryEntry> {
+    let p = previous?;
+    let at = p.next_transition_time.as_deref()?;
+    crate::preview::parse_rfc3339(at).filter(|t| *t <= now)?;
+    Some(HistoryEntry {
+        at: at.to_string(),
+        applied_at: None,
+        from: p.replicas,
+        to: p.next_replicas?,
+        reason: "the scheduled change".into(),
+        message: Some(clipped(&format!(
+            "{}: {}",
+            problem.reason(),
+            problem.message()
+        ))),
+    })
+}
+
+/// At most `MAX_HISTORY_MESSAGE` characters: ten entries must stay small in every status write.
+fn clipped(message: &str) -> String {
+    const MAX_HISTORY_MESSAGE: usize = 512;
+    if message.chars().count() <= MAX_HISTORY_MESSAGE {
+        return message.to_string();
+    }
+    let mut out: String = message.chars().take(MAX_HISTORY_MESSAGE - 1).collect();
+    out.push('…');
+    out
 }
 
 /// The status after a failed reconcile: `previous` with only Degraded set to the problem.
@@ -266,6 +327,9 @@ pub fn with_failure(
     now: DateTime<Utc>,
 ) -> TDSetStatus {
     let mut status = previous.cloned().unwrap_or_default();
+    if let Some(failed) = failed_transition(previous, problem, now) {
+        status.history = recorded(previous, failed);
+    }
     let degraded = make_condition(
         previous,
         DEGRADED,
@@ -476,6 +540,7 @@ mod tests {
             target: None,
             problem,
             suspended: false,
+            change: None,
             now: DateTime::parse_from_rfc3339(now)
                 .unwrap()
                 .with_timezone(&Utc),
@@ -543,5 +608,76 @@ mod tests {
             ("True", "InvalidSpec")
         );
         assert_eq!(d3.last_transition_time, "2026-01-01T02:00:00Z");
+    }
+
+    fn entry(at: &str, applied: Option<&str>, to: i32) -> HistoryEntry {
+        HistoryEntry {
+            at: at.into(),
+            applied_at: applied.map(Into::into),
+            from: Some(1),
+            to,
+            reason: "window".into(),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn history_is_newest_first_and_bounded() {
+        let mut status = TDSetStatus::default();
+        for minute in 0..25 {
+            let at = format!("2026-01-01T00:{minute:02}:00Z");
+            status.history = recorded(Some(&status), entry(&at, Some(&at), minute));
+        }
+        assert_eq!(status.history.len(), MAX_HISTORY);
+        assert_eq!(status.history[0].to, 24);
+        assert_eq!(status.history[9].to, 15);
+    }
+
+    #[test]
+    fn a_failed_change_is_replaced_by_its_retry_which_keeps_the_failure() {
+        let p = Problem::ApiError("refused".into());
+        let previous = TDSetStatus {
+            replicas: Some(3),
+            next_transition_time: Some("2026-01-01T00:10:00Z".into()),
+            next_replicas: Some(5),
+            history: vec![entry(
+                "2026-01-01T00:00:00Z",
+                Some("2026-01-01T00:00:01Z"),
+                3,
+            )],
+            ..TDSetStatus::default()
+        };
+        // Not due yet: a failure records nothing.
+        let early = with_failure(Some(&previous), Some(1), &p, utc("2026-01-01T00:09:59Z"));
+        assert_eq!(early.history, previous.history);
+        // Due: the failed attempt, twice (retries), is one entry.
+        let once = with_failure(Some(&previous), Some(1), &p, utc("2026-01-01T00:10:01Z"));
+        let twice = with_failure(Some(&once), Some(1), &p, utc("2026-01-01T00:10:06Z"));
+        assert_eq!(twice.history.len(), 2);
+        let failed = &twice.history[0];
+        assert_eq!(
+            (
+                failed.at.as_str(),
+                failed.applied_at.as_ref(),
+                failed.from,
+                failed.to
+            ),
+            ("2026-01-01T00:10:00Z", None, Some(3), 5)
+        );
+        assert!(failed.message.as_deref().unwrap().contains("refused"));
+        let long = Problem::ApiError("x".repeat(5000));
+        let clipped = with_failure(Some(&previous), Some(1), &long, utc("2026-01-01T00:10:01Z"));
+        assert_eq!(
+            clipped.history[0].message.as_ref().unwrap().chars().count(),
+            512
+        );
+        // The retry that lands takes its place and keeps why it was late.
+        let mut landed = entry("2026-01-01T00:10:00Z", Some("2026-01-01T00:10:12Z"), 5);
+        landed.from = None;
+        let after = recorded(Some(&twice), landed);
+        assert_eq!(after.len(), 2);
+        assert_eq!(after[0].applied_at.as_deref(), Some("2026-01-01T00:10:12Z"));
+        assert_eq!(after[0].from, Some(3));
+        assert!(after[0].message.as_deref().unwrap().contains("refused"));
     }
 }

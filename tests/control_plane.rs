@@ -88,7 +88,7 @@ async fn garbage_collector_deletes_dependents_of_a_deleted_owner() {
 }
 
 #[tokio::test]
-async fn crd_becomes_established_and_serves_tdsets() {
+async fn crds_become_established_and_serve_tdsets_and_tdcalendars() {
     let client = client().await;
     install_crd(&client).await;
     let out = kubectl(&["api-resources", "--api-group=schedule.rs", "-o", "name"]);
@@ -99,7 +99,7 @@ async fn crd_becomes_established_and_serves_tdsets() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "tdsets.schedule.rs"
+        "tdcalendars.schedule.rs\ntdsets.schedule.rs"
     );
     let version = kubectl(&["version", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&version.stdout).unwrap();

@@ -162,9 +162,23 @@ async fn every_option_renders_objects_the_api_server_accepts() {
         .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["name"] == "tdset-operator")
         .expect("a RoleBinding for watchNamespace");
     assert_eq!(binding["metadata"]["namespace"], json!(watched.name));
-    assert!(
-        !names.iter().any(|n| n.starts_with("ClusterRoleBinding/")),
+    // The one cluster-wide binding reads TDCalendars (cluster-scoped) and nothing else.
+    let cluster_bindings: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("ClusterRoleBinding/"))
+        .collect();
+    assert_eq!(
+        cluster_bindings,
+        ["ClusterRoleBinding/tdset-operator-calendars"],
         "{names:?}"
+    );
+    let calendars = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "tdset-operator-calendars")
+        .expect("the calendars ClusterRole");
+    assert_eq!(
+        calendars["rules"],
+        json!([{"apiGroups": ["schedule.rs"], "resources": ["tdcalendars"], "verbs": ["get", "list", "watch"]}])
     );
     let crd = docs
         .iter()
@@ -471,10 +485,13 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
         before,
         [
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator",
+            "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-calendars",
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-core",
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-edit",
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-view",
             "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator",
+            "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator-calendars",
+            "customresourcedefinition.apiextensions.k8s.io/tdcalendars.schedule.rs",
             "customresourcedefinition.apiextensions.k8s.io/tdsets.schedule.rs",
         ]
     );
@@ -489,7 +506,10 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
     );
     assert_eq!(
         cluster_scoped_of(kc, release),
-        ["customresourcedefinition.apiextensions.k8s.io/tdsets.schedule.rs"]
+        [
+            "customresourcedefinition.apiextensions.k8s.io/tdcalendars.schedule.rs",
+            "customresourcedefinition.apiextensions.k8s.io/tdsets.schedule.rs"
+        ]
     );
     let left = succeeded(
         "listing the release namespace",
@@ -599,8 +619,9 @@ async fn release_gone(kubeconfig: &Path, release: &str) {
                 ],
             ),
         );
+        // Only the kept CRDs (TDSet, TDCalendar) remain.
         (left.trim().is_empty()
-            && cluster_scoped_of(kubeconfig, release).len() == 1
+            && cluster_scoped_of(kubeconfig, release).len() == 2
             && found.is_empty())
         .then_some(())
     })

@@ -56,7 +56,7 @@ pub(super) async fn reconcile_owned(
             notices: vec![],
             target: None,
             retry: None,
-            scaled: false,
+            scaled: None,
         });
     }
     // An HPA that scales this Deployment sets its replicas: they are left to it (the two would
@@ -89,7 +89,7 @@ pub(super) async fn reconcile_owned(
         message: format!("no Deployment {name} of this TDSet exists"),
     };
     let before = cached_replicas;
-    let mut scaled = false;
+    let mut scaled = None;
     let key = OwnWrites::key(ns, &name);
     let fingerprint = OwnWrites::fingerprint(&desired);
     let stale_but_written = cached.as_ref().is_some_and(|c| {
@@ -113,7 +113,9 @@ pub(super) async fn reconcile_owned(
                 ctx.own_writes
                     .record(&key, fingerprint, d.meta().resource_version.as_deref());
             }
-            scaled = change == Change::Updated && before != Some(replicas);
+            if change == Change::Updated && before != Some(replicas) {
+                scaled = Some(before.unwrap_or(0));
+            }
             record_deployment_change(tdset, ctx, eval, cached.as_ref(), &change, template_changed)
                 .await;
             (Ok(Observed::deployment(&d, eval.replicas)), None)

@@ -318,7 +318,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
             notices: vec![],
             target: None,
             retry: None,
-            scaled: false,
+            scaled: None,
         },
         Source::Container(_) | Source::Template(_) => {
             apply::reconcile_owned(tdset, ctx, &ns, &eval, write).await?
@@ -335,10 +335,24 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
         .then(|| Problem::CalendarNotFound(calendars::missing_message(&missing_calendars)));
     let problem = outcome.problem.clone().or(calendar_problem);
 
-    if let Some(due) = due.filter(|_| outcome.scaled) {
+    if let Some(due) = due.filter(|_| outcome.scaled.is_some()) {
         let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
         ctx.metrics.transition_lag.observe(lag);
     }
+    // The change, for status.history: at the transition's instant when one was due.
+    let change = outcome.scaled.map(|from| crate::api::HistoryEntry {
+        at: crate::preview::rfc3339(due.unwrap_or(now)),
+        // Milliseconds: how late a change landed is usually well under a second.
+        applied_at: Some(
+            ctx.clock
+                .now()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        ),
+        from: Some(from),
+        to: eval.replicas,
+        reason: eval.why(),
+        message: None,
+    });
 
     // Status (pure), written only when it differs.
     let new_status = status::next_status(&Inputs {
@@ -352,6 +366,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
         target: outcome.target.as_ref(),
         problem: problem.as_ref(),
         suspended: write == Write::Never,
+        change,
         now,
     });
     write_status(tdset, ctx, previous.as_ref(), new_status).await?;
@@ -428,8 +443,9 @@ pub(crate) struct Outcome {
     /// Look again sooner than the schedule needs (e.g. a target that does not exist yet and
     /// whose kind is not watched).
     pub retry: Option<Duration>,
-    /// Whether this reconcile changed the workload's replica count (or an HPA's floor).
-    pub scaled: bool,
+    /// When this reconcile changed the workload's replica count (or an HPA's floor): the
+    /// count before.
+    pub scaled: Option<i32>,
 }
 
 /// Runs the controller until `shutdown` resolves (in-flight reconciles finish first, then

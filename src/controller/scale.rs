@@ -339,7 +339,7 @@ pub(super) fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStat
         notices: vec![],
         target: Some(target),
         retry,
-        scaled: false,
+        scaled: None,
     }
 }
 
@@ -370,7 +370,7 @@ pub(super) async fn reconcile_scale(
             // Keep what status remembers (the original count), as every other path does.
             target: Some(target_status(tdset, ctx, ns, r, FIELD, None).await?.status),
             retry: Some(Duration::from_secs(1)),
-            scaled: false,
+            scaled: None,
         });
     }
     let (res, view) = match resolve_and_read(ctx, ns, r).await? {
@@ -404,7 +404,7 @@ pub(super) async fn reconcile_scale(
         return Ok(out);
     }
     let mut view = view;
-    let mut scaled = false;
+    let mut scaled = None;
     let mut retry = None;
     let key = format!("{ns}/{}", tdset.name_any());
     let now = tokio::time::Instant::now();
@@ -429,8 +429,8 @@ pub(super) async fn reconcile_scale(
                 eval,
             )
             .await;
+            scaled = Some(view.spec_replicas);
             view.spec_replicas = replicas;
-            scaled = true;
         }
     }
     let problem = ctx.contest(&key, |c| c.fight(now)).map(|_| {
@@ -557,6 +557,7 @@ pub(super) async fn reconcile_hpa(
     if plan.min_replicas.is_some() || plan.scale_target.is_some() {
         ensure_durable(tdset, ctx, &mut record).await?;
     }
+    let (floor_before, target_before) = (hpa.min(), target_replicas);
     if let Some(min) = plan.min_replicas {
         if let Err(p) = write_min_replicas(ctx, ns, r, uid.as_deref(), min).await? {
             return Ok(problem_outcome(p, r, record.status));
@@ -587,7 +588,11 @@ pub(super) async fn reconcile_hpa(
         })
         .into_iter()
         .collect();
-    let scaled = plan.min_replicas.is_some() || plan.scale_target.is_some();
+    // The count before: the target's when it was put to sleep or woken, else the floor's.
+    let scaled = plan
+        .scale_target
+        .map(|_| target_before.unwrap_or(0))
+        .or(plan.min_replicas.map(|_| floor_before));
     // Without the target's count, whether it sleeps or runs is unknown: say so, never
     // "Settled" at a count nobody read.
     if let Some(p) = unreadable {

@@ -1,0 +1,181 @@
+//! `status.history` on the real API server: the changes of a workload's count, newest first,
+//! each with its scheduled instant, when it landed (or why it did not), and `kubectl tdset
+//! history` printing them with their lateness.
+
+mod support;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use support::*;
+use tdset_operator::api::{HistoryEntry, TDSet};
+use tdset_operator::clock::SystemClock;
+
+/// Refuses a scale of Deployments in `ns` to `replicas`, as an admission policy would.
+struct RefuseScale {
+    client: kube::Client,
+    name: String,
+}
+
+impl RefuseScale {
+    async fn new(client: &kube::Client, ns: &str, replicas: i32) -> RefuseScale {
+        let name = format!("refuse-scale-{}", unique_suffix());
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["apps"], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["deployments", "deployments/scale"]
+                }]},
+                "validations": [{
+                    "expression": format!("!has(object.spec.replicas) || object.spec.replicas != {replicas}"),
+                    "message": format!("the test refuses {replicas} replicas")
+                }]
+            }
+        }))
+        .unwrap();
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+            }
+        }))
+        .unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("creating the policy");
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("creating the binding");
+        RefuseScale {
+            client: client.clone(),
+            name,
+        }
+    }
+
+    async fn lift(&self) {
+        let _ = Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        let _ = Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+    }
+}
+
+async fn history(client: &kube::Client, ns: &str) -> Vec<HistoryEntry> {
+    Api::<TDSet>::namespaced(client.clone(), ns)
+        .get_status("web")
+        .await
+        .ok()
+        .and_then(|t| t.status)
+        .map(|s| s.history)
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn history_keeps_each_change_its_instant_its_landing_and_its_failures() {
+    let (client, ns) = setup("history").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("app", 2)).await;
+    // Refused before the operator starts: the override's 5 will fail until it is lifted.
+    let refuse = RefuseScale::new(&client, &ns.name, 5).await;
+    // 09:59:50: the default now (1), the window from 10:00 (3), an override to 5 from 10:00:20
+    // to 10:00:40, then the window again.
+    let clock = SystemClock::starting_at(utc("2026-05-04T09:59:50Z"));
+    let _op = Operator::start(&client, &ns.name, clock, None, "test");
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "web",
+            json!({
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "app"},
+                "schedulingConfig": [{"startTime": "10:00", "endTime": "11:00", "replica": 3}],
+                "defaultReplica": 1,
+                "overrides": [{"start": "2026-05-04T10:00:20Z", "end": "2026-05-04T10:00:40Z",
+                               "replica": 5, "reason": "launch"}],
+            }),
+        ),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "app", 1).await;
+    deployment_at(&client, &ns.name, "app", 3).await;
+
+    // The override's write is refused: recorded as failed, with the API server's reason.
+    let failed = eventually(GUARD, "a failed change in status.history", || async {
+        let h = history(&client, &ns.name).await;
+        h.first().filter(|e| e.applied_at.is_none()).cloned()
+    })
+    .await;
+    assert_eq!(failed.at, "2026-05-04T10:00:20Z");
+    assert_eq!((failed.from, failed.to), (Some(3), 5));
+    let message = failed.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("the test refuses 5 replicas"),
+        "{failed:?}"
+    );
+
+    // Lifted: the retry lands, in the same entry, which keeps the failure it overcame.
+    refuse.lift().await;
+    deployment_at(&client, &ns.name, "app", 5).await;
+    deployment_at(&client, &ns.name, "app", 3).await;
+    let h = eventually(GUARD, "the override's end in status.history", || async {
+        let h = history(&client, &ns.name).await;
+        (h.len() >= 4 && h[0].at == "2026-05-04T10:00:40Z").then_some(h)
+    })
+    .await;
+    eprintln!("{h:#?}");
+    let at: Vec<&str> = h.iter().map(|e| e.at.as_str()).collect();
+    assert_eq!(
+        at[..3],
+        [
+            "2026-05-04T10:00:40Z",
+            "2026-05-04T10:00:20Z",
+            "2026-05-04T10:00:00Z"
+        ],
+        "newest first"
+    );
+    let counts: Vec<(Option<i32>, i32)> = h[..4].iter().map(|e| (e.from, e.to)).collect();
+    assert_eq!(
+        counts,
+        [(Some(5), 3), (Some(3), 5), (Some(1), 3), (Some(2), 1)]
+    );
+    assert!(h[0].reason.contains("window"), "{:?}", h[0]);
+    assert!(h[1].reason.contains("launch"), "{:?}", h[1]);
+    assert!(
+        h[1].message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("refuses"),
+        "{:?}",
+        h[1]
+    );
+    assert!(h[..4].iter().all(|e| e.applied_at.is_some()), "{h:?}");
+    // Landed after its instant, never before.
+    for e in &h[..3] {
+        let (at, applied) = (utc(&e.at), utc(e.applied_at.as_deref().unwrap()));
+        assert!(applied >= at, "{e:?}");
+    }
+    assert!(h.len() <= tdset_operator::api::MAX_HISTORY);
+
+    // `kubectl tdset history` prints them, with the lateness of each.
+    let dir = plugin_dir();
+    let (ok, out, err) = kubectl_tdset(&dir, &["history", "web", "-n", &ns.name]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("AT") && lines[0].contains("LATE"),
+        "{out}"
+    );
+    assert!(lines[1].starts_with("2026-05-04T10:00:40Z"), "{out}");
+    assert!(out.contains("launch"), "{out}");
+    ns.cleanup().await;
+}
