@@ -162,6 +162,9 @@ pub struct CalendarName(
     plural = "tdcalendars",
     singular = "tdcalendar",
     shortname = "tdcal",
+    status = "TDCalendarStatus",
+    printcolumn = r#"{"name":"Days","type":"integer","jsonPath":".status.days","description":"Days the calendar's dates and ranges cover"}"#,
+    printcolumn = r#"{"name":"Used-By","type":"integer","jsonPath":".status.usedBy","description":"TDSets that name it (of those the operator watches)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -171,6 +174,18 @@ pub struct TDCalendarSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 366))]
     pub holidays: Vec<Holiday>,
+}
+
+/// What the operator reports on a calendar.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TDCalendarStatus {
+    /// How many days its dates and ranges cover (overlaps counted once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<i64>,
+    /// How many TDSets name it, of those the operator watches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_by: Option<i64>,
 }
 
 /// A holiday: a date, or an inclusive range of dates, in the TDSet's time zone.

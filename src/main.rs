@@ -126,6 +126,7 @@ async fn operate(args: RunArgs) -> Result<()> {
         instance,
         initial_list: args.initial_list,
         pod_forms: args.pod_forms_in.clone(),
+        report_calendar_usage: args.namespace.is_none(),
     };
     let result = controller::run(
         clients,

@@ -111,7 +111,7 @@ async fn one_calendar_is_read_in_each_tdsets_own_zone() {
     // 2026-12-03T23:30Z: Thursday 23:30 in London, Friday 08:30 in Tokyo. The windows run
     // 22:00-02:00 in each zone (over midnight): London's started on the 3rd, a holiday.
     let clock = SystemClock::starting_at(utc("2026-12-03T23:30:00Z"));
-    let _op = Operator::start(&client, &ns.name, clock, None, "test");
+    let _op = Operator::start_reporting_calendars(&client, &ns.name, clock);
     for (name, zone, start, end) in [
         ("london", "Europe/London", "22:00", "02:00"),
         ("tokyo", "Asia/Tokyo", "08:00", "12:00"),
@@ -181,6 +181,14 @@ async fn one_calendar_is_read_in_each_tdsets_own_zone() {
         Some(1),
         "the plugin's preview of the live TDSet"
     );
+
+    // The calendar's status (`kubectl get tdcalendars` columns): its days, and two users.
+    eventually(GUARD, "the calendar's usage in its status", || async {
+        let c = calendar.api.get_status(&calendar.name).await.ok()?;
+        let s = c.status?;
+        (s.days == Some(1) && s.used_by == Some(2)).then_some(())
+    })
+    .await;
 
     // `kubectl tdset calendars`: the days it holds and who names it.
     let (ok, out, err) = kubectl_tdset(&dir, &["calendars"]);

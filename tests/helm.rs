@@ -178,7 +178,10 @@ async fn every_option_renders_objects_the_api_server_accepts() {
         .expect("the calendars ClusterRole");
     assert_eq!(
         calendars["rules"],
-        json!([{"apiGroups": ["schedule.rs"], "resources": ["tdcalendars"], "verbs": ["get", "list", "watch"]}])
+        json!([
+            {"apiGroups": ["schedule.rs"], "resources": ["tdcalendars"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["schedule.rs"], "resources": ["tdcalendars/status"], "verbs": ["patch"]}
+        ])
     );
     let crd = docs
         .iter()

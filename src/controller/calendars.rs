@@ -5,15 +5,20 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use kube::api::Api;
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
+use tokio::sync::Notify;
+use tracing::debug;
 
 use super::watches::api_backoff;
 use super::{TDSetRef, tdset_ref};
-use crate::api::{TDCalendar, TDSet, TDSetSpec};
-use crate::schedule::SharedHolidays;
+use crate::api::{TDCalendar, TDCalendarStatus, TDSet, TDSetSpec};
+use crate::schedule::{SharedHolidays, holiday_days};
+use crate::workload::owned::FIELD_MANAGER;
 
 /// Every `TDCalendar`, cluster-wide.
 pub(super) fn calendar_watch(
@@ -30,9 +35,9 @@ pub(super) fn calendar_watch(
     (reader, stream)
 }
 
-/// Which TDSets name which calendar.
+/// Which TDSets name which calendar; `changed` wakes the usage reporter.
 #[derive(Clone, Default)]
-pub struct CalendarIndex(Arc<RwLock<Users>>);
+pub struct CalendarIndex(Arc<RwLock<Users>>, Arc<Notify>);
 
 #[derive(Default)]
 struct Users {
@@ -47,10 +52,12 @@ impl CalendarIndex {
         let Ok(mut users) = self.0.write() else {
             return;
         };
-        if users.by_tdset.get(&me) == Some(&names) {
+        let had = users.by_tdset.get(&me);
+        if had == Some(&names) || (had.is_none() && names.is_empty()) {
             return;
         }
         users.unlink(&me);
+        self.1.notify_one();
         if names.is_empty() {
             return;
         }
@@ -65,8 +72,11 @@ impl CalendarIndex {
     }
 
     pub fn remove(&self, tdset: &TDSet) {
-        if let Ok(mut users) = self.0.write() {
+        if let Ok(mut users) = self.0.write()
+            && users.by_tdset.contains_key(&tdset_ref(tdset))
+        {
             users.unlink(&tdset_ref(tdset));
+            self.1.notify_one();
         }
     }
 
@@ -124,12 +134,54 @@ pub(super) fn holidays(found: &[Arc<TDCalendar>]) -> Vec<SharedHolidays<'_>> {
         .collect()
 }
 
-/// The TDSets to reconcile when a calendar changes (or goes).
+/// The TDSets to reconcile when a calendar changes (or goes); its usage is reported again.
 pub(super) fn on_calendar(
     index: &CalendarIndex,
 ) -> impl Fn(TDCalendar) -> Vec<TDSetRef> + Send + Sync + 'static {
     let index = index.clone();
-    move |c| index.users(&c.name_any())
+    move |c| {
+        index.1.notify_one();
+        index.users(&c.name_any())
+    }
+}
+
+/// Keeps each calendar's `status` (the days it covers, how many TDSets name it) current, for
+/// `kubectl get tdcalendars`. Changes are coalesced for a second: at a start every TDSet joins
+/// the index, and the calendars are written once, not once per TDSet. Only what differs from
+/// the cached status is written.
+pub(super) async fn report_usage(client: Client, store: Store<TDCalendar>, index: CalendarIndex) {
+    let api: Api<TDCalendar> = Api::all(client);
+    loop {
+        index.1.notified().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if store.wait_until_ready().await.is_err() {
+            return;
+        }
+        for calendar in store.state() {
+            let name = calendar.name_any();
+            let status = TDCalendarStatus {
+                days: Some(holiday_days(&calendar.spec.holidays)),
+                used_by: Some(index.users(&name).len() as i64),
+            };
+            if calendar.status.as_ref() == Some(&status) {
+                continue;
+            }
+            let patch = serde_json::json!({
+                "apiVersion": "schedule.rs/v1", "kind": "TDCalendar", "status": status
+            });
+            if let Err(e) = api
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await
+            {
+                // The next change (or the next start) writes it again; usage is informational.
+                debug!(calendar = %name, error = %e, "could not report the calendar's usage");
+            }
+        }
+    }
 }
 
 /// What a TDSet reports for calendars it names that do not exist.

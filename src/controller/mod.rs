@@ -152,6 +152,9 @@ pub struct RunOptions {
     pub initial_list: InitialList,
     /// Where `container` and `template` TDSets may run pods.
     pub pod_forms: PodForms,
+    /// Write each TDCalendar's usage to its status. Only an operator that sees every TDSet
+    /// can count them: with several (one per namespace, shards), each would write its own count.
+    pub report_calendar_usage: bool,
 }
 
 /// How the controller names a TDSet: it reconciles the cached form (see `Cached`).
@@ -555,6 +558,13 @@ async fn run_controller(
         })
     };
 
+    let usage = opts.report_calendar_usage.then(|| {
+        tokio::spawn(calendars::report_usage(
+            client.clone(),
+            calendar_store.clone(),
+            calendar_index.clone(),
+        ))
+    });
     info!(
         namespace = opts.namespace.as_deref().unwrap_or("(all)"),
         "starting the TDSet controller"
@@ -619,6 +629,9 @@ async fn run_controller(
         _ = lost => true,
     };
     readiness.abort();
+    if let Some(usage) = usage {
+        usage.abort();
+    }
     if lost {
         // Dropping the controller dropped its reconciles mid-flight; nothing queued is sent.
         lane.close();

@@ -312,6 +312,7 @@ impl Operator {
             lease,
             instance,
             Default::default(),
+            namespace.is_none(),
         )
     }
 
@@ -323,7 +324,18 @@ impl Operator {
         pod_forms: &str,
     ) -> Operator {
         let pod_forms = pod_forms.parse().expect("a --pod-forms-in value");
-        Operator::launch(client, Some(ns), clock, None, "test", pod_forms)
+        Operator::launch(client, Some(ns), clock, None, "test", pod_forms, false)
+    }
+
+    /// Watching one namespace, and writing every TDCalendar's usage as if it saw every TDSet
+    /// (the deployed operator does when it watches all namespaces).
+    pub fn start_reporting_calendars(
+        client: &Client,
+        ns: &str,
+        clock: tdset_operator::clock::SystemClock,
+    ) -> Operator {
+        let all = tdset_operator::workload::PodForms::default();
+        Operator::launch(client, Some(ns), clock, None, "test", all, true)
     }
 
     fn launch(
@@ -333,6 +345,7 @@ impl Operator {
         lease: Option<tdset_operator::controller::LeaseOptions>,
         instance: &str,
         pod_forms: tdset_operator::workload::PodForms,
+        report_calendar_usage: bool,
     ) -> Operator {
         use std::sync::Arc;
         let metrics = Arc::new(tdset_operator::telemetry::Metrics::new().expect("metrics"));
@@ -344,6 +357,7 @@ impl Operator {
             instance: instance.to_string(),
             initial_list: tdset_operator::controller::InitialList::Auto,
             pod_forms,
+            report_calendar_usage,
         };
         let task = tokio::spawn(tdset_operator::controller::run(
             tdset_operator::controller::Clients::same(client.clone()),
