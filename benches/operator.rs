@@ -572,6 +572,120 @@ impl Bench {
         ns.cleanup().await;
     }
 
+    /// A shared calendar named by N TDSets, changed at the instant it takes effect: today is
+    /// added while every weekday window is open, and each Deployment must go to the default.
+    /// Timed from the calendar's write to each Deployment at its new count, against N direct
+    /// patches from the same identity in the same run.
+    async fn calendar(&mut self, n: usize) {
+        let ns = self.namespace(&format!("cal{n}")).await;
+        let name = format!("bench-{}", ns.name);
+        let calendars: Api<tdset_operator::api::TDCalendar> = Api::all(self.client.clone());
+        let calendar = |dates: Vec<&str>| -> tdset_operator::api::TDCalendar {
+            serde_json::from_value(json!({
+                "apiVersion": "schedule.rs/v1", "kind": "TDCalendar",
+                "metadata": {"name": name}, "spec": {"holidays": dates}
+            }))
+            .unwrap()
+        };
+        let apply = kube::api::PatchParams::apply("bench").force();
+        calendars
+            .patch(
+                &name,
+                &apply,
+                &kube::api::Patch::Apply(&calendar(vec!["2026-12-25"])),
+            )
+            .await
+            .unwrap();
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        let objs = (0..n)
+            .map(|i| {
+                let mut t = bench_tdset(
+                    Form::Owned,
+                    &format!("c{i}"),
+                    json!([{"startTime": 9, "endTime": 17, "replica": 3, "days": ["Mon", "Tue", "Wed", "Thu", "Fri"]}]),
+                    1,
+                );
+                t.spec.calendars = vec![tdset_operator::api::CalendarName(name.clone())];
+                t
+            })
+            .collect();
+        create_all(&api, objs).await;
+        // Thursday 2026-12-03, 10:00 UTC on the operator's clock: every window is open.
+        let op = OperatorProcess::start_with(
+            &self.sa_kubeconfig,
+            Some(&ns.name),
+            Some("2026-12-03T10:00:00Z".parse().unwrap()),
+            &self.logs.join(format!("calendar-{n}.log")),
+            &[],
+        );
+        let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+        watch_replicas(deploys.clone(), n, 3, None, Duration::from_secs(600)).await;
+        self.converged_status(&ns.name, n, 3).await;
+        // Today becomes a holiday: every TDSet goes to its default, 1.
+        let watch = tokio::spawn(watch_replicas(
+            deploys.clone(),
+            n,
+            1,
+            None,
+            Duration::from_secs(600),
+        ));
+        tokio::time::sleep(Duration::from_secs(if n > 2000 { 10 } else { 2 })).await;
+        let t0 = Utc::now();
+        calendars
+            .patch(
+                &name,
+                &apply,
+                &kube::api::Patch::Apply(&calendar(vec!["2026-12-25", "2026-12-03"])),
+            )
+            .await
+            .unwrap();
+        let (seen, _) = watch.await.unwrap();
+        let errors = op.sum("tdset_reconcile_errors_total");
+        op.stop();
+        let lags = lags_from(&seen, t0);
+
+        let sa_deploys: Api<Deployment> = Api::namespaced(self.sa_client.clone(), &ns.name);
+        let watch = tokio::spawn(watch_replicas(
+            deploys.clone(),
+            n,
+            5,
+            None,
+            Duration::from_secs(600),
+        ));
+        tokio::time::sleep(Duration::from_secs(if n > 2000 { 10 } else { 2 })).await;
+        let t0 = Utc::now();
+        stream::iter((0..n).map(|i| format!("c{i}")))
+            .for_each_concurrent(16, |name| {
+                let api = sa_deploys.clone();
+                async move {
+                    api.patch(
+                        &name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(json!({"spec": {"replicas": 5}})),
+                    )
+                    .await
+                    .unwrap();
+                }
+            })
+            .await;
+        let (direct_seen, _) = watch.await.unwrap();
+        let direct = lags_from(&direct_seen, t0);
+        let (p50, p99, max) = summary(&lags);
+        let (d50, d99, dmax) = summary(&direct);
+        let _ = writeln!(
+            self.report,
+            "| a shared calendar changed under N TDSets (today added while their windows are open) | N = {n} | from the calendar's write to each Deployment at its new count: p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s; direct patches p50 {d50:.3} s, p99 {d99:.3} s, max {dmax:.3} s; p99 ratio {:.2} | {} of {n} changed; operator reconcile errors {errors:.0} |",
+            p99 / d99,
+            seen.len(),
+        );
+        println!(
+            "calendar N={n}: p50 {p50:.3} p99 {p99:.3} max {max:.3}; direct p99 {d99:.3}; scaled {}",
+            seen.len()
+        );
+        let _ = calendars.delete(&name, &Default::default()).await;
+        ns.cleanup().await;
+    }
+
     /// Waits until `n` TDSets report `replicas` in status.
     /// What a scale costs, by the kind of write: the same ServiceAccount sets the replicas of
     /// the same N operator-shaped Deployments (as the operator creates them) with 16 requests
@@ -924,11 +1038,18 @@ async fn operator_service_account(
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     let text = std::fs::read_to_string(repo_root().join("deploy/operator.yaml")).unwrap();
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
-    let mut role = docs
-        .into_iter()
-        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "tdset-operator-core")
-        .expect("tdset-operator-core in deploy/operator.yaml");
-    role["metadata"] = json!({"name": "tdset-bench"});
+    // The operator's rules: the aggregated core ones and the cluster-wide calendar ones.
+    let rules: Vec<serde_json::Value> = ["tdset-operator-core", "tdset-operator-calendars"]
+        .iter()
+        .flat_map(|name| {
+            let role = docs
+                .iter()
+                .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == *name)
+                .unwrap_or_else(|| panic!("{name} in deploy/operator.yaml"));
+            role["rules"].as_array().cloned().unwrap_or_default()
+        })
+        .collect();
+    let role = json!({"metadata": {"name": "tdset-bench"}, "rules": rules});
     let role: ClusterRole = serde_json::from_value(role).unwrap();
     let pp = PostParams::default();
     let _ = Api::<ClusterRole>::all(admin.clone())
@@ -1025,6 +1146,9 @@ fn main() {
         }
         if want("lag") || want("ref") {
             b.lag(1000, Form::Ref).await;
+        }
+        if want("calendar") {
+            b.calendar(1000).await;
         }
         if want("writes") {
             b.writes(1000).await;

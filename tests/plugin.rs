@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::process::Command;
-
 use kube::api::Api;
 use serde_json::json;
 use support::*;
@@ -193,29 +191,19 @@ async fn kubectl_tdset_says_when_it_may_not() {
     })
     .await;
     let (_, kubeconfig) = service_account_client(&ns.name, "default").await;
-    let path = format!(
-        "{}:{}",
-        dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new(kubectl_path())
-        .env("PATH", path)
-        .args([
-            "tdset",
+    // --kubeconfig wins over the KUBECONFIG the helper sets (the admin's).
+    let (ok, _, err) = kubectl_tdset(
+        &dir,
+        &[
             "suspend",
             "web",
             "-n",
             &ns.name,
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("no permission"),
-        "{err}"
+        ],
     );
+    assert!(!ok && err.contains("no permission"), "{err}");
     let t: TDSet = Api::namespaced(client.clone(), &ns.name)
         .get("web")
         .await
