@@ -14,6 +14,7 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 use tracing::debug;
 
+use super::wakeups::Wakeups;
 use super::watches::api_backoff;
 use super::{TDSetRef, tdset_ref};
 use crate::api::{TDCalendar, TDCalendarStatus, TDSet, TDSetSpec};
@@ -134,14 +135,20 @@ pub(super) fn holidays(found: &[Arc<TDCalendar>]) -> Vec<SharedHolidays<'_>> {
         .collect()
 }
 
-/// The TDSets to reconcile when a calendar changes (or goes); its usage is reported again.
+/// When a calendar changes (or goes), every TDSet that names it is woken through the wakeup
+/// scheduler, as a boundary wakes them (kube-runtime's trigger queue was slower for a burst of
+/// 1000: BENCHMARKS.md); its usage is reported again.
 pub(super) fn on_calendar(
     index: &CalendarIndex,
+    wakeups: &Arc<Wakeups>,
 ) -> impl Fn(TDCalendar) -> Vec<TDSetRef> + Send + Sync + 'static {
-    let index = index.clone();
+    let (index, wakeups) = (index.clone(), wakeups.clone());
     move |c| {
         index.1.notify_one();
-        index.users(&c.name_any())
+        for t in index.users(&c.name_any()) {
+            wakeups.now(t.namespace.as_deref().unwrap_or_default(), &t.name);
+        }
+        vec![]
     }
 }
 

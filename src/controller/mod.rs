@@ -585,6 +585,7 @@ async fn run_controller(
     };
     // A TDSet's own changes reach the controller as wakeups (see wakeups.rs): a start against
     // 10 000 TDSets would otherwise queue all of them in kube-runtime at once.
+    let on_calendar = calendars::on_calendar(&calendar_index, &wakeups);
     let drive_tdset_watch = tdset_stream.filter_map(|_| futures::future::ready(None::<TDSetRef>));
     let controller = Controller::for_stream(futures::stream::empty(), tdsets)
         .reconcile_on(drive_tdset_watch)
@@ -602,7 +603,7 @@ async fn run_controller(
         .reconcile_on(wakeups.triggers())
         .owns_stream(svc_stream)
         .watches_stream(hpa_stream, on_hpa)
-        .watches_stream(calendar_stream, calendars::on_calendar(&calendar_index))
+        .watches_stream(calendar_stream, on_calendar)
         .watches_stream(
             target_watch::<Deployment>(api_for(&watch_client, &opts.namespace), stream),
             on_target(&index, &hpas),
