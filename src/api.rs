@@ -564,6 +564,10 @@ pub struct TDSetStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// The shard that reconciles this TDSet, when the operator runs in shards (`run --shard`).
+    /// Another shard writes it only after this one has let go, or is proven gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
     /// The last changes of the workload's count, newest first (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_HISTORY))]

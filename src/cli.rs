@@ -71,6 +71,15 @@ pub struct RunArgs {
     /// TDSet is Degraded (FormNotAllowed) and nothing is created.
     #[arg(long, env = "TDSET_POD_FORMS_IN", default_value = "*")]
     pub pod_forms_in: crate::workload::PodForms,
+    /// Run as this shard: reconcile only the TDSets `--shard-selector` matches, holding the
+    /// Lease `<lease-name>-<shard>` (leader election is always on for a shard: its Lease is
+    /// how the other shards know whether it is alive).
+    #[arg(long, env = "TDSET_SHARD", requires = "shard_selector")]
+    pub shard: Option<String>,
+    /// The labels of this shard's TDSets, as kubectl writes a selector (`shard=a`,
+    /// `team in (x,y)`, `!legacy`).
+    #[arg(long, env = "TDSET_SHARD_SELECTOR", requires = "shard")]
+    pub shard_selector: Option<String>,
     /// Log filter, e.g. `info` or `tdset_operator=debug,kube=info`.
     #[arg(long, env = "TDSET_LOG", default_value = "info")]
     pub log_level: String,

@@ -5,9 +5,10 @@ use std::time::Duration;
 use clap::Parser;
 use tdset_operator::cli::{Cli, Command, RunArgs, crd_yaml_of, run_preview};
 use tdset_operator::clock::SystemClock;
-use tdset_operator::controller::{self, LeaseOptions, RunOptions};
+use tdset_operator::controller::{self, LeaseOptions, RunOptions, ShardOptions};
 use tdset_operator::http::{self, Health};
 use tdset_operator::plugin::PluginCli;
+use tdset_operator::shard::ShardSpec;
 use tdset_operator::telemetry::{self, Metrics};
 use tdset_operator::{Error, Result};
 use tracing::{error, info};
@@ -108,16 +109,27 @@ async fn operate(args: RunArgs) -> Result<()> {
         Some(at) => SystemClock::starting_at(at),
         None => SystemClock::default(),
     };
-    let lease = args.leader_elect.then(|| LeaseOptions {
-        name: args.lease_name.clone(),
-        namespace: args
-            .lease_namespace
-            .clone()
-            .or_else(|| {
-                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-                    .ok()
-            })
-            .unwrap_or_else(|| "default".into()),
+    let lease_namespace = args
+        .lease_namespace
+        .clone()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
+        })
+        .unwrap_or_else(|| "default".into());
+    let shard = match (&args.shard, &args.shard_selector) {
+        (Some(name), Some(selector)) => Some(ShardOptions {
+            spec: ShardSpec::new(name, selector).map_err(Error::Config)?,
+            lease_prefix: args.lease_name.clone(),
+            lease_namespace: lease_namespace.clone(),
+        }),
+        _ => None,
+    };
+    let lease = (args.leader_elect || shard.is_some()).then(|| LeaseOptions {
+        name: match &shard {
+            Some(s) => s.lease_name(&s.spec.name),
+            None => args.lease_name.clone(),
+        },
+        namespace: lease_namespace,
         duration: Duration::from_secs(args.lease_duration.max(1)),
     });
     let opts = RunOptions {
@@ -126,7 +138,9 @@ async fn operate(args: RunArgs) -> Result<()> {
         instance,
         initial_list: args.initial_list,
         pod_forms: args.pod_forms_in.clone(),
-        report_calendar_usage: args.namespace.is_none(),
+        // Only an operator that sees every TDSet can count a calendar's users.
+        report_calendar_usage: args.namespace.is_none() && shard.is_none(),
+        shard,
     };
     let result = controller::run(
         clients,

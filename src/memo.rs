@@ -100,6 +100,13 @@ impl StatusMemo {
         }
     }
 
+    /// Forgets what this operator wrote of a TDSet (a shard let go of it).
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut written) = self.written.lock() {
+            written.remove(uid);
+        }
+    }
+
     /// Records a status queued for `tdset`.
     pub fn queued(&self, tdset: &TDSet, status: Arc<TDSetStatus>) {
         let (Some(uid), Ok(mut written)) = (tdset.meta().uid.clone(), self.written.lock()) else {

@@ -233,6 +233,8 @@ pub struct Inputs<'a> {
     pub suspended: bool,
     /// The change this reconcile made to the workload's count, for `history`.
     pub change: Option<HistoryEntry>,
+    /// The shard this operator is (`status.shard`); unsharded, the field is left as it was.
+    pub shard: Option<&'a str>,
     pub now: DateTime<Utc>,
 }
 
@@ -255,6 +257,10 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
         next_replicas: i.next.map(|n| n.replicas),
         target: i.target.cloned(),
         conditions,
+        shard: i
+            .shard
+            .map(str::to_string)
+            .or_else(|| i.previous.and_then(|p| p.shard.clone())),
         history: match &i.change {
             Some(change) => recorded(i.previous, change.clone()),
             None => i.previous.map(|p| p.history.clone()).unwrap_or_default(),
@@ -541,6 +547,7 @@ mod tests {
             problem,
             suspended: false,
             change: None,
+            shard: None,
             now: DateTime::parse_from_rfc3339(now)
                 .unwrap()
                 .with_timezone(&Utc),

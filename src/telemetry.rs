@@ -48,6 +48,8 @@ pub struct Metrics {
     pub bookkeeping_superseded: IntCounter,
     /// 1 when the watches stream their initial lists, 0 when they list in pages.
     pub streaming_lists: IntGauge,
+    /// TDSets this shard matches that another shard still holds.
+    pub shard_waiting: IntGauge,
     tdsets: Arc<Mutex<Option<Store<Cached<TDSet>>>>>,
 }
 
@@ -113,7 +115,12 @@ impl Metrics {
             "tdset_watch_streaming_lists",
             "1 when the watches receive their initial lists as a stream (the API server's WatchList), 0 when they list in pages",
         )?;
+        let shard_waiting = IntGauge::new(
+            "tdset_shard_handovers_waiting",
+            "TDSets this shard matches that another shard still holds (it has not let go, nor is it proven gone)",
+        )?;
         let tdsets = Arc::new(Mutex::new(None));
+        registry.register(Box::new(shard_waiting.clone()))?;
         registry.register(Box::new(streaming_lists.clone()))?;
         registry.register(Box::new(bookkeeping_pending.clone()))?;
         registry.register(Box::new(bookkeeping_superseded.clone()))?;
@@ -140,6 +147,7 @@ impl Metrics {
             bookkeeping_pending,
             bookkeeping_superseded,
             streaming_lists,
+            shard_waiting,
             tdsets,
         })
     }

@@ -369,27 +369,10 @@ impl Lane {
     /// one being written is waited for first. Never deferred to workload writes: the caller
     /// is one.
     pub async fn write_now(&self, tdset: &TDSet, s: StatusWrite) -> Result<()> {
-        let superseded = loop {
-            let taken = self.shared.queue.lock().ok().and_then(|mut q| {
-                if q.writing.contains(&s.uid) {
-                    return None;
-                }
-                q.writing.insert(s.uid.clone());
-                Some(q.take_status(&s.uid))
-            });
-            if let Some(taken) = taken {
-                break taken;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
         // Hands the TDSet back to the writers however this ends: written, failed, or dropped
         // mid-request (the reconcile's deadline, a lost lease). The status it superseded is
         // due again unless this one was written.
-        let mut turn = WriteTurn {
-            shared: &self.shared,
-            uid: &s.uid,
-            superseded,
-        };
+        let mut turn = self.turn(&s.uid).await;
         self.shared.metrics.write("tdsets/status", "apply");
         let result = self.shared.sink.status(&s).await;
         if let Ok(produced) = &result {
@@ -402,6 +385,39 @@ impl Lane {
         }
         drop(turn);
         result.map(|_| ())
+    }
+
+    /// Runs `f` (a shard letting go of a TDSet) with that TDSet's statuses out of the way: one
+    /// being written is waited for, and one queued is dropped, never sent after `f`.
+    pub async fn without_status<T>(&self, uid: &str, f: impl Future<Output = T>) -> T {
+        let mut turn = self.turn(uid).await;
+        turn.superseded = None;
+        let out = f.await;
+        drop(turn);
+        out
+    }
+
+    /// Takes the TDSet's turn from the writers: waits while one of them writes its status,
+    /// takes the status still queued (`superseded`).
+    async fn turn<'a>(&'a self, uid: &'a str) -> WriteTurn<'a> {
+        let superseded = loop {
+            let taken = self.shared.queue.lock().ok().and_then(|mut q| {
+                if q.writing.contains(uid) {
+                    return None;
+                }
+                q.writing.insert(uid.to_string());
+                Some(q.take_status(uid))
+            });
+            if let Some(taken) = taken {
+                break taken;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        WriteTurn {
+            shared: &self.shared,
+            uid,
+            superseded,
+        }
     }
 
     /// Queues an Event; waits only while the queue is full.

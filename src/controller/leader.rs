@@ -120,6 +120,10 @@ struct Elector {
     duration: Duration,
     /// The record last seen (holder, renewTime, transitions) and when it was first seen.
     observed: Option<(String, Instant)>,
+    /// Whether this Elector has held the lease: a new process under the same identity (the
+    /// same pod, restarted) takes it at once but as a new leadership, so another shard waiting
+    /// on it knows the leader it saw is gone (see `crate::shard`).
+    held: bool,
 }
 
 impl Elector {
@@ -130,6 +134,7 @@ impl Elector {
             identity: identity.to_string(),
             duration: lease.duration,
             observed: None,
+            held: false,
         }
     }
 
@@ -194,7 +199,10 @@ impl Elector {
                 source,
             })?;
             return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
+                Ok(_) => {
+                    self.held = true;
+                    Ok(true)
+                }
                 Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
                 Err(e) => Err(Error::kube(context())(e)),
             };
@@ -216,8 +224,9 @@ impl Elector {
             return Ok(false);
         }
         let now = micro_time_now();
-        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!mine);
-        let acquire = if mine {
+        let renewing = mine && self.held;
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!renewing);
+        let acquire = if renewing {
             json!(spec.acquire_time)
         } else {
             json!(now)
@@ -235,6 +244,7 @@ impl Elector {
         };
         match self.api.patch(&self.name, &pp, &Patch::Merge(&patch)).await {
             Ok(written) => {
+                self.held = true;
                 let spec = written.spec.unwrap_or_default();
                 self.observed = Some((
                     format!(

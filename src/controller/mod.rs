@@ -11,6 +11,7 @@
 //! - `events.rs`: which Events a change produces;
 //! - `watches.rs`: the watches and their compact caches;
 //! - `wakeups.rs`: when each TDSet is reconciled next, handed to the controller a few at a time;
+//! - `shards.rs`: claiming a TDSet for this shard, letting go of the ones it no longer matches;
 //! - `leader.rs`: Lease-based leader election around the controller.
 //!
 //! Each reconcile evaluates the schedule at `ctx.clock.now()`, makes the owned Deployment (and
@@ -29,6 +30,7 @@ mod events;
 mod finalizer;
 mod leader;
 mod scale;
+mod shards;
 mod wakeups;
 mod watches;
 
@@ -47,6 +49,7 @@ use kube::{Client, Resource, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 pub use leader::{LeaseOptions, run};
+pub use shards::ShardOptions;
 
 use crate::api::{TDSet, TargetStatus};
 use crate::cache::Cached;
@@ -99,6 +102,8 @@ pub struct Context {
     pub pod_forms: PodForms,
     /// Each TDSet's writes to its target, against another writer ("ns/name").
     pub contests: std::sync::Mutex<std::collections::HashMap<String, Contest>>,
+    /// The shard this operator is, if it runs as one.
+    pub shard: Option<Arc<shards::Sharding>>,
 }
 
 impl Context {
@@ -155,6 +160,8 @@ pub struct RunOptions {
     /// Write each TDCalendar's usage to its status. Only an operator that sees every TDSet
     /// can count them: with several (one per namespace, shards), each would write its own count.
     pub report_calendar_usage: bool,
+    /// Run as this shard: reconcile only the TDSets its selector matches.
+    pub shard: Option<ShardOptions>,
 }
 
 /// How the controller names a TDSet: it reconciles the cached form (see `Cached`).
@@ -180,6 +187,14 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
         ctx.wakeups.now(&ns, &name);
         return Ok(Action::await_change());
     }
+    // A shard lets go of a TDSet only once no reconcile of it runs, and starts none meanwhile.
+    let _running = match &ctx.shard {
+        Some(shard) => match shard.enter(&format!("{ns}/{name}")) {
+            Some(running) => Some(running),
+            None => return Ok(Action::await_change()),
+        },
+        None => None,
+    };
     let tdset = cached.object()?;
     let started = Instant::now();
     let span = info_span!("reconcile", tdset = %format!("{ns}/{name}"));
@@ -256,6 +271,10 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
     let ns = tdset
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
+    // Before anything is written for it: a shard writes only the TDSets it has claimed.
+    if let Some(wait) = shards::claim(tdset, ctx).await {
+        return Ok(Some(wait));
+    }
     if tdset.meta().deletion_timestamp.is_some() {
         // Owned objects go with the garbage collector; a referenced target may be restored.
         finalizer::on_delete(tdset, ctx, &ns).await?;
@@ -370,6 +389,7 @@ async fn reconcile_inner(tdset: &TDSet, ctx: &Context) -> Result<Option<Duration
         problem: problem.as_ref(),
         suspended: write == Write::Never,
         change,
+        shard: ctx.shard.as_ref().map(|s| s.name()),
         now,
     });
     write_status(tdset, ctx, previous.as_ref(), new_status).await?;
@@ -474,12 +494,22 @@ async fn run_controller(
     let stream =
         watches::streams_lists(api_for(&watch_client, &opts.namespace), opts.initial_list).await;
     metrics.streaming_lists.set(i64::from(stream));
+    let shard = opts
+        .shard
+        .clone()
+        .map(|o| shards::Sharding::new(o, client.clone()));
+    if let Some(s) = &shard {
+        info!(shard = s.name(), selector = %s.options.spec.selector_text, "running as a shard: only the TDSets the selector matches are reconciled");
+    }
     let (tdsets, tdset_stream) = tdset_watch(
         api_for(&watch_client, &opts.namespace),
-        index.clone(),
-        calendar_index.clone(),
-        statuses.clone(),
-        wakeups.clone(),
+        watches::TDSetHooks {
+            index: index.clone(),
+            calendars: calendar_index.clone(),
+            statuses: statuses.clone(),
+            wakeups: wakeups.clone(),
+            shard: shard.clone(),
+        },
         stream,
     );
     let (deployments, deploy_stream) =
@@ -520,6 +550,18 @@ async fn run_controller(
         failures: Default::default(),
         contests: Default::default(),
         pod_forms: opts.pod_forms.clone(),
+        shard: shard.clone(),
+    });
+    let letting_go = shard.clone().map(|s| {
+        tokio::spawn(shards::let_go_loop(
+            s,
+            client.clone(),
+            lane.clone(),
+            ctx.statuses.clone(),
+            wakeups.clone(),
+            tdsets.clone(),
+            metrics.clone(),
+        ))
     });
 
     // Ready, and wakeups handed over, once all five caches hold a full list (calendars too: a
@@ -630,6 +672,9 @@ async fn run_controller(
         _ = lost => true,
     };
     readiness.abort();
+    if let Some(letting_go) = letting_go {
+        letting_go.abort();
+    }
     if let Some(usage) = usage {
         usage.abort();
     }

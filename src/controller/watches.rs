@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use super::calendars::CalendarIndex;
+use super::shards::Sharding;
 use super::wakeups::Wakeups;
 use super::{TDSetRef, tdset_ref, tdset_ref_named};
 use crate::api::TDSet;
@@ -95,48 +96,100 @@ fn config(stream: bool) -> watcher::Config {
     if stream { c.streaming_lists() } else { c }
 }
 
-/// A watch of TDSets, cached compactly (see `Cached`); it also keeps `index` (which TDSets
-/// reference which target) up to date, tells the status memo what the cache has caught up
-/// with, and turns each change into a wakeup (a deletion forgets it). The stream itself
+/// What the TDSet watch keeps up to date besides its cache.
+pub(super) struct TDSetHooks {
+    /// Which TDSets reference which target: every TDSet, whichever shard reconciles it, so
+    /// one writer per workload holds across shards.
+    pub index: TargetIndex,
+    pub calendars: CalendarIndex,
+    pub statuses: Arc<StatusMemo>,
+    pub wakeups: Arc<Wakeups>,
+    /// When running as a shard: the cache keeps only the TDSets it matches.
+    pub shard: Option<Arc<Sharding>>,
+}
+
+/// A watch of TDSets, cached compactly (see `Cached`); it also keeps the index of targets up
+/// to date, tells the status memo what the cache has caught up with, and turns each change
+/// into a wakeup (a deletion forgets it). A shard caches only the TDSets it matches: one it
+/// stops matching leaves its cache as if deleted, and is let go of. The stream itself
 /// triggers nothing: it only has to be driven.
 pub(super) fn tdset_watch(
     api: Api<TDSet>,
-    index: TargetIndex,
-    calendars: CalendarIndex,
-    statuses: Arc<StatusMemo>,
-    wakeups: Arc<Wakeups>,
+    hooks: TDSetHooks,
     stream: bool,
 ) -> (
     Store<Cached<TDSet>>,
     impl futures::Stream<Item = Result<Cached<TDSet>, watcher::Error>> + Send,
 ) {
     let (reader, writer) = reflector::store();
+    let cached = reader.clone();
     let stream = watcher(api, config(stream))
         .backoff(api_backoff())
-        .inspect_ok(move |event| match event {
-            watcher::Event::Apply(t) | watcher::Event::InitApply(t) => {
-                // A claim that moved may hand its old target to another TDSet, or take one.
-                for other in index.update(t) {
-                    wakeups.now(other.namespace.as_deref().unwrap_or_default(), &other.name);
-                }
-                calendars.update(t);
-                statuses.seen(t, false);
-                wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
-            }
-            watcher::Event::Delete(t) => {
-                for other in index.remove(t) {
-                    wakeups.now(other.namespace.as_deref().unwrap_or_default(), &other.name);
-                }
-                calendars.remove(t);
-                statuses.seen(t, true);
-                wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
-            }
-            watcher::Event::Init | watcher::Event::InitDone => {}
-        })
+        .try_filter_map(move |event| futures::future::ready(Ok(route(&hooks, &cached, event))))
         .map_ok(compact)
         .reflect(writer)
         .touched_objects();
     (reader, stream)
+}
+
+/// One TDSet event: the hooks updated, and what the cache is told (a TDSet another shard
+/// reconciles arrives as a deletion, or not at all during a list).
+fn route(
+    hooks: &TDSetHooks,
+    cached: &Store<Cached<TDSet>>,
+    event: watcher::Event<TDSet>,
+) -> Option<watcher::Event<TDSet>> {
+    let TDSetHooks {
+        index,
+        calendars,
+        statuses,
+        wakeups,
+        shard,
+    } = hooks;
+    let wake = |r: &TDSetRef| {
+        // A shard wakes only what it caches: a wakeup handed over for a TDSet the controller
+        // cannot find would hold its place among the handed ones.
+        if shard.is_none() || cached.get(r).is_some() {
+            wakeups.now(r.namespace.as_deref().unwrap_or_default(), &r.name);
+        }
+    };
+    let (t, listing) = match event {
+        watcher::Event::Apply(t) => (t, false),
+        watcher::Event::InitApply(t) => (t, true),
+        watcher::Event::Delete(t) => {
+            for other in index.remove(&t) {
+                wake(&other);
+            }
+            calendars.remove(&t);
+            statuses.seen(&t, true);
+            wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
+            if let Some(s) = shard {
+                s.forget_wait(&t);
+            }
+            return Some(watcher::Event::Delete(t));
+        }
+        watcher::Event::Init | watcher::Event::InitDone => return Some(event),
+    };
+    // A claim that moved may hand its old target to another TDSet, or take one.
+    for other in index.update(&t) {
+        wake(&other);
+    }
+    if let Some(s) = shard.as_ref().filter(|s| !s.owns(&t)) {
+        calendars.remove(&t);
+        statuses.seen(&t, true);
+        wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
+        s.let_go(&t);
+        // During a list the cache is rebuilt from what it is given: leaving it out is enough.
+        return (!listing).then_some(watcher::Event::Delete(t));
+    }
+    calendars.update(&t);
+    statuses.seen(&t, false);
+    wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
+    Some(if listing {
+        watcher::Event::InitApply(t)
+    } else {
+        watcher::Event::Apply(t)
+    })
 }
 
 /// A watch event with its object pruned and compacted for the cache.

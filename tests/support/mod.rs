@@ -358,6 +358,7 @@ impl Operator {
             initial_list: tdset_operator::controller::InitialList::Auto,
             pod_forms,
             report_calendar_usage,
+            shard: None,
         };
         let task = tokio::spawn(tdset_operator::controller::run(
             tdset_operator::controller::Clients::same(client.clone()),

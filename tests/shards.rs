@@ -1,0 +1,381 @@
+//! Shards on the real API server: two operator processes, each with its own selector and
+//! Lease, split the TDSets; a TDSet moved from one shard to the other is let go of before it
+//! is written again, and one moved away from a dead shard waits for that shard's Lease.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use support::*;
+use tdset_operator::api::TDSet;
+
+/// The shards' Leases expire after this long without renewal.
+const LEASE_SECONDS: u64 = 4;
+
+/// Shard `name` of the operator, as a process, taking the TDSets `selector` matches.
+async fn shard(ns: &str, name: &str, selector: &str, log: &str) -> OperatorProcess {
+    let op = OperatorProcess::start(
+        &control_plane().kubeconfig,
+        ns,
+        &[
+            "--shard",
+            name,
+            "--shard-selector",
+            selector,
+            "--instance",
+            &format!("{name}-0"),
+            "--lease-namespace",
+            ns,
+            "--lease-duration",
+            &LEASE_SECONDS.to_string(),
+            "--fake-now",
+            "2026-05-01T12:00:00Z",
+        ],
+        &format!("{log}-{name}.log"),
+    );
+    eventually(GUARD, &format!("shard {name} leads its Lease"), || async {
+        (op.metric("tdset_leader") == 1.0).then_some(())
+    })
+    .await;
+    op
+}
+
+/// A TDSet labelled `labels` that scales Deployment `target` to `replicas` at noon (1 otherwise).
+fn scaling(name: &str, labels: Value, target: &str, replicas: i32) -> TDSet {
+    let mut t = tdset(
+        name,
+        json!({
+            "schedulingConfig": [{"name": "office", "startTime": 9, "endTime": 17, "replica": replicas}],
+            "defaultReplica": 1,
+            "intervalMint": 60,
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+        }),
+    );
+    t.metadata.labels = serde_json::from_value(labels).ok();
+    t
+}
+
+fn shard_of(t: &TDSet) -> Option<String> {
+    t.status.as_ref().and_then(|s| s.shard.clone())
+}
+
+async fn tdset_claimed_by(client: &Client, ns: &str, name: &str, shard: &str) -> TDSet {
+    object_where(
+        client,
+        ns,
+        name,
+        &format!("{name} claimed by shard {shard}"),
+        |t: &TDSet| shard_of(t).as_deref() == Some(shard),
+    )
+    .await
+}
+
+/// Moves TDSet `name` to labels `labels` and sets its noon count to `replicas`, in one write.
+async fn move_tdset(client: &Client, ns: &str, name: &str, labels: Value, replicas: i32) {
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), ns);
+    let current = tdsets.get(name).await.expect("the TDSet");
+    let mut windows = serde_json::to_value(&current.spec.scheduling_config).unwrap();
+    windows[0]["replica"] = json!(replicas);
+    let mut all_labels = json!({"team": null});
+    for (k, v) in labels.as_object().into_iter().flatten() {
+        all_labels[k] = v.clone();
+    }
+    tdsets
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": all_labels}, "spec": {"schedulingConfig": windows}}),
+            ),
+        )
+        .await
+        .expect("moving the TDSet");
+}
+
+/// Every version of one object the API server produced from now on: (resourceVersion, value).
+fn record<K, T>(api: Api<K>, name: &str, value: fn(&K) -> T) -> Arc<Mutex<Vec<(u64, T)>>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    T: Send + 'static,
+{
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = seen.clone();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(api, config).applied_objects());
+        while let Some(Ok(o)) = events.next().await {
+            let rv = o
+                .resource_version()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            out.lock().unwrap().push((rv, value(&o)));
+        }
+    });
+    seen
+}
+
+#[tokio::test]
+async fn each_shard_writes_only_the_tdsets_its_selector_matches() {
+    let (client, ns) = setup("shards-split").await;
+    for d in ["web-a", "web-b", "web-none"] {
+        let _: Deployment = create_object(&client, &ns.name, app_deployment(d, 1)).await;
+    }
+    // Matched by no shard: created first, so both shards have listed it before the others.
+    create_tdset(
+        &client,
+        &ns.name,
+        &scaling("t-none", json!({"team": "c"}), "web-none", 5),
+    )
+    .await;
+    let a = shard(&ns.name, "a", "team=a", "shards-split").await;
+    let b = shard(&ns.name, "b", "team in (b)", "shards-split").await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &scaling("t-a", json!({"team": "a"}), "web-a", 3),
+    )
+    .await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &scaling("t-b", json!({"team": "b"}), "web-b", 4),
+    )
+    .await;
+
+    deployment_at(&client, &ns.name, "web-a", 3).await;
+    deployment_at(&client, &ns.name, "web-b", 4).await;
+    tdset_claimed_by(&client, &ns.name, "t-a", "a").await;
+    tdset_claimed_by(&client, &ns.name, "t-b", "b").await;
+    // One writer per workload holds across shards: a younger TDSet of shard b on shard a's
+    // workload writes nothing to it.
+    create_tdset(
+        &client,
+        &ns.name,
+        &scaling("t-b2", json!({"team": "b"}), "web-a", 7),
+    )
+    .await;
+    let degraded =
+        tdset_with_reason(&client, &ns.name, "t-b2", "Degraded", "ConflictingTDSet").await;
+    assert_eq!(shard_of(&degraded).as_deref(), Some("b"));
+
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let untouched = tdsets.get("t-none").await.unwrap();
+    assert!(
+        untouched.status.is_none(),
+        "no shard matches t-none, yet: {:?}",
+        untouched.status
+    );
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    assert_eq!(replicas(&deploys.get("web-none").await.unwrap()), Some(1));
+    assert_eq!(replicas(&deploys.get("web-a").await.unwrap()), Some(3));
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    for (lease, holder) in [("tdset-operator-a", "a-0"), ("tdset-operator-b", "b-0")] {
+        let l = leases.get(lease).await.expect("the shard's Lease");
+        assert_eq!(l.spec.unwrap().holder_identity.as_deref(), Some(holder));
+    }
+    drop((a, b));
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_tdset_moved_between_live_shards_is_let_go_of_before_the_other_shard_writes_it() {
+    let (client, ns) = setup("shards-move").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
+    let a = shard(&ns.name, "a", "team=a", "shards-move").await;
+    let b = shard(&ns.name, "b", "team=b", "shards-move").await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &scaling("t", json!({"team": "a"}), "web", 3),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+    tdset_claimed_by(&client, &ns.name, "t", "a").await;
+
+    let claims = record(
+        Api::<TDSet>::namespaced(client.clone(), &ns.name),
+        "t",
+        shard_of,
+    );
+    let counts = record(
+        Api::<Deployment>::namespaced(client.clone(), &ns.name),
+        "web",
+        replicas,
+    );
+    eventually(GUARD, "the recorders started", || async {
+        (!claims.lock().unwrap().is_empty() && !counts.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    move_tdset(&client, &ns.name, "t", json!({"team": "b"}), 5).await;
+    deployment_at(&client, &ns.name, "web", 5).await;
+    tdset_claimed_by(&client, &ns.name, "t", "b").await;
+
+    let claims = claims.lock().unwrap().clone();
+    let counts = counts.lock().unwrap().clone();
+    let released = claims
+        .iter()
+        .position(|(_, s)| s.is_none())
+        .unwrap_or_else(|| panic!("shard a never let go: {claims:?}"));
+    let taken = claims
+        .iter()
+        .position(|(_, s)| s.as_deref() == Some("b"))
+        .expect("shard b's claim");
+    assert!(
+        claims[..released]
+            .iter()
+            .all(|(_, s)| s.as_deref() == Some("a"))
+            && released < taken,
+        "the claim must go from a to none to b: {claims:?}"
+    );
+    let (five_at, _) = counts.iter().find(|(_, r)| *r == Some(5)).unwrap();
+    assert!(
+        *five_at > claims[taken].0,
+        "shard b wrote the workload (rv {five_at}) before it held the claim (rv {}): {counts:?} {claims:?}",
+        claims[taken].0
+    );
+    assert!(
+        counts.iter().all(|(_, r)| matches!(r, Some(3 | 5))),
+        "{counts:?}"
+    );
+
+    // Shard a holds nothing now, so writes nothing more; shard b alone follows the TDSet.
+    let a_writes = eventually(GUARD, "shard a idle", || async {
+        (a.metric("tdset_bookkeeping_pending") == 0.0).then(|| a.metric("tdset_api_writes_total"))
+    })
+    .await;
+    move_tdset(&client, &ns.name, "t", json!({"team": "b"}), 6).await;
+    deployment_at(&client, &ns.name, "web", 6).await;
+    object_where(&client, &ns.name, "t", "status at 6", |t: &TDSet| {
+        t.status.as_ref().and_then(|s| s.desired_replicas) == Some(6)
+    })
+    .await;
+    assert_eq!(
+        a.metric("tdset_api_writes_total"),
+        a_writes,
+        "shard a wrote after letting go"
+    );
+    drop((a, b));
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_tdset_moved_away_from_a_dead_shard_is_taken_only_once_its_lease_has_expired() {
+    let (client, ns) = setup("shards-dead").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
+    let a = shard(&ns.name, "a", "team=a", "shards-dead").await;
+    let b = shard(&ns.name, "b", "team=b", "shards-dead").await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &scaling("t", json!({"team": "a"}), "web", 3),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+    tdset_claimed_by(&client, &ns.name, "t", "a").await;
+
+    a.sigkill();
+    move_tdset(&client, &ns.name, "t", json!({"team": "b"}), 5).await;
+    let moved = tokio::time::Instant::now();
+    // Shard b first reads a's Lease after the move and must see it unrenewed for the whole
+    // duration: until then nothing changes.
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let safe_until = moved + Duration::from_secs(LEASE_SECONDS) - Duration::from_millis(300);
+    let mut looks = 0;
+    while tokio::time::Instant::now() < safe_until {
+        assert_eq!(
+            replicas(&deploys.get("web").await.unwrap()),
+            Some(3),
+            "written while shard a's Lease was valid"
+        );
+        assert_eq!(
+            shard_of(&tdsets.get("t").await.unwrap()).as_deref(),
+            Some("a")
+        );
+        looks += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(looks >= 5, "looked only {looks} times");
+    deployment_at(&client, &ns.name, "web", 5).await;
+    tdset_claimed_by(&client, &ns.name, "t", "b").await;
+    eprintln!("taken over {:?} after the move", moved.elapsed());
+    drop(b);
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_shard_that_restarts_lets_go_of_what_moved_while_it_was_down() {
+    let (client, ns) = setup("shards-restart").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
+    let a = shard(&ns.name, "a", "team=a", "shards-restart-1").await;
+    create_tdset(
+        &client,
+        &ns.name,
+        &scaling("t", json!({"team": "a"}), "web", 3),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+    tdset_claimed_by(&client, &ns.name, "t", "a").await;
+
+    a.sigkill();
+    // Moved to labels no shard matches: nobody would ever see it move.
+    move_tdset(&client, &ns.name, "t", json!({"team": "c"}), 5).await;
+    let a = shard(&ns.name, "a", "team=a", "shards-restart-2").await;
+    object_where(
+        &client,
+        &ns.name,
+        "t",
+        "shard a's claim removed",
+        |t: &TDSet| shard_of(t).is_none(),
+    )
+    .await;
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    assert_eq!(replicas(&deploys.get("web").await.unwrap()), Some(3));
+    drop(a);
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn overlapping_shards_never_both_write_a_tdset() {
+    let (client, ns) = setup("shards-overlap").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
+    let a = shard(&ns.name, "a", "team=a", "shards-overlap").await;
+    let b = shard(&ns.name, "b", "team in (a,b)", "shards-overlap").await;
+    let claims = record(
+        Api::<TDSet>::namespaced(client.clone(), &ns.name),
+        "t",
+        shard_of,
+    );
+    create_tdset(
+        &client,
+        &ns.name,
+        &scaling("t", json!({"team": "a"}), "web", 3),
+    )
+    .await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+    // The shard that lost the race waits, and says so in its metrics.
+    eventually(GUARD, "one shard waiting", || async {
+        (a.metric("tdset_shard_handovers_waiting") + b.metric("tdset_shard_handovers_waiting")
+            == 1.0)
+            .then_some(())
+    })
+    .await;
+    let holders: std::collections::BTreeSet<_> = claims
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(_, s)| s.clone())
+        .collect();
+    assert_eq!(holders.len(), 1, "claimed by both: {holders:?}");
+    drop((a, b));
+    ns.cleanup().await;
+}
