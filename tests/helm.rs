@@ -264,6 +264,23 @@ fn values_the_operator_cannot_take_are_refused_by_helm() {
             vec!["leaderElection.enabled=false", "replicaCount=2"],
             "replicaCount > 1 needs leaderElection.enabled",
         ),
+        (
+            vec!["shards[0].name=a"],
+            "each entry of shards needs a name and a selector",
+        ),
+        (
+            vec!["shards[0].name=A", "shards[0].selector=x=y"],
+            "use 1-40 lowercase letters",
+        ),
+        (
+            vec![
+                "shards[0].name=a",
+                "shards[0].selector=x=y",
+                "shards[1].name=a",
+                "shards[1].selector=x=z",
+            ],
+            "shard \"a\" is listed twice",
+        ),
     ] {
         let chart = chart();
         let mut args = vec!["template", "x", chart.as_str()];
@@ -287,6 +304,74 @@ fn values_the_operator_cannot_take_are_refused_by_helm() {
         "replicaCount=1",
     ];
     succeeded("helm template", helm(&control_plane().kubeconfig, &args));
+}
+
+#[test]
+fn shards_render_one_operator_deployment_each_with_its_selector_and_lease() {
+    let yaml = render(
+        "tdset-system",
+        &[
+            "--set",
+            "leaderElection.enabled=false",
+            "--set",
+            "shards[0].name=a,shards[0].selector=team=a",
+            "--set",
+            "shards[1].name=b,shards[1].selector=team in (b\\,c),shards[1].replicaCount=3",
+        ],
+    );
+    let docs = documents(&yaml);
+    let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
+    let env = |d: &Value, name: &str| -> Option<String> {
+        d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == name)?["value"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let shards: Vec<_> = deployments
+        .iter()
+        .map(|d| {
+            (
+                d["metadata"]["name"].as_str().unwrap().to_string(),
+                d["spec"]["replicas"].as_i64().unwrap(),
+                env(d, "TDSET_SHARD").unwrap(),
+                env(d, "TDSET_SHARD_SELECTOR").unwrap(),
+                env(d, "TDSET_LEADER_ELECT").unwrap(),
+                d["spec"]["selector"]["matchLabels"]["schedule.rs/shard"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shards,
+        [
+            (
+                "tdset-operator-a".into(),
+                2,
+                "a".into(),
+                "team=a".into(),
+                "true".into(),
+                "a".into()
+            ),
+            (
+                "tdset-operator-b".into(),
+                3,
+                "b".into(),
+                "team in (b,c)".into(),
+                "true".into(),
+                "b".into()
+            ),
+        ]
+    );
+    // Election is on for shards even when switched off: the Lease Role comes with them.
+    assert!(
+        docs.iter()
+            .any(|d| d["kind"] == "Role" && d["rules"][0]["resources"][0] == "leases"),
+        "no Role for the shards' Leases"
+    );
 }
 
 /// Installs prometheus-operator's ServiceMonitor and PrometheusRule CRDs (cached by
