@@ -6,6 +6,8 @@
 //!   cargo bench --bench operator -- converge lag  some of them (converge, lag, steady, memory,
 //!                                                ref: only the scaleTargetRef scenarios,
 //!                                                lag10k: the boundary lag at N = 10 000,
+//!                                                shards: at N = 10 000 (TDSET_BENCH_SHARDS_N), one
+//!                                                operator and two shards,
 //!                                                restart: memory of a restarted operator,
 //!                                                writes: a scale's cost by write kind)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
@@ -345,6 +347,30 @@ impl Bench {
         TestNamespace::new(&self.client, prefix).await
     }
 
+    /// The bench's ServiceAccount may hold Leases in `ns` (the chart's leader-election Role).
+    async fn grant_leases(&self, ns: &str) {
+        use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": "tdset-bench-leases"},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]}]
+        }))
+        .unwrap();
+        Api::<Role>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "tdset-bench-leases"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tdset-bench-leases"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tdset-bench", "namespace": "default"}]
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+
     /// A fresh namespace with an operator process (real clock) reconciling it.
     async fn watched_namespace(
         &self,
@@ -447,7 +473,22 @@ impl Bench {
     }
 
     async fn lag(&mut self, n: usize, form: Form) {
-        let ns = self.namespace(&format!("lag{n}")).await;
+        self.lag_in_shards(n, form, 1).await;
+    }
+
+    /// The boundary lag with the TDSets split over `shards` operator processes (1: one
+    /// operator, not sharded), each with its own selector and Lease.
+    async fn lag_in_shards(&mut self, n: usize, form: Form, shards: usize) {
+        let ns = self
+            .namespace(&if shards > 1 {
+                format!("lag{n}s{shards}")
+            } else {
+                format!("lag{n}")
+            })
+            .await;
+        if shards > 1 {
+            self.grant_leases(&ns.name).await;
+        }
         if form == Form::Ref {
             let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
             create_all(&deploys, app_deployments("t", n, 1)).await;
@@ -462,12 +503,17 @@ impl Bench {
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
         let objs = (0..n)
             .map(|i| {
-                bench_tdset(
+                let mut t = bench_tdset(
                     form,
                     &format!("t{i}"),
                     json!([{"startTime": 9, "endTime": 17, "replica": 3}]),
                     1,
-                )
+                );
+                if shards > 1 {
+                    t.metadata.labels =
+                        Some([("shard".to_string(), format!("s{}", i % shards))].into());
+                }
+                t
             })
             .collect();
         create_all(&api, objs).await;
@@ -476,13 +522,34 @@ impl Bench {
         // by the process start-up, never understated). Default flags, ServiceAccount identity.
         let rejected0 = apiserver_rejected(&self.client).await;
         let spawned = Utc::now();
-        let op = OperatorProcess::start_with(
-            &self.sa_kubeconfig,
-            Some(&ns.name),
-            Some(boundary - chrono::Duration::from_std(lead).unwrap()),
-            &self.logs.join(format!("lag-{}-{n}.log", form.label())),
-            &[],
-        );
+        let ops: Vec<OperatorProcess> = (0..shards)
+            .map(|k| {
+                let (shard, selector) = (format!("s{k}"), format!("shard=s{k}"));
+                let extra: Vec<&str> = if shards > 1 {
+                    vec![
+                        "--shard",
+                        &shard,
+                        "--shard-selector",
+                        &selector,
+                        "--lease-namespace",
+                        &ns.name,
+                        "--instance",
+                        &shard,
+                    ]
+                } else {
+                    vec![]
+                };
+                OperatorProcess::start_with(
+                    &self.sa_kubeconfig,
+                    Some(&ns.name),
+                    Some(boundary - chrono::Duration::from_std(lead).unwrap()),
+                    &self
+                        .logs
+                        .join(format!("lag-{}-{n}-{k}of{shards}.log", form.label())),
+                    &extra,
+                )
+            })
+            .collect();
         let boundary_real = spawned + chrono::Duration::from_std(lead).unwrap();
         let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
         let (seen, before) = watch_replicas(
@@ -497,9 +564,17 @@ impl Bench {
         let statuses = std::time::Instant::now();
         self.converged_status(&ns.name, n, 3).await;
         let bookkeeping = statuses.elapsed();
-        let errors = op.sum("tdset_reconcile_errors_total");
-        let superseded = op.sum("tdset_bookkeeping_superseded_total");
-        op.stop();
+        let errors: f64 = ops
+            .iter()
+            .map(|op| op.sum("tdset_reconcile_errors_total"))
+            .sum();
+        let superseded: f64 = ops
+            .iter()
+            .map(|op| op.sum("tdset_bookkeeping_superseded_total"))
+            .sum();
+        for op in ops {
+            op.stop();
+        }
         let rejected_op = apiserver_rejected(&self.client).await - rejected0;
         let lags = lags_from(&seen, boundary_real);
         let early = lags.iter().filter(|l| **l < 0.0).count();
@@ -559,13 +634,18 @@ impl Bench {
         }
         let _ = writeln!(
             self.report,
-            "| boundary lag, {}, default flags, as a ServiceAccount | N = {n} | operator p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s; direct patches p50 {d50:.3} s, p99 {d99:.3} s, max {dmax:.3} s{target} | {} of {n} scaled; {before} seen at 1 replica before the boundary; {early} scaled early; every status written {:.2} s after the last scale was seen; 429s from the API server: {rejected_op:.0} during the operator run, {rejected_direct:.0} during the direct patches; operator reconcile errors {errors:.0}; statuses superseded before sending {superseded:.0} |",
+            "| boundary lag, {}, default flags, as a ServiceAccount{} | N = {n} | operator p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s; direct patches p50 {d50:.3} s, p99 {d99:.3} s, max {dmax:.3} s{target} | {} of {n} scaled; {before} seen at 1 replica before the boundary; {early} scaled early; every status written {:.2} s after the last scale was seen; 429s from the API server: {rejected_op:.0} during the operator run, {rejected_direct:.0} during the direct patches; operator reconcile errors {errors:.0}; statuses superseded before sending {superseded:.0} |",
             form.label(),
+            if shards > 1 {
+                format!(", {shards} shards (one process each)")
+            } else {
+                String::new()
+            },
             seen.len(),
             bookkeeping.as_secs_f64(),
         );
         println!(
-            "lag {} N={n}: p50 {p50:.3} p99 {p99:.3} max {max:.3}; direct p50 {d50:.3} p99 {d99:.3} max {dmax:.3}; ratio {ratio:.2}; scaled {} early {early}; 429s {rejected_op}/{rejected_direct}; errors {errors}",
+            "lag {} N={n} shards={shards}: p50 {p50:.3} p99 {p99:.3} max {max:.3}; direct p50 {d50:.3} p99 {d99:.3} max {dmax:.3}; ratio {ratio:.2}; scaled {} early {early}; 429s {rejected_op}/{rejected_direct}; errors {errors}",
             form.label(),
             seen.len()
         );
@@ -1146,6 +1226,11 @@ fn main() {
         }
         if want("lag") || want("ref") {
             b.lag(1000, Form::Ref).await;
+        }
+        if want("shards") {
+            let n = std::env::var("TDSET_BENCH_SHARDS_N").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+            b.lag_in_shards(n, Form::Owned, 1).await;
+            b.lag_in_shards(n, Form::Owned, 2).await;
         }
         if want("calendar") {
             b.calendar(1000).await;

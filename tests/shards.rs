@@ -78,6 +78,15 @@ async fn tdset_claimed_by(client: &Client, ns: &str, name: &str, shard: &str) ->
     .await
 }
 
+/// Someone's Deployment "web" at 1, and TDSet "t" of shard a (label team=a) that scales it to
+/// 3 at noon; returns once it is at 3 and the claim is a's.
+async fn web_at_3_held_by_a(client: &Client, ns: &str) {
+    let _: Deployment = create_object(client, ns, app_deployment("web", 1)).await;
+    create_tdset(client, ns, &scaling("t", json!({"team": "a"}), "web", 3)).await;
+    deployment_at(client, ns, "web", 3).await;
+    tdset_claimed_by(client, ns, "t", "a").await;
+}
+
 /// Moves TDSet `name` to labels `labels` and sets its noon count to `replicas`, in one write.
 async fn move_tdset(client: &Client, ns: &str, name: &str, labels: Value, replicas: i32) {
     let tdsets: Api<TDSet> = Api::namespaced(client.clone(), ns);
@@ -189,17 +198,9 @@ async fn each_shard_writes_only_the_tdsets_its_selector_matches() {
 #[tokio::test]
 async fn a_tdset_moved_between_live_shards_is_let_go_of_before_the_other_shard_writes_it() {
     let (client, ns) = setup("shards-move").await;
-    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
     let a = shard(&ns.name, "a", "team=a", "shards-move").await;
     let b = shard(&ns.name, "b", "team=b", "shards-move").await;
-    create_tdset(
-        &client,
-        &ns.name,
-        &scaling("t", json!({"team": "a"}), "web", 3),
-    )
-    .await;
-    deployment_at(&client, &ns.name, "web", 3).await;
-    tdset_claimed_by(&client, &ns.name, "t", "a").await;
+    web_at_3_held_by_a(&client, &ns.name).await;
 
     let claims = record(
         Api::<TDSet>::namespaced(client.clone(), &ns.name),
@@ -270,17 +271,9 @@ async fn a_tdset_moved_between_live_shards_is_let_go_of_before_the_other_shard_w
 #[tokio::test]
 async fn a_tdset_moved_away_from_a_dead_shard_is_taken_only_once_its_lease_has_expired() {
     let (client, ns) = setup("shards-dead").await;
-    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
     let a = shard(&ns.name, "a", "team=a", "shards-dead").await;
     let b = shard(&ns.name, "b", "team=b", "shards-dead").await;
-    create_tdset(
-        &client,
-        &ns.name,
-        &scaling("t", json!({"team": "a"}), "web", 3),
-    )
-    .await;
-    deployment_at(&client, &ns.name, "web", 3).await;
-    tdset_claimed_by(&client, &ns.name, "t", "a").await;
+    web_at_3_held_by_a(&client, &ns.name).await;
 
     a.sigkill();
     move_tdset(&client, &ns.name, "t", json!({"team": "b"}), 5).await;
@@ -315,16 +308,8 @@ async fn a_tdset_moved_away_from_a_dead_shard_is_taken_only_once_its_lease_has_e
 #[tokio::test]
 async fn a_shard_that_restarts_lets_go_of_what_moved_while_it_was_down() {
     let (client, ns) = setup("shards-restart").await;
-    let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
     let a = shard(&ns.name, "a", "team=a", "shards-restart-1").await;
-    create_tdset(
-        &client,
-        &ns.name,
-        &scaling("t", json!({"team": "a"}), "web", 3),
-    )
-    .await;
-    deployment_at(&client, &ns.name, "web", 3).await;
-    tdset_claimed_by(&client, &ns.name, "t", "a").await;
+    web_at_3_held_by_a(&client, &ns.name).await;
 
     a.sigkill();
     // Moved to labels no shard matches: nobody would ever see it move.
