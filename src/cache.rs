@@ -125,10 +125,11 @@ impl Prune for HorizontalPodAutoscaler {
     }
 }
 
+/// Labels stay: a shard reads them to know whether it still takes the TDSet. (An operator that
+/// is not a shard drops them before they reach the cache, see `watches::route`.)
 impl Prune for TDSet {
     fn prune(&mut self) {
         prune_meta(&mut self.metadata);
-        self.metadata.labels = None;
     }
 }
 
@@ -373,7 +374,7 @@ mod tests {
         pruned.prune();
         let json = |t: &TDSet| serde_json::to_value(t).unwrap();
         assert_eq!(json(&cached.object().unwrap()), json(&pruned));
-        assert!(pruned.metadata.finalizers.is_some() && pruned.metadata.labels.is_none());
+        assert!(pruned.metadata.finalizers.is_some() && pruned.metadata.labels.is_some());
         // As kube-runtime would decode it.
         let decoded: Cached<TDSet> =
             serde_json::from_value(serde_json::to_value(&t).unwrap()).unwrap();

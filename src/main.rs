@@ -131,6 +131,7 @@ async fn operate(args: RunArgs) -> Result<()> {
         },
         namespace: lease_namespace,
         duration: Duration::from_secs(args.lease_duration.max(1)),
+        shard_selector: shard.as_ref().map(|s| s.spec.selector_text.clone()),
     });
     let opts = RunOptions {
         namespace: args.namespace.clone(),

@@ -100,6 +100,21 @@ impl StatusMemo {
         }
     }
 
+    /// Records `status` as written at `produced` outside the lane (a shard let go of the
+    /// TDSet): what `current` returns while the cache is older.
+    pub fn replace(&self, uid: &str, status: TDSetStatus, produced: Option<String>) {
+        if let Ok(mut written) = self.written.lock() {
+            written.insert(
+                uid.to_string(),
+                Written {
+                    produced,
+                    status: Arc::new(status),
+                    at: Instant::now(),
+                },
+            );
+        }
+    }
+
     /// Forgets what this operator wrote of a TDSet (a shard let go of it).
     pub fn forget(&self, uid: &str) {
         if let Ok(mut written) = self.written.lock() {

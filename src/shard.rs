@@ -8,9 +8,12 @@
 //! precondition, so of two shards that both see it empty only one succeeds. A shard lets go
 //! (removes its name) of every TDSet it has claimed and no longer matches, once its
 //! reconciles of that TDSet have ended and nothing of it is queued. A claim is taken over
-//! without that only when its shard is proven gone: its Lease has not been renewed for the
-//! lease's duration (by the taker's own clock), or a new leadership of it began after the
-//! taker saw the claim (a new leader lists the TDSets afresh, so it sees the move).
+//! without that only when that shard no longer takes the TDSet (the selector its leader
+//! publishes on its Lease does not match it) and is proven not to write it: its Lease is
+//! released or gone, has not been renewed for the lease's duration (by the taker's own
+//! clock), or a new leadership of it began after the taker saw the claim (a new leader lists
+//! the TDSets afresh, so it sees the move and lets go). While the holder's selector matches
+//! (overlapping selectors), the claim stays where it is, across the holder's restarts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -184,6 +187,9 @@ pub fn claim<'a>(me: &str, status_shard: Option<&'a str>) -> Claim<'a> {
     }
 }
 
+/// On a shard's Lease: its selector, so another shard knows whether it still takes a TDSet.
+pub const SELECTOR_ANNOTATION: &str = "schedule.rs/shard-selector";
+
 /// A Lease as the takeover rule reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseRecord {
@@ -192,11 +198,15 @@ pub struct LeaseRecord {
     pub transitions: i32,
     pub renewed: String,
     pub duration: Duration,
+    /// The shard's selector as its leader published it (`SELECTOR_ANNOTATION`).
+    pub selector: Option<String>,
 }
 
 /// What a waiting shard has seen of the holder's Lease since it first saw the claim.
 #[derive(Clone, Debug)]
 pub struct Watch {
+    /// The shard whose claim this is: a claim that changes hands starts a new watch.
+    shard: String,
     /// (holder, acquireTime, transitions) when first seen: a leadership.
     leadership: (String, String, i32),
     renewed: String,
@@ -204,43 +214,74 @@ pub struct Watch {
     changed_at: Instant,
 }
 
-/// Whether a claim held by another shard may be taken over, from its Lease now (`None`: no
-/// Lease). `watch` carries what was seen before, for this TDSet; it starts empty when the
-/// claim is first seen, so only changes seen after that count.
-pub fn may_take_over(watch: &mut Option<Watch>, lease: Option<&LeaseRecord>, now: Instant) -> bool {
+/// Whether another shard's claim on a TDSet may be taken over, and why.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Takeover {
+    Take(&'static str),
+    Wait(&'static str),
+}
+
+/// Whether the claim of shard `holder` on a TDSet labelled `labels` may be taken over, from
+/// that shard's Lease now (`None`: no Lease found). `watch` carries what was seen before, for
+/// this TDSet; it starts empty when the claim is first seen, so only changes seen after that
+/// count (the first look must be a fresh read).
+pub fn may_take_over(
+    watch: &mut Option<Watch>,
+    holder: &str,
+    lease: Option<&LeaseRecord>,
+    labels: &BTreeMap<String, String>,
+    now: Instant,
+) -> Takeover {
     let Some(lease) = lease else {
-        // No Lease: that shard never ran, or was removed with its Lease.
-        return true;
+        // Deleted (how a removed shard hands its TDSets over), or the shards disagree on the
+        // Lease's name or namespace: every shard of one installation must share both.
+        return Takeover::Take("that shard has no Lease");
     };
+    if let Some(selector) = lease.selector.as_deref()
+        && parse_selector(selector).is_ok_and(|s| s.matches(labels))
+    {
+        // Whatever happens to its leaders, that shard takes this TDSet: overlap.
+        return Takeover::Wait(
+            "that shard's selector matches the TDSet too (overlapping selectors)",
+        );
+    }
     if lease.holder.is_empty() {
         // Released on a clean shutdown: its controller has stopped; a later leader lists afresh.
-        return true;
+        return Takeover::Take("its Lease was released");
     }
     let leadership = (
         lease.holder.clone(),
         lease.acquired.clone(),
         lease.transitions,
     );
-    let Some(w) = watch else {
-        *watch = Some(Watch {
-            leadership,
-            renewed: lease.renewed.clone(),
-            changed_at: now,
-        });
-        return false;
+    let w = match watch {
+        Some(w) if w.shard == holder => w,
+        _ => {
+            *watch = Some(Watch {
+                shard: holder.to_string(),
+                leadership,
+                renewed: lease.renewed.clone(),
+                changed_at: now,
+            });
+            return Takeover::Wait("waiting for it to let go");
+        }
     };
     if w.leadership != leadership {
         // A leadership that began after the claim was seen here, so after the move.
-        return true;
+        return Takeover::Take("a new leadership of it began after the move");
     }
     if w.renewed != lease.renewed {
         w.renewed.clone_from(&lease.renewed);
         w.changed_at = now;
-        return false;
+        return Takeover::Wait("waiting for it to let go");
     }
     // Not renewed for the lease's duration: its holder stopped writing before that (it stops
     // at two thirds of it, see leader.rs).
-    now.duration_since(w.changed_at) >= lease.duration
+    if now.duration_since(w.changed_at) >= lease.duration {
+        Takeover::Take("its Lease was not renewed for its duration")
+    } else {
+        Takeover::Wait("waiting for it to let go")
+    }
 }
 
 #[cfg(test)]
@@ -309,17 +350,26 @@ mod tests {
             transitions,
             renewed: renewed.into(),
             duration: Duration::from_secs(15),
+            selector: Some("team=a".into()),
         }
+    }
+
+    /// The TDSet moved to team b; shard "a" (selector team=a) holds its claim.
+    fn take(w: &mut Option<Watch>, l: Option<&LeaseRecord>, at: Instant) -> bool {
+        matches!(
+            may_take_over(w, "a", l, &labels(&[("team", "b")]), at),
+            Takeover::Take(_)
+        )
     }
 
     #[test]
     fn a_live_holder_keeps_its_claim() {
         let t0 = Instant::now();
         let mut w = None;
-        assert!(!may_take_over(&mut w, Some(&lease("a-0", 1, "r1")), t0));
+        assert!(!take(&mut w, Some(&lease("a-0", 1, "r1")), t0));
         for (i, r) in ["r2", "r3", "r4", "r5"].iter().enumerate() {
             let at = t0 + Duration::from_secs(10 * (i as u64 + 1));
-            assert!(!may_take_over(&mut w, Some(&lease("a-0", 1, r)), at));
+            assert!(!take(&mut w, Some(&lease("a-0", 1, r)), at));
         }
     }
 
@@ -328,58 +378,77 @@ mod tests {
         let t0 = Instant::now();
         let mut w = None;
         let l = lease("a-0", 1, "r1");
-        assert!(!may_take_over(&mut w, Some(&l), t0));
-        assert!(!may_take_over(
-            &mut w,
-            Some(&l),
-            t0 + Duration::from_secs(14)
-        ));
-        assert!(may_take_over(
-            &mut w,
-            Some(&l),
-            t0 + Duration::from_secs(15)
-        ));
+        assert!(!take(&mut w, Some(&l), t0));
+        assert!(!take(&mut w, Some(&l), t0 + Duration::from_secs(14)));
+        assert!(take(&mut w, Some(&l), t0 + Duration::from_secs(15)));
         // Timed from the last renewal seen, not from the first look.
         let mut w = None;
-        assert!(!may_take_over(&mut w, Some(&l), t0));
+        assert!(!take(&mut w, Some(&l), t0));
         let l2 = lease("a-0", 1, "r2");
-        assert!(!may_take_over(
-            &mut w,
-            Some(&l2),
-            t0 + Duration::from_secs(10)
-        ));
-        assert!(!may_take_over(
-            &mut w,
-            Some(&l2),
-            t0 + Duration::from_secs(24)
-        ));
-        assert!(may_take_over(
-            &mut w,
-            Some(&l2),
-            t0 + Duration::from_secs(25)
-        ));
+        assert!(!take(&mut w, Some(&l2), t0 + Duration::from_secs(10)));
+        assert!(!take(&mut w, Some(&l2), t0 + Duration::from_secs(24)));
+        assert!(take(&mut w, Some(&l2), t0 + Duration::from_secs(25)));
     }
 
     #[test]
     fn a_new_leadership_after_the_claim_was_seen_lets_it_go_at_once() {
         let t0 = Instant::now();
         let mut w = None;
-        assert!(!may_take_over(&mut w, Some(&lease("a-0", 1, "r1")), t0));
+        assert!(!take(&mut w, Some(&lease("a-0", 1, "r1")), t0));
         // Another replica, or the same pod's new process (leader.rs counts a transition).
-        assert!(may_take_over(&mut w, Some(&lease("a-1", 2, "r9")), t0));
+        assert!(take(&mut w, Some(&lease("a-1", 2, "r9")), t0));
         let mut w = None;
-        assert!(!may_take_over(&mut w, Some(&lease("a-0", 1, "r1")), t0));
-        assert!(may_take_over(&mut w, Some(&lease("a-0", 2, "r2")), t0));
+        assert!(!take(&mut w, Some(&lease("a-0", 1, "r1")), t0));
+        assert!(take(&mut w, Some(&lease("a-0", 2, "r2")), t0));
     }
 
     #[test]
-    fn no_lease_or_a_released_one_frees_the_claim() {
+    fn a_released_or_deleted_lease_frees_the_claim() {
         let mut w = None;
-        assert!(may_take_over(&mut w, None, Instant::now()));
-        assert!(may_take_over(
-            &mut w,
-            Some(&lease("", 3, "")),
-            Instant::now()
-        ));
+        assert!(take(&mut w, Some(&lease("", 3, "")), Instant::now()));
+        assert!(take(&mut None, None, Instant::now()));
+    }
+
+    #[test]
+    fn a_holder_whose_selector_still_matches_is_never_taken_over() {
+        let t0 = Instant::now();
+        let still_a = labels(&[("team", "a")]);
+        let mut w = None;
+        for l in [
+            lease("", 3, ""),
+            lease("a-0", 1, "r1"),
+            lease("a-1", 2, "r2"),
+        ] {
+            assert!(matches!(
+                may_take_over(
+                    &mut w,
+                    "a",
+                    Some(&l),
+                    &still_a,
+                    t0 + Duration::from_secs(60)
+                ),
+                Takeover::Wait(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn a_claim_that_changes_hands_is_watched_afresh() {
+        let t0 = Instant::now();
+        let mut w = None;
+        assert!(!take(&mut w, Some(&lease("a-0", 1, "r1")), t0));
+        // Shard c now holds it: its Lease is not a's next leadership.
+        let c = LeaseRecord {
+            selector: Some("team=c".into()),
+            ..lease("c-0", 7, "q1")
+        };
+        let on = |w: &mut Option<Watch>, at| {
+            matches!(
+                may_take_over(w, "c", Some(&c), &labels(&[("team", "b")]), at),
+                Takeover::Take(_)
+            )
+        };
+        assert!(!on(&mut w, t0 + Duration::from_secs(1)));
+        assert!(!on(&mut w, t0 + Duration::from_secs(2)));
     }
 }

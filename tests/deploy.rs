@@ -43,6 +43,7 @@ async fn deploy_dir_applies_and_the_operator_works_as_its_service_account() {
         name: format!("rbac-test-{}", unique_suffix()),
         namespace: "tdset-system".into(),
         duration: std::time::Duration::from_secs(10),
+        shard_selector: None,
     };
     let op = Operator::start(
         &sa_client,

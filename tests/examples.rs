@@ -26,11 +26,33 @@ async fn examples_apply_and_converge_to_preview() {
     examples.sort();
     assert!(examples.len() >= 8, "{examples:?}");
 
+    // The shared calendars first (cluster-scoped); each TDSet's schedule is compiled with them,
+    // as `preview --calendar` does.
+    let calendar_dir = repo_root().join("examples/calendars");
+    let out = kubectl(&["apply", "-f", calendar_dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calendars: Vec<_> = std::fs::read_dir(&calendar_dir)
+        .unwrap()
+        .map(|e| {
+            tdset_operator::preview::load_calendar(e.unwrap().path().to_str().unwrap()).unwrap()
+        })
+        .collect();
+
     // (path, namespace, name, schedule)
     let mut applied = Vec::new();
     for path in &examples {
-        let (tdset, schedule) =
-            tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
+        let (tdset, _) = tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
+        let (schedule, missing) =
+            tdset_operator::preview::compile(path.to_str().unwrap(), &tdset, &calendars).unwrap();
+        assert!(
+            missing.is_empty(),
+            "{}: no calendar {missing:?} in examples/calendars",
+            path.display()
+        );
         // The seed names its namespace; the others go where they are applied.
         let target = tdset
             .metadata

@@ -308,15 +308,15 @@ fn values_the_operator_cannot_take_are_refused_by_helm() {
 
 #[test]
 fn shards_render_one_operator_deployment_each_with_its_selector_and_lease() {
+    // The README's example values.
+    let example = repo_root().join("examples/helm/shards.yaml");
     let yaml = render(
         "tdset-system",
         &[
             "--set",
             "leaderElection.enabled=false",
-            "--set",
-            "shards[0].name=a,shards[0].selector=team=a",
-            "--set",
-            "shards[1].name=b,shards[1].selector=team in (b\\,c),shards[1].replicaCount=3",
+            "-f",
+            example.to_str().unwrap(),
         ],
     );
     let docs = documents(&yaml);
@@ -345,27 +345,29 @@ fn shards_render_one_operator_deployment_each_with_its_selector_and_lease() {
             )
         })
         .collect();
-    assert_eq!(
-        shards,
-        [
-            (
-                "tdset-operator-a".into(),
-                2,
-                "a".into(),
-                "team=a".into(),
-                "true".into(),
-                "a".into()
-            ),
-            (
-                "tdset-operator-b".into(),
-                3,
-                "b".into(),
-                "team in (b,c)".into(),
-                "true".into(),
-                "b".into()
-            ),
-        ]
-    );
+    let want = [
+        (
+            "tdset-operator-a",
+            2i64,
+            "a",
+            "schedule.rs/shard=a",
+            "true",
+            "a",
+        ),
+        (
+            "tdset-operator-rest",
+            3,
+            "rest",
+            "schedule.rs/shard!=a",
+            "true",
+            "rest",
+        ),
+    ]
+    .map(|(d, n, shard, sel, e, l)| {
+        let s = |x: &str| x.to_string();
+        (s(d), n, s(shard), s(sel), s(e), s(l))
+    });
+    assert_eq!(shards, want);
     // Election is on for shards even when switched off: the Lease Role comes with them.
     assert!(
         docs.iter()
@@ -746,6 +748,7 @@ async fn works_as_the_release_service_account(
         name: format!("helm-test-{}", unique_suffix()),
         namespace: "tdset-system".into(),
         duration: std::time::Duration::from_secs(10),
+        shard_selector: None,
     };
     let op = Operator::start_with(
         &sa_client,

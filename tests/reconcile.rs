@@ -766,6 +766,7 @@ async fn with_leader_election_only_the_leader_writes_and_a_standby_takes_over() 
         name: "tdset-operator".into(),
         namespace: ns.name.clone(),
         duration: std::time::Duration::from_secs(4),
+        shard_selector: None,
     };
     let a = Operator::start(&client, &ns.name, noon(), Some(lease.clone()), "instance-a");
     // Let a take the lease first, so the roles are known.

@@ -274,8 +274,16 @@ async fn a_tdset_moved_away_from_a_dead_shard_is_taken_only_once_its_lease_has_e
     let a = shard(&ns.name, "a", "team=a", "shards-dead").await;
     let b = shard(&ns.name, "b", "team=b", "shards-dead").await;
     web_at_3_held_by_a(&client, &ns.name).await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("web-b", 1)).await;
+    let t_b = scaling("t-b", json!({"team": "b"}), "web-b", 2);
+    create_tdset(&client, &ns.name, &t_b).await;
+    deployment_at(&client, &ns.name, "web-b", 2).await;
 
     a.sigkill();
+    // Shard b's own TDSets go on as before.
+    move_tdset(&client, &ns.name, "t-b", json!({"team": "b"}), 4).await;
+    deployment_at(&client, &ns.name, "web-b", 4).await;
+
     move_tdset(&client, &ns.name, "t", json!({"team": "b"}), 5).await;
     let moved = tokio::time::Instant::now();
     // Shard b first reads a's Lease after the move and must see it unrenewed for the whole
@@ -329,12 +337,31 @@ async fn a_shard_that_restarts_lets_go_of_what_moved_while_it_was_down() {
     ns.cleanup().await;
 }
 
+/// Every change of a TDSet's claim from one shard to another passes through "nobody's": a
+/// shard let go before the other took it (no shard is dead in these tests).
+fn handed_over_cleanly(claims: &[(u64, Option<String>)]) -> bool {
+    let mut last: Option<&str> = None;
+    for (_, c) in claims {
+        match (last, c.as_deref()) {
+            (Some(x), Some(y)) if x != y => return false,
+            (_, now) => last = now,
+        }
+    }
+    true
+}
+
 #[tokio::test]
-async fn overlapping_shards_never_both_write_a_tdset() {
+async fn overlapping_shards_never_both_write_a_tdset_even_across_a_restart_of_the_holder() {
     let (client, ns) = setup("shards-overlap").await;
     let _: Deployment = create_object(&client, &ns.name, app_deployment("web", 1)).await;
-    let a = shard(&ns.name, "a", "team=a", "shards-overlap").await;
-    let b = shard(&ns.name, "b", "team in (a,b)", "shards-overlap").await;
+    let selectors = [("a", "team=a"), ("b", "team in (a,b)")];
+    let mut shards = std::collections::HashMap::new();
+    for (name, selector) in selectors {
+        shards.insert(
+            name,
+            shard(&ns.name, name, selector, "shards-overlap").await,
+        );
+    }
     let claims = record(
         Api::<TDSet>::namespaced(client.clone(), &ns.name),
         "t",
@@ -348,19 +375,75 @@ async fn overlapping_shards_never_both_write_a_tdset() {
     .await;
     deployment_at(&client, &ns.name, "web", 3).await;
     // The shard that lost the race waits, and says so in its metrics.
+    let waiting = || {
+        shards
+            .values()
+            .map(|s| s.metric("tdset_shard_handovers_waiting"))
+            .sum::<f64>()
+    };
     eventually(GUARD, "one shard waiting", || async {
-        (a.metric("tdset_shard_handovers_waiting") + b.metric("tdset_shard_handovers_waiting")
-            == 1.0)
-            .then_some(())
+        (waiting() == 1.0).then_some(())
     })
     .await;
-    let holders: std::collections::BTreeSet<_> = claims
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|(_, s)| s.clone())
-        .collect();
-    assert_eq!(holders.len(), 1, "claimed by both: {holders:?}");
+
+    // The holder dies and comes back (a crash, a rolling update): the other shard, whose
+    // selector matches too, must not take the TDSet over meanwhile, even once the holder's
+    // Lease has expired: the holder's next leader goes on with its claim.
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let holder = shard_of(&tdsets.get("t").await.unwrap()).expect("a claim");
+    let holder: &str = if holder == "a" { "a" } else { "b" };
+    shards.remove(holder).unwrap().sigkill();
+    tokio::time::sleep(Duration::from_secs(3 * LEASE_SECONDS)).await;
+    let selector = selectors.iter().find(|(n, _)| *n == holder).unwrap().1;
+    shards.insert(
+        holder,
+        shard(&ns.name, holder, selector, "shards-overlap-2").await,
+    );
+    move_tdset(&client, &ns.name, "t", json!({"team": "a"}), 6).await;
+    deployment_at(&client, &ns.name, "web", 6).await;
+
+    let claims = claims.lock().unwrap().clone();
+    let holders: std::collections::BTreeSet<_> =
+        claims.iter().filter_map(|(_, s)| s.clone()).collect();
+    assert_eq!(holders.len(), 1, "claimed by both: {claims:?}");
+    drop(shards);
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_tdset_moved_back_and_forth_quickly_is_always_let_go_of_before_it_is_taken() {
+    let (client, ns) = setup("shards-flap").await;
+    let a = shard(&ns.name, "a", "team=a", "shards-flap").await;
+    let b = shard(&ns.name, "b", "team=b", "shards-flap").await;
+    web_at_3_held_by_a(&client, &ns.name).await;
+    let claims = record(
+        Api::<TDSet>::namespaced(client.clone(), &ns.name),
+        "t",
+        shard_of,
+    );
+    // Two writers fighting over the label (a person and a GitOps loop): 20 moves, some faster
+    // than a shard lets go, each with its own count.
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    for i in 0..20u64 {
+        let team = if i % 2 == 0 { "b" } else { "a" };
+        tdsets
+            .patch(
+                "t",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"team": team}}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(i * 37 % 200)).await;
+    }
+    move_tdset(&client, &ns.name, "t", json!({"team": "b"}), 7).await;
+    deployment_at(&client, &ns.name, "web", 7).await;
+    tdset_claimed_by(&client, &ns.name, "t", "b").await;
+    let claims = claims.lock().unwrap().clone();
+    assert!(
+        handed_over_cleanly(&claims),
+        "a claim changed shards without being let go of: {claims:?}"
+    );
     drop((a, b));
     ns.cleanup().await;
 }

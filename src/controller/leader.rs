@@ -30,6 +30,9 @@ pub struct LeaseOptions {
     pub namespace: String,
     /// How long a lease stays valid without renewal: the longest failover.
     pub duration: Duration,
+    /// A shard's selector, published on its Lease (`crate::shard::SELECTOR_ANNOTATION`) so
+    /// that another shard knows whether this one still takes a TDSet.
+    pub shard_selector: Option<String>,
 }
 
 impl LeaseOptions {
@@ -116,6 +119,8 @@ pub async fn run(
 struct Elector {
     api: Api<Lease>,
     name: String,
+    /// Written with every acquisition and renewal.
+    annotations: serde_json::Value,
     identity: String,
     duration: Duration,
     /// The record last seen (holder, renewTime, transitions) and when it was first seen.
@@ -131,6 +136,10 @@ impl Elector {
         Elector {
             api: Api::namespaced(client, &lease.namespace),
             name: lease.name.clone(),
+            annotations: match &lease.shard_selector {
+                Some(s) => json!({ crate::shard::SELECTOR_ANNOTATION: s }),
+                None => json!({}),
+            },
             identity: identity.to_string(),
             duration: lease.duration,
             observed: None,
@@ -190,7 +199,7 @@ impl Elector {
         else {
             let now = micro_time_now();
             let lease: Lease = serde_json::from_value(json!({
-                "metadata": {"name": self.name},
+                "metadata": {"name": self.name, "annotations": self.annotations},
                 "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration.as_secs().max(1),
                          "acquireTime": now, "renewTime": now, "leaseTransitions": 0},
             }))
@@ -234,7 +243,7 @@ impl Elector {
         // The resourceVersion is a precondition: of two replicas taking an expired lease at
         // once, one gets 409 and stays a standby.
         let patch = json!({
-            "metadata": {"resourceVersion": current.resource_version()},
+            "metadata": {"resourceVersion": current.resource_version(), "annotations": self.annotations},
             "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration.as_secs().max(1),
                      "acquireTime": acquire, "renewTime": now, "leaseTransitions": transitions},
         });

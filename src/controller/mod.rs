@@ -104,6 +104,8 @@ pub struct Context {
     pub contests: std::sync::Mutex<std::collections::HashMap<String, Contest>>,
     /// The shard this operator is, if it runs as one.
     pub shard: Option<Arc<shards::Sharding>>,
+    /// The TDSets this operator reconciles (a shard's own).
+    pub tdsets: Store<Cached<TDSet>>,
 }
 
 impl Context {
@@ -214,10 +216,16 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
     {
         failures.remove(&format!("{ns}/{name}"));
     }
+    // A shard sets no wakeup for a TDSet it has stopped matching meanwhile: the controller
+    // would not find it, and the wakeup would hold a place among those handed over.
+    let still_cached =
+        || ctx.shard.is_none() || ctx.tdsets.get(&tdset_ref_named(&ns, &name)).is_some();
     match &result {
-        Ok(Some(wait)) => ctx
-            .wakeups
-            .set(&ns, &name, tokio::time::Instant::now() + *wait),
+        Ok(Some(wait)) if still_cached() => {
+            ctx.wakeups
+                .set(&ns, &name, tokio::time::Instant::now() + *wait)
+        }
+        Ok(Some(_)) => {}
         Ok(None) => {
             ctx.wakeups.forget(&ns, &name);
             ctx.forget(&format!("{ns}/{name}"));
@@ -551,6 +559,7 @@ async fn run_controller(
         contests: Default::default(),
         pod_forms: opts.pod_forms.clone(),
         shard: shard.clone(),
+        tdsets: tdsets.clone(),
     });
     let letting_go = shard.clone().map(|s| {
         tokio::spawn(shards::let_go_loop(

@@ -43,6 +43,8 @@ impl ShardOptions {
 const WAIT: Duration = Duration::from_secs(2);
 /// Another shard's Lease is read at most this often (one read serves every TDSet it holds).
 const LEASE_READ_EVERY: Duration = Duration::from_secs(1);
+/// The longest the claim stage of one reconcile may take.
+const CLAIM_DEADLINE: Duration = Duration::from_secs(20);
 /// Lettings-go sent at once.
 const RELEASES_AT_ONCE: usize = 8;
 
@@ -167,9 +169,11 @@ impl Sharding {
             .unwrap_or(0)
     }
 
-    /// The other shard's Lease, read at most once a second; `Err` when it could not be read.
-    async fn lease_of(&self, shard: &str) -> Result<Option<LeaseRecord>, ()> {
-        if let Ok(seen) = self.leases_seen.lock()
+    /// The other shard's Lease, read at most once a second unless `fresh`; `Err` when it could
+    /// not be read.
+    async fn lease_of(&self, shard: &str, fresh: bool) -> Result<Option<LeaseRecord>, ()> {
+        if !fresh
+            && let Ok(seen) = self.leases_seen.lock()
             && let Some((at, record)) = seen.get(shard)
             && at.elapsed() < LEASE_READ_EVERY
         {
@@ -192,6 +196,10 @@ impl Sharding {
                     duration: Duration::from_secs(
                         spec.lease_duration_seconds.unwrap_or(15).max(1) as u64
                     ),
+                    selector: l
+                        .metadata
+                        .annotations
+                        .and_then(|mut a| a.remove(shard::SELECTOR_ANNOTATION)),
                 }
             }),
             Ok(Err(e)) => {
@@ -208,10 +216,12 @@ impl Sharding {
 
     /// Whether the claim of `holder` on this TDSet may be taken over now.
     async fn may_take_over(&self, t: &TDSet, holder: &str) -> bool {
-        let Ok(lease) = self.lease_of(holder).await else {
+        let key = key_of(t);
+        // The first look at a claim is a fresh read: only what happens after it may count.
+        let first = self.waits.lock().map_or(true, |w| !w.contains_key(&key));
+        let Ok(lease) = self.lease_of(holder, first).await else {
             return false;
         };
-        let key = key_of(t);
         let Ok(mut waits) = self.waits.lock() else {
             return false;
         };
@@ -224,22 +234,48 @@ impl Sharding {
                 warned: false,
             }
         });
-        let take = shard::may_take_over(&mut w.watch, lease.as_ref(), now.into_std());
-        let long = lease.as_ref().map_or(Duration::MAX, |l| l.duration * 2);
-        if take {
-            info!(tdset = %key, holder, waited = ?now.duration_since(w.since), "shard {holder} is gone (its Lease says so); taking the TDSet over");
-            waits.remove(&key);
-        } else if !w.warned && now.duration_since(w.since) > long {
-            w.warned = true;
-            warn!(tdset = %key, holder, "shard {holder} is alive and has not let go of the TDSet: do the shard selectors overlap? Neither shard writes it until one stops matching");
+        let verdict = shard::may_take_over(
+            &mut w.watch,
+            holder,
+            lease.as_ref(),
+            t.labels(),
+            now.into_std(),
+        );
+        let long = lease
+            .as_ref()
+            .map_or(Duration::from_secs(30), |l| l.duration * 2);
+        match verdict {
+            shard::Takeover::Take(why) => {
+                info!(tdset = %key, holder, waited = ?now.duration_since(w.since), "taking the TDSet over from shard {holder}: {why}");
+                waits.remove(&key);
+                true
+            }
+            shard::Takeover::Wait(why) => {
+                if !w.warned && now.duration_since(w.since) > long {
+                    w.warned = true;
+                    warn!(tdset = %key, holder, "shard {holder} has not let go of the TDSet: {why}; this shard writes nothing to it meanwhile");
+                }
+                false
+            }
         }
-        take
     }
 }
 
 /// Claims the TDSet for this shard before anything is written for it. `None`: this shard
 /// holds it, go on; `Some(wait)`: write nothing, look again after `wait`.
 pub(super) async fn claim(tdset: &TDSet, ctx: &Context) -> Option<Duration> {
+    // Bounded well inside the reconcile's deadline: a reconcile that fails by its deadline
+    // reports the failure in status, which a shard must not write before it holds the claim.
+    match tokio::time::timeout(CLAIM_DEADLINE, claim_unbounded(tdset, ctx)).await {
+        Ok(wait) => wait,
+        Err(_) => {
+            warn!(tdset = %key_of(tdset), "claiming the TDSet took too long; retrying");
+            Some(WAIT)
+        }
+    }
+}
+
+async fn claim_unbounded(tdset: &TDSet, ctx: &Context) -> Option<Duration> {
     let sharding = ctx.shard.as_ref()?;
     let current = ctx.statuses.current(tdset);
     let claimed = current.as_ref().and_then(|s| s.shard.as_deref());
@@ -364,7 +400,16 @@ pub(super) async fn let_go_loop(
                         .without_status(&uid, release(&client, &metrics, &ns, &name, &uid, &me))
                         .await;
                     match sent {
-                        Ok(()) => break,
+                        Ok(Some((status, produced))) => {
+                            // Until the cache shows the release, a reconcile of a stale copy
+                            // (moved back meanwhile) must not read its old claim as still held.
+                            statuses.replace(&uid, status, produced);
+                            break;
+                        }
+                        Ok(None) => {
+                            statuses.forget(&uid);
+                            break;
+                        }
                         Err(e) => {
                             warn!(tdset = %key, error = %e, retry_in = ?delay, "could not let go of the TDSet; retrying");
                             tokio::time::sleep(delay).await;
@@ -372,7 +417,6 @@ pub(super) async fn let_go_loop(
                         }
                     }
                 }
-                statuses.forget(&uid);
                 if let Ok(mut slots) = sharding.slots.lock()
                     && let Some(slot) = slots.get_mut(&key)
                 {
@@ -401,7 +445,7 @@ async fn release(
     name: &str,
     uid: &str,
     me: &str,
-) -> crate::Result<()> {
+) -> crate::Result<Option<(TDSetStatus, Option<String>)>> {
     let api: Api<TDSet> = Api::namespaced(client.clone(), ns);
     let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
         {"op": "test", "path": "/metadata/uid", "value": uid},
@@ -418,13 +462,16 @@ async fn release(
         ..PatchParams::default()
     };
     match api.patch_status(name, &pp, &Patch::Json::<()>(patch)).await {
-        Ok(_) => {
+        Ok(released) => {
             info!(tdset = %format!("{ns}/{name}"), shard = me, "let go of the TDSet: it no longer matches this shard's selector");
-            Ok(())
+            Ok(Some((
+                released.status.unwrap_or_default(),
+                released.metadata.resource_version,
+            )))
         }
         Err(kube::Error::Api(s)) if s.is_not_found() || s.is_invalid() || s.is_conflict() => {
             debug!(tdset = %format!("{ns}/{name}"), "nothing to let go of (gone, or no longer this shard's)");
-            Ok(())
+            Ok(None)
         }
         Err(e) => Err(crate::Error::kube(format!(
             "letting go of TDSet {ns}/{name}"

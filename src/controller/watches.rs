@@ -185,6 +185,11 @@ fn route(
     calendars.update(&t);
     statuses.seen(&t, false);
     wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
+    let mut t = t;
+    if shard.is_none() {
+        // Only a shard reads them (see `Prune for TDSet`).
+        t.metadata.labels = None;
+    }
     Some(if listing {
         watcher::Event::InitApply(t)
     } else {
