@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use super::bookkeeping::StatusWrite;
-use super::events::{EventType, publish, record_deployment_change};
-use super::{Change, Context, Outcome, Write};
+use super::context::{Change, Context, Outcome, Write};
+use super::events::{EventType, Events, note, record_deployment_change};
 use crate::api::{ScaleTargetRef, TDSet, TDSetStatus, TargetStatus};
 use crate::error::{Error, Result};
 use crate::memo::OwnWrites;
@@ -31,6 +31,7 @@ pub(super) async fn reconcile_owned(
     ns: &str,
     eval: &Evaluation,
     write: Write,
+    events: &mut Events,
 ) -> Result<Outcome> {
     let name = tdset.name_any();
     let cached = ctx
@@ -116,8 +117,15 @@ pub(super) async fn reconcile_owned(
             if change == Change::Updated && before != Some(replicas) {
                 scaled = Some(before.unwrap_or(0));
             }
-            record_deployment_change(tdset, ctx, eval, cached.as_ref(), &change, template_changed)
-                .await;
+            record_deployment_change(
+                tdset,
+                ctx,
+                eval,
+                cached.as_ref(),
+                &change,
+                template_changed,
+                events,
+            );
             (Ok(Observed::deployment(&d, eval.replicas)), None)
         }
         Err(e @ Error::ForeignObject { .. }) => (Err(missing()), Some(foreign_problem(&e))),
@@ -150,7 +158,7 @@ pub(super) async fn reconcile_owned(
              HorizontalPodAutoscaler, name: {h}}}"
         ))));
     }
-    match ensure_service(tdset, ctx, ns).await {
+    match ensure_service(tdset, ctx, ns, events).await {
         Ok(()) => {}
         Err(e @ Error::ForeignObject { .. }) => problem = problem.or(Some(foreign_problem(&e))),
         Err(Error::InvalidSpec(errors)) => {
@@ -358,7 +366,12 @@ where
     Ok(())
 }
 
-pub(super) async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
+pub(super) async fn ensure_service(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    events: &mut Events,
+) -> Result<()> {
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
     let cached = ctx
         .services
@@ -375,21 +388,18 @@ pub(super) async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Re
                 } else {
                     "updated"
                 };
-                publish(
-                    ctx,
+                events.push(note(
                     tdset,
                     EventType::Normal,
                     "ServiceApplied",
                     format!("{verb} Service {ns}/{}", tdset.name_any()),
-                )
-                .await;
+                ));
             }
         }
         // spec.service was removed: delete the Service only if it is ours, and only that one.
         None => {
             if delete_owned(ctx, tdset, &api, "services", cached).await? {
-                publish(
-                    ctx,
+                events.push(note(
                     tdset,
                     EventType::Normal,
                     "ServiceDeleted",
@@ -397,8 +407,7 @@ pub(super) async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str) -> Re
                         "deleted Service {ns}/{} (spec.service removed)",
                         tdset.name_any()
                     ),
-                )
-                .await;
+                ));
             }
         }
     }
@@ -443,7 +452,12 @@ where
 /// A TDSet that now references a target instead of running its own Deployment (its form
 /// changed from `container`/`template` to `scaleTargetRef`): the Deployment and Service it
 /// owns are deleted, so nothing it no longer describes keeps running.
-pub(super) async fn remove_owned(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
+pub(super) async fn remove_owned(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    events: &mut Events,
+) -> Result<()> {
     let name = tdset.name_any();
     let deployment = ctx
         .deployments
@@ -465,24 +479,24 @@ pub(super) async fn remove_owned(tdset: &TDSet, ctx: &Context, ns: &str) -> Resu
         removed.push("Service");
     }
     if !removed.is_empty() {
-        publish(
-            ctx,
-            tdset,
-            EventType::Normal,
+        events.push(note(tdset, EventType::Normal,
             "OwnedDeleted",
             format!(
                 "deleted {} {ns}/{name}: the TDSet now scales spec.scaleTargetRef and runs nothing of its own",
                 removed.join(" and ")
-            ),
-        )
-        .await;
+            )));
     }
     Ok(())
 }
 
 /// Records a failed reconcile: Degraded=True (ReconcileError), the rest of status kept as the
 /// last successful reconcile left it (it is still the best knowledge there is).
-pub(super) async fn report_failure(tdset: &TDSet, ctx: &Context, problem: &Problem) -> Result<()> {
+pub(super) async fn report_failure(
+    tdset: &TDSet,
+    ctx: &Context,
+    problem: &Problem,
+    events: &mut Events,
+) -> Result<()> {
     let previous = ctx.statuses.current(tdset);
     let new_status = status::with_failure(
         previous.as_ref(),
@@ -490,7 +504,7 @@ pub(super) async fn report_failure(tdset: &TDSet, ctx: &Context, problem: &Probl
         problem,
         ctx.clock.now(),
     );
-    write_status(tdset, ctx, previous.as_ref(), new_status).await
+    write_status(tdset, ctx, previous.as_ref(), new_status, events).await
 }
 
 /// Writes the TDSet's status as it stands with `target` recorded in it, and returns once the
@@ -533,6 +547,7 @@ pub(super) async fn write_status(
     ctx: &Context,
     previous: Option<&TDSetStatus>,
     new: TDSetStatus,
+    events: &mut Events,
 ) -> Result<()> {
     if previous == Some(&new) {
         return Ok(());
@@ -561,7 +576,7 @@ pub(super) async fn write_status(
         && let Some((state, reason, message)) = new_degraded
         && (state == "True" || reason != status::reason::AS_EXPECTED)
     {
-        publish(ctx, tdset, EventType::Warning, &reason, message).await;
+        events.push(note(tdset, EventType::Warning, &reason, message));
     }
     Ok(())
 }

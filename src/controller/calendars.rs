@@ -14,9 +14,9 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 use tracing::debug;
 
+use super::context::{TDSetRef, tdset_ref};
 use super::wakeups::Wakeups;
 use super::watches::api_backoff;
-use super::{TDSetRef, tdset_ref};
 use crate::api::{TDCalendar, TDCalendarStatus, TDSet, TDSetSpec};
 use crate::schedule::{SharedHolidays, holiday_days};
 use crate::workload::owned::FIELD_MANAGER;

@@ -5,8 +5,8 @@
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use super::context::{Context, Outcome};
 use super::scale::problem_outcome;
-use super::{Context, Outcome};
 use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
 use crate::status::Problem;
 

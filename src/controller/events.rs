@@ -7,18 +7,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::{Resource, ResourceExt};
 use tracing::info;
 
-use super::{Change, Context};
+use super::context::{Change, Context};
 use crate::api::TDSet;
 use crate::schedule::Evaluation;
 use crate::workload::owned::FIELD_MANAGER;
 
-pub(super) async fn record_deployment_change(
+/// The Events one reconcile decided on, in order. Stages add to it; the driver hands it to the
+/// bookkeeping lane once, after the stages (`publish_all`).
+pub(super) type Events = Vec<EventNote>;
+
+pub(super) fn record_deployment_change(
     tdset: &TDSet,
     ctx: &Context,
     eval: &Evaluation,
     before: Option<&Deployment>,
     change: &Change,
     template_changed: bool,
+    events: &mut Events,
 ) {
     let name = format!(
         "{}/{}",
@@ -29,12 +34,12 @@ pub(super) async fn record_deployment_change(
         Change::Unchanged => {}
         Change::Created => {
             info!(replicas = eval.replicas, window = ?eval.window_label, "created Deployment");
-            let note = format!(
+            let text = format!(
                 "created Deployment {name} with {} replicas ({})",
                 eval.replicas,
                 eval.why()
             );
-            publish(ctx, tdset, EventType::Normal, "Created", note).await;
+            events.push(self::note(tdset, EventType::Normal, "Created", text));
         }
         Change::Updated => {
             let from = before
@@ -43,36 +48,34 @@ pub(super) async fn record_deployment_change(
             let scaled = from.filter(|&f| f != eval.replicas);
             if let Some(from) = scaled {
                 let change = format!("scaled Deployment {name}");
-                record_scale(ctx, tdset, &change, from, eval.replicas, eval).await;
+                events.push(record_scale(ctx, tdset, &change, from, eval.replicas, eval));
             }
             if template_changed || scaled.is_none() {
                 let what = template_changes(before, tdset)
                     .or_else(|| template_changed.then(|| "pod template changed".into()))
                     .unwrap_or_else(|| "restored labels, selector or owner reference".into());
                 info!(changes = %what, "updated Deployment to match the TDSet");
-                publish(
-                    ctx,
+                events.push(note(
                     tdset,
                     EventType::Normal,
                     "Updated",
                     format!("updated Deployment {name}: {what}"),
-                )
-                .await;
+                ));
             }
         }
     }
 }
 
 /// A replica change the operator made (`change` says what: "scaled Deployment ns/web",
-/// "set HorizontalPodAutoscaler web minReplicas"): counted, logged, and an Event saying why.
-pub(super) async fn record_scale(
+/// "set HorizontalPodAutoscaler web minReplicas"): counted, logged; the Event saying why.
+pub(super) fn record_scale(
     ctx: &Context,
     tdset: &TDSet,
     change: &str,
     from: i32,
     to: i32,
     eval: &Evaluation,
-) {
+) -> EventNote {
     let (direction, reason) = if to > from {
         ("up", "ScaledUp")
     } else {
@@ -83,8 +86,8 @@ pub(super) async fn record_scale(
         .with_label_values(&[direction])
         .inc();
     info!(from, to, window = ?eval.window_label, change, "scaled");
-    let note = format!("{change} from {from} to {to} replicas: {}", eval.why());
-    publish(ctx, tdset, EventType::Normal, reason, note).await;
+    let text = format!("{change} from {from} to {to} replicas: {}", eval.why());
+    note(tdset, EventType::Normal, reason, text)
 }
 
 /// "image a -> b, port 80 -> 8080": what an update changed in a `container` Deployment.
@@ -119,28 +122,27 @@ pub enum EventType {
     Warning,
 }
 
-/// Queues an Event about a TDSet on the bookkeeping lane (it is sent after the workload
+/// An Event about a TDSet, as a stage decides on it.
+pub(super) fn note(tdset: &TDSet, type_: EventType, reason: &str, note: String) -> EventNote {
+    EventNote {
+        regarding: tdset.object_ref(&()),
+        type_,
+        reason: reason.into(),
+        note: truncate(note, 1000),
+        at: k8s_openapi::jiff::Timestamp::now(),
+    }
+}
+
+/// Queues a reconcile's Events on the bookkeeping lane (they are sent after the workload
 /// writes). Waits only when the lane's Event queue is full.
 ///
 /// Each Event is created once: the operator emits only on real changes, so kube's Recorder,
 /// which keeps every Event for six minutes to aggregate repeats and scans that cache on each
 /// publish, would cost memory in proportion to the TDSets and buy nothing.
-pub(super) async fn publish(
-    ctx: &Context,
-    tdset: &TDSet,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    ctx.lane
-        .event(EventNote {
-            regarding: tdset.object_ref(&()),
-            type_,
-            reason: reason.into(),
-            note: truncate(note, 1000),
-            at: k8s_openapi::jiff::Timestamp::now(),
-        })
-        .await;
+pub(super) async fn publish_all(ctx: &Context, events: Events) {
+    for e in events {
+        ctx.lane.event(e).await;
+    }
 }
 
 /// An Event waiting in the bookkeeping lane: only what differs between Events, so a burst of

@@ -11,8 +11,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::Context;
-use super::events::{EventType, publish};
+use super::context::Context;
+use super::events::{EventType, Events, note};
 use super::scale;
 use crate::api::{OnDelete, ScaleTargetRef, TDSet, TargetStatus};
 use crate::error::{Error, Result};
@@ -82,27 +82,27 @@ pub(super) async fn ensure(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()>
 }
 
 /// A TDSet being deleted: let go of its target, then of the TDSet.
-pub(super) async fn on_delete(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
+pub(super) async fn on_delete(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    events: &mut Events,
+) -> Result<()> {
     if !has_finalizer(tdset) {
         // Owned objects go with the garbage collector; a target is kept as it is.
         return Ok(());
     }
     match ctx.statuses.current(tdset).and_then(|s| s.target) {
-        Some(recorded) => let_go(tdset, ctx, ns, &recorded, "deleted").await?,
+        Some(recorded) => let_go(tdset, ctx, ns, &recorded, "deleted", events).await?,
         None if restores(tdset) => {
             let what = tdset
                 .spec
                 .scale_target_ref
                 .as_ref()
                 .map_or_else(|| "the target".to_string(), ToString::to_string);
-            publish(
-                ctx,
-                tdset,
-                EventType::Warning,
+            events.push(note(tdset, EventType::Warning,
                 "RestoreFailed",
-                format!("no original count of {what} was recorded, so there is nothing to restore; the TDSet is deleted anyway"),
-            )
-            .await;
+                format!("no original count of {what} was recorded, so there is nothing to restore; the TDSet is deleted anyway")));
         }
         None => {}
     }
@@ -112,7 +112,12 @@ pub(super) async fn on_delete(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<
 /// The TDSet no longer references the target its status records (a new `scaleTargetRef`,
 /// or another form): that target is let go of as a deletion would, before anything else is
 /// written. The status that names the new target (or none) follows from this reconcile.
-pub(super) async fn release_previous(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
+pub(super) async fn release_previous(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    events: &mut Events,
+) -> Result<()> {
     let Some(recorded) = ctx.statuses.current(tdset).and_then(|s| s.target) else {
         return Ok(());
     };
@@ -120,7 +125,7 @@ pub(super) async fn release_previous(tdset: &TDSet, ctx: &Context, ns: &str) -> 
         r.api_version == recorded.api_version && r.kind == recorded.kind && r.name == recorded.name
     });
     if !still {
-        let_go(tdset, ctx, ns, &recorded, "retargeted").await?;
+        let_go(tdset, ctx, ns, &recorded, "retargeted", events).await?;
     }
     Ok(())
 }
@@ -133,6 +138,7 @@ async fn let_go(
     ns: &str,
     recorded: &TargetStatus,
     why: &str,
+    events: &mut Events,
 ) -> Result<()> {
     let r = ScaleTargetRef {
         api_version: recorded.api_version.clone(),
@@ -156,8 +162,7 @@ async fn let_go(
     match result {
         Ok(Some(done)) => {
             info!(%done, why, "let go of the target");
-            publish(
-                ctx,
+            events.push(note(
                 tdset,
                 EventType::Normal,
                 "Restored",
@@ -165,14 +170,12 @@ async fn let_go(
                     "{done} (the TDSet was {why}; onDelete: {})",
                     on_delete_name(tdset)
                 ),
-            )
-            .await;
+            ));
         }
         Ok(None) => {}
         Err(p) => {
             warn!(problem = %p.message(), why, "could not let go of the target as asked");
-            publish(
-                ctx,
+            events.push(note(
                 tdset,
                 EventType::Warning,
                 "RestoreFailed",
@@ -180,8 +183,7 @@ async fn let_go(
                     "could not {verb} {r}: {}; it was not restored (the TDSet was {why})",
                     p.message()
                 ),
-            )
-            .await;
+            ));
         }
     }
     Ok(())

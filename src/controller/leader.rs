@@ -17,7 +17,8 @@ use serde_json::json;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::{Clients, RunOptions, run_controller};
+use super::run::{RunOptions, run_controller};
+use crate::clients::Clients;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::http::Health;

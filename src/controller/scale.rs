@@ -12,9 +12,9 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use tracing::debug;
 
 use super::claims;
+use super::context::{Context, Outcome, TDSetRef, Write};
 use super::discovery::Resolved;
-use super::events::record_scale;
-use super::{Context, Outcome, TDSetRef, Write};
+use super::events::{Events, record_scale};
 use crate::api::{ScaleTargetRef, TDSet, TDSetStatus, TargetStatus};
 use crate::error::{Error, Result};
 use crate::schedule::Evaluation;
@@ -352,6 +352,7 @@ pub(super) async fn reconcile_scale(
     r: &ScaleTargetRef,
     eval: &Evaluation,
     write_: Write,
+    events: &mut Events,
 ) -> Result<Outcome> {
     const FIELD: &str = "spec.replicas";
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
@@ -420,15 +421,14 @@ pub(super) async fn reconcile_scale(
                 return Ok(problem_outcome(p, r, record.status));
             }
             ctx.contest(&key, |c| c.wrote(replicas, now));
-            record_scale(
+            events.push(record_scale(
                 ctx,
                 tdset,
                 &format!("scaled {r}"),
                 view.spec_replicas,
                 replicas,
                 eval,
-            )
-            .await;
+            ));
             scaled = Some(view.spec_replicas);
             view.spec_replicas = replicas;
         }
@@ -522,6 +522,7 @@ pub(super) async fn reconcile_hpa(
     r: &ScaleTargetRef,
     eval: &Evaluation,
     write_: Write,
+    events: &mut Events,
 ) -> Result<Outcome> {
     const FIELD: &str = "spec.minReplicas";
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
@@ -563,7 +564,7 @@ pub(super) async fn reconcile_hpa(
             return Ok(problem_outcome(p, r, record.status));
         }
         let change = format!("set HorizontalPodAutoscaler {} minReplicas", r.name);
-        record_scale(ctx, tdset, &change, hpa.min(), min, eval).await;
+        events.push(record_scale(ctx, tdset, &change, hpa.min(), min, eval));
         hpa.min_replicas = Some(min);
     }
     if let (Some(n), Some(res)) = (plan.scale_target, res.as_ref()) {
@@ -573,7 +574,14 @@ pub(super) async fn reconcile_hpa(
                     "scaled {workload_ref} (the target of HorizontalPodAutoscaler {})",
                     r.name
                 );
-                record_scale(ctx, tdset, &change, target_replicas.unwrap_or(0), n, eval).await;
+                events.push(record_scale(
+                    ctx,
+                    tdset,
+                    &change,
+                    target_replicas.unwrap_or(0),
+                    n,
+                    eval,
+                ));
                 target_replicas = Some(n);
             }
             Err(p) => return Ok(problem_outcome(p, r, record.status)),

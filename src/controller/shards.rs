@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::bookkeeping::Lane;
+use super::context::{Context, tdset_ref_named};
 use super::wakeups::Wakeups;
-use super::{Context, tdset_ref_named};
 use crate::api::{TDSet, TDSetStatus};
 use crate::cache::Cached;
 use crate::memo::StatusMemo;

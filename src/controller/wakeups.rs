@@ -18,7 +18,7 @@ use futures::Stream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{TDSetRef, tdset_ref_named};
+use super::context::{TDSetRef, tdset_ref_named};
 
 /// A handed-over wakeup whose reconcile has not started after this long no longer counts
 /// against the limit (its TDSet may have gone before the controller looked it up).

@@ -18,9 +18,9 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use super::calendars::CalendarIndex;
+use super::context::{TDSetRef, tdset_ref, tdset_ref_named};
 use super::shards::Sharding;
 use super::wakeups::Wakeups;
-use super::{TDSetRef, tdset_ref, tdset_ref_named};
 use crate::api::TDSet;
 use crate::cache::{Cached, Prune};
 use crate::memo::StatusMemo;
