@@ -9,6 +9,7 @@
 //!                                                shards: at N = 10 000 (TDSET_BENCH_SHARDS_N), one
 //!                                                operator and two shards,
 //!                                                restart: memory of a restarted operator,
+//!                                                history: the same with every history full,
 //!                                                writes: a scale's cost by write kind)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
 
@@ -1010,7 +1011,19 @@ impl Bench {
     /// Peak RSS of an operator started against a cluster that already holds `n` converged
     /// TDSets and their Deployments, from its start until it has reconciled each of them once.
     async fn restart(&mut self, n: usize) {
-        let ns = self.namespace(&format!("restart{n}")).await;
+        self.restart_with(n, false).await;
+    }
+
+    /// Restart memory; with `full_history`, every TDSet's status carries the 10 entries of
+    /// history it has after ten changes (the most it keeps) before the operator restarts.
+    async fn restart_with(&mut self, n: usize, full_history: bool) {
+        let ns = self
+            .namespace(&if full_history {
+                format!("history{n}")
+            } else {
+                format!("restart{n}")
+            })
+            .await;
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
         let objs = (0..n).map(|i| bench_tdset(Form::Owned, &format!("t{i}"), json!([{"startTime": 9, "endTime": 17, "replica": 3}, {"startTime": 17, "endTime": 9, "replica": 1}]), 2)).collect();
         create_all(&api, objs).await;
@@ -1023,6 +1036,30 @@ impl Bench {
         all_where(api.clone(), n, |t: &TDSet| t.status.is_some()).await;
         let converge_peak = first.proc_status("VmHWM:") as f64 / 1024.0;
         first.stop();
+        if full_history {
+            // Ten changes, as the operator records them (times to the millisecond, a window's
+            // name as the reason).
+            let entries: Vec<serde_json::Value> = (0..tdset_operator::api::MAX_HISTORY)
+                .map(|i| {
+                    json!({"at": format!("2026-05-{:02}T09:00:00Z", 10 - i), "appliedAt": format!("2026-05-{:02}T09:00:00.412Z", 10 - i),
+                           "from": 1, "to": 3, "reason": "window 09:00-17:00"})
+                })
+                .collect();
+            stream::iter(0..n)
+                .for_each_concurrent(CONCURRENCY, |i| {
+                    let (api, entries) = (api.clone(), entries.clone());
+                    async move {
+                        api.patch_status(
+                            &format!("t{i}"),
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(json!({"status": {"history": entries}})),
+                        )
+                        .await
+                        .unwrap();
+                    }
+                })
+                .await;
+        }
         tokio::time::sleep(Duration::from_secs(2)).await;
 
         let started = std::time::Instant::now();
@@ -1052,7 +1089,12 @@ impl Bench {
         };
         let _ = writeln!(
             self.report,
-            "| restart memory | N = {n} converged TDSets and Deployments | peak RSS {peak:.1} MiB from start until each TDSet was reconciled once{target} | ready (caches synced) after {:.2} s, all reconciled after {:.2} s, {writes:.0} writes; RSS then {:.1} MiB; the first operator peaked at {converge_peak:.1} MiB converging them |",
+            "| restart memory{} | N = {n} converged TDSets and Deployments | peak RSS {peak:.1} MiB from start until each TDSet was reconciled once{target} | ready (caches synced) after {:.2} s, all reconciled after {:.2} s, {writes:.0} writes; RSS then {:.1} MiB; the first operator peaked at {converge_peak:.1} MiB converging them |",
+            if full_history {
+                ", every status with a full history (10 entries)"
+            } else {
+                ""
+            },
             ready.as_secs_f64(),
             reconciled.as_secs_f64(),
             rss as f64 / 1024.0
@@ -1248,6 +1290,9 @@ fn main() {
         }
         if want("memory") || want("ref") {
             b.memory(10_000, 10_000).await;
+        }
+        if want("history") {
+            b.restart_with(10_000, true).await;
         }
         if want("memory") || want("restart") {
             b.restart(1000).await;

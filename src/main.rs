@@ -95,7 +95,7 @@ async fn operate(args: RunArgs) -> Result<()> {
             .map_err(|e| Error::Config(format!("no cluster configuration found: {e}")))?,
     };
     let clients = tdset_operator::clients::Clients::from_config(config)?;
-    let metrics = Arc::new(Metrics::new()?);
+    let metrics = Arc::new(Metrics::for_shard(args.shard.as_deref())?);
     let health = Arc::new(Health::default());
     let (addr, server) = http::serve(args.metrics_addr, metrics.clone(), health.clone()).await?;
     info!(%addr, "serving /metrics, /healthz, /readyz");

@@ -55,7 +55,15 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Result<Metrics> {
-        let registry = Registry::new();
+        Self::for_shard(None)
+    }
+
+    /// A shard's metrics carry its name (label `shard`), so alerts and dashboards tell the
+    /// shards apart (`sum by (shard) (tdset_leader)`). The per-TDSet series do not need it.
+    pub fn for_shard(shard: Option<&str>) -> Result<Metrics> {
+        let labels =
+            shard.map(|s| std::collections::HashMap::from([("shard".to_string(), s.to_string())]));
+        let registry = Registry::new_custom(None, labels)?;
         let reconciles = IntCounterVec::new(
             Opts::new("tdset_reconciles_total", "Reconciles by result (ok, error)"),
             &["result"],

@@ -39,7 +39,7 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
         .output()
         .unwrap();
     let text = succeeded("promtool check rules", out);
-    assert!(text.contains("SUCCESS: 6 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 7 rules found"), "{text}");
     let out = prometheus_tool("promtool")
         .args(["test", "rules", "tdset-operator.rules.test.yaml"])
         .current_dir(rules_dir())
@@ -211,7 +211,7 @@ async fn prometheus_scrapes_the_operator_and_evaluates_the_alerts_on_it() {
             .iter()
             .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
             .collect();
-        let evaluated = rules.len() == 6
+        let evaluated = rules.len() == 7
             && rules.iter().all(|r| {
                 !r["lastEvaluation"]
                     .as_str()
@@ -229,6 +229,7 @@ async fn prometheus_scrapes_the_operator_and_evaluates_the_alerts_on_it() {
     let quiet = [
         "TDSetOperatorDown",
         "TDSetNoLeader",
+        "TDSetShardHandoverStuck",
         "TDSetDegraded",
         "TDSetTransitionOverdue",
     ];

@@ -186,6 +186,9 @@ async fn each_shard_writes_only_the_tdsets_its_selector_matches() {
     assert_eq!(replicas(&deploys.get("web-none").await.unwrap()), Some(1));
     assert_eq!(replicas(&deploys.get("web-a").await.unwrap()), Some(3));
 
+    // Each shard's metrics say which shard they are (alerts group by it).
+    let (_, page) = a.get("/metrics").expect("shard a's metrics");
+    assert!(page.contains("tdset_leader{shard=\"a\"} 1"), "{page}");
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     for (lease, holder) in [("tdset-operator-a", "a-0"), ("tdset-operator-b", "b-0")] {
         let l = leases.get(lease).await.expect("the shard's Lease");
