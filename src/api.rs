@@ -35,6 +35,7 @@ pub const MAX_REPLICAS: i32 = 10_000;
     printcolumn = r#"{"name":"Next-Replicas","type":"integer","jsonPath":".status.nextReplicas","priority":1}"#,
     printcolumn = r#"{"name":"Degraded","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status","priority":1}"#,
     printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.target.name","priority":1,"description":"The referenced object (scaleTargetRef)"}"#,
+    printcolumn = r#"{"name":"Shard","type":"string","jsonPath":".status.shard","priority":1,"description":"The shard that reconciles it (when the operator runs in shards)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

@@ -687,4 +687,34 @@ mod tests {
         assert_eq!(after[0].from, Some(3));
         assert!(after[0].message.as_deref().unwrap().contains("refused"));
     }
+
+    #[test]
+    fn a_shard_names_itself_and_an_unsharded_operator_keeps_the_claim_it_finds() {
+        let eval = Evaluation {
+            replicas: 2,
+            level: 2,
+            window: None,
+            window_label: None,
+            override_label: None,
+            holiday: false,
+            ramp: None,
+        };
+        let previous = TDSetStatus {
+            shard: Some("a".into()),
+            ..TDSetStatus::default()
+        };
+        let now = "2026-05-01T12:00:00Z";
+        let as_shard = |shard| Inputs {
+            shard,
+            ..inputs(Some(&previous), &eval, None, now)
+        };
+        assert_eq!(
+            next_status(&as_shard(Some("b"))).shard.as_deref(),
+            Some("b")
+        );
+        // Unsharded, the field is left as found: rewriting it away every reconcile would be a
+        // write that never converges (the claim's owner is another manager operation).
+        assert_eq!(next_status(&as_shard(None)).shard.as_deref(), Some("a"));
+        assert_eq!(next_status(&inputs(None, &eval, None, now)).shard, None);
+    }
 }

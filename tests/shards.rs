@@ -186,6 +186,26 @@ async fn each_shard_writes_only_the_tdsets_its_selector_matches() {
     assert_eq!(replicas(&deploys.get("web-none").await.unwrap()), Some(1));
     assert_eq!(replicas(&deploys.get("web-a").await.unwrap()), Some(3));
 
+    // `kubectl get tds -o wide` shows who reconciles what.
+    let wide = succeeded(
+        "kubectl get tds -o wide",
+        kubectl(&["get", "tds", "-n", &ns.name, "-o", "wide"]),
+    );
+    // Columns by position: empty cells leave no word behind.
+    let at = wide
+        .lines()
+        .next()
+        .and_then(|h| h.find("SHARD"))
+        .expect("a SHARD column");
+    let shard_of_row = |name: &str| {
+        wide.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.get(at..))
+            .and_then(|cell| cell.split_whitespace().next())
+            .map(str::to_string)
+    };
+    assert_eq!(shard_of_row("t-a").as_deref(), Some("a"), "{wide}");
+    assert_eq!(shard_of_row("t-b").as_deref(), Some("b"), "{wide}");
     // Each shard's metrics say which shard they are (alerts group by it).
     let (_, page) = a.get("/metrics").expect("shard a's metrics");
     assert!(page.contains("tdset_leader{shard=\"a\"} 1"), "{page}");
