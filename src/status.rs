@@ -588,17 +588,22 @@ mod tests {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
     }
 
-    #[test]
-    fn last_transition_time_moves_only_when_status_flips() {
-        let eval = Evaluation {
-            replicas: 2,
-            level: 2,
+    /// What the schedule says outside every window: `defaultReplica` applies.
+    fn default_level(replicas: i32) -> Evaluation {
+        Evaluation {
+            replicas,
+            level: replicas,
             window: None,
             window_label: None,
             override_label: None,
             holiday: false,
             ramp: None,
-        };
+        }
+    }
+
+    #[test]
+    fn last_transition_time_moves_only_when_status_flips() {
+        let eval = default_level(2);
         let s1 = next_status(&inputs(None, &eval, None, "2026-01-01T00:00:00Z"));
         let degraded1 = find(Some(&s1), DEGRADED).unwrap().clone();
         assert_eq!(degraded1.status, "False");
@@ -690,15 +695,7 @@ mod tests {
 
     #[test]
     fn a_shard_names_itself_and_an_unsharded_operator_keeps_the_claim_it_finds() {
-        let eval = Evaluation {
-            replicas: 2,
-            level: 2,
-            window: None,
-            window_label: None,
-            override_label: None,
-            holiday: false,
-            ramp: None,
-        };
+        let eval = default_level(2);
         let previous = TDSetStatus {
             shard: Some("a".into()),
             ..TDSetStatus::default()

@@ -284,14 +284,11 @@ async fn claim_unbounded(tdset: &TDSet, ctx: &Context) -> Option<Duration> {
         Claim::Free => write_claim(tdset, ctx, sharding, current.clone()).await,
         Claim::Held(holder) => {
             let holder = holder.to_string();
-            let take = sharding.may_take_over(tdset, &holder).await;
-            ctx.metrics
-                .shard_waiting
-                .set(sharding.waits.lock().map_or(0, |w| w.len()) as i64);
-            if !take {
-                return Some(WAIT);
+            if sharding.may_take_over(tdset, &holder).await {
+                write_claim(tdset, ctx, sharding, current.clone()).await
+            } else {
+                Some(WAIT)
             }
-            write_claim(tdset, ctx, sharding, current.clone()).await
         }
     };
     ctx.metrics
