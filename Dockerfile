@@ -1,5 +1,11 @@
-# tdset-operator: a release build in a Rust image, run from a distroless non-root image
-# (glibc, CA certificates, nothing else; time-zone data is compiled in by chrono-tz).
+# tdset-operator: a release build, run from a distroless non-root image (glibc, CA certificates,
+# nothing else; time-zone data is compiled in by chrono-tz).
+#
+#   docker build -t tdset-operator .                     builds the binary in a Rust image
+#   cargo build --release --locked --bin tdset-operator && docker build --target prebuilt -t tdset-operator .
+#                                                        takes the binary built on the host (a
+#                                                        Debian 12 / glibc 2.36 or older host), as
+#                                                        the tests do, with buildah, on a real node
 FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
@@ -8,9 +14,15 @@ COPY benches ./benches
 # The same command scripts/demo.sh runs on the host.
 RUN cargo build --release --locked --bin tdset-operator
 
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /src/target/release/tdset-operator /usr/local/bin/tdset-operator
+# What both images run on: the same base, user, port and entrypoint.
+FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
 USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/tdset-operator"]
 CMD ["run"]
+
+FROM runtime AS prebuilt
+COPY target/release/tdset-operator /usr/local/bin/tdset-operator
+
+FROM runtime
+COPY --from=build /src/target/release/tdset-operator /usr/local/bin/tdset-operator

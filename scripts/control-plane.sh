@@ -9,10 +9,16 @@
 #                                            start a control plane with its state in DIR; prints
 #                                            the kubeconfig path. --kcm adds kube-controller-manager,
 #                                            kube-scheduler, kwok and 3 fake nodes (pods run and
-#                                            become Ready). --watch PID stops it when PID exits.
+#                                            become Ready). --real-node instead adds a real node
+#                                            (containerd, kubelet, kube-proxy; scripts/real-node.sh)
+#                                            and no fake ones. --watch PID stops it when PID exits.
 #   control-plane.sh stop DIR                stop everything started for DIR
 #   control-plane.sh restart-apiserver DIR [SECONDS]
 #                                            stop kube-apiserver, wait, start it again (fault tests)
+#   control-plane.sh node-check              exit 0 if this machine can run a real node, else why
+#   control-plane.sh build-image TAG ARCHIVE [ARGS]
+#                                            `buildah bud` (docker build) with ARGS; saves the image
+#   control-plane.sh load-image DIR ARCHIVE  imports an image into DIR's real node
 #   control-plane.sh env DIR                 print `export KUBECONFIG=...` for a shell
 #   control-plane.sh bin-dir                 print the cache dir (does not build)
 #   control-plane.sh helm-dir                print the dir holding helm (does not build)
@@ -42,6 +48,9 @@ PROMOP_DIR="$CACHE_ROOT/prometheus-operator-${PROMOP_VERSION}"
 
 die() { echo "control-plane: $*" >&2; exit 1; }
 log() { echo "control-plane: $*" >&2; }
+
+# shellcheck source=scripts/real-node.sh
+source "$(dirname "${BASH_SOURCE[0]}")/real-node.sh"
 
 have_binaries() {
   local b
@@ -168,14 +177,18 @@ install_extra() {
   rm -rf "$work"
 }
 
-cmd_install() {
-  if have_binaries; then
-    install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
-    install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml
-    install_extra helm build_helm "$HELM_DIR" helm
+install_extras() {
+  install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
+  install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml
+  install_extra helm build_helm "$HELM_DIR" helm
   install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
     monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml
-    echo "$BIN_DIR"; return 0
+  install_node
+}
+
+cmd_install() {
+  if have_binaries; then
+    install_extras; echo "$BIN_DIR"; return 0
   fi
   command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
   command -v openssl >/dev/null || die "openssl is missing; install it (apt-get install -y openssl) and retry"
@@ -196,11 +209,7 @@ cmd_install() {
   for b in "${BINARIES[@]}"; do mv "$work/out/$b" "$BIN_DIR/$b.tmp" && mv "$BIN_DIR/$b.tmp" "$BIN_DIR/$b"; done
   rm -rf "$work"
   log "built: $("$BIN_DIR/kube-apiserver" --version), etcd $("$BIN_DIR/etcd" --version | head -1)"
-  install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
-  install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml
-  install_extra helm build_helm "$HELM_DIR" helm
-  install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
-    monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml
+  install_extras
   echo "$BIN_DIR"
 }
 
@@ -213,14 +222,14 @@ free_port() {
 }
 
 gen_certs() {
-  local d="$1/pki"
+  local d="$1/pki" san="${2:-}"
   mkdir -p "$d"
   (
     cd "$d"
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=tdset-local-serving-ca" \
       -keyout serving-ca.key -out serving-ca.crt
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout apiserver.key -out apiserver.csr
-    printf 'subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.0.0.1\nextendedKeyUsage=serverAuth\n' >apiserver.ext
+    printf 'subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.0.0.1%s\nextendedKeyUsage=serverAuth\n' "$san" >apiserver.ext
     openssl x509 -req -in apiserver.csr -CA serving-ca.crt -CAkey serving-ca.key -CAcreateserial \
       -days 3650 -extfile apiserver.ext -out apiserver.crt
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=tdset-local-client-ca" \
@@ -300,15 +309,19 @@ start_apiserver() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --authorization-mode RBAC --service-cluster-ip-range 10.0.0.0/24 \
     --endpoint-reconciler-type none --allow-privileged=true \
-    ${TDSET_APISERVER_ARGS:-} \
+    ${TDSET_APISERVER_ARGS:-} $(cat "$dir/apiserver.node-args" 2>/dev/null || true) \
     >"$dir/logs/kube-apiserver.log" 2>&1 </dev/null &
   track "$dir" $! kube-apiserver
 }
 
 start_kcm() {
-  local dir="$1"
+  local dir="$1" controllers="garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,namespace-controller,serviceaccount-controller,horizontal-pod-autoscaler-controller,clusterrole-aggregation-controller,node-lifecycle-controller"
+  # Pods that really run need their service account's CA (kube-root-ca.crt) and Services
+  # their endpoints.
+  [[ -f "$dir/node/index" ]] &&
+    controllers="$controllers,root-ca-certificate-publisher-controller,endpoints-controller,endpointslice-controller"
   setsid "$BIN_DIR/kube-controller-manager" --kubeconfig "$dir/kubeconfig" \
-    --controllers garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,namespace-controller,serviceaccount-controller,horizontal-pod-autoscaler-controller,clusterrole-aggregation-controller,node-lifecycle-controller \
+    --controllers "$controllers" \
     --horizontal-pod-autoscaler-sync-period 2s \
     --leader-elect=false --secure-port 0 --root-ca-file "$dir/pki/serving-ca.crt" \
     --service-account-private-key-file "$dir/pki/sa.key" --use-service-account-credentials=false \
@@ -363,15 +376,18 @@ cmd_stop() {
   local dir="${1:?usage: control-plane.sh stop DIR}" p
   [[ -d "$dir/pids" ]] || return 0
   # Reverse start order: clients first, etcd last.
-  for p in watchdog kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do kill_pidfile "$dir/pids/$p"; done
+  kill_pidfile "$dir/pids/watchdog"
+  stop_node "$dir"
+  for p in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do kill_pidfile "$dir/pids/$p"; done
 }
 
 cmd_start() {
-  local dir="${1:?usage: control-plane.sh start DIR [--kcm] [--watch PID]}"; shift
-  local kcm=0 watch=""
+  local dir="${1:?usage: control-plane.sh start DIR [--kcm|--real-node] [--watch PID]}"; shift
+  local kcm=0 watch="" real=0
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --kcm) kcm=1 ;;
+      --real-node) kcm=1; real=1 ;;
       --watch) watch="${2:?--watch needs a pid}"; shift ;;
       *) die "unknown option $1" ;;
     esac
@@ -389,7 +405,20 @@ cmd_start() {
   dir="$(cd "$dir" && pwd)"
   # Any failure from here on must not leave half a control plane running.
   trap 'cmd_stop "$dir"' ERR
-  gen_certs "$dir"
+  local san=""
+  if [[ $real -eq 1 ]]; then
+    [[ -x "$NODE_DIR/kubelet" && -f "$IMAGES_DIR/pause.tar" ]] ||
+      die "the real node's binaries or images are missing; run: scripts/control-plane.sh install"
+    [[ -z "$(node_tools_missing)" ]] ||
+      die "a real node needs $(node_tools_missing) (Debian: apt-get install ${NODE_PACKAGES[*]})"
+    mkdir -p "$dir/node"
+    pick_node_index >"$dir/node/index"
+    local i; i="$(node_index "$dir")"
+    san=",IP:10.99.$i.1"
+    # Pods reach the API server at 10.99.N.1 (the `kubernetes` Service's endpoint).
+    echo "--bind-address 0.0.0.0 --advertise-address 10.99.$i.1 --endpoint-reconciler-type lease --kubelet-preferred-address-types InternalIP" >"$dir/apiserver.node-args"
+  fi
+  gen_certs "$dir" "$san"
   free_port >"$dir/etcd.port"
   [[ -n "$port" ]] || port="$(free_port)"
   echo "$port" >"$dir/apiserver.port"
@@ -407,14 +436,21 @@ cmd_start() {
       { cmd_stop "$dir"; die "kube-scheduler or kwok missing; run: scripts/control-plane.sh install"; }
     start_kcm "$dir"
     start_scheduler "$dir"
-    start_kwok "$dir"
+    # A real node's cluster has no simulated nodes: every pod really runs.
+    [[ $real -eq 1 ]] || start_kwok "$dir"
     sleep 0.5
     local c
     for c in kube-controller-manager kube-scheduler kwok; do
+      [[ -f "$dir/pids/$c" ]] || continue
       kill -0 "$(cat "$dir/pids/$c")" 2>/dev/null ||
         { cmd_stop "$dir"; die "$c exited at start; log: $dir/logs/$c.log"; }
     done
-    create_nodes "$dir" || { cmd_stop "$dir"; die "creating the fake nodes failed; log: $dir/logs/nodes.log"; }
+    if [[ $real -eq 1 ]]; then
+      start_node "$dir"
+      wait_node_ready "$dir" || { cmd_stop "$dir"; die "the real node did not start; logs: $dir/logs/node.log, kubelet.log, containerd.log"; }
+    else
+      create_nodes "$dir" || { cmd_stop "$dir"; die "creating the fake nodes failed; log: $dir/logs/nodes.log"; }
+    fi
   fi
   if [[ -n "$watch" ]]; then
     # Stops the control plane when the process that asked for it is gone, however it ended.
@@ -442,9 +478,12 @@ case "${1:-}" in
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   restart-apiserver) shift; cmd_restart_apiserver "$@" ;;
+  node-check) cmd_node_check ;;
+  build-image) shift; cmd_build_image "$@" ;;
+  load-image) shift; cmd_load_image "$@" ;;
   env) echo "export KUBECONFIG=${2:?usage: control-plane.sh env DIR}/kubeconfig; export PATH=$BIN_DIR:\$PATH" ;;
   bin-dir) echo "$BIN_DIR" ;;
   helm-dir) echo "$HELM_DIR" ;;
   monitoring-crds-dir) echo "$PROMOP_DIR" ;;
-  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,27p' "$0" >&2; exit 2 ;;
 esac

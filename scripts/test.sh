@@ -11,6 +11,10 @@ for tool in openssl curl python3; do need "$tool" || missing+=("$tool"); done
 # Debian's prometheus package: the server (a real scrape in tests/prometheus.rs) and promtool
 # (the alert rules are checked and unit-tested).
 { need prometheus && need promtool; } || missing+=(prometheus)
+# A real node (tests/real_node.rs, scripts/real-node.sh): containerd, runc, the CNI plugins,
+# iptables for kube-proxy, buildah to build images without a Docker engine.
+for tool in containerd runc buildah iptables; do need "$tool" || missing+=("$tool"); done
+[[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
 if [[ ${#missing[@]} -gt 0 ]]; then
   if need apt-get && [[ $(id -u) -eq 0 ]]; then
     echo "test.sh: installing ${missing[*]} with apt-get" >&2
@@ -41,6 +45,9 @@ else
   echo "test.sh: clippy is not installed (rustup component add clippy); only checking the build" >&2
   cargo check --all-targets --quiet
 fi
+# The release binary: the operator's image (tests/real_node.rs) is built from it, as README
+# "Build the image" says; a cargo inside the tests would wait on this run's lock.
+cargo build --release --locked --bin tdset-operator
 cargo test --lib --bins --tests "$@"
 # The README's demo, start to stop, on its own control plane.
 if [[ $# -eq 0 ]]; then scripts/demo.sh smoke; fi

@@ -52,6 +52,27 @@ pub fn start_control_plane(dir: &Path) -> ControlPlane {
 
 /// `start_control_plane`, with these flags added to kube-apiserver.
 pub fn start_control_plane_with(dir: &Path, apiserver_args: &[&str]) -> ControlPlane {
+    start_cluster(dir, apiserver_args, "--kcm")
+}
+
+/// A control plane with a real node (containerd, kubelet, kube-proxy) and no simulated ones,
+/// stopped when this process exits. See `real_node_unavailable` first.
+pub fn start_real_node_cluster(dir: &Path) -> ControlPlane {
+    start_cluster(dir, &[], "--real-node")
+}
+
+/// Why this machine cannot run a real node, if it cannot: `control-plane.sh node-check` names
+/// what is missing (root, for the node's namespaces and cgroups; containerd, runc, buildah,
+/// iptables, the CNI plugins; the cached kubelet and images).
+pub fn real_node_unavailable() -> Option<String> {
+    let out = Command::new(script())
+        .arg("node-check")
+        .output()
+        .expect("running scripts/control-plane.sh node-check");
+    (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).trim().to_string())
+}
+
+fn start_cluster(dir: &Path, apiserver_args: &[&str], nodes: &str) -> ControlPlane {
     let bins = bin_dir();
     if !bins.join("kube-apiserver").exists() || !bins.join("etcd").exists() {
         panic!(
@@ -63,7 +84,7 @@ pub fn start_control_plane_with(dir: &Path, apiserver_args: &[&str]) -> ControlP
         .env("TDSET_APISERVER_ARGS", apiserver_args.join(" "))
         .arg("start")
         .arg(dir)
-        .args(["--kcm", "--watch", &std::process::id().to_string()])
+        .args([nodes, "--watch", &std::process::id().to_string()])
         .output()
         .expect("running scripts/control-plane.sh start");
     if !out.status.success() {

@@ -1,0 +1,579 @@
+//! The operator as users run it: the image built from the repository's Dockerfile (its
+//! `prebuilt` target, with buildah; README "Build the image"), installed by the Helm chart on a
+//! real node (containerd, runc, kubelet, kube-proxy; `control-plane.sh start --real-node`),
+//! beside a TDSet whose pods really run. Nothing here is simulated: the probes are real HTTP
+//! requests, the operator finds the API server through in-cluster configuration and the
+//! `kubernetes` Service, and a deleted pod really gets SIGTERM.
+//!
+//! Skipped, with the reason, only where `control-plane.sh node-check` says the machine cannot
+//! run a node (not root, or containerd/runc/buildah/iptables/CNI plugins missing; test.sh
+//! installs them with apt when it runs as root).
+
+mod support;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+use support::*;
+use tdset_operator::api::TDSet;
+
+const GUARD: Duration = Duration::from_secs(180);
+const NS: &str = "tdset-system";
+const RELEASE: &str = "tdset-operator";
+const IMAGE_REPO: &str = "localhost/tdset/operator";
+const IMAGE_TAG: &str = "test";
+const WORKLOAD_IMAGE: &str = "localhost/tdset/httpd:1";
+
+/// The release binary the image takes (`cargo build --release`; scripts/test.sh builds it
+/// before the tests). A nested cargo would wait on the test run's own lock, so it is checked,
+/// not built, here.
+fn release_binary() -> PathBuf {
+    let bin = repo_root().join("target/release/tdset-operator");
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} missing; run: cargo build --release --locked --bin tdset-operator",
+                bin.display()
+            )
+        });
+    let newest = newest_source(&repo_root().join("src"));
+    assert!(
+        built >= newest,
+        "{} is older than the sources; run: cargo build --release --locked --bin tdset-operator",
+        bin.display()
+    );
+    bin
+}
+
+fn newest_source(dir: &Path) -> SystemTime {
+    let mut newest = SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir).expect("reading src/").flatten() {
+        let path = entry.path();
+        let t = if path.is_dir() {
+            newest_source(&path)
+        } else {
+            entry.metadata().and_then(|m| m.modified()).expect("mtime")
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+fn script_output(what: &str, args: &[&str]) -> String {
+    succeeded(
+        what,
+        Command::new(script())
+            .args(args)
+            .current_dir(repo_root())
+            .output()
+            .expect("running scripts/control-plane.sh"),
+    )
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn raw_get(kubeconfig: &Path, path: &str) -> Option<String> {
+    let out = kubectl_at(kubeconfig, &["get", "--raw", path]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+async fn operator_pods(pods: &Api<Pod>) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels("app.kubernetes.io/name=tdset-operator"))
+        .await
+        .expect("listing the operator's pods")
+        .items
+}
+
+fn ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn name(p: &Pod) -> String {
+    p.metadata.name.clone().unwrap_or_default()
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt(RELEASE)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// A window from a minute ago to half an hour from now (UTC), at `replica`, else 0.
+fn window_spec(replica: i32) -> serde_json::Value {
+    let now = chrono::Utc::now();
+    let at = |t: chrono::DateTime<chrono::Utc>| t.format("%H:%M").to_string();
+    json!({
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{
+                "name": "web",
+                "image": WORKLOAD_IMAGE,
+                "imagePullPolicy": "Never",
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+                "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
+                                    "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
+            }]}
+        },
+        "service": {"port": 80},
+        "timeZone": "UTC",
+        "schedulingConfig": [{
+            "name": "now",
+            "startTime": at(now - chrono::Duration::minutes(1)),
+            "endTime": at(now + chrono::Duration::minutes(30)),
+            "replica": replica
+        }],
+        "defaultReplica": 0
+    })
+}
+
+#[tokio::test]
+async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
+    if let Some(why) = real_node_unavailable() {
+        eprintln!("SKIPPED: this machine cannot run a real node: {why}");
+        return;
+    }
+    let binary = release_binary();
+    let dir = std::env::temp_dir().join(format!("tdset-real-node-{}", unique_suffix()));
+    let t = Instant::now();
+    let cp = start_real_node_cluster(&dir);
+    eprintln!("real node Ready in {:.1}s", t.elapsed().as_secs_f64());
+    let kc = cp.kubeconfig.clone();
+
+    // The image, as README "Build the image" says (buildah standing in for docker).
+    let t = Instant::now();
+    let archive = dir.join("operator-image.tar");
+    let tag = format!("{IMAGE_REPO}:{IMAGE_TAG}");
+    script_output(
+        "building the operator's image",
+        &[
+            "build-image",
+            &tag,
+            archive.to_str().unwrap(),
+            "--target",
+            "prebuilt",
+            ".",
+        ],
+    );
+    script_output(
+        "loading the image into the node",
+        &[
+            "load-image",
+            dir.to_str().unwrap(),
+            archive.to_str().unwrap(),
+        ],
+    );
+    eprintln!(
+        "image built from {} and loaded in {:.1}s",
+        binary.display(),
+        t.elapsed().as_secs_f64()
+    );
+    let client = client_for(&kc).await;
+
+    // The chart, with that image; `--wait` returns once both pods pass their real probes.
+    let t = Instant::now();
+    let chart = repo_root().join("deploy/helm/tdset-operator");
+    succeeded(
+        "helm install",
+        helm(
+            &kc,
+            &[
+                "install",
+                RELEASE,
+                chart.to_str().unwrap(),
+                "--namespace",
+                NS,
+                "--create-namespace",
+                "--set",
+                &format!("image.repository={IMAGE_REPO}"),
+                "--set",
+                &format!("image.tag={IMAGE_TAG}"),
+                "--set",
+                "image.pullPolicy=Never",
+                "--wait",
+                "--timeout",
+                "180s",
+            ],
+        ),
+    );
+    eprintln!(
+        "helm install --wait: both operator pods Ready in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let running = operator_pods(&pods).await;
+    assert_eq!(running.len(), 2, "the chart's two replicas");
+    for p in &running {
+        assert!(ready(p), "{} Ready through its probes", name(p));
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("real-node"));
+        assert_eq!(
+            spec.service_account_name.as_deref(),
+            Some(RELEASE),
+            "the release's ServiceAccount"
+        );
+        let c = &p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
+        assert!(
+            c.image.contains(IMAGE_REPO),
+            "runs the image built here: {}",
+            c.image
+        );
+    }
+    let leader = eventually(GUARD, "a leader", || async { holder(&leases).await }).await;
+    assert!(
+        running.iter().any(|p| name(p) == leader),
+        "the lease is held by one of the operator's pods, not {leader}"
+    );
+
+    // One leader, seen from inside each pod (the pod proxy reaches each pod's metrics port).
+    let mut leaders = 0.0;
+    for p in &running {
+        let text = eventually(GUARD, "a pod's /metrics", || async {
+            raw_get(
+                &kc,
+                &format!(
+                    "/api/v1/namespaces/{NS}/pods/{}:8080/proxy/metrics",
+                    name(p)
+                ),
+            )
+        })
+        .await;
+        leaders += metric(&text, "tdset_leader").expect("tdset_leader in /metrics");
+    }
+    assert_eq!(leaders, 1.0, "exactly one pod leads");
+
+    // A TDSet, reconciled by the pod through in-cluster configuration and its ServiceAccount:
+    // its pods really start and pass a real readiness probe.
+    let apps = "apps";
+    succeeded(
+        "creating the workloads' namespace",
+        kubectl_at(&kc, &["create", "namespace", apps]),
+    );
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), apps);
+    let t = Instant::now();
+    create_tdset(&client, apps, &tdset("web", window_spec(3))).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), apps);
+    let available = |n: i32| {
+        let deployments = deployments.clone();
+        async move {
+            let d = deployments.get_opt("web").await.ok().flatten()?;
+            let s = d.status?;
+            (d.spec?.replicas == Some(n)
+                && s.available_replicas.unwrap_or(0) == n
+                && s.replicas.unwrap_or(0) == n)
+                .then_some(())
+        }
+    };
+    eventually(GUARD, "3 of the TDSet's pods Available", || available(3)).await;
+    eprintln!(
+        "TDSet created -> 3 real pods Available in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let workload_pods: Api<Pod> = Api::namespaced(client.clone(), apps);
+    let web = workload_pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(web.len(), 3);
+    for p in &web {
+        let c = &p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
+        assert!(
+            c.state.as_ref().and_then(|s| s.running.as_ref()).is_some() && c.ready,
+            "{} running and ready: {c:?}",
+            name(p)
+        );
+    }
+    // Through the TDSet's Service (its endpoints are the Ready pods), the workload answers.
+    let body = eventually(GUARD, "the workload's Service answers", || async {
+        raw_get(
+            &kc,
+            &format!("/api/v1/namespaces/{apps}/services/http:web:80/proxy/healthz"),
+        )
+    })
+    .await;
+    assert_eq!(body.trim(), "ok");
+    eventually(GUARD, "the TDSet's status: 3 ready", || async {
+        let s = tdsets.get("web").await.ok()?.status?;
+        (s.replicas == Some(3) && s.ready_replicas == Some(3)).then_some(())
+    })
+    .await;
+
+    // /metrics through the chart's metrics Service, as Prometheus would scrape it.
+    let text = eventually(GUARD, "/metrics through the metrics Service", || async {
+        raw_get(
+            &kc,
+            &format!(
+                "/api/v1/namespaces/{NS}/services/http:{RELEASE}-metrics:metrics/proxy/metrics"
+            ),
+        )
+    })
+    .await;
+    assert!(
+        metric(&text, "tdset_leader").is_some(),
+        "the operator's metrics behind the Service:\n{text}"
+    );
+
+    // `kubectl logs` shows the structured (JSON) logs.
+    let logs = succeeded(
+        "kubectl logs",
+        kubectl_at(&kc, &["-n", NS, "logs", &leader]),
+    );
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["message"] == "caches synced; ready"),
+        "the leader's logs: {logs}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["timestamp"].is_string())
+    );
+
+    // The leader's pod deleted: the kubelet sends SIGTERM, the operator finishes, gives up the
+    // lease and exits 0, and the other pod takes over. Its logs are followed until it ends.
+    let mut follow = Command::new(kubectl_path())
+        .env("KUBECONFIG", &kc)
+        .args(["-n", NS, "logs", "-f", &leader])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl logs -f");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let exit_code = {
+        let pods = pods.clone();
+        let leader = leader.clone();
+        tokio::spawn(async move { terminated_exit_code(&pods, &leader).await })
+    };
+    let t = Instant::now();
+    pods.delete(&leader, &DeleteParams::default())
+        .await
+        .expect("deleting the leader's pod");
+    let successor = eventually(GUARD, "another pod leads", || async {
+        holder(&leases).await.filter(|h| *h != leader)
+    })
+    .await;
+    let handover = t.elapsed();
+    eprintln!(
+        "leader pod deleted -> {successor} holds the lease after {:.2}s (lease duration 15s)",
+        handover.as_secs_f64()
+    );
+    // The standby, or the pod the Deployment started in the leader's place, whichever asked
+    // first: both are the release's pods.
+    assert!(
+        operator_pods(&pods)
+            .await
+            .iter()
+            .any(|p| name(p) == successor),
+        "one of the release's pods took over, not {successor}"
+    );
+    let mut out = String::new();
+    follow
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let _ = follow.wait();
+    let last: Vec<String> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|l| l["message"].as_str().unwrap_or_default().to_string())
+        .collect();
+    eprintln!(
+        "the old leader's last log lines: {:?}",
+        &last[last.len().saturating_sub(4)..]
+    );
+    for expected in [
+        "SIGTERM received; finishing in-flight reconciles",
+        "released the leader lease",
+        "shut down",
+    ] {
+        assert!(
+            last.iter().any(|m| m == expected),
+            "{expected:?} in the old leader's logs: {out}"
+        );
+    }
+    assert_eq!(
+        exit_code.await.unwrap(),
+        0,
+        "the operator exits 0 on SIGTERM"
+    );
+
+    // The leader crashes (SIGKILL from the host: no release, no clean exit). The kubelet
+    // restarts its container, and whichever process asks first after that (the restarted one,
+    // which may take a lease naming its own pod at once, or a standby, once the lease has
+    // expired) starts a new leadership.
+    let crashed = successor;
+    let transitions = |l: Option<Lease>| {
+        l.and_then(|l| l.spec)
+            .and_then(|s| s.lease_transitions)
+            .unwrap_or(0)
+    };
+    let before = transitions(leases.get_opt(RELEASE).await.unwrap());
+    let pod = pods.get(&crashed).await.unwrap();
+    let container_id = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .container_id
+        .clone()
+        .expect("a running container's id");
+    let container_id = container_id.trim_start_matches("containerd://");
+    let killed = kill_container(container_id);
+    assert!(killed > 0, "found {crashed}'s process on the host");
+    let t = Instant::now();
+    let new_leader = eventually(GUARD, "a new leadership after the crash", || async {
+        let l = leases.get_opt(RELEASE).await.ok().flatten();
+        let holder = l
+            .as_ref()
+            .and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.holder_identity.clone());
+        (transitions(l) > before).then_some(holder).flatten()
+    })
+    .await;
+    eprintln!(
+        "leader {crashed} killed (SIGKILL) -> new leadership by {new_leader} after {:.2}s",
+        t.elapsed().as_secs_f64()
+    );
+    eventually(
+        GUARD,
+        "the crashed pod's container restarted and Ready",
+        || async {
+            let p = pods.get_opt(&crashed).await.ok().flatten()?;
+            let restarts = p.status.as_ref()?.container_statuses.as_ref()?[0].restart_count;
+            (restarts == 1 && ready(&p)).then_some(())
+        },
+    )
+    .await;
+
+    // The new leader acts: the window's count lowered to 1, two pods really stop.
+    let t = Instant::now();
+    tdsets
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"schedulingConfig": window_spec(1)["schedulingConfig"]}}),
+            ),
+        )
+        .await
+        .expect("lowering the window's count");
+    eventually(GUARD, "1 pod Available, the others gone", || async {
+        available(1).await?;
+        let left = workload_pods
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .ok()?
+            .items;
+        (left.len() == 1).then_some(())
+    })
+    .await;
+    eprintln!(
+        "window lowered to 1 -> 2 pods stopped and removed in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    // The Deployment puts a new operator pod beside the leader; it becomes Ready as a standby.
+    eventually(GUARD, "two Ready operator pods again", || async {
+        let ps = operator_pods(&pods).await;
+        (ps.iter().filter(|p| ready(p)).count() == 2).then_some(())
+    })
+    .await;
+
+    succeeded(
+        "helm uninstall",
+        helm(&kc, &["uninstall", RELEASE, "--namespace", NS, "--wait"]),
+    );
+}
+
+/// Watches a pod until it is gone and returns the exit code its container reported.
+async fn terminated_exit_code(pods: &Api<Pod>, name: &str) -> i32 {
+    use futures::TryStreamExt;
+    use kube::runtime::watcher;
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = std::pin::pin!(watcher(pods.clone(), cfg));
+    let mut code = None;
+    while let Ok(Some(event)) = tokio::time::timeout(GUARD, stream.try_next())
+        .await
+        .unwrap_or(Ok(None))
+    {
+        match event {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                let terminated = p
+                    .status
+                    .and_then(|s| s.container_statuses)
+                    .and_then(|cs| cs.into_iter().next())
+                    .and_then(|c| c.state)
+                    .and_then(|s| s.terminated);
+                if let Some(t) = terminated {
+                    code = Some(t.exit_code);
+                }
+            }
+            watcher::Event::Delete(_) => break,
+            _ => {}
+        }
+    }
+    code.expect("the pod's container reported how it ended before the pod was removed")
+}
+
+/// SIGKILLs, from the host, every process of the container (found by its id in their cgroup
+/// paths); returns how many.
+fn kill_container(id: &str) -> usize {
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").expect("reading /proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cgroups = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+        if cgroups.contains(id) {
+            let ok = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            killed += usize::from(ok);
+        }
+    }
+    killed
+}
