@@ -450,17 +450,12 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
             .unwrap_or(0)
     };
     let before = transitions(leases.get_opt(RELEASE).await.unwrap());
-    let pod = pods.get(&crashed).await.unwrap();
-    let container_id = pod
-        .status
-        .as_ref()
-        .unwrap()
-        .container_statuses
-        .as_ref()
-        .unwrap()[0]
-        .container_id
-        .clone()
-        .expect("a running container's id");
+    // The kubelet reports the container a moment after it starts (it may lead before that).
+    let container_id = eventually(GUARD, "the leader's container id", || async {
+        let p = pods.get_opt(&crashed).await.ok().flatten()?;
+        p.status?.container_statuses?.first()?.container_id.clone()
+    })
+    .await;
     let container_id = container_id.trim_start_matches("containerd://");
     let killed = kill_container(container_id);
     assert!(killed > 0, "found {crashed}'s process on the host");
@@ -522,10 +517,71 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     })
     .await;
 
+    // Uninstalled, the operator's pods really stop. (Not `--wait`: Kubernetes' ClusterRole
+    // aggregation controller may recreate the deleted aggregated role, and Helm would wait for
+    // it; README "Uninstall" and tests/helm.rs cover that.)
     succeeded(
         "helm uninstall",
-        helm(&kc, &["uninstall", RELEASE, "--namespace", NS, "--wait"]),
+        helm(&kc, &["uninstall", RELEASE, "--namespace", NS]),
     );
+    eventually(GUARD, "the operator's pods gone", || async {
+        operator_pods(&pods).await.is_empty().then_some(())
+    })
+    .await;
+    // The TDSet's pod is still running: stopping does not depend on draining first.
+    stop_leaves_nothing_behind(&dir);
+}
+
+/// Stops the cluster and checks the host: no process, mount, network namespace, link,
+/// iptables rule or cgroup of the node is left.
+fn stop_leaves_nothing_behind(dir: &Path) {
+    let index = std::fs::read_to_string(dir.join("node/index")).expect("the node's index");
+    let ns = format!("tdset-node-{}", index.trim());
+    script_output("stopping the cluster", &["stop", dir.to_str().unwrap()]);
+    let output = |cmd: &str, args: &[&str]| {
+        let out = Command::new(cmd).args(args).output().expect(cmd);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let dir_text = dir.to_string_lossy().into_owned();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&dir_text) && !mounts.contains(&ns),
+        "mounts left: {mounts}"
+    );
+    let netns = output("ip", &["netns", "list"]);
+    assert!(
+        !netns
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(ns.as_str())),
+        "network namespace left: {netns}"
+    );
+    let links = output("ip", &["-o", "link"]);
+    assert!(
+        !links.contains(&format!("tdn{}-", index.trim())),
+        "links left: {links}"
+    );
+    let rules = output("iptables-save", &[]);
+    assert!(
+        !rules.contains("KUBE-"),
+        "kube-proxy's rules on the host: {rules}"
+    );
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+        let left = hierarchy.path().join(&ns);
+        assert!(!left.exists(), "cgroup left: {}", left.display());
+    }
+    let procs: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        // The watchdog (it stops the cluster when this test exits) is the only one meant to stay.
+        .filter(|c| c.contains(&dir_text) && !c.contains("while kill -0"))
+        .collect();
+    assert!(procs.is_empty(), "processes left: {procs:?}");
+    let shims = output("pgrep", &["-a", "-f", "containerd-shim"]);
+    assert!(!shims.contains(&dir_text), "shims left: {shims}");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Watches a pod until it is gone and returns the exit code its container reported.
