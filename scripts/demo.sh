@@ -8,10 +8,19 @@
 #   scripts/demo.sh          start everything and leave it running (prints how to explore/stop)
 #   scripts/demo.sh stop     stop the operator and the control plane
 #   scripts/demo.sh smoke    start, check the example converged, stop (used by the test command)
+#   --real-node (after start or smoke): a real node instead of kwok's (containerd, kubelet,
+#   kube-proxy; scripts/real-node.sh), the operator built into its image and installed by the
+#   Helm chart as pods beside the workloads, whose containers really run (a small HTTP server
+#   stands in for the examples' images: nothing can be pulled here).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 STATE="${TDSET_DEMO_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tdset-operator/demo}"
 CP=scripts/control-plane.sh
+REAL=0
+[[ "${2:-}" == "--real-node" || "${1:-}" == "--real-node" ]] && REAL=1
+WORKLOAD_IMAGE=localhost/tdset/httpd:1
+# The examples as written, or with their images replaced by one the real node has.
+example() { if [[ $REAL -eq 1 ]]; then sed "s#image: .*#image: $WORKLOAD_IMAGE#" "$1"; else cat "$1"; fi; }
 
 stop() {
   if [[ -f "$STATE/operator.pid" ]]; then
@@ -30,10 +39,45 @@ start() {
   $CP install >/dev/null
   # The same build command as the Dockerfile.
   cargo build --release --locked --bin tdset-operator
-  echo "== starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1"
   export KUBECONFIG
-  KUBECONFIG="$($CP start "$STATE" --kcm)"
+  if [[ $REAL -eq 1 ]]; then
+    echo "== starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a real node (containerd, kubelet, kube-proxy)"
+    KUBECONFIG="$($CP start "$STATE" --real-node)"
+  else
+    echo "== starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1"
+    KUBECONFIG="$($CP start "$STATE" --kcm)"
+  fi
   PATH="$($CP bin-dir):$PATH"
+  kubectl create namespace temp >/dev/null 2>&1 || true
+  if [[ $REAL -eq 1 ]]; then
+    echo "== building the operator's image (Dockerfile, target prebuilt) and installing the Helm chart with it"
+    $CP build-image localhost/tdset/operator:demo "$STATE/operator-image.tar" --target prebuilt . >/dev/null
+    $CP load-image "$STATE" "$STATE/operator-image.tar" 2>/dev/null
+    "$($CP helm-dir)/helm" install tdset-operator deploy/helm/tdset-operator -n tdset-system --create-namespace \
+      --set image.repository=localhost/tdset/operator --set image.tag=demo --set image.pullPolicy=Never \
+      --wait --timeout 180s >/dev/null
+    kubectl -n tdset-system get pods -o wide
+  else
+    start_operator
+  fi
+  echo "== applying the seed example, a business-hours example, and a Deployment someone else runs with a TDSet that scales it"
+  example examples/tdset_helloworld.yaml | kubectl apply -f -
+  example examples/business-hours.yaml | kubectl apply -n temp -f -
+  kubectl -n temp create deployment shop-frontend --image="$([[ $REAL -eq 1 ]] && echo $WORKLOAD_IMAGE || echo nginx:1.27)" --replicas=2
+  kubectl apply -n temp -f examples/existing-deployment.yaml
+  kubectl -n temp wait --for=jsonpath='{.status.observedGeneration}'=1 tds/tdset-hello-world tds/business-hours tds/shop-frontend-hours --timeout=60s >/dev/null
+  # The pods become Ready (kwok's fake ones, or real containers), as on a real cluster.
+  kubectl -n temp wait --for=condition=Available tds/tdset-hello-world tds/business-hours tds/shop-frontend-hours --timeout=120s >/dev/null
+  sleep 1
+  if [[ $REAL -eq 1 ]]; then
+    echo
+    echo "\$ kubectl get pods -A -o wide   (the operator's pods beside the workloads, on the real node)"
+    kubectl get pods -A -o wide
+  fi
+  show
+}
+
+start_operator() {
   kubectl apply -f crds/tdset.yaml -f crds/tdcalendar.yaml
   # `kubectl wait` fails at once while the new CRD has no conditions yet, so ask again.
   for _ in $(seq 1 60); do
@@ -41,22 +85,15 @@ start() {
     sleep 0.5
   done
   kubectl wait --for condition=Established crd/tdsets.schedule.rs --timeout=1s
-  kubectl create namespace temp >/dev/null 2>&1 || true
   echo "== starting the operator (log: $STATE/logs/operator.log, metrics: http://127.0.0.1:18080/metrics)"
   ./target/release/tdset-operator run --kubeconfig "$KUBECONFIG" --metrics-addr 127.0.0.1:18080 \
     >"$STATE/logs/operator.log" 2>&1 &
   echo $! >"$STATE/operator.pid"
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.2; done
   curl -sf http://127.0.0.1:18080/readyz >/dev/null || { tail -20 "$STATE/logs/operator.log"; echo "operator not ready" >&2; exit 1; }
-  echo "== applying the seed example, a business-hours example, and a Deployment someone else runs with a TDSet that scales it"
-  kubectl apply -f examples/tdset_helloworld.yaml
-  kubectl apply -n temp -f examples/business-hours.yaml
-  kubectl -n temp create deployment shop-frontend --image=nginx:1.27 --replicas=2
-  kubectl apply -n temp -f examples/existing-deployment.yaml
-  kubectl -n temp wait --for=jsonpath='{.status.observedGeneration}'=1 tds/tdset-hello-world tds/business-hours tds/shop-frontend-hours --timeout=60s >/dev/null
-  # kwok runs the pods on its fake nodes: wait until they are Ready, as on a real cluster.
-  kubectl -n temp wait --for=condition=Available tds/tdset-hello-world tds/business-hours tds/shop-frontend-hours --timeout=120s >/dev/null
-  sleep 1
+}
+
+show() {
   echo
   echo "\$ kubectl get tds,deploy -n temp"
   kubectl get tds,deploy -n temp
@@ -79,15 +116,24 @@ start() {
   ./target/release/tdset-operator preview -f examples/business-hours.yaml -o chart --from "$from" --to "$to" --width 112
 }
 
+metrics_hint() {
+  if [[ $REAL -eq 1 ]]; then
+    echo "  kubectl get --raw /api/v1/namespaces/tdset-system/services/http:tdset-operator-metrics:metrics/proxy/metrics | grep ^tdset_"
+    echo "  kubectl -n tdset-system logs deploy/tdset-operator; kubectl -n temp logs deploy/business-hours"
+  else
+    echo "  curl -s http://127.0.0.1:18080/metrics | grep ^tdset_"
+  fi
+}
+
 case "${1:-start}" in
-  start)
+  start | --real-node)
     start
     cat <<EOT
 
 The demo keeps running. Explore it with:
   export KUBECONFIG=$STATE/kubeconfig PATH=$($CP bin-dir):\$PATH
   kubectl get tds -A -o wide; kubectl -n temp scale deploy/tdset-hello-world --replicas=9   # reverted at once
-  curl -s http://127.0.0.1:18080/metrics | grep ^tdset_
+$(metrics_hint)
 Stop it with:
   scripts/demo.sh stop
 EOT

@@ -50,4 +50,13 @@ fi
 cargo build --release --locked --bin tdset-operator
 cargo test --lib --bins --tests "$@"
 # The README's demo, start to stop, on its own control plane.
-if [[ $# -eq 0 ]]; then scripts/demo.sh smoke; fi
+if [[ $# -eq 0 ]]; then
+  scripts/demo.sh smoke
+  # And on a real node: the operator as pods installed by the chart, the workloads' containers
+  # really running.
+  if scripts/control-plane.sh node-check; then
+    TDSET_DEMO_DIR="$state/demo-real-node" scripts/demo.sh smoke --real-node
+  else
+    echo "test.sh: skipping the real-node demo (see above)" >&2
+  fi
+fi
