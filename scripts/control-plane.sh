@@ -243,6 +243,10 @@ gen_certs() {
   ) >"$1/logs/pki.log" 2>&1 || die "generating certificates failed; log: $1/logs/pki.log"
 }
 
+# Where the API server listens: 127.0.0.1, or with a real node the host's end of its veth
+# (10.99.N.1), which pods reach too.
+api_host() { cat "$1/apiserver.host" 2>/dev/null || echo 127.0.0.1; }
+
 write_kubeconfig() {
   local dir="$1" port="$2"
   local b64="base64 -w0"
@@ -252,7 +256,7 @@ kind: Config
 clusters:
 - name: tdset-local
   cluster:
-    server: https://127.0.0.1:${port}
+    server: https://$(api_host "$dir"):${port}
     certificate-authority-data: $($b64 <"$dir/pki/serving-ca.crt")
 users:
 - name: admin
@@ -302,7 +306,7 @@ start_apiserver() {
   port="$(cat "$dir/apiserver.port")"; eport="$(cat "$dir/etcd.port")"
   setsid "$BIN_DIR/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:${eport}" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
+    --bind-address "$(api_host "$dir")" --advertise-address "$(api_host "$dir")" --secure-port "$port" \
     --cert-dir "$dir/pki" --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
     --client-ca-file "$dir/pki/client-ca.crt" \
     --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
@@ -411,12 +415,12 @@ cmd_start() {
       die "the real node's binaries or images are missing; run: scripts/control-plane.sh install"
     [[ -z "$(node_tools_missing)" ]] ||
       die "a real node needs $(node_tools_missing) (Debian: apt-get install ${NODE_PACKAGES[*]})"
-    mkdir -p "$dir/node"
-    pick_node_index >"$dir/node/index"
+    node_network_up "$dir"
     local i; i="$(node_index "$dir")"
     san=",IP:10.99.$i.1"
-    # Pods reach the API server at 10.99.N.1 (the `kubernetes` Service's endpoint).
-    echo "--bind-address 0.0.0.0 --advertise-address 10.99.$i.1 --endpoint-reconciler-type lease --kubelet-preferred-address-types InternalIP" >"$dir/apiserver.node-args"
+    echo "10.99.$i.1" >"$dir/apiserver.host"
+    # The API server is the `kubernetes` Service's endpoint; it reaches the kubelet by its IP.
+    echo "--endpoint-reconciler-type lease --kubelet-preferred-address-types InternalIP" >"$dir/apiserver.node-args"
   fi
   gen_certs "$dir" "$san"
   free_port >"$dir/etcd.port"
@@ -425,7 +429,7 @@ cmd_start() {
   start_etcd "$dir"
   write_kubeconfig "$dir" "$port"
   start_apiserver "$dir"
-  wait_ready "$dir" kube-apiserver "https://127.0.0.1:${port}/readyz" "$dir/logs/kube-apiserver.log" "$dir/pids/kube-apiserver" ||
+  wait_ready "$dir" kube-apiserver "https://$(api_host "$dir"):${port}/readyz" "$dir/logs/kube-apiserver.log" "$dir/pids/kube-apiserver" ||
     { cmd_stop "$dir"
       if grep -q "address already in use" "$dir/logs/kube-apiserver.log" 2>/dev/null; then
         die "port ${port} was taken by another process before kube-apiserver could bind it; run start again"
@@ -468,7 +472,7 @@ cmd_restart_apiserver() {
   kill_pidfile "$dir/pids/kube-apiserver"
   sleep "$down"
   start_apiserver "$dir"
-  wait_ready "$dir" kube-apiserver "https://127.0.0.1:$(cat "$dir/apiserver.port")/readyz" \
+  wait_ready "$dir" kube-apiserver "https://$(api_host "$dir"):$(cat "$dir/apiserver.port")/readyz" \
     "$dir/logs/kube-apiserver.log" "$dir/pids/kube-apiserver" ||
     die "kube-apiserver did not come back; log: $dir/logs/kube-apiserver.log"
 }

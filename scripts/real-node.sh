@@ -6,8 +6,9 @@
 # The node lives in namespaces of its own, as a kind node lives in a container:
 #   - a network namespace `tdset-node-N`, joined to the host by a veth pair (host 10.99.N.1,
 #     node 10.99.N.2); pods get 10.98.N.0/24 on a bridge inside it, and kube-proxy's iptables
-#     rules stay inside it. The API server listens on 10.99.N.1 too and is the `kubernetes`
-#     Service's endpoint, so in-cluster configuration works as on any cluster.
+#     rules stay inside it. The API server listens on 10.99.N.1 (only: not on the machine's
+#     network) and is the `kubernetes` Service's endpoint, so in-cluster configuration works as
+#     on any cluster.
 #   - a PID namespace and a private mount namespace: containerd, its shims, kubelet, kube-proxy
 #     and every container are in it, and every mount they make (tmpfs volumes, overlays, pod
 #     network namespaces) is in it. Stopping kills the namespace's first process, which takes
@@ -135,17 +136,33 @@ cmd_load_image() {
 
 node_index() { cat "$1/node/index"; }
 
-# The first N whose namespace is free, so several clusters can each have a node.
-pick_node_index() {
-  local i
+# Claims the first free N by creating the namespace (atomic: two clusters starting at once
+# cannot both get it), then joins it to the host with a veth pair.
+node_network_up() {
+  local dir="$1" i ns
+  mkdir -p "$dir/node"
   for i in $(seq 1 250); do
-    ip netns list | awk '{print $1}' | grep -qx "tdset-node-$i" || { echo "$i"; return 0; }
+    if ip netns add "tdset-node-$i" 2>/dev/null; then
+      echo "$i" >"$dir/node/index"
+      break
+    fi
   done
-  die "no free node index (tdset-node-1..250 all exist; stop old clusters or: ip netns del NAME)"
+  [[ -f "$dir/node/index" ]] || die "no free node index (tdset-node-1..250 all exist; stop old clusters or: ip netns del NAME)"
+  ns="tdset-node-$i"
+  ip link add "tdn$i-h" type veth peer name "tdn$i-n"
+  ip link set "tdn$i-n" netns "$ns"
+  ip addr add "10.99.$i.1/24" dev "tdn$i-h"
+  ip link set "tdn$i-h" up
+  ip route add "10.98.$i.0/24" via "10.99.$i.2"
+  ip -n "$ns" link set "tdn$i-n" name eth0
+  ip -n "$ns" addr add "10.99.$i.2/24" dev eth0
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" route add default via "10.99.$i.1"
 }
 
 write_node_config() {
-  local dir="$1" i="$2" port="$3" nd="$1/node"
+  local dir="$1" i="$2" nd="$1/node"
   mkdir -p "$nd/containerd" "$nd/cni" "$nd/kubelet" "$nd/log"
   cat >"$nd/containerd.toml" <<EOF
 version = 2
@@ -174,7 +191,7 @@ EOF
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 EOF
   # kubelet and kube-proxy reach the API server across the veth, with the admin credentials.
-  sed "s#https://127.0.0.1:${port}#https://10.99.$i.1:${port}#" "$dir/kubeconfig" >"$nd/kubeconfig"
+  cp "$dir/kubeconfig" "$nd/kubeconfig"
   cat >"$nd/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -233,19 +250,8 @@ node_init() {
 
 start_node() {
   local dir="$1" i; i="$(node_index "$dir")"
-  local ns="tdset-node-$i" port; port="$(cat "$dir/apiserver.port")"
-  write_node_config "$dir" "$i" "$port"
-  ip netns add "$ns"
-  ip link add "tdn$i-h" type veth peer name "tdn$i-n"
-  ip link set "tdn$i-n" netns "$ns"
-  ip addr add "10.99.$i.1/24" dev "tdn$i-h"
-  ip link set "tdn$i-h" up
-  ip route add "10.98.$i.0/24" via "10.99.$i.2"
-  ip -n "$ns" link set "tdn$i-n" name eth0
-  ip -n "$ns" addr add "10.99.$i.2/24" dev eth0
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" route add default via "10.99.$i.1"
+  local ns="tdset-node-$i"
+  write_node_config "$dir" "$i"
   local c; for c in /sys/fs/cgroup/*/; do
     [[ -e "$c/cgroup.procs" && "$c" != */unified/ ]] && mkdir -p "$c/tdset-node-$i"
   done
