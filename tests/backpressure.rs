@@ -41,64 +41,14 @@ fn flowcontrol(kind: &str, plural: &str) -> ApiResource {
     }
 }
 
-/// Every write of `user` the audit log holds: (verb, URI, received at, response code).
-fn audited_writes(
-    log: &std::path::Path,
-    user: &str,
-) -> Vec<(String, String, chrono::DateTime<chrono::Utc>, i64)> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["stage"] == "ResponseComplete" && e["user"]["username"] == user)
-        .filter_map(|e| {
-            Some((
-                e["verb"].as_str()?.to_string(),
-                e["requestURI"].as_str()?.to_string(),
-                utc(e["requestReceivedTimestamp"].as_str()?),
-                e["responseStatus"]["code"].as_i64()?,
-            ))
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn throttled_with_429s_the_operator_waits_as_told_and_the_boundary_still_completes() {
     let dir = std::env::temp_dir().join(format!("tdset-throttled-{}", unique_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let policy = dir.join("audit-policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts\"]\n  verbs: [\"create\", \"update\", \"patch\"]\n- level: None\n",
-    )
-    .unwrap();
-    let audit_log = dir.join("audit.log");
-    let cp = start_control_plane_with(
-        &dir.join("cp"),
-        &[
-            &format!("--audit-policy-file={}", policy.display()),
-            &format!("--audit-log-path={}", audit_log.display()),
-        ],
-    );
+    let (cp, audit_log) = start_audited_control_plane(&dir);
     let client = client_for(&cp.kubeconfig).await;
     install_crd(&client).await;
     let ns = TestNamespace::new(&client, "throttled").await;
-    let kubectl = |args: &[&str]| kubectl_at(&cp.kubeconfig, args);
     let sa = "tdset-throttled";
-    let binding = format!("{}-admin", ns.name);
-    succeeded(
-        "create sa",
-        kubectl(&["-n", &ns.name, "create", "serviceaccount", sa]),
-    );
-    succeeded(
-        "bind it",
-        kubectl(&[
-            "create",
-            "clusterrolebinding",
-            &binding,
-            "--clusterrole=cluster-admin",
-            &format!("--serviceaccount={}:{sa}", ns.name),
-        ]),
-    );
     // One seat for the ServiceAccount's writes, and no queue: what does not fit gets 429.
     let level = format!("{}-one-seat", ns.name);
     let plc = flowcontrol("PriorityLevelConfiguration", "prioritylevelconfigurations");
@@ -137,7 +87,7 @@ async fn throttled_with_429s_the_operator_waits_as_told_and_the_boundary_still_c
         )
         .await
         .expect("the flow schema");
-    let (_, kubeconfig) = service_account_client_at(&cp.kubeconfig, &ns.name, sa).await;
+    let (kubeconfig, user) = operator_service_account(&cp.kubeconfig, &ns.name, sa).await;
 
     // 60 TDSets whose window starts at 10:00; the operator's clock starts at 09:59:50.
     let n = 60;
@@ -190,11 +140,10 @@ async fn throttled_with_429s_the_operator_waits_as_told_and_the_boundary_still_c
     // Each refused patch or update of an object came again no sooner than the second
     // `Retry-After` asked for. (Creates and Events share their URIs between objects, so only
     // writes to one named object are paired.)
-    let user = format!("system:serviceaccount:{}:{sa}", ns.name);
     let writes = audited_writes(&audit_log, &user);
     let refused: Vec<_> = writes
         .iter()
-        .filter(|(verb, uri, _, code)| *code == 429 && verb != "create" && !uri.contains("/events"))
+        .filter(|w| w.code == 429 && w.verb != "create" && !w.uri.contains("/events"))
         .collect();
     assert!(
         !refused.is_empty(),
@@ -202,16 +151,16 @@ async fn throttled_with_429s_the_operator_waits_as_told_and_the_boundary_still_c
         writes.len()
     );
     let mut early = Vec::new();
-    for (verb, uri, at, _) in &refused {
+    for r in &refused {
         let next = writes
             .iter()
-            .filter(|(v, u, t, _)| v == verb && u == uri && t > at)
-            .map(|(_, _, t, _)| *t)
+            .filter(|w| w.verb == r.verb && w.uri == r.uri && w.at > r.at)
+            .map(|w| w.at)
             .min();
         if let Some(next) = next
-            && (next - *at).num_milliseconds() < 900
+            && (next - r.at).num_milliseconds() < 900
         {
-            early.push((uri.clone(), (next - *at).num_milliseconds()));
+            early.push((r.uri.clone(), (next - r.at).num_milliseconds()));
         }
     }
     eprintln!(

@@ -3,8 +3,10 @@
 //! At a shared boundary (09:00 on a Monday) every TDSet's Deployment, `/scale` or HPA write is
 //! what users wait for; the status and the Event saying so can be read a second later. So a
 //! reconcile makes its workload write itself and hands status and Events to this lane, which
-//! sends them while no workload write is under way (or, under sustained load, one per writer
-//! every `MAX_DEFER`, so they never starve).
+//! sends them while no workload write is under way and no reconcile is due (a boundary's are
+//! all due at once, so its statuses and Events follow its last workload write). Under sustained
+//! workload writes with nothing due, one per writer goes every `MAX_DEFER`; while reconciles
+//! stay due, one per writer every `MAX_DUE_DEFER`: they never starve.
 //!
 //! - Statuses coalesce per TDSet: one superseded before it is sent is never sent, and one
 //!   TDSet's statuses are written one at a time, in order.
@@ -49,29 +51,66 @@ const WRITERS: usize = 16;
 const QUIET: Duration = Duration::from_millis(50);
 /// ...or, under sustained workload writes, after waiting this long (one write, then wait again).
 const MAX_DEFER: Duration = Duration::from_secs(1);
+/// ...or, while reconciles are due (a boundary being worked through), after this long. Above
+/// the scale phase of a boundary of thousands (BENCHMARKS.md), so only a stream of due
+/// reconciles that never ends is cut into.
+const MAX_DUE_DEFER: Duration = Duration::from_secs(30);
 /// A failed status write is retried after this, doubling up to `RETRY_MAX`.
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// Tracks the workload writes in flight, so that bookkeeping can stay out of their way.
+/// Whether reconciles are due that have not started (the wakeup scheduler knows).
+pub trait Due: Send + Sync {
+    fn pending(&self, now: Instant) -> bool;
+}
+
+/// Tracks the workload writes in flight, and the reconciles due, so that bookkeeping can stay
+/// out of their way.
 #[derive(Default)]
 pub struct Priority {
     in_flight: AtomicUsize,
+    /// Of those, the reconciles that were due (a boundary's): bookkeeping waits for them
+    /// without `MAX_DEFER`.
+    due_in_flight: AtomicUsize,
     last_done: Mutex<Option<Instant>>,
+    due: Option<Arc<dyn Due>>,
 }
 
 /// Held while a reconcile observes and writes its workload.
-pub struct WorkloadTurn<'a>(&'a Priority);
+pub struct WorkloadTurn<'a> {
+    priority: &'a Priority,
+    due: bool,
+}
 
 impl Priority {
-    pub fn workload(&self) -> WorkloadTurn<'_> {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        WorkloadTurn(self)
+    pub fn with_due(due: Arc<dyn Due>) -> Self {
+        Priority {
+            due: Some(due),
+            ..Priority::default()
+        }
     }
 
-    /// Whether no workload write has been in flight for `QUIET`.
+    /// Held from a reconcile's start until its workload is written. It counts as due until
+    /// `not_due` says otherwise, so that it is due without a gap from the moment its wakeup
+    /// stops counting.
+    pub fn workload(&self) -> WorkloadTurn<'_> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.due_in_flight.fetch_add(1, Ordering::SeqCst);
+        WorkloadTurn {
+            priority: self,
+            due: true,
+        }
+    }
+
+    /// Reconciles are due, or running since they were.
+    fn due(&self, now: Instant) -> bool {
+        self.due_in_flight.load(Ordering::SeqCst) > 0
+            || self.due.as_ref().is_some_and(|d| d.pending(now))
+    }
+
+    /// Whether no workload write has been in flight for `QUIET`, and none is due.
     fn quiet(&self, now: Instant) -> bool {
-        if self.in_flight.load(Ordering::SeqCst) > 0 {
+        if self.in_flight.load(Ordering::SeqCst) > 0 || self.due(now) {
             return false;
         }
         let last = self.last_done.lock().ok().and_then(|l| *l);
@@ -79,12 +118,22 @@ impl Priority {
     }
 }
 
+impl WorkloadTurn<'_> {
+    /// This reconcile was not due (a watch event, not a wakeup that came due).
+    pub fn not_due(&mut self) {
+        if std::mem::take(&mut self.due) {
+            self.priority.due_in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Drop for WorkloadTurn<'_> {
     fn drop(&mut self) {
-        if let Ok(mut last) = self.0.last_done.lock() {
+        if let Ok(mut last) = self.priority.last_done.lock() {
             *last = Some(Instant::now());
         }
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.not_due();
+        self.priority.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -528,8 +577,12 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
         let since = *deferred_since.get_or_insert(now);
         // A full queue means a reconcile is waiting for room: bookkeeping goes now, until both
         // queues are half empty.
-        let turn =
-            draining || full || s.priority.quiet(now) || now.duration_since(since) >= MAX_DEFER;
+        let waited = now.duration_since(since);
+        let turn = draining
+            || full
+            || s.priority.quiet(now)
+            || waited >= MAX_DUE_DEFER
+            || (waited >= MAX_DEFER && !s.priority.due(now));
         if !turn {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;

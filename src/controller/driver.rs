@@ -9,6 +9,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::bookkeeping::WorkloadTurn;
 use super::context::{Context, Outcome, Write, tdset_ref_named};
 use super::events::{self, Events};
 use super::{apply, backoff, calendars, finalizer, scale, shards};
@@ -27,7 +28,13 @@ pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
 
 pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<Action> {
     let (ns, name) = (cached.namespace().unwrap_or_default(), cached.name_any());
-    ctx.wakeups.started(&ns, &name);
+    // Taken before the wakeup stops counting as due: from here until its workload is written
+    // (or the reconcile ends) the bookkeeping lane waits, for as long as it takes if the
+    // reconcile was due (a boundary's workload writes go before its statuses and Events).
+    let mut turn = ctx.priority.workload();
+    if !ctx.wakeups.started(&ns, &name) {
+        turn.not_due();
+    }
     if !ctx.synced.load(Ordering::SeqCst) {
         // The TDSets are listed but the owned objects not yet: an owned Deployment missing
         // from the cache would be taken for missing and created again (a restart against
@@ -52,7 +59,7 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
     let mut events = Events::new();
     let result = match tokio::time::timeout(
         RECONCILE_DEADLINE,
-        reconcile_inner(&tdset, &ctx, &mut events).instrument(span),
+        reconcile_inner(&tdset, &ctx, turn, &mut events).instrument(span),
     )
     .await
     {
@@ -129,6 +136,7 @@ pub fn error_policy(tdset: Arc<Cached<TDSet>>, error: &Error, ctx: Arc<Context>)
 async fn reconcile_inner(
     tdset: &TDSet,
     ctx: &Context,
+    turn: WorkloadTurn<'_>,
     events: &mut Events,
 ) -> Result<Option<Duration>> {
     let ns = tdset
@@ -178,8 +186,7 @@ async fn reconcile_inner(
         .filter(|t| *t <= now);
 
     // Observe and apply, as the mode asks; while suspended, observe only. The bookkeeping lane
-    // (status, Events) waits while this runs anywhere.
-    let turn = ctx.priority.workload();
+    // (status, Events) waits while this runs anywhere (`turn`, taken when the reconcile began).
     // What the TDSet drove before and no longer describes is let go of first (suspended or
     // not: letting go is not scheduling), so a target's record is never overwritten before it
     // has been given back.

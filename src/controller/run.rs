@@ -146,7 +146,8 @@ pub(super) async fn run_controller(
         calendars::calendar_watch(kube::Api::all(watch_client.clone()));
     metrics.set_tdset_store(Some(tdsets.clone()));
 
-    let priority = Arc::new(bookkeeping::Priority::default());
+    // Statuses and Events wait while reconciles are due: a boundary's workload writes first.
+    let priority = Arc::new(bookkeeping::Priority::with_due(wakeups.clone()));
     let lane = bookkeeping::Lane::start(
         Arc::new(bookkeeping::KubeSink {
             client: client.clone(),

@@ -105,17 +105,17 @@ impl Wakeups {
     }
 
     /// The reconcile of `namespace/name` has started: it covers every wakeup due by now, and
-    /// frees its place among the handed ones.
-    pub fn started(&self, namespace: &str, name: &str) {
+    /// frees its place among the handed ones. Returns whether a wakeup of it was due.
+    pub fn started(&self, namespace: &str, name: &str) -> bool {
         let Ok(mut inner) = self.inner.lock() else {
-            return;
+            return false;
         };
         let key = key(namespace, name);
-        if inner
+        let was_due = inner
             .at
             .get(key.as_str())
-            .is_some_and(|t| *t <= Instant::now())
-        {
+            .is_some_and(|t| *t <= Instant::now());
+        if was_due {
             inner.remove(&key);
         }
         let freed = inner.handed.remove(key.as_str()).is_some();
@@ -123,6 +123,14 @@ impl Wakeups {
         if freed {
             self.changed.notify_one();
         }
+        was_due || freed
+    }
+
+    /// Whether a wakeup due by `now` has not started yet (queued, or handed to the controller).
+    pub fn pending_due(&self, now: Instant) -> bool {
+        self.inner.lock().is_ok_and(|inner| {
+            !inner.handed.is_empty() || inner.queue.first().is_some_and(|(at, _)| *at <= now)
+        })
     }
 
     /// No wakeup for `namespace/name` (deleted).
@@ -196,6 +204,12 @@ impl Wakeups {
             }
         });
         futures::StreamExt::flat_map(batches, futures::stream::iter)
+    }
+}
+
+impl super::bookkeeping::Due for Wakeups {
+    fn pending(&self, now: Instant) -> bool {
+        self.pending_due(now)
     }
 }
 

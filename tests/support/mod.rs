@@ -686,6 +686,95 @@ pub async fn service_account_client_at(
     (client_for(&path).await, path)
 }
 
+/// A control plane of its own whose API server keeps an audit log of every create, update and
+/// patch made by a ServiceAccount, with its body (the operator runs as one, so its writes are
+/// told apart from the test's and kube-controller-manager's). Returns it and the log's path.
+pub fn start_audited_control_plane(dir: &Path) -> (ControlPlane, PathBuf) {
+    std::fs::create_dir_all(dir).expect("the test's dir");
+    let policy = dir.join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Request\n  userGroups: [\"system:serviceaccounts\"]\n  verbs: [\"create\", \"update\", \"patch\"]\n- level: None\n",
+    )
+    .expect("writing the audit policy");
+    let log = dir.join("audit.log");
+    let cp = start_control_plane_with(
+        &dir.join("cp"),
+        &[
+            &format!("--audit-policy-file={}", policy.display()),
+            &format!("--audit-log-path={}", log.display()),
+        ],
+    );
+    (cp, log)
+}
+
+/// One write the audit log holds.
+#[derive(Debug, Clone)]
+pub struct AuditedWrite {
+    pub verb: String,
+    pub uri: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub code: i64,
+    /// The request's body (`requestObject`), or null.
+    pub body: serde_json::Value,
+}
+
+/// Every write of `user` the audit log holds, in the order the API server received them.
+pub fn audited_writes(log: &Path, user: &str) -> Vec<AuditedWrite> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut writes: Vec<AuditedWrite> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete" && e["user"]["username"] == user)
+        .filter_map(|e| {
+            Some(AuditedWrite {
+                verb: e["verb"].as_str()?.to_string(),
+                uri: e["requestURI"].as_str()?.to_string(),
+                at: utc(e["requestReceivedTimestamp"].as_str()?),
+                code: e["responseStatus"]["code"].as_i64()?,
+                body: e["requestObject"].clone(),
+            })
+        })
+        .collect();
+    writes.sort_by_key(|w| w.at);
+    writes
+}
+
+/// A ServiceAccount `name` in `namespace` bound to cluster-admin, and a kubeconfig with its
+/// token: who the operator runs as in the audited tests. Returns the kubeconfig and the user
+/// name the audit log records.
+pub async fn operator_service_account(
+    admin_kubeconfig: &Path,
+    namespace: &str,
+    name: &str,
+) -> (PathBuf, String) {
+    succeeded(
+        "create sa",
+        kubectl_at(
+            admin_kubeconfig,
+            &["-n", namespace, "create", "serviceaccount", name],
+        ),
+    );
+    succeeded(
+        "bind it",
+        kubectl_at(
+            admin_kubeconfig,
+            &[
+                "create",
+                "clusterrolebinding",
+                &format!("{namespace}-{name}-admin"),
+                "--clusterrole=cluster-admin",
+                &format!("--serviceaccount={namespace}:{name}"),
+            ],
+        ),
+    );
+    let (_, kubeconfig) = service_account_client_at(admin_kubeconfig, namespace, name).await;
+    (
+        kubeconfig,
+        format!("system:serviceaccount:{namespace}:{name}"),
+    )
+}
+
 /// The operator as a real process (the built binary), for tests that kill it or scrape it.
 /// Its output goes to a log file in the temp dir.
 pub struct OperatorProcess {

@@ -165,7 +165,8 @@ async fn a_storm_of_statuses_is_held_at_most_status_queue_at_a_time_and_all_are_
 #[tokio::test(start_paused = true)]
 async fn under_sustained_workload_writes_bookkeeping_still_trickles_out() {
     let (rec, priority, lane) = started(Arc::new(StatusMemo::default()));
-    let _turn = priority.workload();
+    let mut turn = priority.workload();
+    turn.not_due();
     for i in 0..(WRITERS * 3) {
         lane.event(event(&format!("E{i}"))).await;
     }
@@ -180,6 +181,37 @@ async fn under_sustained_workload_writes_bookkeeping_still_trickles_out() {
         rec.sent.lock().unwrap().len(),
         WRITERS * 3,
         "drain sends everything"
+    );
+}
+
+/// A boundary: reconciles that came due hold statuses and Events back until their workload
+/// writes are done, past `MAX_DEFER`; only a stream of due reconciles lasting `MAX_DUE_DEFER`
+/// is cut into (one per writer).
+#[tokio::test(start_paused = true)]
+async fn while_due_reconciles_write_their_workloads_bookkeeping_waits() {
+    let (rec, priority, lane) = started(Arc::new(StatusMemo::default()));
+    let due = priority.workload();
+    for i in 0..(WRITERS * 3) {
+        lane.event(event(&format!("E{i}"))).await;
+    }
+    run_for(MAX_DEFER * 5).await;
+    assert_eq!(
+        rec.sent.lock().unwrap().len(),
+        0,
+        "nothing before the due write"
+    );
+    run_for(MAX_DUE_DEFER).await;
+    let sent = rec.sent.lock().unwrap().len();
+    assert!(
+        (1..=WRITERS).contains(&sent),
+        "one per writer per MAX_DUE_DEFER, got {sent}"
+    );
+    drop(due);
+    run_for(QUIET * 2).await;
+    assert_eq!(
+        rec.sent.lock().unwrap().len(),
+        WRITERS * 3,
+        "all sent once the due write is done"
     );
 }
 
