@@ -155,3 +155,86 @@ async fn at_a_boundary_every_workload_write_is_sent_before_any_status_or_event()
         .status();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The operator killed the moment every Deployment is at the window's count (its statuses and
+/// Events still waiting in the lane, or on their way) and started again: every status becomes
+/// right, and not one workload is written again.
+#[tokio::test]
+async fn killed_right_after_the_scale_phase_the_operator_rewrites_no_workload() {
+    let dir = std::env::temp_dir().join(format!("tdset-order-crash-{}", unique_suffix()));
+    let (cp, audit_log) = start_audited_control_plane(&dir);
+    let client = client_for(&cp.kubeconfig).await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "crash").await;
+    let (kubeconfig, user) = operator_service_account(&cp.kubeconfig, &ns.name, "tdset").await;
+    tdsets_at_one_boundary(&client, &ns.name).await;
+    let op = OperatorProcess::start(
+        &kubeconfig,
+        &ns.name,
+        &["--fake-now", "2026-05-04T09:59:30Z"],
+        "crash-1.log",
+    );
+    settled_at(&client, &ns.name, 1).await;
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let generations = eventually(GUARD, "every Deployment at 3", || async {
+        let d = deploys.list(&ListParams::default()).await.ok()?.items;
+        d.iter().all(|d| support::replicas(d) == Some(3)).then(|| {
+            d.iter()
+                .map(|d| (d.metadata.name.clone(), d.metadata.generation))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+    })
+    .await;
+    op.sigkill();
+    let killed_at = chrono::Utc::now();
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
+    let reported_before = tdsets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|t| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.desired_replicas == Some(3))
+        })
+        .count();
+    assert_eq!(generations.len(), N);
+
+    let restarted = OperatorProcess::start(
+        &kubeconfig,
+        &ns.name,
+        &["--fake-now", "2026-05-04T10:00:30Z"],
+        "crash-2.log",
+    );
+    settled_at(&client, &ns.name, 3).await;
+    let workload_after: Vec<_> = audited_writes(&audit_log, &user)
+        .into_iter()
+        .filter(|w| w.at > killed_at && w.uri.contains("/deployments"))
+        .collect();
+    eprintln!(
+        "killed with {reported_before} of {N} statuses at 3; after the restart every status at 3, {} workload writes",
+        workload_after.len()
+    );
+    assert!(
+        workload_after.is_empty(),
+        "workloads written again after the restart: {workload_after:#?}"
+    );
+    let now: std::collections::BTreeMap<_, _> = deploys
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|d| (d.metadata.name.clone(), d.metadata.generation))
+        .collect();
+    assert_eq!(now, generations, "no Deployment's generation moved");
+    drop(restarted);
+
+    let _ = std::process::Command::new(script())
+        .arg("stop")
+        .arg(dir.join("cp"))
+        .status();
+    let _ = std::fs::remove_dir_all(&dir);
+}
