@@ -28,7 +28,8 @@
 # TDSET_APISERVER_PORT=N makes `start` serve on that port instead of a free one it picks.
 # TDSET_APISERVER_ARGS="--flag=value ..." adds flags to kube-apiserver (e.g. a feature gate
 # turned off, to test against what an older cluster serves); split on spaces.
-set -euo pipefail
+# -E: the ERR trap that stops a half-started cluster fires in functions too.
+set -eEuo pipefail
 
 K8S_VERSION="v1.34.4"
 ETCD_VERSION="v3.6.16"
@@ -165,10 +166,14 @@ install_extra() {
   local buildlog="$CACHE_ROOT/build-$name.log"
   mkdir -p "$work/out" "$dest"
   log "building $name into $dest (log: $buildlog)"
-  if ! (
+  # Not in a condition: there bash ignores `set -e`, and a failed step would go unnoticed.
+  local rc=0
+  (
+    set -e
     export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
     "$fn" "$work"
-  ) >"$buildlog" 2>&1; then
+  ) >"$buildlog" 2>&1 || rc=$?
+  if [[ $rc -ne 0 ]]; then
     tail -n 15 "$buildlog" >&2
     rm -rf "$work"
     die "building $name failed; full log: $buildlog"
@@ -406,9 +411,12 @@ cmd_start() {
   fi
   have_binaries || die "control-plane binaries missing in $BIN_DIR; run: scripts/control-plane.sh install"
   mkdir -p "$dir/logs" "$dir/pids"
+  # The kubeconfig and keys in it are the cluster's admin (and with a real node, the node's).
+  chmod 700 "$dir"
   dir="$(cd "$dir" && pwd)"
-  # Any failure from here on must not leave half a control plane running.
-  trap 'cmd_stop "$dir"' ERR
+  rm -f "$dir/apiserver.host" "$dir/apiserver.node-args"
+  # Any failure from here on (`die` included) must not leave half a control plane running.
+  trap 'cmd_stop "$dir"' ERR EXIT
   local san=""
   if [[ $real -eq 1 ]]; then
     [[ -x "$NODE_DIR/kubelet" && -f "$IMAGES_DIR/pause.tar" ]] ||
@@ -420,7 +428,7 @@ cmd_start() {
     san=",IP:10.99.$i.1"
     echo "10.99.$i.1" >"$dir/apiserver.host"
     # The API server is the `kubernetes` Service's endpoint; it reaches the kubelet by its IP.
-    echo "--endpoint-reconciler-type lease --kubelet-preferred-address-types InternalIP" >"$dir/apiserver.node-args"
+    echo "--endpoint-reconciler-type lease --kubelet-preferred-address-types InternalIP --kubelet-client-certificate $dir/pki/admin.crt --kubelet-client-key $dir/pki/admin.key" >"$dir/apiserver.node-args"
   fi
   gen_certs "$dir" "$san"
   free_port >"$dir/etcd.port"
@@ -463,7 +471,7 @@ cmd_start() {
       >/dev/null 2>&1 </dev/null &
     track "$dir" $! watchdog
   fi
-  trap - ERR
+  trap - ERR EXIT
   echo "$dir/kubeconfig"
 }
 

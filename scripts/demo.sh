@@ -33,7 +33,8 @@ stop() {
 }
 
 start() {
-  [[ -f "$STATE/operator.pid" ]] && stop >/dev/null
+  # A demo still running (its operator, or a real node) is stopped before its dir is reused.
+  { [[ -f "$STATE/operator.pid" ]] || [[ -d "$STATE/pids" ]]; } && stop >/dev/null
   rm -rf "$STATE" && mkdir -p "$STATE"
   echo "== building the control plane (cached after the first run) and the operator"
   $CP install >/dev/null

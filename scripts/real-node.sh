@@ -53,7 +53,7 @@ build_node() {
 
 node_tools_missing() {
   local t missing=()
-  for t in containerd ctr runc buildah iptables; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+  for t in containerd ctr runc buildah iptables gcc; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
   [[ -x "$CNI_BIN_DIR/bridge" && -x "$CNI_BIN_DIR/host-local" ]] || missing+=(containernetworking-plugins)
   echo "${missing[*]}"
 }
@@ -96,6 +96,8 @@ build_images() {
 cmd_node_check() {
   local why=()
   [[ $(id -u) -eq 0 ]] || why+=("root (network and PID namespaces, mounts, cgroups)")
+  # The node's kubelet runs cgroup v1 through cgroupfs (what this project's machines have).
+  [[ -d /sys/fs/cgroup/cpu && -d /sys/fs/cgroup/memory ]] || why+=("cgroup v1 hierarchies (cgroup v2 alone is not supported yet)")
   local missing; missing="$(node_tools_missing)"
   [[ -z "$missing" ]] || why+=("$missing (Debian: apt-get install ${NODE_PACKAGES[*]})")
   [[ -x "$NODE_DIR/kubelet" && -f "$IMAGES_DIR/pause.tar" ]] || why+=("the node's kubelet and images (scripts/control-plane.sh install)")
@@ -103,12 +105,12 @@ cmd_node_check() {
 }
 
 install_node() {
-  install_extra node build_node "$NODE_DIR" kubelet kube-proxy
   local missing; missing="$(node_tools_missing)"
-  if [[ -n "$missing" ]]; then
-    log "not building the real node's images: $missing missing (Debian: apt-get install ${NODE_PACKAGES[*]})"
+  if [[ -n "$missing" || $(id -u) -ne 0 ]]; then
+    log "not building the real node (needs root and $missing; Debian: apt-get install ${NODE_PACKAGES[*]})"
     return 0
   fi
+  install_extra node build_node "$NODE_DIR" kubelet kube-proxy
   install_extra images build_images "$IMAGES_DIR" pause.tar httpd.tar distroless-cc-debian12.tar
 }
 
@@ -170,6 +172,9 @@ root = "$nd/containerd/root"
 state = "$nd/containerd/state"
 [grpc]
   address = "$nd/containerd.sock"
+# Its default is /opt/containerd on the host.
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$nd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   # This VM refuses to lower oom_score_adj; the sandbox asks for -998.
@@ -198,9 +203,9 @@ kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://$nd/containerd.sock
 address: 10.99.$i.2
 readOnlyPort: 0
-# The API server reaches the kubelet (logs, exec, port-forward) without client credentials;
-# only the host can reach 10.99.$i.2.
-authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+# Only the API server (with the admin client certificate) may use the kubelet's API (logs,
+# exec, port-forward): pods can reach 10.99.$i.2, and anonymous requests are refused.
+authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: $dir/pki/client-ca.crt}}
 authorization: {mode: AlwaysAllow}
 # What this VM allows: cgroup v1 through cgroupfs, no QoS hierarchy, swap on.
 cgroupDriver: cgroupfs
@@ -252,6 +257,8 @@ start_node() {
   local dir="$1" i; i="$(node_index "$dir")"
   local ns="tdset-node-$i"
   write_node_config "$dir" "$i"
+  # The kubelet sets these host-wide (not per namespace); stop puts them back.
+  sysctl -n kernel.panic_on_oops kernel.panic vm.overcommit_memory >"$dir/node/host-sysctls"
   local c; for c in /sys/fs/cgroup/*/; do
     [[ -e "$c/cgroup.procs" && "$c" != */unified/ ]] && mkdir -p "$c/tdset-node-$i"
   done
@@ -282,16 +289,24 @@ stop_node() {
   local dir="$1" i ns n c
   [[ -f "$dir/node/index" ]] || return 0
   i="$(node_index "$dir")"; ns="tdset-node-$i"
-  kill_pidfile "$dir/pids/node"
+  # unshare blocks SIGTERM; SIGKILL takes the namespace's first process, and all the others.
+  [[ -f "$dir/pids/node" ]] && kill -KILL "$(cat "$dir/pids/node")" 2>/dev/null || true
+  rm -f "$dir/pids/node"
   # The namespace's processes die with its first one; wait until the kernel has reaped them.
   if ip netns list | awk '{print $1}' | grep -qx "$ns"; then
     for n in $(seq 1 100); do [[ -z "$(ip netns pids "$ns" 2>/dev/null)" ]] && break; sleep 0.1; done
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
-    ip netns del "$ns" 2>/dev/null || true
   fi
+  # The link before the namespace: the index is free again only once both are gone.
   ip link del "tdn$i-h" 2>/dev/null || true
+  ip netns del "$ns" 2>/dev/null || true
   for c in /sys/fs/cgroup/*/tdset-node-"$i"; do
     [[ -d "$c" ]] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
+  if [[ -f "$dir/node/host-sysctls" ]]; then
+    local v; mapfile -t v <"$dir/node/host-sysctls"
+    sysctl -qw "kernel.panic_on_oops=${v[0]}" "kernel.panic=${v[1]}" "vm.overcommit_memory=${v[2]}" || true
+    rm -f "$dir/node/host-sysctls"
+  fi
   rm -f "$dir/node/index"
 }

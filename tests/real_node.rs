@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -158,6 +157,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     }
     let binary = release_binary();
     let dir = std::env::temp_dir().join(format!("tdset-real-node-{}", unique_suffix()));
+    let host = HostState::now();
     let t = Instant::now();
     let cp = start_real_node_cluster(&dir);
     eprintln!("real node Ready in {:.1}s", t.elapsed().as_secs_f64());
@@ -258,17 +258,47 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     // One leader, seen from inside each pod (the pod proxy reaches each pod's metrics port).
     let mut leaders = 0.0;
     for p in &running {
-        let text = eventually(GUARD, "a pod's /metrics", || async {
-            raw_get(
+        leaders += eventually(GUARD, "a pod's tdset_leader", || async {
+            let text = raw_get(
                 &kc,
                 &format!(
                     "/api/v1/namespaces/{NS}/pods/{}:8080/proxy/metrics",
                     name(p)
                 ),
-            )
+            )?;
+            metric(&text, "tdset_leader")
         })
         .await;
-        leaders += metric(&text, "tdset_leader").expect("tdset_leader in /metrics");
+    }
+    // Each operator process, seen from the host, runs as user 65532 on a read-only root.
+    for p in &running {
+        let id = p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0]
+            .container_id
+            .clone()
+            .expect("a running container's id");
+        let pids = container_pids(id.trim_start_matches("containerd://"));
+        assert!(!pids.is_empty(), "{}'s process on the host", name(p));
+        for pid in pids {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+            assert!(
+                uid.split_whitespace().skip(1).all(|u| u == "65532"),
+                "{uid}"
+            );
+            let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+            let root = mounts
+                .lines()
+                .find(|l| l.split_whitespace().nth(4) == Some("/"))
+                .expect("the container's root mount");
+            let options = root.split_whitespace().nth(5).unwrap_or_default();
+            assert!(options.split(',').any(|o| o == "ro"), "root mount: {root}");
+        }
     }
     assert_eq!(leaders, 1.0, "exactly one pod leads");
 
@@ -378,7 +408,28 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
         .stderr(Stdio::null())
         .spawn()
         .expect("kubectl logs -f");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Read on a thread from here on; the first line (the pod has logged already) says the
+    // stream is open before the pod is deleted.
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
+    let stdout = follow.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut out = String::new();
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if out.is_empty() {
+                let _ = first_tx.send(());
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    });
+    first_rx
+        .recv_timeout(GUARD)
+        .expect("kubectl logs -f printed the pod's logs");
     let exit_code = {
         let pods = pods.clone();
         let leader = leader.clone();
@@ -406,14 +457,8 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
             .any(|p| name(p) == successor),
         "one of the release's pods took over, not {successor}"
     );
-    let mut out = String::new();
-    follow
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
     let _ = follow.wait();
+    let out = reader.join().unwrap();
     let last: Vec<String> = out
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -529,15 +574,20 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     })
     .await;
     // The TDSet's pod is still running: stopping does not depend on draining first.
-    stop_leaves_nothing_behind(&dir);
+    stop_leaves_nothing_behind(&dir, &host);
 }
 
 /// Stops the cluster and checks the host: no process, mount, network namespace, link,
 /// iptables rule or cgroup of the node is left.
-fn stop_leaves_nothing_behind(dir: &Path) {
+fn stop_leaves_nothing_behind(dir: &Path, host: &HostState) {
     let index = std::fs::read_to_string(dir.join("node/index")).expect("the node's index");
     let ns = format!("tdset-node-{}", index.trim());
     script_output("stopping the cluster", &["stop", dir.to_str().unwrap()]);
+    assert_eq!(
+        &HostState::now(),
+        host,
+        "the host's settings after the node"
+    );
     let output = |cmd: &str, args: &[&str]| {
         let out = Command::new(cmd).args(args).output().expect(cmd);
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -579,6 +629,12 @@ fn stop_leaves_nothing_behind(dir: &Path) {
         .filter(|c| c.contains(&dir_text) && !c.contains("while kill -0"))
         .collect();
     assert!(procs.is_empty(), "processes left: {procs:?}");
+    // Nor any process in the node's cgroups (containers, the pause processes).
+    let in_cgroups = container_pids(&format!("/{ns}/"));
+    assert!(
+        in_cgroups.is_empty(),
+        "processes left in {ns}'s cgroups: {in_cgroups:?}"
+    );
     let shims = output("pgrep", &["-a", "-f", "containerd-shim"]);
     assert!(!shims.contains(&dir_text), "shims left: {shims}");
     let _ = std::fs::remove_dir_all(dir);
@@ -614,22 +670,53 @@ async fn terminated_exit_code(pods: &Api<Pod>, name: &str) -> i32 {
     code.expect("the pod's container reported how it ended before the pod was removed")
 }
 
-/// SIGKILLs, from the host, every process of the container (found by its id in their cgroup
-/// paths); returns how many.
+/// The host's processes whose cgroup paths contain `part` (a container's id, a node's root).
+fn container_pids(part: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("reading /proc")
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().parse::<i32>().ok()?;
+            let cgroups = std::fs::read_to_string(e.path().join("cgroup")).ok()?;
+            cgroups.contains(part).then_some(pid)
+        })
+        .collect()
+}
+
+/// SIGKILLs, from the host, every process of the container; returns how many.
 fn kill_container(id: &str) -> usize {
-    let mut killed = 0;
-    for entry in std::fs::read_dir("/proc").expect("reading /proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cgroups = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
-        if cgroups.contains(id) {
-            let ok = Command::new("kill")
+    container_pids(id)
+        .into_iter()
+        .filter(|pid| {
+            Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status()
-                .is_ok_and(|s| s.success());
-            killed += usize::from(ok);
+                .is_ok_and(|s| s.success())
+        })
+        .count()
+}
+
+/// What a node could change on the host outside its namespaces: the kernel settings the
+/// kubelet sets host-wide, and containerd's default plugin dir.
+#[derive(Debug, PartialEq)]
+struct HostState {
+    sysctls: Vec<String>,
+    opt_containerd: bool,
+}
+
+impl HostState {
+    fn now() -> HostState {
+        let sysctls = [
+            "kernel/panic_on_oops",
+            "kernel/panic",
+            "vm/overcommit_memory",
+        ]
+        .iter()
+        .map(|k| std::fs::read_to_string(format!("/proc/sys/{k}")).unwrap_or_default())
+        .collect();
+        HostState {
+            sysctls,
+            opt_containerd: Path::new("/opt/containerd").exists(),
         }
     }
-    killed
 }
