@@ -6,6 +6,8 @@
 #                                                        takes the binary built on the host (a
 #                                                        Debian 12 / glibc 2.36 or older host), as
 #                                                        the tests do, with buildah, on a real node
+# BuildKit (Docker's default builder) and buildah build only the stages the target needs; the
+# legacy builder (DOCKER_BUILDKIT=0) builds every stage, `prebuilt` too, which needs the binary.
 FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
