@@ -80,24 +80,58 @@ fn scaled_up_event(w: &AuditedWrite) -> bool {
     w.uri.contains("/events") && w.body["reason"] == "ScaledUp"
 }
 
+/// One test's cluster: an audited control plane, N TDSets at one boundary, and the operator
+/// (as a ServiceAccount) started 30 s before it, once every Deployment is at 1.
+struct Boundary {
+    dir: std::path::PathBuf,
+    audit_log: std::path::PathBuf,
+    client: kube::Client,
+    ns: TestNamespace,
+    kubeconfig: std::path::PathBuf,
+    user: String,
+}
+
+impl Boundary {
+    async fn start(name: &str) -> (Boundary, OperatorProcess) {
+        let dir = std::env::temp_dir().join(format!("tdset-{name}-{}", unique_suffix()));
+        let (cp, audit_log) = start_audited_control_plane(&dir);
+        let client = client_for(&cp.kubeconfig).await;
+        install_crd(&client).await;
+        let ns = TestNamespace::new(&client, name).await;
+        let (kubeconfig, user) = operator_service_account(&cp.kubeconfig, &ns.name, "tdset").await;
+        tdsets_at_one_boundary(&client, &ns.name).await;
+        let op = OperatorProcess::start(
+            &kubeconfig,
+            &ns.name,
+            &["--fake-now", "2026-05-04T09:59:30Z"],
+            &format!("{name}-1.log"),
+        );
+        settled_at(&client, &ns.name, 1).await;
+        let b = Boundary {
+            dir,
+            audit_log,
+            client,
+            ns,
+            kubeconfig,
+            user,
+        };
+        (b, op)
+    }
+
+    fn stop(self) {
+        let _ = std::process::Command::new(script())
+            .arg("stop")
+            .arg(self.dir.join("cp"))
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[tokio::test]
 async fn at_a_boundary_every_workload_write_is_sent_before_any_status_or_event() {
-    let dir = std::env::temp_dir().join(format!("tdset-order-{}", unique_suffix()));
-    let (cp, audit_log) = start_audited_control_plane(&dir);
-    let client = client_for(&cp.kubeconfig).await;
-    install_crd(&client).await;
-    let ns = TestNamespace::new(&client, "order").await;
-    let (kubeconfig, user) = operator_service_account(&cp.kubeconfig, &ns.name, "tdset").await;
-    tdsets_at_one_boundary(&client, &ns.name).await;
-
-    // The operator's clock starts 30 s before the boundary.
-    let op = OperatorProcess::start(
-        &kubeconfig,
-        &ns.name,
-        &["--fake-now", "2026-05-04T09:59:30Z"],
-        "order.log",
-    );
-    settled_at(&client, &ns.name, 1).await;
+    let (b, op) = Boundary::start("order").await;
+    let (client, audit_log, user) = (b.client.clone(), b.audit_log.clone(), b.user.clone());
+    let ns = &b.ns;
     settled_at(&client, &ns.name, 3).await;
     // Every Event of the boundary is sent, too.
     eventually(GUARD, "a ScaledUp Event per TDSet", || async {
@@ -149,11 +183,7 @@ async fn at_a_boundary_every_workload_write_is_sent_before_any_status_or_event()
         early.len()
     );
 
-    let _ = std::process::Command::new(script())
-        .arg("stop")
-        .arg(dir.join("cp"))
-        .status();
-    let _ = std::fs::remove_dir_all(&dir);
+    b.stop();
 }
 
 /// The operator killed the moment every Deployment is at the window's count (its statuses and
@@ -161,20 +191,9 @@ async fn at_a_boundary_every_workload_write_is_sent_before_any_status_or_event()
 /// right, and not one workload is written again.
 #[tokio::test]
 async fn killed_right_after_the_scale_phase_the_operator_rewrites_no_workload() {
-    let dir = std::env::temp_dir().join(format!("tdset-order-crash-{}", unique_suffix()));
-    let (cp, audit_log) = start_audited_control_plane(&dir);
-    let client = client_for(&cp.kubeconfig).await;
-    install_crd(&client).await;
-    let ns = TestNamespace::new(&client, "crash").await;
-    let (kubeconfig, user) = operator_service_account(&cp.kubeconfig, &ns.name, "tdset").await;
-    tdsets_at_one_boundary(&client, &ns.name).await;
-    let op = OperatorProcess::start(
-        &kubeconfig,
-        &ns.name,
-        &["--fake-now", "2026-05-04T09:59:30Z"],
-        "crash-1.log",
-    );
-    settled_at(&client, &ns.name, 1).await;
+    let (b, op) = Boundary::start("crash").await;
+    let (client, audit_log, user) = (b.client.clone(), b.audit_log.clone(), b.user.clone());
+    let ns = &b.ns;
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let generations = eventually(GUARD, "every Deployment at 3", || async {
         let d = deploys.list(&ListParams::default()).await.ok()?.items;
@@ -203,7 +222,7 @@ async fn killed_right_after_the_scale_phase_the_operator_rewrites_no_workload() 
     assert_eq!(generations.len(), N);
 
     let restarted = OperatorProcess::start(
-        &kubeconfig,
+        &b.kubeconfig,
         &ns.name,
         &["--fake-now", "2026-05-04T10:00:30Z"],
         "crash-2.log",
@@ -232,9 +251,5 @@ async fn killed_right_after_the_scale_phase_the_operator_rewrites_no_workload() 
     assert_eq!(now, generations, "no Deployment's generation moved");
     drop(restarted);
 
-    let _ = std::process::Command::new(script())
-        .arg("stop")
-        .arg(dir.join("cp"))
-        .status();
-    let _ = std::fs::remove_dir_all(&dir);
+    b.stop();
 }

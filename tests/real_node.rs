@@ -106,6 +106,16 @@ fn ready(p: &Pod) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The pod's (only) container's status.
+fn first_container(p: &Pod) -> &k8s_openapi::api::core::v1::ContainerStatus {
+    &p.status
+        .as_ref()
+        .expect("a pod status")
+        .container_statuses
+        .as_ref()
+        .expect("container statuses")[0]
+}
+
 fn name(p: &Pod) -> String {
     p.metadata.name.clone().unwrap_or_default()
 }
@@ -236,13 +246,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
             Some(RELEASE),
             "the release's ServiceAccount"
         );
-        let c = &p
-            .status
-            .as_ref()
-            .unwrap()
-            .container_statuses
-            .as_ref()
-            .unwrap()[0];
+        let c = first_container(p);
         assert!(
             c.image.contains(IMAGE_REPO),
             "runs the image built here: {}",
@@ -272,13 +276,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     }
     // Each operator process, seen from the host, runs as user 65532 on a read-only root.
     for p in &running {
-        let id = p
-            .status
-            .as_ref()
-            .unwrap()
-            .container_statuses
-            .as_ref()
-            .unwrap()[0]
+        let id = first_container(p)
             .container_id
             .clone()
             .expect("a running container's id");
@@ -337,13 +335,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
         .items;
     assert_eq!(web.len(), 3);
     for p in &web {
-        let c = &p
-            .status
-            .as_ref()
-            .unwrap()
-            .container_statuses
-            .as_ref()
-            .unwrap()[0];
+        let c = first_container(p);
         assert!(
             c.state.as_ref().and_then(|s| s.running.as_ref()).is_some() && c.ready,
             "{} running and ready: {c:?}",
