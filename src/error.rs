@@ -24,6 +24,10 @@ pub enum Error {
     #[error("TDSet has no {0}; it cannot be reconciled")]
     MissingField(&'static str),
 
+    /// A workload kept changing between reading it and writing it (409 on every try).
+    #[error("{0}; tried again")]
+    Contended(String),
+
     #[error("reading {path}: {source}")]
     Io {
         path: String,
@@ -84,6 +88,7 @@ impl Error {
             Error::InvalidSpec(_) => "invalid_spec",
             Error::ForeignObject { .. } => "foreign_object",
             Error::MissingField(_) => "missing_field",
+            Error::Contended(_) => "contended",
             Error::Io { .. } | Error::Manifest { .. } => "input",
             Error::Serialize { .. } => "serialize",
             Error::Metrics(_) => "metrics",

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::api::{TDCalendar, TDSet};
 use crate::error::{Error, Result};
-use crate::schedule::{Schedule, SharedHolidays, Transition};
+use crate::schedule::{Count, OWN, Schedule, SharedHolidays};
 
 /// Reads one TDSet manifest (YAML or JSON) and checks it as the API server and the
 /// controller would, reporting every problem with its field path.
@@ -110,15 +110,22 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
 #[derive(Serialize, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PointPreview {
     pub at: String,
     pub time_zone: String,
-    /// The count the operator sets (`R(t)`).
-    pub desired_replicas: i32,
+    /// The count the operator sets (`R(t)`); null for the level `own` (group form).
+    pub desired_replicas: Option<i32>,
+    /// True when the level is `own`: each workload of the group runs its own count.
+    #[serde(skip_serializing_if = "is_false")]
+    pub own: bool,
     /// The level the schedule asks for (`L(t)`); differs from `desiredReplicas` mid-ramp.
-    pub level: i32,
+    pub level: Option<i32>,
     pub active_window: Option<String>,
     pub active_override: Option<String>,
     pub holiday: bool,
@@ -126,6 +133,9 @@ pub struct PointPreview {
     pub reason: String,
     pub next_transition_time: Option<String>,
     pub next_replicas: Option<i32>,
+    /// True when the next transition is to the level `own`.
+    #[serde(skip_serializing_if = "is_false")]
+    pub next_own: bool,
     /// `spec.suspend`: the schedule is shown, but the operator writes nothing meanwhile.
     pub suspended: bool,
 }
@@ -136,14 +146,16 @@ pub fn at(schedule: &Schedule, at: DateTime<Utc>, suspended: bool) -> PointPrevi
     PointPreview {
         at: rfc3339(at),
         time_zone: schedule.time_zone().name().to_string(),
-        desired_replicas: eval.replicas,
-        level: eval.level,
+        desired_replicas: eval.count().replicas(),
+        own: eval.count() == Count::Own,
+        level: Count::of(eval.level).replicas(),
         reason: eval.why(),
         active_window: eval.window_label,
         active_override: eval.override_label,
         holiday: eval.holiday,
         next_transition_time: next.map(|n| rfc3339(n.at)),
-        next_replicas: next.map(|n| n.replicas),
+        next_replicas: next.and_then(|n| n.count().replicas()),
+        next_own: next.is_some_and(|n| n.count() == Count::Own),
         suspended,
     }
 }
@@ -154,7 +166,9 @@ pub struct RangePreview {
     pub from: String,
     pub to: String,
     pub time_zone: String,
-    pub initial_replicas: i32,
+    pub initial_replicas: Option<i32>,
+    #[serde(skip_serializing_if = "is_false")]
+    pub initial_own: bool,
     pub initial_window: Option<String>,
     pub initial_reason: String,
     pub transitions: Vec<TransitionOut>,
@@ -163,7 +177,10 @@ pub struct RangePreview {
 #[derive(Serialize, Debug, PartialEq)]
 pub struct TransitionOut {
     pub at: String,
-    pub replicas: i32,
+    /// Null for the level `own`.
+    pub replicas: Option<i32>,
+    #[serde(skip_serializing_if = "is_false")]
+    pub own: bool,
     pub window: Option<String>,
     /// Why: a window, a holiday, an override, or a ramp step.
     pub reason: String,
@@ -175,17 +192,19 @@ pub fn range(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Ran
         from: rfc3339(from),
         to: rfc3339(to),
         time_zone: schedule.time_zone().name().to_string(),
-        initial_replicas: initial.replicas,
+        initial_replicas: initial.count().replicas(),
+        initial_own: initial.count() == Count::Own,
         initial_reason: initial.why(),
         initial_window: initial.window_label,
         transitions: schedule
             .transitions(from, to)
             .into_iter()
-            .map(|Transition { at, replicas }| {
-                let eval = schedule.evaluate(at);
+            .map(|t| {
+                let eval = schedule.evaluate(t.at);
                 TransitionOut {
-                    at: rfc3339(at),
-                    replicas,
+                    at: rfc3339(t.at),
+                    replicas: t.count().replicas(),
+                    own: t.count() == Count::Own,
                     reason: eval.why(),
                     window: eval.window_label,
                 }
@@ -203,7 +222,7 @@ fn local(schedule: &Schedule, t: DateTime<Utc>) -> String {
 pub fn point_table(schedule: &Schedule, p: &PointPreview, at: DateTime<Utc>) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "at:        {} ({})", p.at, local(schedule, at));
-    let _ = writeln!(s, "replicas:  {}", p.desired_replicas);
+    let _ = writeln!(s, "replicas:  {}", shown(p.desired_replicas));
     let _ = writeln!(s, "why:       {}", p.reason);
     if p.suspended {
         let _ = writeln!(
@@ -211,24 +230,34 @@ pub fn point_table(schedule: &Schedule, p: &PointPreview, at: DateTime<Utc>) -> 
             "suspended: spec.suspend is true; the operator writes nothing meanwhile"
         );
     }
-    match (schedule.next_transition(at), p.next_replicas) {
-        (Some(n), Some(r)) => {
+    match schedule.next_transition(at) {
+        Some(n) => {
             let _ = writeln!(
                 s,
-                "next:      {} ({}) -> {r} replicas",
+                "next:      {} ({}) -> {}",
                 p.next_transition_time.as_deref().unwrap_or(""),
-                local(schedule, n.at)
+                local(schedule, n.at),
+                match n.count() {
+                    Count::Replicas(r) => format!("{r} replicas"),
+                    Count::Own => "own (each workload's own count)".into(),
+                }
             );
         }
-        _ => {
+        None => {
             let _ = writeln!(s, "next:      never (the replica count does not change)");
         }
     }
     s
 }
 
+/// A count, or "own".
+fn shown(replicas: Option<i32>) -> String {
+    replicas.map_or_else(|| "own".into(), |r| r.to_string())
+}
+
 pub fn range_table(schedule: &Schedule, r: &RangePreview) -> String {
-    let row = |s: &mut String, at: &str, replicas: i32, reason: &str| {
+    let row = |s: &mut String, at: &str, replicas: Option<i32>, reason: &str| {
+        let replicas = shown(replicas);
         let local = parse_rfc3339(at)
             .map(|t| local(schedule, t))
             .unwrap_or_default();
@@ -266,12 +295,14 @@ pub fn chart(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>, width:
     for c in 0..width {
         let start = from + slice * c as i32;
         let end = start + slice;
+        // `own` (OWN, below every count) shows as its own shade over the full height.
         let mut peak = schedule.evaluate(start).replicas;
         for t in transitions.iter().filter(|t| t.at > start && t.at < end) {
             peak = peak.max(t.replicas);
         }
         columns.push(peak);
     }
+    let has_own = columns.contains(&OWN);
     let max = columns.iter().copied().max().unwrap_or(0).max(1);
     let height = (max as usize).min(12);
     let label_w = max.to_string().len();
@@ -294,7 +325,9 @@ pub fn chart(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>, width:
         let bar: String = columns
             .iter()
             .map(|&v| {
-                if v as f64 >= threshold - 1e-9 && v > 0 {
+                if v == OWN {
+                    '░'
+                } else if v as f64 >= threshold - 1e-9 && v > 0 {
                     '█'
                 } else {
                     ' '
@@ -347,6 +380,9 @@ pub fn chart(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>, width:
         transitions.len(),
         slice.num_minutes().max(1)
     );
+    if has_own {
+        let _ = writeln!(s, "░ own: each workload runs its own count");
+    }
     s
 }
 
@@ -360,7 +396,7 @@ mod tests {
     fn seed_manifest_parses_and_previews() {
         let (_, s) = parse_manifest("seed", SEED).unwrap();
         let p = at(&s, parse_rfc3339("2026-05-01T12:00:00Z").unwrap(), false);
-        assert_eq!(p.desired_replicas, 5);
+        assert_eq!(p.desired_replicas, Some(5));
         assert_eq!(p.active_window.as_deref(), Some("09:00-17:00"));
         assert_eq!(
             p.next_transition_time.as_deref(),

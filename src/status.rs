@@ -4,9 +4,9 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 
-use crate::api::{Condition, HistoryEntry, MAX_HISTORY, TDSetStatus, TargetStatus};
+use crate::api::{Condition, GroupStatus, HistoryEntry, MAX_HISTORY, TDSetStatus, TargetStatus};
 use crate::preview::rfc3339;
-use crate::schedule::{Evaluation, Transition, Warning};
+use crate::schedule::{Count, Evaluation, Transition, Warning};
 use crate::workload::hpa::HpaView;
 use crate::workload::target::ScaleView;
 
@@ -228,6 +228,10 @@ pub struct Inputs<'a> {
     pub workload: Result<&'a Observed, &'a Missing>,
     /// With `scaleTargetRef`: what the operator sets on which object.
     pub target: Option<&'a TargetStatus>,
+    /// With `scaleTargetSelector`: the group's counts.
+    pub group: Option<&'a GroupStatus>,
+    /// What the schedule removes now, when the baseline is known.
+    pub saved: Option<crate::workload::savings::Saved>,
     pub problem: Option<&'a Problem>,
     /// `spec.suspend`: the operator observes and reports, and writes nothing to the workload.
     pub suspended: bool,
@@ -240,10 +244,11 @@ pub struct Inputs<'a> {
 
 pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
     let seen = i.workload.ok();
-    let desired = i.evaluation.map(|e| e.replicas);
+    let count = i.evaluation.map(|e| e.count());
+    let desired = count.and_then(Count::replicas);
     let conditions = vec![
-        condition(i, AVAILABLE, available(i, desired)),
-        condition(i, PROGRESSING, progressing(i, desired)),
+        condition(i, AVAILABLE, available(i, count)),
+        condition(i, PROGRESSING, progressing(i, count)),
         condition(i, DEGRADED, degraded(i)),
     ];
     TDSetStatus {
@@ -254,8 +259,10 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
         active_window: i.evaluation.and_then(|e| e.window_label.clone()),
         active_override: i.evaluation.and_then(|e| e.override_label.clone()),
         next_transition_time: i.next.map(|n| rfc3339(n.at)),
-        next_replicas: i.next.map(|n| n.replicas),
+        next_replicas: i.next.and_then(|n| n.count().replicas()),
         target: i.target.cloned(),
+        group: i.group.cloned(),
+        savings: i.saved.map(|s| s.status()),
         conditions,
         shard: i
             .shard
@@ -302,7 +309,7 @@ pub fn failed_transition(
         at: at.to_string(),
         applied_at: None,
         from: p.replicas,
-        to: p.next_replicas?,
+        to: Some(p.next_replicas?),
         reason: "the scheduled change".into(),
         message: Some(clipped(&format!(
             "{}: {}",
@@ -352,7 +359,15 @@ pub fn with_failure(
 
 type Verdict = (bool, &'static str, String);
 
-fn available(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
+/// "3 replicas", or what `own` means.
+fn count_text(c: Count) -> String {
+    match c {
+        Count::Replicas(n) => format!("{n} replicas"),
+        Count::Own => "each workload's own count".into(),
+    }
+}
+
+fn available(i: &Inputs<'_>, desired: Option<Count>) -> Verdict {
     let o = match i.workload {
         Err(m) => return (false, m.reason, m.message.clone()),
         Ok(o) => o,
@@ -363,7 +378,7 @@ fn available(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
             reason::SCHEDULE_UNKNOWN,
             "the schedule cannot be evaluated".into(),
         ),
-        Some(0) => (
+        Some(Count::Replicas(0)) => (
             true,
             reason::SCALED_TO_ZERO,
             "the schedule wants 0 replicas now".into(),
@@ -397,10 +412,10 @@ fn available(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
     }
 }
 
-fn progressing(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
+fn progressing(i: &Inputs<'_>, desired: Option<Count>) -> Verdict {
     if i.suspended {
         let wants = desired.map_or(String::new(), |d| {
-            format!("; the schedule wants {d} replicas now")
+            format!("; the schedule wants {} now", count_text(d))
         });
         return (
             false,
@@ -441,15 +456,15 @@ fn progressing(i: &Inputs<'_>, desired: Option<i32>) -> Verdict {
             return (
                 true,
                 reason::SCALING,
-                format!("creating the workload for {desired} replicas"),
+                format!("creating the workload for {}", count_text(desired)),
             );
         }
     };
     let next = match i.next {
         Some(n) => format!(
-            "; next change at {} to {} replicas",
+            "; next change at {} to {}",
             rfc3339(n.at),
-            n.replicas
+            count_text(n.count())
         ),
         None => "; no change is scheduled".into(),
     };
@@ -544,6 +559,8 @@ mod tests {
             notices: &[],
             workload: Err(&MISSING),
             target: None,
+            group: None,
+            saved: None,
             problem,
             suspended: false,
             change: None,
@@ -627,7 +644,7 @@ mod tests {
             at: at.into(),
             applied_at: applied.map(Into::into),
             from: Some(1),
-            to,
+            to: Some(to),
             reason: "window".into(),
             message: None,
         }
@@ -641,8 +658,8 @@ mod tests {
             status.history = recorded(Some(&status), entry(&at, Some(&at), minute));
         }
         assert_eq!(status.history.len(), MAX_HISTORY);
-        assert_eq!(status.history[0].to, 24);
-        assert_eq!(status.history[9].to, 15);
+        assert_eq!(status.history[0].to, Some(24));
+        assert_eq!(status.history[9].to, Some(15));
     }
 
     #[test]
@@ -674,7 +691,7 @@ mod tests {
                 failed.from,
                 failed.to
             ),
-            ("2026-01-01T00:10:00Z", None, Some(3), 5)
+            ("2026-01-01T00:10:00Z", None, Some(3), Some(5))
         );
         assert!(failed.message.as_deref().unwrap().contains("refused"));
         let long = Problem::ApiError("x".repeat(5000));

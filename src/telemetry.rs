@@ -51,6 +51,16 @@ pub struct Metrics {
     /// TDSets this shard matches that another shard still holds.
     pub shard_waiting: IntGauge,
     tdsets: Arc<Mutex<Option<Store<Cached<TDSet>>>>>,
+    /// Replica-seconds saved per TDSet ("ns/name"), integrated at each reconcile.
+    saved: Arc<Mutex<std::collections::HashMap<String, SavedClock>>>,
+}
+
+/// A TDSet's replica-seconds saved so far, and the replicas saved since `since`.
+#[derive(Clone, Copy, Debug)]
+struct SavedClock {
+    total: f64,
+    replicas: i64,
+    since: chrono::DateTime<chrono::Utc>,
 }
 
 impl Metrics {
@@ -157,7 +167,32 @@ impl Metrics {
             streaming_lists,
             shard_waiting,
             tdsets,
+            saved: Default::default(),
         })
+    }
+
+    /// Adds what a TDSet saved since its last reconcile (`replicas` saved from `now` on), to
+    /// `tdset_saved_replica_seconds_total`.
+    pub fn saved(&self, key: &str, replicas: i64, now: chrono::DateTime<chrono::Utc>) {
+        let Ok(mut saved) = self.saved.lock() else {
+            return;
+        };
+        let clock = saved.entry(key.to_string()).or_insert(SavedClock {
+            total: 0.0,
+            replicas,
+            since: now,
+        });
+        let elapsed = (now - clock.since).num_milliseconds().max(0) as f64 / 1000.0;
+        clock.total += clock.replicas as f64 * elapsed;
+        clock.replicas = replicas;
+        clock.since = now;
+    }
+
+    /// Forgets a TDSet that is gone.
+    pub fn forget_saved(&self, key: &str) {
+        if let Ok(mut saved) = self.saved.lock() {
+            saved.remove(key);
+        }
     }
 
     /// Per-TDSet series are read from this cache at scrape time, so a deleted TDSet's series
@@ -196,13 +231,14 @@ impl Metrics {
             .and_then(|s| s.as_ref().map(|s| s.state()))
             .unwrap_or_default();
         let tdsets = Arc::new(tdsets);
+        let saved = Arc::new(self.saved.lock().map(|s| s.clone()).unwrap_or_default());
         let per_family = (0..FAMILIES.len()).flat_map(move |family| {
-            let tdsets = tdsets.clone();
+            let (tdsets, saved) = (tdsets.clone(), saved.clone());
             let n = tdsets.len().div_ceil(CHUNK);
             (0..n.max(1)).map(move |chunk| {
                 let from = (chunk * CHUNK).min(tdsets.len());
                 let to = (from + CHUNK).min(tdsets.len());
-                render_family(family, chunk == 0, &tdsets[from..to])
+                render_family(family, chunk == 0, &tdsets[from..to], &saved)
             })
         });
         std::iter::once(head).chain(per_family)
@@ -216,16 +252,19 @@ const CHUNK: usize = 256;
 /// state (the kube-state-metrics shape).
 #[derive(Clone, Copy)]
 enum Series {
-    Gauge(fn(&TDSetStatus) -> Option<i64>),
+    Gauge(fn(&TDSetStatus) -> Option<f64>),
     Conditions,
+    /// `tdset_saved_replica_seconds_total`, from the operator's memory (a counter: it starts
+    /// again at 0 when the operator restarts, as Prometheus counters do).
+    SavedSeconds,
 }
 
 /// The per-TDSet families: name, help, what they read.
-const FAMILIES: [(&str, &str, Series); 5] = [
+const FAMILIES: [(&str, &str, Series); 9] = [
     (
         "tdset_desired_replicas",
         "Replicas the schedule wants now",
-        Series::Gauge(|s| s.desired_replicas.map(i64::from)),
+        Series::Gauge(|s| s.desired_replicas.map(f64::from)),
     ),
     (
         "tdset_next_transition_timestamp_seconds",
@@ -234,18 +273,44 @@ const FAMILIES: [(&str, &str, Series); 5] = [
             s.next_transition_time
                 .as_deref()
                 .and_then(crate::preview::parse_rfc3339)
-                .map(|ts| ts.timestamp())
+                .map(|ts| ts.timestamp() as f64)
         }),
     ),
     (
         "tdset_current_replicas",
         "Replicas the workload runs, as last observed",
-        Series::Gauge(|s| s.replicas.map(i64::from)),
+        Series::Gauge(|s| s.replicas.map(f64::from)),
     ),
     (
         "tdset_ready_replicas",
         "Ready replicas of the workload, as last observed (absent when the workload reports none)",
-        Series::Gauge(|s| s.ready_replicas.map(i64::from)),
+        Series::Gauge(|s| s.ready_replicas.map(f64::from)),
+    ),
+    (
+        "tdset_saved_replicas",
+        "Replicas not running now that the baseline would run (the workload's own count, or the highest count an owned Deployment's spec sets)",
+        Series::Gauge(|s| s.savings.as_ref().map(|v| v.replicas as f64)),
+    ),
+    (
+        "tdset_saved_cpu_cores",
+        "CPU cores the pods of the saved replicas would request",
+        Series::Gauge(|s| {
+            let cpu = &s.savings.as_ref()?.cpu;
+            crate::workload::savings::quantity_value(cpu)
+        }),
+    ),
+    (
+        "tdset_saved_memory_bytes",
+        "Memory bytes the pods of the saved replicas would request",
+        Series::Gauge(|s| {
+            let memory = &s.savings.as_ref()?.memory;
+            crate::workload::savings::quantity_value(memory)
+        }),
+    ),
+    (
+        "tdset_saved_replica_seconds_total",
+        "Replica-seconds saved since this operator started leading: saved replicas integrated over time between reconciles",
+        Series::SavedSeconds,
     ),
     (
         "tdset_status_condition",
@@ -255,18 +320,38 @@ const FAMILIES: [(&str, &str, Series); 5] = [
 ];
 
 /// One family's lines for some TDSets (with its HELP and TYPE when `header`).
-fn render_family(family: usize, header: bool, tdsets: &[Arc<Cached<TDSet>>]) -> String {
+fn render_family(
+    family: usize,
+    header: bool,
+    tdsets: &[Arc<Cached<TDSet>>],
+    saved: &std::collections::HashMap<String, SavedClock>,
+) -> String {
     use std::fmt::Write as _;
     let (name, help, series) = FAMILIES[family];
     // Labels in alphabetical order, as the prometheus crate writes them.
     let mut out = String::with_capacity(tdsets.len() * 96 + 256);
     if header {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let kind = match series {
+            Series::SavedSeconds => "counter",
+            _ => "gauge",
+        };
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
     for t in tdsets {
+        let (ns, tname) = (t.namespace().unwrap_or_default(), t.name_any());
+        if let Series::SavedSeconds = series {
+            if let Some(c) = saved.get(&format!("{ns}/{tname}")) {
+                let (ns, tname) = (escape(&ns), escape(&tname));
+                let _ = writeln!(
+                    out,
+                    "{name}{{name=\"{tname}\",namespace=\"{ns}\"}} {}",
+                    c.total
+                );
+            }
+            continue;
+        }
         // Decoded per family: a scrape holds one chunk's lines, never every status at once.
         let Some(status) = &t.status() else { continue };
-        let (ns, tname) = (t.namespace().unwrap_or_default(), t.name_any());
         let (ns, tname) = (escape(&ns), escape(&tname));
         match series {
             Series::Gauge(value) => {
@@ -274,6 +359,7 @@ fn render_family(family: usize, header: bool, tdsets: &[Arc<Cached<TDSet>>]) -> 
                     let _ = writeln!(out, "{name}{{name=\"{tname}\",namespace=\"{ns}\"}} {v}");
                 }
             }
+            Series::SavedSeconds => {}
             Series::Conditions => {
                 for c in &status.conditions {
                     let type_ = escape(&c.type_);
@@ -354,7 +440,7 @@ mod tests {
             "tdset_status_condition{name=\"t7\",namespace=\"shop\",status=\"false\",type=\"Degraded\"} 1"
         ));
         for (family, _, _) in FAMILIES {
-            assert_eq!(text.matches(&format!("# TYPE {family} gauge\n")).count(), 1);
+            assert_eq!(text.matches(&format!("# TYPE {family} ")).count(), 1);
             // Contiguous: no other family's line between its first and last.
             let positions: Vec<usize> = text
                 .lines()
@@ -366,6 +452,29 @@ mod tests {
                 assert_eq!(last - first + 1, positions.len(), "{family} interleaved");
             }
         }
+    }
+
+    #[test]
+    fn saved_replica_seconds_integrate_what_was_saved_between_reconciles() {
+        let metrics = Metrics::new().unwrap();
+        let (reader, mut writer) = kube::runtime::reflector::store::<Cached<TDSet>>();
+        writer.apply_watcher_event(&watcher::Event::Apply(Cached::new(tdset(1))));
+        metrics.set_tdset_store(Some(reader));
+        let t0 = chrono::DateTime::parse_from_rfc3339("2026-05-01T20:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let at = |s| t0 + chrono::Duration::seconds(s);
+        metrics.saved("shop/t1", 3, at(0));
+        metrics.saved("shop/t1", 0, at(10)); // 3 replicas for 10 s
+        metrics.saved("shop/t1", 2, at(20)); // none for 10 s
+        let line = "tdset_saved_replica_seconds_total{name=\"t1\",namespace=\"shop\"} 30";
+        assert!(metrics.render().contains(line), "{}", metrics.render());
+        metrics.forget_saved("shop/t1");
+        assert!(
+            !metrics
+                .render()
+                .contains("tdset_saved_replica_seconds_total{")
+        );
     }
 
     #[test]

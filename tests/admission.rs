@@ -230,7 +230,7 @@ async fn invalid_manifests_are_rejected_naming_the_field() {
         (
             "no workload source",
             variant("container", ""),
-            "exactly one of spec.container, spec.template or spec.scaleTargetRef",
+            "exactly one of spec.container, spec.template, spec.scaleTargetRef or spec.scaleTargetSelector",
         ),
         (
             "two workload sources",
@@ -238,7 +238,7 @@ async fn invalid_manifests_are_rejected_naming_the_field() {
                 "",
                 "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}",
             ),
-            "exactly one of spec.container, spec.template or spec.scaleTargetRef",
+            "exactly one of spec.container, spec.template, spec.scaleTargetRef or spec.scaleTargetSelector",
         ),
         (
             "service with a referenced target",
@@ -486,6 +486,110 @@ async fn invalid_manifests_are_rejected_naming_the_field() {
     assert!(cases.len() >= 15);
     let mut failures = Vec::new();
     for (what, spec, field) in &cases {
+        let (ok, out) = apply(&manifest(&ns.name, spec));
+        if ok {
+            failures.push(format!("{what}: accepted, should be rejected"));
+        } else if !out.contains(field) {
+            failures.push(format!("{what}: message does not name {field:?}:\n  {out}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    ns.cleanup().await;
+}
+
+/// The group form (`scaleTargetSelector`): what it accepts, and every mistake named by field.
+#[tokio::test]
+async fn the_group_form_is_checked_at_admission() {
+    let (_, ns) = setup("adm-group").await;
+    let group = |selector: &str, rest: &str| {
+        format!(
+            "  scaleTargetSelector:\n{selector}  schedulingConfig:\n  - {{startTime: \"20:00\", endTime: \"07:00\", replica: 0, days: [Mon, Tue, Wed, Thu, Fri]}}\n{rest}"
+        )
+    };
+    let accepted = [
+        group("    selector: {}\n", ""),
+        group(
+            "    kinds: [Deployment, StatefulSet, CronJob, Rollout.argoproj.io]\n    selector: {matchLabels: {env: dev}, matchExpressions: [{key: tier, operator: NotIn, values: [db]}]}\n    exclude: [db-migrator]\n",
+            "  defaultReplica: 2\n",
+        ),
+        // own: defaultReplica and an override's replica omitted (a manual wake-up).
+        group(
+            "    selector: {matchLabels: {env: dev}}\n",
+            "  overrides:\n  - {start: \"2026-11-27T08:00:00Z\", end: \"2026-11-27T10:00:00Z\", reason: wake}\n",
+        ),
+    ];
+    for (i, spec) in accepted.iter().enumerate() {
+        let (ok, out) = apply(&manifest(&ns.name, spec));
+        assert!(ok, "valid group case {i} was rejected:\n{spec}\n{out}");
+    }
+    let rejected: Vec<(&str, String, &str)> = vec![
+        (
+            "unknown kind",
+            group("    kinds: [Pod]\n    selector: {}\n", ""),
+            "spec.scaleTargetSelector.kinds[0]",
+        ),
+        (
+            "kind without a group",
+            group("    kinds: [Deployment, Rollout]\n    selector: {}\n", ""),
+            "spec.scaleTargetSelector.kinds[1]",
+        ),
+        (
+            "kind with a bad group",
+            group("    kinds: [Rollout.Argoproj..io]\n    selector: {}\n", ""),
+            "spec.scaleTargetSelector.kinds[0]",
+        ),
+        (
+            "an HPA as a group kind",
+            group(
+                "    kinds: [HorizontalPodAutoscaler.autoscaling]\n    selector: {}\n",
+                "",
+            ),
+            "spec.scaleTargetSelector.kinds[0]",
+        ),
+        (
+            "an object as a kind",
+            group("    kinds: [{kind: Rollout}]\n    selector: {}\n", ""),
+            "spec.scaleTargetSelector.kinds[0]",
+        ),
+        (
+            "no selector",
+            group("    kinds: [Deployment]\n", ""),
+            "spec.scaleTargetSelector.selector: Required value",
+        ),
+        (
+            "a ramp with own",
+            group("    selector: {}\n", "  ramp: {step: 1, every: 15m}\n"),
+            "spec.ramp",
+        ),
+        (
+            "a form mix",
+            group(
+                "    selector: {}\n",
+                "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n",
+            ),
+            "exactly one of spec.container, spec.template, spec.scaleTargetRef or spec.scaleTargetSelector",
+        ),
+        (
+            "a Service with a group",
+            group("    selector: {}\n", "  service: {port: 80}\n"),
+            "spec.service",
+        ),
+        (
+            "own outside the group form",
+            variant(
+                "",
+                "  overrides:\n  - {start: \"2026-11-27T08:00:00Z\", end: \"2026-11-27T10:00:00Z\"}",
+            ),
+            "spec.overrides",
+        ),
+        (
+            "excluded name empty",
+            group("    selector: {}\n    exclude: [\"\"]\n", ""),
+            "spec.scaleTargetSelector.exclude[0]",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, spec, field) in &rejected {
         let (ok, out) = apply(&manifest(&ns.name, spec));
         if ok {
             failures.push(format!("{what}: accepted, should be rejected"));

@@ -75,9 +75,20 @@ async fn examples_apply_and_converge_to_preview() {
     }
 
     // Referenced targets exist before the operator looks: a Deployment "deployed by Helm" for
-    // each scaleTargetRef, and behind an HPA its Deployment too.
+    // each scaleTargetRef, and behind an HPA its Deployment too; for a group, one Deployment
+    // its selector matches (named after the TDSet, 2 replicas of its own).
     for (path, target_ns, _, _) in &applied {
         let (tdset, _) = tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
+        if let Some(sel) = &tdset.spec.scale_target_selector {
+            let mut d = app_deployment(
+                &format!("{}-member", tdset.metadata.name.clone().unwrap()),
+                2,
+            );
+            for (k, v) in sel.selector.match_labels.clone().unwrap_or_default() {
+                d["metadata"]["labels"][k] = json!(v);
+            }
+            let _: Deployment = create_object(&client, target_ns, d).await;
+        }
         let Some(r) = tdset.spec.scale_target_ref else {
             continue;
         };
@@ -120,10 +131,19 @@ async fn examples_apply_and_converge_to_preview() {
             ));
         }
         for (path, target, name, schedule) in &applied {
-            let want = schedule.evaluate(at).replicas;
             let (tdset, _) =
                 tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
+            // A group's member runs its own 2 at the level own.
+            let want = schedule.evaluate(at).count().replicas().unwrap_or(2);
             let what = format!("{} at {at}: {want} replicas", path.display());
+            if tdset.spec.scale_target_selector.is_some() {
+                let member = format!("{name}-member");
+                object_where(&client, target, &member, &what, |d: &Deployment| {
+                    replicas(d) == Some(want)
+                })
+                .await;
+                continue;
+            }
             match tdset.spec.scale_target_ref {
                 // The floor of an HPA (a floor of 0 would be its workload at 0).
                 Some(r) if r.is_hpa() && want > 0 => {

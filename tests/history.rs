@@ -120,7 +120,7 @@ async fn history_keeps_each_change_its_instant_its_landing_and_its_failures() {
     })
     .await;
     assert_eq!(failed.at, "2026-05-04T10:00:20Z");
-    assert_eq!((failed.from, failed.to), (Some(3), 5));
+    assert_eq!((failed.from, failed.to), (Some(3), Some(5)));
     let message = failed.message.clone().unwrap_or_default();
     assert!(
         message.contains("the test refuses 5 replicas"),
@@ -147,10 +147,15 @@ async fn history_keeps_each_change_its_instant_its_landing_and_its_failures() {
         ],
         "newest first"
     );
-    let counts: Vec<(Option<i32>, i32)> = h[..4].iter().map(|e| (e.from, e.to)).collect();
+    let counts: Vec<(Option<i32>, Option<i32>)> = h[..4].iter().map(|e| (e.from, e.to)).collect();
     assert_eq!(
         counts,
-        [(Some(5), 3), (Some(3), 5), (Some(1), 3), (Some(2), 1)]
+        [
+            (Some(5), Some(3)),
+            (Some(3), Some(5)),
+            (Some(1), Some(3)),
+            (Some(2), Some(1))
+        ]
     );
     assert!(h[0].reason.contains("window"), "{:?}", h[0]);
     assert!(h[1].reason.contains("launch"), "{:?}", h[1]);
@@ -249,11 +254,11 @@ async fn history_records_ramp_steps_and_keeps_only_the_last_ten_changes() {
         },
     )
     .await;
-    assert_eq!((h[0].from, h[0].to), (Some(3), 4), "{h:#?}");
+    assert_eq!((h[0].from, h[0].to), (Some(3), Some(4)), "{h:#?}");
     assert_eq!(h[1].at, "2026-05-04T09:59:00Z", "{h:#?}");
-    assert_eq!((h[1].from, h[1].to), (Some(2), 3), "{h:#?}");
+    assert_eq!((h[1].from, h[1].to), (Some(2), Some(3)), "{h:#?}");
     assert!(h[1].reason.contains("ramping up toward 4"), "{h:#?}");
-    assert_eq!((h[2].from, h[2].to), (Some(1), 2), "{h:#?}");
+    assert_eq!((h[2].from, h[2].to), (Some(1), Some(2)), "{h:#?}");
 
     // Twelve overrides and their end: 13 changes, of which the last ten are kept, newest first.
     let h = eventually(

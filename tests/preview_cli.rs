@@ -166,7 +166,7 @@ fn a_manifest_with_two_workload_sources_is_refused() {
     let (ok, _, err) = preview(&["-f", path.to_str().unwrap()]);
     assert!(!ok);
     assert!(
-        err.contains("exactly one of spec.container, spec.template or spec.scaleTargetRef"),
+        err.contains("exactly one of spec.container, spec.template, spec.scaleTargetRef or spec.scaleTargetSelector"),
         "{err}"
     );
 }

@@ -76,7 +76,7 @@ fn spec() -> impl Strategy<Value = TDSetSpec> {
             on_delete: None,
             service: None,
             scheduling_config: windows,
-            default_replica: default,
+            default_replica: Some(default),
             interval_mint: None,
             time_zone: Some(tz.to_string()),
             ..TDSetSpec::default()
@@ -131,7 +131,7 @@ fn oracle(spec: &TDSetSpec, at: DateTime<Utc>) -> i32 {
             }
         }
     }
-    spec.default_replica
+    spec.default_replica.expect("a number")
 }
 
 fn next_whole_minute(t: DateTime<Utc>) -> DateTime<Utc> {
@@ -213,7 +213,7 @@ fn one_window(tz: &str, start: (u8, u8), end: (u8, u8)) -> Schedule {
             replica: 9,
             days: None,
         }],
-        default_replica: 1,
+        default_replica: Some(1),
         interval_mint: None,
         time_zone: Some(tz.into()),
         ..TDSetSpec::default()
@@ -318,7 +318,7 @@ fn calendar_spec() -> impl Strategy<Value = (TDSetSpec, DateTime<Utc>)> {
                         port: 80,
                     }),
                     scheduling_config: windows,
-                    default_replica: default,
+                    default_replica: Some(default),
                     time_zone: Some(tz.to_string()),
                     ..TDSetSpec::default()
                 };
@@ -342,7 +342,7 @@ fn calendar_spec() -> impl Strategy<Value = (TDSetSpec, DateTime<Utc>)> {
                     .map(|(start, len, replica, reason)| Override {
                         start: (base + Duration::minutes(start)).to_rfc3339(),
                         end: (base + Duration::minutes(start + len)).to_rfc3339(),
-                        replica,
+                        replica: Some(replica),
                         reason: reason.then(|| format!("o{start}")),
                     })
                     .collect();
@@ -364,7 +364,7 @@ fn oracle_level(spec: &TDSetSpec, at: DateTime<Utc>) -> i32 {
     for o in &spec.overrides {
         let (s, e) = (utc(&o.start), utc(&o.end));
         if s <= at && at < e {
-            return o.replica;
+            return o.replica.expect("a number");
         }
     }
     let tz: Tz = spec.time_zone_name().parse().unwrap();
@@ -398,7 +398,7 @@ fn oracle_level(spec: &TDSetSpec, at: DateTime<Utc>) -> i32 {
             }
         }
     }
-    spec.default_replica
+    spec.default_replica.expect("a number")
 }
 
 /// The count at every whole minute of `[from, from + minutes)`, from the contract's formula
@@ -419,8 +419,8 @@ fn oracle_counts(spec: &TDSetSpec, from: DateTime<Utc>, minutes: i64) -> Vec<i32
         .scheduling_config
         .iter()
         .map(|w| w.replica)
-        .chain(spec.overrides.iter().map(|o| o.replica))
-        .chain([spec.default_replica])
+        .chain(spec.overrides.iter().filter_map(|o| o.replica))
+        .chain(spec.default_replica)
         .collect();
     let spread = (levels.iter().max().unwrap() - levels.iter().min().unwrap()) as i64;
     let reach = (spread + ramp.step as i64 - 1) / ramp.step as i64 * every;

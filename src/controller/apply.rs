@@ -22,6 +22,7 @@ use crate::memo::OwnWrites;
 use crate::schedule::Evaluation;
 use crate::status::{self, DEGRADED, Missing, Observed, Problem, reason};
 use crate::workload::owned::{self, FIELD_MANAGER, OwnedWrite};
+use crate::workload::savings::{self, Saved};
 use crate::workload::target;
 
 /// The owned mode (`container` or `template`): the Deployment, then the Service.
@@ -58,6 +59,8 @@ pub(super) async fn reconcile_owned(
             target: None,
             retry: None,
             scaled: None,
+            group: None,
+            saved: None,
         });
     }
     // An HPA that scales this Deployment sets its replicas: they are left to it (the two would
@@ -178,7 +181,18 @@ pub(super) async fn reconcile_owned(
         target: None,
         retry: None,
         scaled,
+        group: None,
+        saved: Some(owned_savings(tdset, eval.replicas)),
     })
+}
+
+/// An owned Deployment at `replicas` against the highest count its spec sets.
+fn owned_savings(tdset: &TDSet, replicas: i32) -> Saved {
+    Saved::removed(
+        savings::highest_count(&tdset.spec),
+        replicas,
+        savings::owned_requests(&tdset.spec),
+    )
 }
 
 /// The Degraded problem for an object of the owned name that belongs to someone else.

@@ -11,9 +11,12 @@
 //! - Statuses coalesce per TDSet: one superseded before it is sent is never sent, and one
 //!   TDSet's statuses are written one at a time, in order.
 //! - Events are all sent, in order, once each (the reconcile only emits real changes).
-//! - The lane is bounded: statuses by `STATUS_QUEUE`, Events by `EVENT_QUEUE`. A full queue
-//!   makes its publisher wait and gives bookkeeping the turn until it is half empty, so a
-//!   reconcile waiting for room never holds the lane back.
+//! - The lane is bounded: Events by `EVENT_QUEUE`; statuses by `STATUS_QUEUE` while no
+//!   reconcile is due, and by the TDSets themselves (one each) while a boundary's are: every
+//!   status of a boundary waits for its scaling, however many TDSets share it, and a due
+//!   reconcile never waits for room. A full queue makes its publisher wait and gives
+//!   bookkeeping the turn until it is half empty, so a reconcile waiting for room never holds
+//!   the lane back.
 //! - A crash with writes still queued loses nothing that matters: the next reconcile computes
 //!   the same status from the workload and writes it; only the Events of that moment are lost.
 
@@ -39,11 +42,13 @@ use crate::workload::owned::FIELD_MANAGER;
 
 use super::events::EventNote;
 
-/// Events waiting at most; past it `publish` waits for room.
-const EVENT_QUEUE: usize = 4096;
-/// TDSets with a status waiting at most; past it a new one waits for room. Above the TDSets
-/// that share one boundary in most clusters (so a boundary's statuses all wait for the
-/// scaling), and low enough that a storm of 10 000 does not hold every status in memory.
+/// Events waiting at most; past it `publish` waits for room. A boundary sends one per TDSet,
+/// so this is the largest boundary whose Events all wait for its scaling (about 0.6 KB each:
+/// 10 MiB when full; BENCHMARKS.md, issue 25).
+const EVENT_QUEUE: usize = 16384;
+/// TDSets with a status waiting at most while nothing is due (a converge of thousands, whose
+/// reconciles would otherwise queue every status while their workload writes go on); past it
+/// a new one waits for room. While a boundary is due there is no such bound: one per TDSet.
 const STATUS_QUEUE: usize = 2048;
 /// Concurrent bookkeeping requests.
 const WRITERS: usize = 16;
@@ -165,8 +170,9 @@ struct Queue {
     /// Statuses waiting to be retried, and when.
     retry_at: HashMap<String, Instant>,
     events: VecDeque<EventNote>,
-    /// Set when either queue fills, cleared once both are half empty: meanwhile bookkeeping
-    /// has the turn (Events first while theirs is over half full).
+    /// Set when either queue fills (statuses only while nothing is due), cleared once both are
+    /// half empty: meanwhile bookkeeping has the turn (Events first while theirs is over half
+    /// full).
     flushing: bool,
     superseded: u64,
 }
@@ -199,13 +205,13 @@ impl Queue {
     /// Statuses first (what `kubectl get` shows), then Events; Events first while their queue
     /// is full (a publisher is waiting). A TDSet whose previous status is still being written,
     /// or that waits for a retry, is skipped.
-    fn pop(&mut self, now: Instant) -> Option<Job> {
-        if self.events_full() || self.statuses_full() {
+    fn pop(&mut self, now: Instant, due: bool) -> Option<Job> {
+        if self.events_full() || (!due && self.statuses_full()) {
             self.flushing = true;
         }
         if self.flushing
             && self.events.len() <= EVENT_QUEUE / 2
-            && self.statuses.len() <= STATUS_QUEUE / 2
+            && (due || self.statuses.len() <= STATUS_QUEUE / 2)
         {
             self.flushing = false;
         }
@@ -253,8 +259,8 @@ impl Queue {
     }
 
     /// Whether bookkeeping has the turn regardless of workload writes.
-    fn full(&self) -> bool {
-        self.flushing || self.events_full() || self.statuses_full()
+    fn full(&self, due: bool) -> bool {
+        self.flushing || self.events_full() || (!due && self.statuses_full())
     }
 
     fn is_empty(&self) -> bool {
@@ -395,13 +401,17 @@ impl Lane {
 
     /// Queues a status write (replacing one still waiting for the same TDSet) and records it
     /// as the TDSet's current status for the reconciles that run before it is written. Waits
-    /// only while the queue is full and holds nothing for this TDSet.
+    /// only while nothing is due, the queue is full and it holds nothing for this TDSet.
     pub async fn status(&self, tdset: &TDSet, s: StatusWrite) {
         self.shared.memo.queued(tdset, s.status.clone());
         let mut s = Some(s);
+        let priority = self.shared.priority.clone();
         self.enqueue(|q| {
-            let Some(w) = s.take_if(|w| !q.statuses_full() || q.statuses.contains_key(&w.uid))
-            else {
+            let Some(w) = s.take_if(|w| {
+                !q.statuses_full()
+                    || q.statuses.contains_key(&w.uid)
+                    || priority.due(Instant::now())
+            }) else {
                 return false;
             };
             if q.push_status(w) {
@@ -501,7 +511,8 @@ impl Lane {
             if pushed {
                 return;
             }
-            room.await;
+            // Room, or a look again: whether a reconcile is due changes without a notification.
+            let _ = tokio::time::timeout(Duration::from_millis(100), room).await;
         }
     }
 
@@ -559,10 +570,11 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
         }
         let work = s.work.notified();
         let now = Instant::now();
+        let due = s.priority.due(now);
         let (has_work, full) = s
             .queue
             .lock()
-            .map(|q| (q.waiting() > 0, q.full()))
+            .map(|q| (q.waiting() > 0, q.full(due)))
             .unwrap_or((false, false));
         let draining = s.draining.load(Ordering::SeqCst);
         if !has_work {
@@ -582,13 +594,13 @@ async fn writer(s: Arc<Shared>, sink: Arc<dyn Sink>) {
             || full
             || s.priority.quiet(now)
             || waited >= MAX_DUE_DEFER
-            || (waited >= MAX_DEFER && !s.priority.due(now));
+            || (waited >= MAX_DEFER && !due);
         if !turn {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         }
         deferred_since = None;
-        let job = s.queue.lock().ok().and_then(|mut q| q.pop(now));
+        let job = s.queue.lock().ok().and_then(|mut q| q.pop(now, due));
         let Some(job) = job else {
             // Only retries not yet due, or TDSets being written by another writer.
             let _ = tokio::time::timeout(Duration::from_millis(200), work).await;

@@ -12,9 +12,10 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 
+use super::group_index::GroupIndex;
 use super::watches::TargetIndex;
 use super::{bookkeeping, discovery, shards, wakeups};
-use crate::api::{TDSet, TargetStatus};
+use crate::api::{GroupStatus, TDSet, TargetStatus};
 use crate::cache::Cached;
 use crate::clock::Clock;
 use crate::memo::{OwnWrites, StatusMemo};
@@ -48,6 +49,8 @@ pub struct Context {
     pub wakeups: Arc<wakeups::Wakeups>,
     /// Which TDSets reference which target, and which of them holds it.
     pub index: TargetIndex,
+    /// What each group TDSet selects, in every namespace.
+    pub groups: GroupIndex,
     /// Every TDCalendar.
     pub calendars: Store<crate::api::TDCalendar>,
     /// Consecutive failed reconciles per TDSet ("ns/name"), for the error backoff.
@@ -86,6 +89,7 @@ impl Context {
         if let Ok(mut f) = self.failures.lock() {
             f.remove(key);
         }
+        self.metrics.forget_saved(key);
     }
 }
 
@@ -128,4 +132,8 @@ pub(crate) struct Outcome {
     /// When this reconcile changed the workload's replica count (or an HPA's floor): the
     /// count before.
     pub scaled: Option<i32>,
+    /// With `scaleTargetSelector`: the group's counts.
+    pub group: Option<GroupStatus>,
+    /// What the schedule removes now, when the baseline is known.
+    pub saved: Option<crate::workload::savings::Saved>,
 }

@@ -76,6 +76,51 @@ impl Discovery {
         }
         Ok(found)
     }
+
+    /// A kind of a group, in the group's preferred version (a group's `Kind.group`).
+    pub(super) async fn resolve_kind(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Result<Result<Resolved, Problem>> {
+        let key = format!("{group}/*/{kind}");
+        if let Some(found) = self.remembered(&key) {
+            return Ok(found);
+        }
+        let missing = || {
+            Problem::TargetNotFound(format!(
+                "the API server serves no kind {kind} in group {group}; check spec.scaleTargetSelector.kinds (is its CRD installed?)"
+            ))
+        };
+        let found = match kube::discovery::group(&self.client, group).await {
+            Ok(g) => match g.recommended_kind(kind) {
+                Some((resource, caps)) => Ok(Resolved {
+                    resource,
+                    has_scale: caps.subresources.iter().any(|(s, _)| s.plural == "scale"),
+                }),
+                None => Err(missing()),
+            },
+            Err(kube::Error::Discovery(_)) => Err(missing()),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Err(missing()),
+            Err(e) => return Err(Error::kube(format!("discovering group {group}"))(e)),
+        };
+        if let Ok(mut kinds) = self.kinds.lock() {
+            remember(&mut kinds, key, (Instant::now(), found.clone()));
+        }
+        Ok(found)
+    }
+
+    /// A lookup still fresh enough to use.
+    fn remembered(&self, key: &str) -> Option<Result<Resolved, Problem>> {
+        let kinds = self.kinds.lock().ok()?;
+        let (at, found) = kinds.get(key)?;
+        let ttl = if found.is_ok() {
+            Self::FOUND_FOR
+        } else {
+            Self::MISSING_FOR
+        };
+        (at.elapsed() < ttl).then(|| found.clone())
+    }
 }
 
 /// Kinds remembered at most. The keys come from TDSet specs, which any tenant writes: past

@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use super::bookkeeping::WorkloadTurn;
 use super::context::{Context, Outcome, Write, tdset_ref_named};
 use super::events::{self, Events};
-use super::{apply, backoff, calendars, finalizer, scale, shards};
+use super::{apply, backoff, calendars, finalizer, group, scale, shards};
 use crate::api::TDSet;
 use crate::cache::Cached;
 use crate::error::{Error, Result};
@@ -197,7 +197,10 @@ async fn reconcile_inner(
     // not: letting go is not scheduling), so a target's record is never overwritten before it
     // has been given back.
     finalizer::release_previous(tdset, ctx, &ns, events).await?;
-    if matches!(source, Source::Scale(_) | Source::HpaFloor(_)) {
+    if matches!(
+        source,
+        Source::Scale(_) | Source::HpaFloor(_) | Source::Group(_)
+    ) {
         apply::remove_owned(tdset, ctx, &ns, events).await?;
     }
     finalizer::ensure(tdset, ctx, &ns).await?;
@@ -217,6 +220,8 @@ async fn reconcile_inner(
             target: None,
             retry: None,
             scaled: None,
+            group: None,
+            saved: None,
         },
         Source::Container(_) | Source::Template(_) => {
             apply::reconcile_owned(tdset, ctx, &ns, &eval, write, events).await?
@@ -227,8 +232,16 @@ async fn reconcile_inner(
         Source::HpaFloor(hpa) => {
             scale::reconcile_hpa(tdset, ctx, &ns, hpa, &eval, write, events).await?
         }
+        Source::Group(sel) => {
+            group::reconcile_group(tdset, ctx, &ns, sel, &eval, write, events).await?
+        }
     };
     drop(turn);
+
+    if let Some(saved) = outcome.saved {
+        ctx.metrics
+            .saved(&format!("{ns}/{}", tdset.name_any()), saved.replicas, now);
+    }
 
     // A calendar that does not exist is reported, unless the workload has a worse problem.
     let calendar_problem = (!missing_calendars.is_empty())
@@ -249,7 +262,7 @@ async fn reconcile_inner(
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         ),
         from: Some(from),
-        to: eval.replicas,
+        to: eval.count().replicas(),
         reason: eval.why(),
         message: None,
     });
@@ -264,6 +277,8 @@ async fn reconcile_inner(
         notices: &outcome.notices,
         workload: outcome.workload.as_ref(),
         target: outcome.target.as_ref(),
+        group: outcome.group.as_ref(),
+        saved: outcome.saved,
         problem: problem.as_ref(),
         suspended: write == Write::Never,
         change,

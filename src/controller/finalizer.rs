@@ -1,5 +1,6 @@
 //! Letting go of a target: when a TDSet is deleted, or stops referencing the object it
-//! scaled (a new `scaleTargetRef`, another form). `onDelete: Restore` puts the count recorded
+//! scaled (a new `scaleTargetRef`, another form). A group gives every workload that carries
+//! its record its own count back, always. `onDelete: Restore` puts the count recorded
 //! in `status.target` back, onto that very object (kind, name, uid), never onto whatever the
 //! spec names now. An HPA's target that the schedule put to sleep (an HPA cannot hold 0) is
 //! woken whatever `onDelete` says. A finalizer holds the deletion for this; it never blocks
@@ -13,21 +14,57 @@ use tracing::{info, warn};
 
 use super::context::Context;
 use super::events::{EventType, Events, note};
-use super::scale;
+use super::{group, scale};
 use crate::api::{OnDelete, ScaleTargetRef, TDSet, TargetStatus};
 use crate::error::{Error, Result};
 use crate::status::Problem;
 use crate::workload::owned::FIELD_MANAGER;
 
-/// The finalizer the operator sets on TDSets with `onDelete: Restore`.
+/// The finalizer the operator sets on TDSets with `onDelete: Restore`, on HPA floors, and on
+/// groups.
 pub const RESTORE_FINALIZER: &str = "schedule.rs/restore-target";
 
 fn wants_finalizer(tdset: &TDSet) -> bool {
-    tdset
-        .spec
-        .scale_target_ref
-        .as_ref()
-        .is_some_and(|r| r.is_hpa() || restores(tdset))
+    tdset.spec.scale_target_selector.is_some()
+        || tdset
+            .spec
+            .scale_target_ref
+            .as_ref()
+            .is_some_and(|r| r.is_hpa() || restores(tdset))
+}
+
+/// Whether the TDSet held a group (its status says so) and may have left records on workloads.
+fn held_group(tdset: &TDSet, ctx: &Context) -> bool {
+    tdset.spec.scale_target_selector.is_some()
+        || ctx
+            .statuses
+            .current(tdset)
+            .is_some_and(|s| s.group.is_some())
+}
+
+/// Gives the group's workloads their own count back; what could not be is said in an Event
+/// and does not hold anything up (the workload is gone, or the operator may not write it).
+async fn release_group(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    why: &str,
+    events: &mut Events,
+) -> Result<()> {
+    let sel = tdset.spec.scale_target_selector.as_ref();
+    for p in group::release_all(tdset, ctx, ns, sel, events).await? {
+        warn!(problem = %p.message(), why, "could not give a workload its own count back");
+        events.push(note(
+            tdset,
+            EventType::Warning,
+            "RestoreFailed",
+            format!(
+                "a workload of the group was not given its own count back (the TDSet was {why}): {}",
+                p.message()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn restores(tdset: &TDSet) -> bool {
@@ -92,6 +129,9 @@ pub(super) async fn on_delete(
         // Owned objects go with the garbage collector; a target is kept as it is.
         return Ok(());
     }
+    if held_group(tdset, ctx) {
+        release_group(tdset, ctx, ns, "deleted", events).await?;
+    }
     match ctx.statuses.current(tdset).and_then(|s| s.target) {
         Some(recorded) => let_go(tdset, ctx, ns, &recorded, "deleted", events).await?,
         None if restores(tdset) => {
@@ -118,6 +158,11 @@ pub(super) async fn release_previous(
     ns: &str,
     events: &mut Events,
 ) -> Result<()> {
+    if tdset.spec.scale_target_selector.is_none() && held_group(tdset, ctx) {
+        // The group form was left: its workloads were held under its old selector, which is
+        // gone, so every kind that can carry a record is looked at.
+        release_group(tdset, ctx, ns, "given another form", events).await?;
+    }
     let Some(recorded) = ctx.statuses.current(tdset).and_then(|s| s.target) else {
         return Ok(());
     };

@@ -6,6 +6,8 @@
 //! - `scale.rs`, `finalizer.rs`: referenced targets and HPAs; letting go of them (`onDelete`,
 //!   retargets);
 //! - `claims.rs`: which TDSet holds a referenced object (one writer per workload);
+//! - `group.rs`: the group form's workloads, listed, placed and written (`scaleTargetSelector`);
+//! - `group_index.rs`: what each group selects, for triggers and for one holder per workload;
 //! - `discovery.rs`: which kind a `scaleTargetRef` names, remembered;
 //! - `backoff.rs`: how long a failed reconcile waits before it is retried;
 //! - `bookkeeping.rs`: the lane that sends statuses and Events after the workload writes;
@@ -35,6 +37,8 @@ mod discovery;
 mod driver;
 mod events;
 mod finalizer;
+mod group;
+mod group_index;
 mod leader;
 mod run;
 mod scale;

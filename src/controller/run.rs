@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::Service;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -18,6 +19,7 @@ use tracing::{debug, info, warn};
 
 use super::context::{Context, TDSetRef};
 use super::driver::{error_policy, reconcile};
+use super::group_index::GroupIndex;
 use super::shards::ShardOptions;
 use super::watches::{
     self, InitialList, TargetIndex, api_backoff, api_for, hpa_watch, owned_watch, target_watch,
@@ -52,21 +54,19 @@ pub struct RunOptions {
 }
 
 /// Maps a change of a built-in scalable object to the TDSets that reference it, directly or
-/// through an HPA that scales it.
+/// through an HPA that scales it, and to the groups that select it or carry its record.
 fn on_target<K: Resource<DynamicType = ()>>(
     index: &TargetIndex,
+    groups: &GroupIndex,
     hpas: &Store<HorizontalPodAutoscaler>,
 ) -> impl Fn(PartialObjectMeta<K>) -> Vec<TDSetRef> + Send + Sync + 'static {
-    let (index, hpas) = (index.clone(), hpas.clone());
+    let (index, groups, hpas) = (index.clone(), groups.clone(), hpas.clone());
     move |o| {
-        scale::affected(
-            &index,
-            &hpas,
-            &o.namespace().unwrap_or_default(),
-            &K::group(&()),
-            &K::kind(&()),
-            &o.name_any(),
-        )
+        let ns = o.namespace().unwrap_or_default();
+        let (group, kind) = (K::group(&()), K::kind(&()));
+        let mut out = scale::affected(&index, &hpas, &ns, &group, &kind, &o.name_any());
+        out.extend(groups.affected(&ns, &group, &kind, o.labels(), o.annotations()));
+        out
     }
 }
 
@@ -111,6 +111,7 @@ pub(super) async fn run_controller(
     let client = clients.requests;
     let watch_client = clients.watches;
     let index = TargetIndex::default();
+    let groups = GroupIndex::default();
     let calendar_index = calendars::CalendarIndex::default();
     let statuses = Arc::new(StatusMemo::default());
     let own_writes = Arc::new(OwnWrites::default());
@@ -130,6 +131,7 @@ pub(super) async fn run_controller(
         api_for(&watch_client, &opts.namespace),
         watches::TDSetHooks {
             index: index.clone(),
+            groups: groups.clone(),
             calendars: calendar_index.clone(),
             statuses: statuses.clone(),
             wakeups: wakeups.clone(),
@@ -172,6 +174,7 @@ pub(super) async fn run_controller(
         synced: Arc::new(AtomicBool::new(false)),
         wakeups: wakeups.clone(),
         index: index.clone(),
+        groups: groups.clone(),
         calendars: calendar_store.clone(),
         failures: Default::default(),
         contests: Default::default(),
@@ -275,15 +278,19 @@ pub(super) async fn run_controller(
         .watches_stream(calendar_stream, on_calendar)
         .watches_stream(
             target_watch::<Deployment>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &hpas),
+            on_target(&index, &groups, &hpas),
         )
         .watches_stream(
             target_watch::<StatefulSet>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &hpas),
+            on_target(&index, &groups, &hpas),
         )
         .watches_stream(
             target_watch::<ReplicaSet>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &hpas),
+            on_target(&index, &groups, &hpas),
+        )
+        .watches_stream(
+            target_watch::<CronJob>(api_for(&watch_client, &opts.namespace), stream),
+            on_target(&index, &groups, &hpas),
         )
         .with_config(ControllerConfig::default().concurrency(opts.concurrency))
         .trigger_backoff(api_backoff())

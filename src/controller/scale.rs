@@ -22,6 +22,7 @@ use crate::status::{Missing, Notice, Observed, Problem, reason};
 use crate::workload::contest::{self, Verdict};
 use crate::workload::hpa::{self, HpaView};
 use crate::workload::owned::FIELD_MANAGER;
+use crate::workload::savings::{Requests, Saved};
 use crate::workload::target::{self, ScaleView};
 
 /// Kinds whose changes a watch reports within seconds; other kinds are re-read at
@@ -124,6 +125,11 @@ async fn read(
                     .managed_fields
                     .as_deref()
                     .and_then(|m| contest::replicas_manager(m, FIELD_MANAGER)),
+                requests: o
+                    .data
+                    .pointer("/spec/template")
+                    .map(Requests::of_template)
+                    .unwrap_or_default(),
             }
         }));
     }
@@ -135,6 +141,7 @@ async fn read(
             spec_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
             status_replicas: s.status.map_or(0, |s| s.replicas),
             ready_replicas: None,
+            requests: Requests::default(),
         }))
 }
 
@@ -340,6 +347,8 @@ pub(super) fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStat
         target: Some(target),
         retry,
         scaled: None,
+        group: None,
+        saved: None,
     }
 }
 
@@ -372,6 +381,8 @@ pub(super) async fn reconcile_scale(
             target: Some(target_status(tdset, ctx, ns, r, FIELD, None).await?.status),
             retry: Some(Duration::from_secs(1)),
             scaled: None,
+            group: None,
+            saved: None,
         });
     }
     let (res, view) = match resolve_and_read(ctx, ns, r).await? {
@@ -444,6 +455,10 @@ pub(super) async fn reconcile_scale(
              managing spec.replicas (leave it out of its manifest, or have it ignore the field)"
         ))
     });
+    let saved = record
+        .status
+        .original_replicas
+        .map(|own| Saved::removed(own, view.spec_replicas, view.requests));
     Ok(Outcome {
         workload: Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas)),
         problem,
@@ -451,6 +466,8 @@ pub(super) async fn reconcile_scale(
         target: Some(record.status),
         retry,
         scaled,
+        group: None,
+        saved,
     })
 }
 
@@ -542,12 +559,12 @@ pub(super) async fn reconcile_hpa(
         target_status(tdset, ctx, ns, r, FIELD, Some((hpa.min(), uid.as_deref()))).await?;
     // The HPA's own target, read for its count: a floor of 0 is the target asleep.
     let workload_ref = hpa.target.clone();
-    let (res, mut target_replicas, unreadable) =
+    let (res, mut target_replicas, unreadable, requests) =
         match resolve_and_read(ctx, ns, &workload_ref).await? {
-            Ok((res, view)) => (Some(res), Some(view.spec_replicas), None),
+            Ok((res, view)) => (Some(res), Some(view.spec_replicas), None, view.requests),
             Err(p) => {
                 debug!(problem = %p.message(), "the HPA's target cannot be read");
-                (None, None, Some(p))
+                (None, None, Some(p), Requests::default())
             }
         };
     let mut plan = hpa::plan(eval.replicas, &hpa, target_replicas);
@@ -615,6 +632,15 @@ pub(super) async fn reconcile_hpa(
         }
         return Ok(out);
     }
+    // Against the floor the HPA had before the schedule: it would run at least that many.
+    let running_floor = match target_replicas {
+        Some(0) => 0,
+        _ => hpa.min(),
+    };
+    let saved = record
+        .status
+        .original_replicas
+        .map(|own| Saved::removed(own, running_floor, requests));
     Ok(Outcome {
         workload: Ok(Observed::hpa(&hpa, plan.floor, target_replicas)),
         problem: None,
@@ -622,6 +648,8 @@ pub(super) async fn reconcile_hpa(
         target: Some(record.status),
         retry: None,
         scaled,
+        group: None,
+        saved,
     })
 }
 

@@ -19,6 +19,7 @@ use tracing::info;
 
 use super::calendars::CalendarIndex;
 use super::context::{TDSetRef, tdset_ref, tdset_ref_named};
+use super::group_index::GroupIndex;
 use super::shards::Sharding;
 use super::wakeups::Wakeups;
 use crate::api::TDSet;
@@ -101,6 +102,8 @@ pub(super) struct TDSetHooks {
     /// Which TDSets reference which target: every TDSet, whichever shard reconciles it, so
     /// one writer per workload holds across shards.
     pub index: TargetIndex,
+    /// What each group selects: every TDSet, whichever shard reconciles it, too.
+    pub groups: GroupIndex,
     pub calendars: CalendarIndex,
     pub statuses: Arc<StatusMemo>,
     pub wakeups: Arc<Wakeups>,
@@ -141,6 +144,7 @@ fn route(
 ) -> Option<watcher::Event<TDSet>> {
     let TDSetHooks {
         index,
+        groups,
         calendars,
         statuses,
         wakeups,
@@ -157,7 +161,7 @@ fn route(
         watcher::Event::Apply(t) => (t, false),
         watcher::Event::InitApply(t) => (t, true),
         watcher::Event::Delete(t) => {
-            for other in index.remove(&t) {
+            for other in index.remove(&t).into_iter().chain(groups.remove(&t)) {
                 wake(&other);
             }
             calendars.remove(&t);
@@ -171,7 +175,7 @@ fn route(
         watcher::Event::Init | watcher::Event::InitDone => return Some(event),
     };
     // A claim that moved may hand its old target to another TDSet, or take one.
-    for other in index.update(&t) {
+    for other in index.update(&t).into_iter().chain(groups.update(&t)) {
         wake(&other);
     }
     if let Some(s) = shard.as_ref().filter(|s| !s.owns(&t)) {
@@ -251,13 +255,7 @@ impl TargetIndex {
         }
         let mut others = index.unlink(&me);
         if let Some(key) = key {
-            let created = tdset
-                .meta()
-                .creation_timestamp
-                .as_ref()
-                .and_then(|t| serde_json::to_string(t).ok())
-                .unwrap_or_default();
-            let claim = (created, tdset.name_any());
+            let claim = super::group_index::claim_of(tdset);
             let set = index.by_target.entry(key.clone()).or_default();
             others.extend(set.iter().map(|(_, name)| tdset_ref_named(&ns, name)));
             set.insert(claim.clone());
@@ -289,7 +287,8 @@ impl TargetIndex {
             .map(|(_, n)| n)
     }
 
-    fn claims(&self, ns: &str, group: &str, kind: &str, name: &str) -> Vec<Claim> {
+    /// The claims on an object, oldest first.
+    pub fn claims(&self, ns: &str, group: &str, kind: &str, name: &str) -> Vec<Claim> {
         let key = (
             ns.to_string(),
             group.to_string(),

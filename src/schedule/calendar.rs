@@ -144,7 +144,7 @@ pub(super) fn compile_overrides(
             (Ok(start), Ok(end)) if end > start => out.push(CompiledOverride {
                 start,
                 end,
-                replicas: o.replica,
+                replicas: o.replica.unwrap_or(super::OWN),
                 label: o.label(),
             }),
             (Ok(_), Ok(_)) => errors.push(SpecError {
@@ -153,14 +153,12 @@ pub(super) fn compile_overrides(
             }),
             (a, b) => errors.extend(a.err().into_iter().chain(b.err())),
         }
-        if !(0..=crate::api::MAX_REPLICAS).contains(&o.replica) {
+        if let Some(replica) = o.replica
+            && !(0..=crate::api::MAX_REPLICAS).contains(&replica)
+        {
             errors.push(SpecError {
                 field: format!("spec.overrides[{i}].replica"),
-                message: format!(
-                    "{} is out of range 0..{}",
-                    o.replica,
-                    crate::api::MAX_REPLICAS
-                ),
+                message: format!("{replica} is out of range 0..{}", crate::api::MAX_REPLICAS),
             });
         }
     }

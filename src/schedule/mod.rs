@@ -43,6 +43,45 @@ pub const MAX_RAMP: Duration = Duration::days(7);
 /// Bit of `CompiledWindow::days` for `Hol`.
 const HOL: u8 = 1 << 7;
 
+/// The level `own` (group form only: each workload runs its own count), as the engine holds
+/// it. Levels are only compared inside the engine, never added to, except by a ramp, which is
+/// never combined with `own` (`validate`); outside the engine it is read as [`Count::Own`].
+pub const OWN: i32 = -1;
+
+/// What the schedule gives a workload: a count, or its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Count {
+    Own,
+    Replicas(i32),
+}
+
+impl Count {
+    pub fn of(replicas: i32) -> Count {
+        if replicas == OWN {
+            Count::Own
+        } else {
+            Count::Replicas(replicas)
+        }
+    }
+
+    /// The number, unless it is `own`.
+    pub fn replicas(self) -> Option<i32> {
+        match self {
+            Count::Own => None,
+            Count::Replicas(n) => Some(n),
+        }
+    }
+}
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Count::Own => f.write_str("own"),
+            Count::Replicas(n) => write!(f, "{n}"),
+        }
+    }
+}
+
 /// A spec compiled for evaluation: the zone resolved, times in minutes, days as a bitmask.
 #[derive(Clone, Debug)]
 pub struct Schedule {
@@ -75,7 +114,8 @@ struct CompiledWindow {
 /// What the schedule says at one instant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evaluation {
-    /// The count the operator sets, `R(t)`.
+    /// The count the operator sets, `R(t)`; [`OWN`] only in the group form (read it through
+    /// `count`).
     pub replicas: i32,
     /// The level the schedule asks for, `L(t)`; differs from `replicas` only mid-ramp.
     pub level: i32,
@@ -92,15 +132,23 @@ pub struct Evaluation {
 }
 
 impl Evaluation {
+    /// The count the operator sets, or `own`.
+    pub fn count(&self) -> Count {
+        Count::of(self.replicas)
+    }
+
     /// Why the count is what it is, in a few words (for Events and preview).
     pub fn why(&self) -> String {
+        let default = if self.level == OWN {
+            "each workload runs its own count"
+        } else {
+            "defaultReplica applies"
+        };
         let level = match (&self.override_label, &self.window_label) {
             (Some(o), _) => format!("override {o} is active"),
             (None, Some(w)) => format!("window {w} is active"),
-            (None, None) if self.holiday => {
-                "a holiday, no window starts: defaultReplica applies".into()
-            }
-            (None, None) => "no window is active, defaultReplica applies".into(),
+            (None, None) if self.holiday => format!("a holiday, no window starts: {default}"),
+            (None, None) => format!("no window is active, {default}"),
         };
         match self.ramp {
             Some(RampPhase::Up { toward }) => {
@@ -119,7 +167,14 @@ impl Evaluation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transition {
     pub at: DateTime<Utc>,
+    /// [`OWN`] only in the group form (read it through `count`).
     pub replicas: i32,
+}
+
+impl Transition {
+    pub fn count(&self) -> Count {
+        Count::of(self.replicas)
+    }
 }
 
 /// A spec the API server accepted but the engine cannot evaluate, or a field that breaks the
@@ -220,8 +275,8 @@ impl Schedule {
             .scheduling_config
             .iter()
             .map(|w| w.replica)
-            .chain(spec.overrides.iter().map(|o| o.replica))
-            .chain([spec.default_replica]);
+            .chain(spec.overrides.iter().map(|o| o.replica.unwrap_or(OWN)))
+            .chain([spec.default_replica.unwrap_or(OWN)]);
         let (min, max) = levels.fold((i32::MAX, i32::MIN), |(lo, hi), l| (lo.min(l), hi.max(l)));
         let reach = ramp.map_or(Duration::zero(), |r| r.reach(min, max));
         if reach > MAX_RAMP {
@@ -272,7 +327,7 @@ impl Schedule {
         Ok(Schedule {
             tz,
             windows,
-            default_replicas: spec.default_replica,
+            default_replicas: spec.default_replica.unwrap_or(OWN),
             boundaries,
             holidays,
             overrides,
@@ -648,7 +703,7 @@ mod tests {
             on_delete: None,
             service: None,
             scheduling_config: windows,
-            default_replica: default,
+            default_replica: Some(default),
             interval_mint: None,
             time_zone: Some(tz.into()),
             ..TDSetSpec::default()

@@ -49,10 +49,66 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
             }
         }
     }
-    if spec.service.is_some() && spec.scale_target_ref.is_some() {
+    let group = spec.scale_target_selector.is_some();
+    if spec.service.is_some() && (spec.scale_target_ref.is_some() || group) {
         err(
             "spec.service".into(),
             "needs an owned Deployment (spec.container or spec.template)".into(),
+        );
+    }
+    if let Some(sel) = &spec.scale_target_selector {
+        for (i, k) in sel.kinds.iter().enumerate() {
+            if let crate::api::GroupKind::Scalable { kind, group } = k {
+                let well_formed = kind.starts_with(|c: char| c.is_ascii_uppercase())
+                    && kind.chars().all(|c| c.is_ascii_alphanumeric())
+                    && !group.is_empty()
+                    && group.split('.').all(|p| {
+                        !p.is_empty()
+                            && p.chars()
+                                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    });
+                if !well_formed || (kind == "HorizontalPodAutoscaler" && group == "autoscaling") {
+                    err(
+                        format!("spec.scaleTargetSelector.kinds[{i}]"),
+                        format!(
+                            "{k:?} must be Deployment, StatefulSet, CronJob, or Kind.group of a kind with a /scale subresource, e.g. Rollout.argoproj.io"
+                        ),
+                    );
+                }
+            }
+        }
+        for (i, k) in sel.kinds.iter().enumerate() {
+            if sel.kinds[..i].iter().any(|o| o.same_kind(k)) {
+                err(
+                    format!("spec.scaleTargetSelector.kinds[{i}]"),
+                    format!("{k} is listed twice"),
+                );
+            }
+        }
+        if let Err(e) = crate::workload::group::Selector::compile(&sel.selector) {
+            err("spec.scaleTargetSelector.selector".into(), e);
+        }
+    }
+    match spec.default_replica {
+        None if !group => err(
+            "spec.defaultReplica".into(),
+            "is required; only the group form (spec.scaleTargetSelector) may omit it".into(),
+        ),
+        _ => {}
+    }
+    for (i, o) in spec.overrides.iter().enumerate() {
+        if o.replica.is_none() && !group {
+            err(
+                format!("spec.overrides[{i}].replica"),
+                "is required; only the group form (spec.scaleTargetSelector) may omit it".into(),
+            );
+        }
+    }
+    let own = spec.default_replica.is_none() || spec.overrides.iter().any(|o| o.replica.is_none());
+    if spec.ramp.is_some() && own {
+        err(
+            "spec.ramp".into(),
+            "a ramp needs a number at every level: set spec.defaultReplica and every override's replica (a ramp cannot lead to or from the level own)".into(),
         );
     }
     if spec.on_delete.is_some() && spec.scale_target_ref.is_none() {
@@ -69,10 +125,12 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
             format!("{} is out of range 1..65535", svc.port),
         );
     }
-    if !(0..=MAX_REPLICAS).contains(&spec.default_replica) {
+    if let Some(d) = spec.default_replica
+        && !(0..=MAX_REPLICAS).contains(&d)
+    {
         err(
             "spec.defaultReplica".into(),
-            format!("{} is out of range 0..{MAX_REPLICAS}", spec.default_replica),
+            format!("{d} is out of range 0..{MAX_REPLICAS}"),
         );
     }
     if let Some(i) = spec.interval_mint

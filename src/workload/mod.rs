@@ -4,17 +4,21 @@
 //! - [`owned`]: a Deployment (and Service) the TDSet owns, from `container` or `template`;
 //! - [`target`]: an existing object's replica count, set through its `/scale` subresource;
 //! - [`hpa`]: an existing HorizontalPodAutoscaler's `minReplicas`, the scheduled floor;
+//! - [`group`]: many workloads selected by labels, each with its own count recorded on it;
+//! - [`savings`]: what a schedule removes now, in replicas and their pods' requests;
 //! - [`contest`]: when another writer keeps resetting the count, how often to put it back.
 
 pub mod contest;
+pub mod group;
 pub mod hpa;
 pub mod owned;
 mod quantity;
+pub mod savings;
 pub mod target;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 
-use crate::api::{ContainerSpec, ScaleTargetRef, TDSetSpec};
+use crate::api::{ContainerSpec, ScaleTargetRef, ScaleTargetSelector, TDSetSpec};
 use crate::schedule::SpecError;
 
 /// The one workload source of a TDSet.
@@ -28,20 +32,28 @@ pub enum Source<'a> {
     Scale(&'a ScaleTargetRef),
     /// An existing HorizontalPodAutoscaler: the schedule is its floor.
     HpaFloor(&'a ScaleTargetRef),
+    /// The workloads a label selector picks in the TDSet's namespace.
+    Group(&'a ScaleTargetSelector),
 }
 
 impl<'a> Source<'a> {
     /// The source named by the spec; an error unless exactly one is set (the schema's rule,
     /// checked again for manifests that never passed an API server).
     pub fn of(spec: &'a TDSetSpec) -> Result<Source<'a>, SpecError> {
-        match (&spec.container, &spec.template, &spec.scale_target_ref) {
-            (Some(c), None, None) => Ok(Source::Container(c)),
-            (None, Some(t), None) => Ok(Source::Template(t.as_ref())),
-            (None, None, Some(r)) if r.is_hpa() => Ok(Source::HpaFloor(r)),
-            (None, None, Some(r)) => Ok(Source::Scale(r)),
+        match (
+            &spec.container,
+            &spec.template,
+            &spec.scale_target_ref,
+            &spec.scale_target_selector,
+        ) {
+            (Some(c), None, None, None) => Ok(Source::Container(c)),
+            (None, Some(t), None, None) => Ok(Source::Template(t.as_ref())),
+            (None, None, Some(r), None) if r.is_hpa() => Ok(Source::HpaFloor(r)),
+            (None, None, Some(r), None) => Ok(Source::Scale(r)),
+            (None, None, None, Some(s)) => Ok(Source::Group(s)),
             _ => Err(SpecError {
                 field: "spec".into(),
-                message: "exactly one of spec.container, spec.template or spec.scaleTargetRef must be set".into(),
+                message: "exactly one of spec.container, spec.template, spec.scaleTargetRef or spec.scaleTargetSelector must be set".into(),
             }),
         }
     }
@@ -55,7 +67,7 @@ impl<'a> Source<'a> {
     pub fn target(self) -> Option<&'a ScaleTargetRef> {
         match self {
             Source::Scale(r) | Source::HpaFloor(r) => Some(r),
-            Source::Container(_) | Source::Template(_) => None,
+            Source::Container(_) | Source::Template(_) | Source::Group(_) => None,
         }
     }
 }

@@ -415,7 +415,7 @@ pub(crate) mod tests {
                 on_delete: None,
                 service: Some(TdsService { port: 80 }),
                 scheduling_config: vec![],
-                default_replica: 2,
+                default_replica: Some(2),
                 interval_mint: None,
                 time_zone: None,
                 ..TDSetSpec::default()

@@ -19,6 +19,8 @@ pub struct ScaleView {
     pub uid: Option<String>,
     /// Who else last set `spec.replicas` (from managedFields, where the object was read).
     pub replicas_manager: Option<String>,
+    /// What one replica's pod requests, where the object was read (its `spec.template`).
+    pub requests: crate::workload::savings::Requests,
 }
 
 /// The replica count to write, if it differs from what the target is asked to run.
@@ -85,6 +87,7 @@ mod tests {
             ready_replicas: Some(3),
             uid: None,
             replicas_manager: None,
+            requests: Default::default(),
         };
         assert_eq!(scale_write(3, &seen), None);
         assert_eq!(scale_write(0, &seen), Some(0));

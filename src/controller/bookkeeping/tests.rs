@@ -132,12 +132,15 @@ async fn a_publisher_waiting_for_room_is_never_stuck_behind_its_own_workload_tur
     assert_eq!(rec.sent.lock().unwrap().len(), n);
 }
 
+/// A converge (nothing due): statuses are held at most `STATUS_QUEUE` at a time, the publisher
+/// waits for room, and all are written.
 #[tokio::test(start_paused = true)]
-async fn a_storm_of_statuses_is_held_at_most_status_queue_at_a_time_and_all_are_written() {
+async fn a_storm_of_statuses_with_nothing_due_is_held_at_most_status_queue_at_a_time() {
     let (rec, priority, lane) = started(Arc::new(StatusMemo::default()));
     // The API server answers nothing for now: writes pile up.
     let stalled = rec.hold.write().await;
-    let _turn = priority.workload();
+    let mut turn = priority.workload();
+    turn.not_due();
     let n = STATUS_QUEUE * 2;
     let publisher = tokio::spawn({
         let lane = lane.clone();
@@ -160,6 +163,34 @@ async fn a_storm_of_statuses_is_held_at_most_status_queue_at_a_time_and_all_are_
     let sent = rec.sent.lock().unwrap();
     assert_eq!(sent.len(), n, "every status written once");
     assert!(sent.contains(&"t100=4".to_string()));
+}
+
+/// A boundary of 10 000: every status waits for the scaling (none makes its reconcile wait),
+/// held one per TDSet however often each is superseded, and all are written after.
+#[tokio::test(start_paused = true)]
+async fn a_storm_of_statuses_never_makes_a_reconcile_wait_and_holds_one_per_tdset() {
+    let (rec, priority, lane) = started(Arc::new(StatusMemo::default()));
+    let due = priority.workload();
+    let n = 10_000;
+    for round in 1..=3 {
+        for i in 0..n {
+            let uid = format!("t{i}");
+            // Would hang here (paused clock, nothing written while due) if it waited for room.
+            lane.status(&tdset(&uid), write(&uid, round)).await;
+        }
+    }
+    run_for(MAX_DEFER * 2).await;
+    assert_eq!(
+        rec.sent.lock().unwrap().len(),
+        0,
+        "nothing before the scaling ends"
+    );
+    assert_eq!(lane.shared.queue.lock().unwrap().statuses.len(), n);
+    drop(due);
+    lane.drain(Duration::from_secs(60)).await;
+    let sent = rec.sent.lock().unwrap();
+    assert_eq!(sent.len(), n, "every TDSet's status written once");
+    assert!(sent.iter().all(|s| s.ends_with("=3")), "only the newest");
 }
 
 #[tokio::test(start_paused = true)]
@@ -242,7 +273,7 @@ fn event(reason: &str) -> EventNote {
 
 fn popped(q: &mut Queue, now: Instant) -> Vec<String> {
     let mut out = vec![];
-    while let Some(job) = q.pop(now) {
+    while let Some(job) = q.pop(now, false) {
         match job {
             Job::Status(s) => {
                 out.push(format!("{}={}", s.uid, s.status.desired_replicas.unwrap()));
@@ -277,19 +308,19 @@ fn one_tdsets_statuses_are_written_one_at_a_time_in_order() {
     let mut q = Queue::default();
     let now = Instant::now();
     q.push_status(write("a", 1));
-    let Some(Job::Status(first)) = q.pop(now) else {
+    let Some(Job::Status(first)) = q.pop(now, false) else {
         panic!("expected a status")
     };
     // While a=1 is being written, a=2 arrives; it waits for a=1, b goes first.
     q.push_status(write("a", 2));
     q.push_status(write("b", 5));
-    let Some(Job::Status(next)) = q.pop(now) else {
+    let Some(Job::Status(next)) = q.pop(now, false) else {
         panic!("expected a status")
     };
     assert_eq!(next.uid, "b");
-    assert!(q.pop(now).is_none(), "a=2 must wait for a=1");
+    assert!(q.pop(now, false).is_none(), "a=2 must wait for a=1");
     q.done(&first.uid, None, now);
-    let Some(Job::Status(last)) = q.pop(now) else {
+    let Some(Job::Status(last)) = q.pop(now, false) else {
         panic!("expected a status")
     };
     assert_eq!(
@@ -303,12 +334,12 @@ fn a_failed_status_is_retried_later_unless_a_newer_one_is_waiting() {
     let mut q = Queue::default();
     let now = Instant::now();
     q.push_status(write("a", 1));
-    let Some(Job::Status(s)) = q.pop(now) else {
+    let Some(Job::Status(s)) = q.pop(now, false) else {
         panic!()
     };
     q.done(&s.uid, Some(*s.clone()), now);
-    assert!(q.pop(now).is_none(), "not before its retry is due");
-    let Some(Job::Status(again)) = q.pop(now + RETRY_MAX) else {
+    assert!(q.pop(now, false).is_none(), "not before its retry is due");
+    let Some(Job::Status(again)) = q.pop(now + RETRY_MAX, false) else {
         panic!("retried")
     };
     assert_eq!(again.attempts, 1);

@@ -4,6 +4,9 @@
 
 use std::fmt;
 
+mod group;
+pub use group::*;
+
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -35,19 +38,38 @@ pub const MAX_REPLICAS: i32 = 10_000;
     printcolumn = r#"{"name":"Next-Replicas","type":"integer","jsonPath":".status.nextReplicas","priority":1}"#,
     printcolumn = r#"{"name":"Degraded","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status","priority":1}"#,
     printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.target.name","priority":1,"description":"The referenced object (scaleTargetRef)"}"#,
+    printcolumn = r#"{"name":"Targets","type":"string","jsonPath":".status.group.targets","description":"Group form: workloads at their scheduled count / workloads held"}"#,
     printcolumn = r#"{"name":"Shard","type":"string","jsonPath":".status.shard","priority":1,"description":"The shard that reconciles it (when the operator runs in shards)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "[has(self.container), has(self.template), has(self.scaleTargetRef)].filter(x, x).size() == 1",
-        "message": "exactly one of spec.container, spec.template or spec.scaleTargetRef must be set",
+        "rule": "[has(self.container), has(self.template), has(self.scaleTargetRef), has(self.scaleTargetSelector)].filter(x, x).size() == 1",
+        "message": "exactly one of spec.container, spec.template, spec.scaleTargetRef or spec.scaleTargetSelector must be set",
         "reason": "FieldValueInvalid"
     },
     {
-        "rule": "!has(self.service) || !has(self.scaleTargetRef)",
-        "message": "spec.service needs an owned Deployment (spec.container or spec.template); a referenced target's Service is managed with the target",
+        "rule": "has(self.defaultReplica) || has(self.scaleTargetSelector)",
+        "message": "spec.defaultReplica is required; only the group form (spec.scaleTargetSelector) may omit it, for the level own (each workload runs its own count)",
+        "fieldPath": ".defaultReplica",
+        "reason": "FieldValueRequired"
+    },
+    {
+        "rule": "has(self.scaleTargetSelector) || !has(self.overrides) || self.overrides.all(o, has(o.replica))",
+        "message": "an override's replica is required; only the group form (spec.scaleTargetSelector) may omit it, for the level own",
+        "fieldPath": ".overrides",
+        "reason": "FieldValueRequired"
+    },
+    {
+        "rule": "!has(self.ramp) || (has(self.defaultReplica) && (!has(self.overrides) || self.overrides.all(o, has(o.replica))))",
+        "message": "a ramp needs a number at every level: set spec.defaultReplica and every override's replica (a ramp cannot lead to or from the level own)",
+        "fieldPath": ".ramp",
+        "reason": "FieldValueInvalid"
+    },
+    {
+        "rule": "!has(self.service) || !(has(self.scaleTargetRef) || has(self.scaleTargetSelector))",
+        "message": "spec.service needs an owned Deployment (spec.container or spec.template); a referenced or selected workload's Service is managed with it",
         "fieldPath": ".service",
         "reason": "FieldValueForbidden"
     },
@@ -72,6 +94,11 @@ pub struct TDSetSpec {
     /// whose `minReplicas` becomes the scheduled floor. Never created, owned or deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_target_ref: Option<ScaleTargetRef>,
+    /// The group form: every workload of the selected kinds whose labels match, in the TDSet's
+    /// namespace, follows the schedule. Each workload's own count is recorded on it before its
+    /// first change and given back when the level is `own` or it leaves the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_target_selector: Option<ScaleTargetSelector>,
     /// With `scaleTargetRef`: what happens to the target when the TDSet is deleted. `Keep`
     /// (default) leaves it as it is; `Restore` puts back the count it had when the TDSet took
     /// it over.
@@ -85,8 +112,11 @@ pub struct TDSetSpec {
     #[schemars(length(max = 64))]
     pub scheduling_config: Vec<Window>,
     /// Replicas when no window is active. 0 lets a workload sleep outside its windows.
+    /// Required, except in the group form, where omitting it means `own`: each workload runs
+    /// its own count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 10000))]
-    pub default_replica: i32,
+    pub default_replica: Option<i32>,
     /// The longest wait in minutes between two full checks (a drift safety net, not the
     /// boundary precision). Default 5.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,8 +251,11 @@ pub struct Override {
     /// RFC 3339 instant (exclusive); must be after `start`.
     #[schemars(length(max = 64), extend("format" = "date-time"))]
     pub end: String,
+    /// The count while active. Required, except in the group form, where omitting it means
+    /// `own` (each workload runs its own count: a manual wake-up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 10000))]
-    pub replica: i32,
+    pub replica: Option<i32>,
     /// Shown in status and Events, e.g. "product launch".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
@@ -562,6 +595,12 @@ pub struct TDSetStatus {
     /// With `scaleTargetRef`: the object and the field the schedule sets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetStatus>,
+    /// With `scaleTargetSelector`: the workloads held, and those not at their count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupStatus>,
+    /// What the schedule saves now (see the README for each figure's baseline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savings: Option<SavingsStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -573,6 +612,19 @@ pub struct TDSetStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_HISTORY))]
     pub history: Vec<HistoryEntry>,
+}
+
+/// What the schedule removes now, against the workload's own count (group form,
+/// `scaleTargetRef`) or the highest count the spec sets (owned forms).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SavingsStatus {
+    /// Replicas not running now that the baseline would run.
+    pub replicas: i64,
+    /// CPU cores their pods would request, as a decimal ("1.5").
+    pub cpu: String,
+    /// Memory their pods would request ("512Mi", or bytes).
+    pub memory: String,
 }
 
 /// How many changes `status.history` keeps.
@@ -592,8 +644,9 @@ pub struct HistoryEntry {
     /// The count before, when it was known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<i32>,
-    /// The count the change set (or was to set).
-    pub to: i32,
+    /// The count the change set (or was to set); absent for the level `own` (group form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<i32>,
     /// Why, in a few words: the window, override, holiday, default or ramp step.
     pub reason: String,
     /// Why the write failed (the last failure, when it succeeded after retries).

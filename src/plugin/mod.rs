@@ -19,6 +19,8 @@ use crate::error::{Error, Result};
 use crate::preview::rfc3339;
 use crate::schedule::parse_duration;
 
+mod group;
+
 /// The field manager of everything the plugin writes.
 pub const PLUGIN_MANAGER: &str = "kubectl-tdset";
 
@@ -57,16 +59,19 @@ pub enum PluginCommand {
         name: String,
         #[arg(long)]
         replicas: i32,
-        /// Start (RFC 3339); default: now.
-        #[arg(long, value_parser = crate::cli::parse_time)]
-        from: Option<DateTime<Utc>>,
-        /// End (RFC 3339, exclusive).
-        #[arg(long, value_parser = crate::cli::parse_time, conflicts_with = "for_")]
-        until: Option<DateTime<Utc>>,
-        /// Length, e.g. 2h or 90m (instead of --until).
-        #[arg(long = "for", id = "for_")]
-        for_: Option<String>,
+        #[command(flatten)]
+        span: Span,
         /// Shown in status, Events and preview.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Wake a group up by hand: each workload runs its own count from --from (default now)
+    /// until --until, or for --for (an override to the level own; group form only).
+    Wake {
+        name: String,
+        #[command(flatten)]
+        span: Span,
+        /// Shown in status, Events and preview; default "woken by hand".
         #[arg(long)]
         reason: Option<String>,
     },
@@ -78,6 +83,60 @@ pub enum PluginCommand {
     Calendars,
     /// The last changes of a TDSet's workload (status.history), with how late each landed.
     History { name: String },
+    /// What the schedules save now, per TDSet and in total (status.savings).
+    Savings {
+        /// Every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
+}
+
+/// When an override (or a wake-up) holds.
+#[derive(clap::Args, Debug)]
+pub struct Span {
+    /// Start (RFC 3339); default: now.
+    #[arg(long, value_parser = crate::cli::parse_time)]
+    from: Option<DateTime<Utc>>,
+    /// End (RFC 3339, exclusive).
+    #[arg(long, value_parser = crate::cli::parse_time, conflicts_with = "for_")]
+    until: Option<DateTime<Utc>>,
+    /// Length, e.g. 2h or 90m (instead of --until).
+    #[arg(long = "for", id = "for_")]
+    for_: Option<String>,
+}
+
+/// The override's span: from `from` (default now) until `until`, or for `for_`.
+fn span(now: DateTime<Utc>, s: Span) -> Result<(DateTime<Utc>, DateTime<Utc>)> {
+    let Span { from, until, for_ } = s;
+    let start = from.unwrap_or(now);
+    let end = match (until, for_) {
+        (Some(u), _) => u,
+        (None, Some(f)) => {
+            let d = parse_duration(&f)
+                .filter(|d| *d > Duration::zero())
+                .ok_or_else(|| {
+                    Error::Config(format!("--for {f:?} is not a duration such as 2h or 90m"))
+                })?;
+            start + d
+        }
+        (None, None) => {
+            return Err(Error::Config("give --until TIME or --for DURATION".into()));
+        }
+    };
+    if end <= start {
+        return Err(Error::Config(format!(
+            "the override would end ({}) before it starts ({})",
+            rfc3339(end),
+            rfc3339(start)
+        )));
+    }
+    if end <= now {
+        return Err(Error::Config(format!(
+            "the override would end in the past ({}); nothing to do",
+            rfc3339(end)
+        )));
+    }
+    Ok((start, end))
 }
 
 /// Runs the plugin; returns what to print on stdout.
@@ -114,7 +173,35 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                 }
             }
             let (schedule, missing) = crate::preview::compile(&name, &tdset, &live)?;
-            let out = run_preview_of(&args, now, &schedule, tdset.spec.is_suspended())?;
+            let mut out = run_preview_of(&args, now, &schedule, tdset.spec.is_suspended())?;
+            if tdset.spec.scale_target_selector.is_some() {
+                // A group: its workloads, and what each gets at the next transition.
+                let at = args.at.unwrap_or(now);
+                let client = api.clone().into_client();
+                let members = group::members(&client, &ns, &tdset, &schedule, at).await?;
+                out = match args.output {
+                    crate::cli::Output::Json => {
+                        let mut v: Value =
+                            serde_json::from_str(&out).map_err(|source| Error::Serialize {
+                                what: "the preview",
+                                source,
+                            })?;
+                        v["workloads"] =
+                            serde_json::to_value(&members).map_err(|source| Error::Serialize {
+                                what: "the workloads",
+                                source,
+                            })?;
+                        serde_json::to_string_pretty(&v).map_err(|source| Error::Serialize {
+                            what: "the preview",
+                            source,
+                        })? + "\n"
+                    }
+                    _ => {
+                        let next = schedule.next_transition(at).map(|n| rfc3339(n.at));
+                        out + &group::table(&members, next.as_deref())
+                    }
+                };
+            }
             Ok(
                 match crate::preview::missing_calendars_note(&missing, "found in the cluster") {
                     Some(note) if args.output != crate::cli::Output::Json => format!("{out}{note}"),
@@ -126,56 +213,52 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
         PluginCommand::Override {
             name,
             replicas,
-            from,
-            until,
-            for_,
+            span: s,
             reason,
         } => {
-            let start = from.unwrap_or(now);
-            let end = match (until, for_) {
-                (Some(u), _) => u,
-                (None, Some(f)) => {
-                    let d = parse_duration(&f)
-                        .filter(|d| *d > Duration::zero())
-                        .ok_or_else(|| {
-                            Error::Config(format!(
-                                "--for {f:?} is not a duration such as 2h or 90m"
-                            ))
-                        })?;
-                    start + d
-                }
-                (None, None) => {
-                    return Err(Error::Config("give --until TIME or --for DURATION".into()));
-                }
-            };
-            if end <= start {
-                return Err(Error::Config(format!(
-                    "the override would end ({}) before it starts ({})",
-                    rfc3339(end),
-                    rfc3339(start)
-                )));
-            }
-            if end <= now {
-                return Err(Error::Config(format!(
-                    "the override would end in the past ({}); nothing to do",
-                    rfc3339(end)
-                )));
-            }
+            let (start, end) = span(now, s)?;
             let tdset = get(&api, &ns, &name).await?;
             let new = Override {
                 start: rfc3339(start),
                 end: rfc3339(end),
-                replica: replicas,
+                replica: Some(replicas),
                 reason,
             };
             let mine = with_override(owned_overrides(&tdset), new.clone(), now);
             apply(&api, &ns, &name, json!({"overrides": mine})).await?;
             Ok(format!(
                 "tdset.schedule.rs/{name} override {} replicas from {} until {}{}\n",
-                new.replica,
+                replicas,
                 new.start,
                 new.end,
                 new.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+            ))
+        }
+        PluginCommand::Wake {
+            name,
+            span: s,
+            reason,
+        } => {
+            let (start, end) = span(now, s)?;
+            let tdset = get(&api, &ns, &name).await?;
+            if tdset.spec.scale_target_selector.is_none() {
+                return Err(Error::Config(format!(
+                    "tdset.schedule.rs/{name} has no group (spec.scaleTargetSelector), so its \
+                     workload has no own count to wake to; use `kubectl tdset override {name} \
+                     --replicas N --for ...`"
+                )));
+            }
+            let new = Override {
+                start: rfc3339(start),
+                end: rfc3339(end),
+                replica: None,
+                reason: Some(reason.unwrap_or_else(|| "woken by hand".into())),
+            };
+            let mine = with_override(owned_overrides(&tdset), new.clone(), now);
+            apply(&api, &ns, &name, json!({"overrides": mine})).await?;
+            Ok(format!(
+                "tdset.schedule.rs/{name} awake (each workload at its own count) from {} until {}\n",
+                new.start, new.end
             ))
         }
         PluginCommand::Suspend { name } => {
@@ -189,6 +272,18 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
             Ok(format!("tdset.schedule.rs/{name} resumed\n"))
         }
         PluginCommand::Calendars => calendars(api.into_client(), &ns).await,
+        PluginCommand::Savings { all_namespaces } => {
+            let client = api.into_client();
+            let list = if all_namespaces {
+                Api::<TDSet>::all(client).list(&ListParams::default()).await
+            } else {
+                Api::<TDSet>::namespaced(client, &ns)
+                    .list(&ListParams::default())
+                    .await
+            }
+            .map_err(Error::kube("listing TDSets"))?;
+            Ok(savings_table(&list.items))
+        }
         PluginCommand::History { name } => {
             let tdset = get(&api, &ns, &name).await?;
             Ok(history_table(
@@ -285,12 +380,72 @@ pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
                 h.applied_at.clone().unwrap_or_else(|| "-".into()),
                 late,
                 h.from.map_or_else(|| "-".into(), |f| f.to_string()),
-                h.to.to_string(),
+                h.to.map_or_else(|| "own".to_string(), |n| n.to_string()),
                 reason,
             ]
         })
         .collect();
     table(&[header], &rows)
+}
+
+/// Each TDSet's `status.savings`, and the total: replicas, CPU cores and memory removed now.
+pub fn savings_table(tdsets: &[TDSet]) -> String {
+    use crate::workload::savings::quantity_value;
+    let header = ["NAMESPACE", "NAME", "FORM", "REPLICAS", "CPU", "MEMORY"].map(String::from);
+    let mut total = (0i64, 0f64, 0f64);
+    let mut rows: Vec<[String; 6]> = tdsets
+        .iter()
+        .map(|t| {
+            let form = match crate::workload::Source::of(&t.spec) {
+                Ok(crate::workload::Source::Container(_)) => "container",
+                Ok(crate::workload::Source::Template(_)) => "template",
+                Ok(crate::workload::Source::Scale(_)) => "scaleTargetRef",
+                Ok(crate::workload::Source::HpaFloor(_)) => "hpa",
+                Ok(crate::workload::Source::Group(_)) => "group",
+                Err(_) => "?",
+            };
+            let s = t.status.as_ref().and_then(|s| s.savings.as_ref());
+            if let Some(s) = s {
+                total.0 += s.replicas;
+                total.1 += quantity_value(&s.cpu).unwrap_or(0.0);
+                total.2 += quantity_value(&s.memory).unwrap_or(0.0);
+            }
+            [
+                t.metadata.namespace.clone().unwrap_or_default(),
+                t.metadata.name.clone().unwrap_or_default(),
+                form.to_string(),
+                s.map_or_else(|| "-".into(), |s| s.replicas.to_string()),
+                s.map_or_else(|| "-".into(), |s| s.cpu.clone()),
+                s.map_or_else(|| "-".into(), |s| s.memory.clone()),
+            ]
+        })
+        .collect();
+    rows.sort();
+    rows.push([
+        "TOTAL".into(),
+        String::new(),
+        String::new(),
+        total.0.to_string(),
+        format!("{}", (total.1 * 1000.0).round() / 1000.0),
+        human_bytes(total.2),
+    ]);
+    table(&[header], &rows)
+}
+
+/// Bytes in binary units, one decimal: "1.5Gi".
+fn human_bytes(b: f64) -> String {
+    let mut v = b;
+    for unit in ["", "Ki", "Mi", "Gi", "Ti"] {
+        if v < 1024.0 || unit == "Ti" {
+            return if unit.is_empty() {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}{unit}")
+            };
+        }
+        v /= 1024.0;
+    }
+    format!("{b}")
 }
 
 /// Left-aligned columns, two spaces apart, as kubectl prints them (the last one unpadded).
@@ -450,7 +605,7 @@ mod tests {
         Override {
             start: start.into(),
             end: end.into(),
-            replica: 1,
+            replica: Some(1),
             reason: None,
         }
     }

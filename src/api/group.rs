@@ -1,0 +1,191 @@
+//! The group form's part of the API: `spec.scaleTargetSelector` (many workloads, one TDSet)
+//! and `status.group`.
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+/// The most names `exclude` may list.
+pub const MAX_EXCLUDE: usize = 256;
+/// The most workloads `status.group.notAtSchedule` lists (the counts cover all of them).
+pub const MAX_LISTED: usize = 10;
+
+/// The workloads of the TDSet's namespace that one TDSet schedules together.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleTargetSelector {
+    /// The kinds selected: `Deployment`, `StatefulSet`, `CronJob`, or any kind with a `/scale`
+    /// subresource as `Kind.group` (e.g. `Rollout.argoproj.io`). Default
+    /// `[Deployment, StatefulSet]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub kinds: Vec<GroupKind>,
+    /// A label selector over those kinds in the TDSet's namespace; `{}` selects all of them.
+    pub selector: LabelSelector,
+    /// Names left alone, whatever their kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = MAX_EXCLUDE),
+        extend("x-kubernetes-list-type" = "set"),
+        inner(length(min = 1, max = 253))
+    )]
+    pub exclude: Vec<String>,
+}
+
+impl ScaleTargetSelector {
+    /// The kinds selected, the default applied.
+    pub fn kinds(&self) -> Vec<GroupKind> {
+        if self.kinds.is_empty() {
+            vec![
+                GroupKind::Named(NamedKind::Deployment),
+                GroupKind::Named(NamedKind::StatefulSet),
+            ]
+        } else {
+            self.kinds.clone()
+        }
+    }
+}
+
+/// A kind a group selects: `Deployment`, `StatefulSet`, `CronJob`, or any kind with a `/scale`
+/// subresource as `Kind.group` (kubectl's way of naming a kind of a group, e.g.
+/// `Rollout.argoproj.io`), served in the group's preferred version.
+///
+/// A string, not `{apiVersion, kind}`: a list mixing strings and objects cannot be checked at
+/// admission (the API server's structural schemas give a node one type, and CEL cannot read
+/// an untyped one).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum GroupKind {
+    Named(NamedKind),
+    Scalable { kind: String, group: String },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NamedKind {
+    Deployment,
+    StatefulSet,
+    CronJob,
+}
+
+impl GroupKind {
+    /// Reads `Kind` or `Kind.group`; anything else is kept as a kind with no group, which
+    /// `validate` reports (the schema rejects it first).
+    pub fn parse(s: &str) -> GroupKind {
+        let (kind, group) = s.split_once('.').unwrap_or((s, ""));
+        match (kind, group) {
+            ("Deployment", "" | "apps") => GroupKind::Named(NamedKind::Deployment),
+            ("StatefulSet", "" | "apps") => GroupKind::Named(NamedKind::StatefulSet),
+            ("CronJob", "" | "batch") => GroupKind::Named(NamedKind::CronJob),
+            _ => GroupKind::Scalable {
+                kind: kind.to_string(),
+                group: group.to_string(),
+            },
+        }
+    }
+
+    /// The API group (empty for the core group).
+    pub fn group(&self) -> &str {
+        match self {
+            GroupKind::Named(NamedKind::CronJob) => "batch",
+            GroupKind::Named(_) => "apps",
+            GroupKind::Scalable { group, .. } => group,
+        }
+    }
+
+    pub fn kind(&self) -> &str {
+        match self {
+            GroupKind::Named(NamedKind::Deployment) => "Deployment",
+            GroupKind::Named(NamedKind::StatefulSet) => "StatefulSet",
+            GroupKind::Named(NamedKind::CronJob) => "CronJob",
+            GroupKind::Scalable { kind, .. } => kind,
+        }
+    }
+
+    /// Whether this is the same kind as `other`.
+    pub fn same_kind(&self, other: &GroupKind) -> bool {
+        self.group() == other.group() && self.kind() == other.kind()
+    }
+}
+
+impl fmt::Display for GroupKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GroupKind::Named(_) => f.write_str(self.kind()),
+            GroupKind::Scalable { kind, group } if group.is_empty() => f.write_str(kind),
+            GroupKind::Scalable { kind, group } => write!(f, "{kind}.{group}"),
+        }
+    }
+}
+
+impl Serialize for GroupKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for GroupKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| GroupKind::parse(&s))
+    }
+}
+
+impl JsonSchema for GroupKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "GroupKind".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "maxLength": 317,
+            "description": "Deployment, StatefulSet, CronJob, or Kind.group of a kind with a /scale subresource (e.g. Rollout.argoproj.io).",
+            "x-kubernetes-validations": [{
+                "rule": "self in ['Deployment', 'StatefulSet', 'CronJob'] || (self.matches('^[A-Z][A-Za-z0-9]*([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)+$') && !self.startsWith('HorizontalPodAutoscaler.'))",
+                "message": "must be Deployment, StatefulSet, CronJob, or Kind.group of a kind with a /scale subresource, e.g. Rollout.argoproj.io (an HPA is scheduled with scaleTargetRef)",
+                "reason": "FieldValueInvalid"
+            }]
+        })
+    }
+}
+
+/// What the group form reports: how many workloads it holds, and which are not at their
+/// scheduled count.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupStatus {
+    /// Workloads of the selected kinds whose labels match (the excluded ones included).
+    pub matched: i32,
+    /// Of those held, how many run their scheduled count.
+    pub at_schedule: i32,
+    /// Matched but named in `exclude`: never written.
+    pub excluded: i32,
+    /// Matched but held by another TDSet (the older claim): never written by this one.
+    pub conflicting: i32,
+    /// `atSchedule/held` for `kubectl get` (held: matched, less excluded and conflicting).
+    pub targets: String,
+    /// Up to 10 workloads not at their scheduled count, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_LISTED))]
+    pub not_at_schedule: Vec<MemberStatus>,
+}
+
+/// One workload of a group.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    pub kind: String,
+    pub name: String,
+    /// What it runs now (for a CronJob: 0 while suspended, else 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// What the schedule gives it now (absent: its own count, not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled: Option<i32>,
+    /// Why it is not at its count, in a few words.
+    pub message: String,
+}

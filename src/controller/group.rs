@@ -1,0 +1,806 @@
+//! The group form's edge: lists the selected kinds in the TDSet's namespace (live: what a
+//! workload runs and carries decides a write, never a cache), places each workload (held,
+//! excluded, held elsewhere), plans with `workload::group`, and sends each write as one
+//! server-side apply guarded by the uid and resourceVersion it was planned from.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::context::{Context, Outcome, Write as Mode};
+use super::events::{EventType, Events, note};
+use super::group_index::{Claim, claim_of};
+use crate::api::{GroupKind, GroupStatus, NamedKind, ScaleTargetRef, ScaleTargetSelector, TDSet};
+use crate::error::{Error, Result};
+use crate::schedule::{Count, Evaluation};
+use crate::status::{Observed, Problem};
+use crate::workload::group::{self, LeaveReason, Member, Place, Record, Value, Why};
+use crate::workload::owned::FIELD_MANAGER;
+use crate::workload::savings::{Requests, Saved};
+
+/// Workload writes of one group in flight at once: the API server's pace at a boundary of a
+/// thousand, without one TDSet taking every connection.
+const WRITES_IN_FLIGHT: usize = 16;
+/// Objects per page when listing a kind: what one list holds in memory at once.
+const PAGE: u32 = 250;
+/// How soon to look again after a write was refused because the workload changed meanwhile.
+const STALE_RETRY: Duration = Duration::from_secs(1);
+
+/// One workload as listed, with what the status needs besides the plan's `Member`.
+struct Listed {
+    member: Member,
+    /// What one replica's pod requests (`spec.template`; nothing for a CronJob, whose pods
+    /// run only when a job does).
+    requests: Requests,
+    /// `status.replicas` and `status.readyReplicas`, where the kind reports them.
+    running: Option<i32>,
+    ready: Option<i32>,
+}
+
+/// A kind a group selects, resolved to its resource.
+struct Kind {
+    kind: GroupKind,
+    resource: ApiResource,
+    /// Built into the API server (Deployment, StatefulSet, CronJob): written with one apply
+    /// of the object. Other kinds: the record by apply, the count through `/scale`.
+    built_in: bool,
+    /// Whether the spec selects it. The built-in kinds are always looked at, for records this
+    /// TDSet left under an older spec (a kind taken out of `kinds` gives its workloads back).
+    selected: bool,
+}
+
+fn built_in(k: NamedKind) -> ApiResource {
+    let (group, version, kind, plural) = match k {
+        NamedKind::Deployment => ("apps", "v1", "Deployment", "deployments"),
+        NamedKind::StatefulSet => ("apps", "v1", "StatefulSet", "statefulsets"),
+        NamedKind::CronJob => ("batch", "v1", "CronJob", "cronjobs"),
+    };
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Resolves the selected kinds, and the built-in kinds not selected; a kind that cannot be used
+/// is a problem to report, and the others are still scheduled.
+async fn kinds(
+    ctx: &Context,
+    sel: &ScaleTargetSelector,
+    problems: &mut Vec<Problem>,
+) -> Result<Vec<Kind>> {
+    let mut out = Vec::new();
+    for kind in sel.kinds() {
+        match &kind {
+            GroupKind::Named(n) => out.push(Kind {
+                resource: built_in(*n),
+                kind,
+                built_in: true,
+                selected: true,
+            }),
+            GroupKind::Scalable { kind: k, group } => {
+                match ctx.discovery.resolve_kind(group, k).await? {
+                    Ok(res) if res.has_scale => out.push(Kind {
+                        resource: res.resource,
+                        kind,
+                        built_in: false,
+                        selected: true,
+                    }),
+                    Ok(_) => problems.push(Problem::ScaleNotSupported(format!(
+                        "{k}.{group} has no /scale subresource; its workloads are left alone"
+                    ))),
+                    Err(p) => problems.push(p),
+                }
+            }
+        }
+    }
+    for n in [
+        NamedKind::Deployment,
+        NamedKind::StatefulSet,
+        NamedKind::CronJob,
+    ] {
+        let kind = GroupKind::Named(n);
+        if !out.iter().any(|k| k.kind.same_kind(&kind)) {
+            out.push(Kind {
+                resource: built_in(n),
+                kind,
+                built_in: true,
+                selected: false,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg: &str) -> Problem {
+    let group = if res.group.is_empty() {
+        "\"\"".to_string()
+    } else {
+        res.group.clone()
+    };
+    Problem::Forbidden(format!(
+        "the operator may not {verb} {}{sub} (apiGroup {group}) in namespace {ns}: {msg}. Grant it \
+         with a ClusterRole labelled schedule.rs/aggregate-to-tdset-operator: \"true\" (verbs \
+         [get, list, watch, patch]); see the README",
+        res.plural
+    ))
+}
+
+/// Lists one kind in the namespace, page by page, keeping only what the plan reads.
+async fn list(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    mut keep: impl FnMut(&DynamicObject) -> bool,
+) -> Result<Result<Vec<DynamicObject>, Problem>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
+    let mut out = Vec::new();
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let page = match api.list(&params).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(s)) if s.is_forbidden() => {
+                return Ok(Err(forbidden("list", &kind.resource, "", ns, &s.message)));
+            }
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "listing {} in {ns}",
+                    kind.resource.plural
+                ))(e));
+            }
+        };
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        out.extend(page.items.into_iter().filter(|o| keep(o)).map(|mut o| {
+            // Only what the plan and status read is kept.
+            o.metadata.managed_fields = None;
+            o
+        }));
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(Ok(out)),
+        }
+    }
+}
+
+fn int_at(o: &DynamicObject, path: &str) -> Option<i32> {
+    o.data
+        .pointer(path)
+        .and_then(serde_json::Value::as_i64)
+        .map(|v| v as i32)
+}
+
+/// What a listed object runs now.
+async fn value_of(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    o: &DynamicObject,
+) -> Result<Result<Value, Problem>> {
+    if matches!(kind.kind, GroupKind::Named(NamedKind::CronJob)) {
+        let suspended = o
+            .data
+            .pointer("/spec/suspend")
+            .and_then(serde_json::Value::as_bool);
+        return Ok(Ok(Value::Suspended(suspended.unwrap_or(false))));
+    }
+    if kind.built_in {
+        // The API server defaults an absent spec.replicas to 1.
+        return Ok(Ok(Value::Replicas(
+            int_at(o, "/spec/replicas").unwrap_or(1),
+        )));
+    }
+    // A custom kind's count lives where its CRD says: `/scale` reads it from there.
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
+    match api.get_scale(&o.name_any()).await {
+        Ok(s) => Ok(Ok(Value::Replicas(
+            s.spec.and_then(|s| s.replicas).unwrap_or(0),
+        ))),
+        Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Err(forbidden(
+            "get",
+            &kind.resource,
+            "/scale",
+            ns,
+            &s.message,
+        ))),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Err(Problem::TargetNotFound(format!(
+            "{} {} was deleted meanwhile",
+            kind.kind,
+            o.name_any()
+        )))),
+        Err(e) => Err(Error::kube(format!(
+            "reading the scale of {} {} in {ns}",
+            kind.kind,
+            o.name_any()
+        ))(e)),
+    }
+}
+
+/// What placing a workload needs to know about the TDSet.
+struct Placing<'a> {
+    tdset: &'a TDSet,
+    ctx: &'a Context,
+    ns: &'a str,
+    sel: &'a ScaleTargetSelector,
+    selector: &'a group::Selector,
+    /// This TDSet's claim (creationTimestamp, name).
+    me: Claim,
+}
+
+/// Lists every kind, keeps the objects `keep` wants, and reads what each runs: (index of its
+/// kind, the object, its value). A kind that cannot be listed or read is a problem to report.
+async fn observe(
+    ctx: &Context,
+    ns: &str,
+    kinds: &[Kind],
+    keep: impl Fn(&Kind, &DynamicObject) -> bool,
+    problems: &mut Vec<Problem>,
+) -> Result<Vec<(usize, DynamicObject, Value)>> {
+    let mut out = Vec::new();
+    for (k, kind) in kinds.iter().enumerate() {
+        let objects = match list(ctx, ns, kind, |o| keep(kind, o)).await? {
+            Ok(objects) => objects,
+            Err(p) => {
+                problems.push(p);
+                continue;
+            }
+        };
+        for o in objects {
+            match value_of(ctx, ns, kind, &o).await? {
+                Ok(v) => out.push((k, o, v)),
+                Err(p) => problems.push(p),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The plan's view of a listed object.
+fn member_of(kind: &Kind, o: &DynamicObject, value: Value, place: Place) -> Member {
+    Member {
+        api_version: kind.resource.api_version.clone(),
+        kind: kind.resource.kind.clone(),
+        name: o.name_any(),
+        uid: o.uid().unwrap_or_default(),
+        resource_version: o.resource_version(),
+        value,
+        record: Record::read(o.annotations(), value),
+        place,
+        autoscaled_by: None,
+    }
+}
+
+/// Where a selected (or recorded) workload stands: excluded, held by something else (its
+/// controller, the TDSet that owns it, an older claim), or held by this TDSet.
+fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
+    let Placing {
+        tdset,
+        ctx,
+        ns,
+        sel,
+        selector,
+        me,
+    } = p;
+    let labels = o.labels();
+    let name = o.name_any();
+    // The spec decides, not the index (which may not have caught up with it yet).
+    if !kind.selected || !selector.matches(labels) {
+        return Place::Outside;
+    }
+    if sel.exclude.contains(&name) {
+        return Place::Excluded;
+    }
+    if let Some(c) = o
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+    {
+        let what = if c.kind == "TDSet" && c.api_version.starts_with("schedule.rs/") {
+            format!("TDSet {} (which owns it)", c.name)
+        } else {
+            format!("its controller, {} {}", c.kind, c.name)
+        };
+        if Some(&c.uid) != tdset.meta().uid.as_ref() {
+            return Place::HeldElsewhere(what);
+        }
+    }
+    // The oldest claim holds it: older groups that select it (and do not exclude it), and
+    // TDSets that name it in scaleTargetRef.
+    let groups = ctx.groups.in_namespace(ns);
+    let (group, kind) = (kind.kind.group(), kind.kind.kind());
+    let older_group = groups
+        .iter()
+        .find(|(c, e)| c < me && e.selects(group, kind, labels) && !e.exclude.contains(&name));
+    let older_ref = ctx
+        .index
+        .claims(ns, group, kind, &name)
+        .into_iter()
+        .find(|c| c < me);
+    let holder = match (older_group.map(|(c, _)| c.clone()), older_ref) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    match holder {
+        Some((_, holder)) => Place::HeldElsewhere(format!("TDSet {holder} (the older claim)")),
+        None => Place::Held,
+    }
+}
+
+/// What one write came to.
+enum Sent {
+    Done,
+    /// Refused: the workload changed since it was listed (409); plan it again.
+    Stale(String),
+    /// The workload is gone (deleted meanwhile): nothing to write.
+    Gone(String),
+    Problem(Problem),
+}
+
+async fn send(ctx: &Context, ns: &str, kind: &Kind, m: &Member, w: &group::Write) -> Result<Sent> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let answer = |result: kube::Result<()>, verb: &str, sub: &str| -> Result<Sent> {
+        match result {
+            Ok(()) => Ok(Sent::Done),
+            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Sent::Stale(format!(
+                "{} {} changed since it was read ({})",
+                m.kind, m.name, s.message
+            ))),
+            // An apply that would create the object (it was deleted) fails validation.
+            Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 422 => Ok(Sent::Gone(
+                format!("{} {} was deleted meanwhile", m.kind, m.name),
+            )),
+            Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Sent::Problem(forbidden(
+                verb,
+                &kind.resource,
+                sub,
+                ns,
+                &s.message,
+            ))),
+            Err(e) => Err(Error::kube(format!(
+                "{verb} {}{sub} {} in {ns}",
+                kind.resource.plural, m.name
+            ))(e)),
+        }
+    };
+    let mut body = w.body(m);
+    if kind.built_in {
+        ctx.metrics.write(&kind.resource.plural, "apply");
+        let sent = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
+        return answer(sent.map(|_| ()), "patch", "");
+    }
+    // The count through /scale (its path is the CRD's), the record by apply of the object:
+    // the record first when holding, last when releasing, so a crash in between leaves the
+    // own count recorded or already back.
+    if let Some(o) = body.as_object_mut() {
+        o.remove("spec");
+    }
+    let merge = serde_json::json!({"spec": {"replicas": w.to.replicas()}});
+    let scale_params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    if w.record.is_some() {
+        ctx.metrics.write(&kind.resource.plural, "apply");
+        let recorded = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
+        match answer(recorded.map(|_| ()), "patch", "")? {
+            Sent::Done => {}
+            other => return Ok(other),
+        }
+        ctx.metrics
+            .write(&format!("{}/scale", kind.resource.plural), "patch");
+        let scaled = api
+            .patch_scale(&m.name, &scale_params, &Patch::Merge(&merge))
+            .await;
+        answer(scaled.map(|_| ()), "patch", "/scale")
+    } else {
+        ctx.metrics
+            .write(&format!("{}/scale", kind.resource.plural), "patch");
+        let scaled = api
+            .patch_scale(&m.name, &scale_params, &Patch::Merge(&merge))
+            .await;
+        match answer(scaled.map(|_| ()), "patch", "/scale")? {
+            Sent::Done => {}
+            other => return Ok(other),
+        }
+        // The scale changed its resourceVersion: the record goes by uid alone.
+        if let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            meta.remove("resourceVersion");
+        }
+        ctx.metrics.write(&kind.resource.plural, "apply");
+        let released = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
+        answer(released.map(|_| ()), "patch", "")
+    }
+}
+
+/// What the TDSet holds, and the level applied to it.
+pub(super) async fn reconcile_group(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    sel: &ScaleTargetSelector,
+    eval: &Evaluation,
+    mode: Mode,
+    events: &mut Events,
+) -> Result<Outcome> {
+    // The cached TDSet has no creationTimestamp; the index, fed by the watch, has its claim.
+    let me = ctx
+        .groups
+        .claim(ns, &tdset.name_any())
+        .unwrap_or_else(|| claim_of(tdset));
+    let selector = group::Selector::compile(&sel.selector).map_err(|e| {
+        Error::InvalidSpec(vec![crate::schedule::SpecError {
+            field: "spec.scaleTargetSelector.selector".into(),
+            message: e,
+        }])
+    })?;
+    let placing = Placing {
+        tdset,
+        ctx,
+        ns,
+        sel,
+        selector: &selector,
+        me,
+    };
+    let mut problems = Vec::new();
+    let kinds = kinds(ctx, sel, &mut problems).await?;
+    let name = tdset.name_any();
+    let observed = observe(
+        ctx,
+        ns,
+        &kinds,
+        |kind, o| {
+            o.annotations().get(group::HELD_BY) == Some(&name)
+                || (kind.selected && selector.matches(o.labels()))
+        },
+        &mut problems,
+    )
+    .await?;
+    let listed: Vec<(usize, Listed)> = observed
+        .into_iter()
+        .map(|(k, o, value)| {
+            let kind = &kinds[k];
+            let mut member = member_of(kind, &o, value, place(&placing, kind, &o));
+            member.autoscaled_by = super::scale::hpa_scaling(
+                ctx,
+                ns,
+                &ScaleTargetRef {
+                    api_version: kind.resource.api_version.clone(),
+                    kind: kind.resource.kind.clone(),
+                    name: member.name.clone(),
+                },
+            );
+            let requests = match kind.kind {
+                GroupKind::Named(NamedKind::CronJob) => Requests::default(),
+                _ => o
+                    .data
+                    .pointer("/spec/template")
+                    .map(Requests::of_template)
+                    .unwrap_or_default(),
+            };
+            let listed = Listed {
+                requests,
+                running: int_at(&o, "/status/replicas"),
+                ready: int_at(&o, "/status/readyReplicas"),
+                member,
+            };
+            (k, listed)
+        })
+        .collect();
+    let members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
+    let level = eval.count();
+    let plan = group::plan(&name, level, &members);
+    if let Some(p) = conflicts(&members) {
+        problems.insert(0, p);
+    }
+    let mut status = plan.status.clone();
+    let mut failed: Vec<(usize, Value, String)> = Vec::new();
+    let mut retry = None;
+    let mut done = Vec::new();
+    if mode == Mode::Never {
+        failed.extend(
+            plan.writes
+                .iter()
+                .filter(|w| members[w.member].place == Place::Held)
+                .map(|w| (w.member, w.to, "spec.suspend is true".to_string())),
+        );
+    } else {
+        // Boxed: an unboxed future borrowing the plan trips rustc's higher-ranked lifetime
+        // check where the controller requires the reconcile to be Send.
+        let futures: Vec<BoxFuture<'_, Result<(&group::Write, Sent)>>> = plan
+            .writes
+            .iter()
+            .map(|w| {
+                let kind = &kinds[listed[w.member].0];
+                let m = &members[w.member];
+                async move { send(ctx, ns, kind, m, w).await.map(|sent| (w, sent)) }.boxed()
+            })
+            .collect();
+        let sends = futures::stream::iter(futures).buffer_unordered(WRITES_IN_FLIGHT);
+        let results: Vec<_> = sends.try_collect().await?;
+        for (w, sent) in results {
+            match sent {
+                Sent::Done => done.push(w.clone()),
+                Sent::Stale(why) | Sent::Gone(why) => {
+                    debug!(%why, "group write refused; looking again");
+                    retry = Some(STALE_RETRY);
+                    if members[w.member].place == Place::Held {
+                        failed.push((w.member, w.to, why));
+                    }
+                }
+                Sent::Problem(p) => {
+                    if members[w.member].place == Place::Held {
+                        failed.push((w.member, w.to, p.message().to_string()));
+                    }
+                    problems.push(p);
+                }
+            }
+        }
+    }
+    group::not_reached(&mut status, &members, &failed);
+    report(tdset, ctx, eval, &members, &done, events);
+    Ok(outcome(
+        tdset, &listed, &members, &done, status, problems, retry,
+    ))
+}
+
+/// The workloads another TDSet (or controller) holds, as the problem this TDSet reports.
+fn conflicts(members: &[Member]) -> Option<Problem> {
+    let held: Vec<String> = members
+        .iter()
+        .filter_map(|m| match &m.place {
+            Place::HeldElsewhere(by) => Some(format!("{} {} (held by {by})", m.kind, m.name)),
+            _ => None,
+        })
+        .collect();
+    let first = held.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let more = match held.len().saturating_sub(5) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    (!held.is_empty()).then(|| {
+        Problem::ConflictingTDSet(format!(
+            "{} selected workloads are held elsewhere, and this TDSet writes nothing to them: {first}{more}",
+            held.len()
+        ))
+    })
+}
+
+/// The Events of a reconcile's writes: one for the scheduled changes together (a boundary of a
+/// thousand workloads is one Event), one per workload that left, was restored or was changed
+/// by someone else.
+fn report(
+    tdset: &TDSet,
+    ctx: &Context,
+    eval: &Evaluation,
+    members: &[Member],
+    done: &[group::Write],
+    events: &mut Events,
+) {
+    let mut scheduled = Vec::new();
+    let mut restored = Vec::new();
+    for w in done {
+        let m = &members[w.member];
+        let what = format!("{} {}", m.kind, m.name);
+        match &w.why {
+            Why::Schedule => {
+                scheduled.push(format!("{what} ({} -> {})", w.from.short(), w.to.short()))
+            }
+            Why::Own => restored.push(format!("{what} ({})", w.to.short())),
+            Why::ChangedElsewhere { to } => events.push(note(
+                tdset,
+                EventType::Normal,
+                "ChangedElsewhere",
+                format!(
+                    "{what} was set to {to} by someone else while this TDSet held it: that is now its own count; \
+                     the schedule's level applies again ({} now: {})",
+                    w.to,
+                    eval.why()
+                ),
+            )),
+            Why::Left(why) => {
+                let reason = if matches!(why, LeaveReason::Released) {
+                    "Released"
+                } else {
+                    "Left"
+                };
+                events.push(note(
+                    tdset,
+                    EventType::Normal,
+                    reason,
+                    format!("{what} got its own count back ({}): {why}", w.to),
+                ));
+            }
+        }
+    }
+    let list = |items: &[String]| {
+        let shown: Vec<_> = items.iter().take(5).cloned().collect();
+        let more = items.len().saturating_sub(shown.len());
+        if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        }
+    };
+    if !scheduled.is_empty() {
+        let (direction, reason) = match eval.count() {
+            Count::Replicas(0) => ("down", "ScaledDown"),
+            _ => ("up", "Scaled"),
+        };
+        ctx.metrics
+            .scale_operations
+            .with_label_values(&[direction])
+            .inc_by(scheduled.len() as u64);
+        info!(workloads = scheduled.len(), level = %eval.count(), "scaled the group");
+        events.push(note(
+            tdset,
+            EventType::Normal,
+            reason,
+            format!(
+                "set {} workloads to the level {}: {} ({})",
+                scheduled.len(),
+                eval.count(),
+                list(&scheduled),
+                eval.why()
+            ),
+        ));
+    }
+    if !restored.is_empty() {
+        info!(
+            workloads = restored.len(),
+            "gave the group its own counts back"
+        );
+        events.push(note(
+            tdset,
+            EventType::Normal,
+            "Restored",
+            format!(
+                "gave {} workloads their own count back: {} ({})",
+                restored.len(),
+                list(&restored),
+                eval.why()
+            ),
+        ));
+    }
+}
+
+fn outcome(
+    tdset: &TDSet,
+    listed: &[(usize, Listed)],
+    members: &[Member],
+    done: &[group::Write],
+    status: GroupStatus,
+    problems: Vec<Problem>,
+    retry: Option<Duration>,
+) -> Outcome {
+    // After the writes that landed: what each held workload is asked to run.
+    let mut value: Vec<Value> = members.iter().map(|m| m.value).collect();
+    for w in done {
+        value[w.member] = w.to;
+    }
+    let held: Vec<usize> = (0..members.len())
+        .filter(|i| members[*i].place == Place::Held)
+        .collect();
+    let current: i32 = held
+        .iter()
+        .map(|i| listed[*i].1.running.unwrap_or(value[*i].replicas()))
+        .sum();
+    let wanted: i32 = held.iter().map(|i| value[*i].replicas()).sum();
+    let ready = held
+        .iter()
+        .map(|i| listed[*i].1.ready.or(listed[*i].1.running.map(|_| 0)))
+        .sum::<Option<i32>>();
+    let settled = status.not_at_schedule.is_empty()
+        && status.at_schedule == held.len() as i32
+        && held.iter().all(|i| {
+            listed[*i]
+                .1
+                .running
+                .is_none_or(|r| r == value[*i].replicas())
+        });
+    // Against each held workload's own count; a CronJob's suspension removes no steady pods.
+    let saved = held
+        .iter()
+        .filter(|i| matches!(members[**i].value, Value::Replicas(_)))
+        .map(|i| {
+            let own = members[*i].own().replicas();
+            Saved::removed(own, value[*i].replicas(), listed[*i].1.requests)
+        })
+        .fold(Saved::default(), Saved::plus);
+    let scaled = done
+        .iter()
+        .any(|w| {
+            matches!(
+                w.why,
+                Why::Schedule | Why::Own | Why::ChangedElsewhere { .. }
+            )
+        })
+        .then(|| {
+            held.iter()
+                .map(|i| members[*i].value.replicas())
+                .sum::<i32>()
+        });
+    if !problems.is_empty() {
+        warn!(problems = problems.len(), first = %problems[0].message(), "group problems");
+    }
+    Outcome {
+        workload: Ok(Observed {
+            what: format!("the group's {} workloads", held.len()),
+            current,
+            ready,
+            wanted,
+            settled,
+            hint: Some(format!(
+                "see `kubectl get tdset {} -o jsonpath='{{.status.group}}'`",
+                tdset.name_any()
+            )),
+        }),
+        problem: problems.into_iter().next(),
+        notices: vec![],
+        target: None,
+        retry,
+        scaled,
+        group: Some(status),
+        saved: Some(saved),
+    }
+}
+
+/// Gives every workload carrying this TDSet's record its own count back (deletion, or the
+/// group form left), and says what could not be.
+pub(super) async fn release_all(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    sel: Option<&ScaleTargetSelector>,
+    events: &mut Events,
+) -> Result<Vec<Problem>> {
+    let name = tdset.name_any();
+    let default = ScaleTargetSelector::default();
+    let sel = sel.unwrap_or(&default);
+    let mut problems = Vec::new();
+    let kinds = kinds(ctx, sel, &mut problems).await?;
+    let mine = |_: &Kind, o: &DynamicObject| o.annotations().get(group::HELD_BY) == Some(&name);
+    // A workload changed between the list and the write (409) is listed and planned again: a
+    // record must not be left behind because someone scaled at the wrong moment.
+    for attempt in 1..=RELEASE_ATTEMPTS {
+        let mut changed = None;
+        for (k, o, value) in observe(ctx, ns, &kinds, mine, &mut problems).await? {
+            let kind = &kinds[k];
+            let m = member_of(kind, &o, value, Place::Outside);
+            for mut w in group::plan(&name, Count::Own, std::slice::from_ref(&m)).writes {
+                w.why = Why::Left(LeaveReason::Released);
+                match send(ctx, ns, kind, &m, &w).await? {
+                    Sent::Done => {
+                        info!(workload = %format!("{} {}", m.kind, m.name), to = %w.to, "released");
+                        events.push(note(
+                            tdset,
+                            EventType::Normal,
+                            "Released",
+                            format!(
+                                "{} {} got its own count back ({}): the TDSet let go of its group",
+                                m.kind, m.name, w.to
+                            ),
+                        ));
+                    }
+                    Sent::Stale(why) => changed = Some(why),
+                    Sent::Gone(_) => {}
+                    Sent::Problem(p) => problems.push(p),
+                }
+            }
+        }
+        match changed {
+            None => return Ok(problems),
+            Some(why) if attempt == RELEASE_ATTEMPTS => return Err(Error::Contended(why)),
+            Some(_) => {}
+        }
+    }
+    Ok(problems)
+}
+
+/// Rounds of listing and writing when letting go, before the reconcile fails and retries.
+const RELEASE_ATTEMPTS: usize = 3;

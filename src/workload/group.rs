@@ -1,0 +1,473 @@
+//! The group form, as pure functions: which workloads a TDSet holds, what each is to run at a
+//! level, and the writes that get it there with its own count recorded on it first.
+//!
+//! The memory lives on the workload itself (annotations), so no crash, restart, change of
+//! leader or deletion of the TDSet can lose a count the user must get back:
+//!
+//! - `schedule.rs/held-by`: the TDSet that changed it;
+//! - `schedule.rs/own-replicas` (or `own-suspend` for a CronJob): the count it runs when no
+//!   TDSet changes it;
+//! - `schedule.rs/scheduled-replicas` (or `scheduled-suspend`): what that TDSet set. A value
+//!   that differs from it was set by someone else (a Helm upgrade, `kubectl scale`) and becomes
+//!   the workload's own count.
+//!
+//! The record is written in the same request as the first change (one apply, guarded by the
+//! resourceVersion it was planned from), and removed in the same request that gives the own
+//! count back.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::{Value as Json, json};
+
+use crate::api::{GroupStatus, MAX_LISTED, MemberStatus};
+use crate::schedule::Count;
+
+pub const HELD_BY: &str = "schedule.rs/held-by";
+pub const OWN_REPLICAS: &str = "schedule.rs/own-replicas";
+pub const OWN_SUSPEND: &str = "schedule.rs/own-suspend";
+pub const SCHEDULED_REPLICAS: &str = "schedule.rs/scheduled-replicas";
+pub const SCHEDULED_SUSPEND: &str = "schedule.rs/scheduled-suspend";
+
+/// A label selector, checked once (the operators and values the API server's own selectors
+/// allow) and then matched without allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selector {
+    labels: BTreeMap<String, String>,
+    exprs: Vec<Expr>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Expr {
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+impl Selector {
+    /// The selector, or what is wrong with it (in the words `kubectl` users know).
+    pub fn compile(s: &LabelSelector) -> Result<Selector, String> {
+        let mut exprs = Vec::new();
+        for (i, e) in s.match_expressions.iter().flatten().enumerate() {
+            let values = e.values.clone().unwrap_or_default();
+            let at = format!("matchExpressions[{i}]");
+            if e.key.is_empty() {
+                return Err(format!("{at}.key must not be empty"));
+            }
+            exprs.push(match e.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err(format!("{at}.values must not be empty for {}", e.operator));
+                }
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err(format!("{at}.values must be empty for {}", e.operator));
+                }
+                "In" => Expr::In(e.key.clone(), values),
+                "NotIn" => Expr::NotIn(e.key.clone(), values),
+                "Exists" => Expr::Exists(e.key.clone()),
+                "DoesNotExist" => Expr::DoesNotExist(e.key.clone()),
+                other => {
+                    return Err(format!(
+                        "{at}.operator {other:?} is not one of In, NotIn, Exists, DoesNotExist"
+                    ));
+                }
+            });
+        }
+        Ok(Selector {
+            labels: s.match_labels.clone().unwrap_or_default(),
+            exprs,
+        })
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.exprs.iter().all(|e| match e {
+                Expr::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
+                Expr::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+                Expr::Exists(k) => labels.contains_key(k),
+                Expr::DoesNotExist(k) => !labels.contains_key(k),
+            })
+    }
+}
+
+/// What the schedule sets on a workload: its replica count, or (a CronJob) whether it is
+/// suspended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Value {
+    Replicas(i32),
+    Suspended(bool),
+}
+
+impl Value {
+    /// The count it amounts to (a CronJob: 0 while suspended, else 1).
+    pub fn replicas(self) -> i32 {
+        match self {
+            Value::Replicas(n) => n,
+            Value::Suspended(s) => i32::from(!s),
+        }
+    }
+
+    fn keys(self) -> (&'static str, &'static str) {
+        match self {
+            Value::Replicas(_) => (OWN_REPLICAS, SCHEDULED_REPLICAS),
+            Value::Suspended(_) => (OWN_SUSPEND, SCHEDULED_SUSPEND),
+        }
+    }
+
+    fn encode(self) -> String {
+        match self {
+            Value::Replicas(n) => n.to_string(),
+            Value::Suspended(s) => s.to_string(),
+        }
+    }
+
+    /// Reads a value of the same shape as `self` from an annotation.
+    fn decode_like(self, s: &str) -> Option<Value> {
+        match self {
+            Value::Replicas(_) => s
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| *n >= 0)
+                .map(Value::Replicas),
+            Value::Suspended(_) => s.trim().parse().ok().map(Value::Suspended),
+        }
+    }
+
+    /// The value a level gives a workload whose own value is `own`.
+    pub fn at(level: Count, own: Value) -> Value {
+        match (level, own) {
+            (Count::Own, own) => own,
+            (Count::Replicas(n), Value::Replicas(_)) => Value::Replicas(n),
+            // A CronJob sleeps at 0 and runs as its own at any other count.
+            (Count::Replicas(0), Value::Suspended(_)) => Value::Suspended(true),
+            (Count::Replicas(_), own @ Value::Suspended(_)) => own,
+        }
+    }
+
+    /// The spec fields that carry it, for an apply body.
+    fn spec(self) -> Json {
+        match self {
+            Value::Replicas(n) => json!({"replicas": n}),
+            Value::Suspended(s) => json!({"suspend": s}),
+        }
+    }
+}
+
+impl Value {
+    /// A few characters: "3", "suspended", "running".
+    pub fn short(self) -> String {
+        match self {
+            Value::Replicas(n) => n.to_string(),
+            Value::Suspended(true) => "suspended".into(),
+            Value::Suspended(false) => "running".into(),
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Replicas(n) => write!(f, "{n} replicas"),
+            Value::Suspended(true) => f.write_str("suspended"),
+            Value::Suspended(false) => f.write_str("not suspended"),
+        }
+    }
+}
+
+/// What a TDSet recorded on a workload it changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub holder: String,
+    pub own: Value,
+    pub scheduled: Value,
+}
+
+impl Record {
+    /// The record in a workload's annotations, read with the shape of `current`. A record
+    /// whose values cannot be read is no record; the value now is then the best knowledge of
+    /// the own count.
+    pub fn read(annotations: &BTreeMap<String, String>, current: Value) -> Option<Record> {
+        let (own_key, scheduled_key) = current.keys();
+        Some(Record {
+            holder: annotations.get(HELD_BY)?.clone(),
+            own: current.decode_like(annotations.get(own_key)?)?,
+            scheduled: current.decode_like(annotations.get(scheduled_key)?)?,
+        })
+    }
+
+    fn annotations(&self) -> Json {
+        let (own_key, scheduled_key) = self.own.keys();
+        json!({
+            HELD_BY: self.holder,
+            own_key: self.own.encode(),
+            scheduled_key: self.scheduled.encode(),
+        })
+    }
+}
+
+/// One workload as observed (from a cache or a live read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// `apiVersion` and kind, as written to it.
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: Option<String>,
+    /// What it runs now: `spec.replicas` (the API server's default of 1 when absent), or a
+    /// CronJob's `spec.suspend`.
+    pub value: Value,
+    /// The record of a TDSet on it, if any.
+    pub record: Option<Record>,
+    pub place: Place,
+    /// The HorizontalPodAutoscaler that scales it, if one does. It is put to sleep (0: the HPA
+    /// idles) and given its own count back (the HPA resumes); any other count is left to the
+    /// HPA, which would otherwise fight it.
+    pub autoscaled_by: Option<String>,
+}
+
+impl Member {
+    /// Its own count: the record's, unless someone else set the value since (a value that
+    /// differs from what the record says was set), or the value now when there is no record.
+    pub fn own(&self) -> Value {
+        match &self.record {
+            Some(r) if r.scheduled == self.value => r.own,
+            _ => self.value,
+        }
+    }
+}
+
+/// Where a workload stands with the TDSet planning for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// Selected and held by this TDSet: it follows the schedule.
+    Held,
+    /// Selected but named in `exclude`.
+    Excluded,
+    /// Selected, but another TDSet holds it (an older claim, or its owner).
+    HeldElsewhere(String),
+    /// Not selected (any more); only planned for while it carries this TDSet's record.
+    Outside,
+}
+
+/// Why a write is made, for the Event and the status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The schedule's level applies (a boundary, or a workload joining the group).
+    Schedule,
+    /// Someone else set the count while the TDSet held it: that is now its own count, and the
+    /// level is applied again.
+    ChangedElsewhere { to: Value },
+    /// The level is `own`: the own count is given back.
+    Own,
+    /// It is no longer held: the own count is given back.
+    Left(LeaveReason),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaveReason {
+    NoLongerSelected,
+    Excluded,
+    HeldElsewhere(String),
+    /// The TDSet is being deleted (or no longer has the group form).
+    Released,
+}
+
+impl fmt::Display for LeaveReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaveReason::NoLongerSelected => f.write_str("it no longer matches the selector"),
+            LeaveReason::Excluded => f.write_str("it is excluded"),
+            LeaveReason::HeldElsewhere(h) => write!(f, "TDSet {h} holds it (the older claim)"),
+            LeaveReason::Released => f.write_str("the TDSet let go of its group"),
+        }
+    }
+}
+
+/// One write to one workload: set `to`, and either record (holding) or drop the record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    pub member: usize,
+    pub from: Value,
+    pub to: Value,
+    /// The record to leave on the workload; `None` removes it.
+    pub record: Option<Record>,
+    pub why: Why,
+}
+
+impl Write {
+    /// The server-side apply body: the value and the record (or, without one, no
+    /// annotations of ours, which removes them), guarded by the uid and the resourceVersion
+    /// the plan was made from, so a write planned from a stale read is refused (409), never
+    /// applied over someone else's newer change.
+    pub fn body(&self, m: &Member) -> Json {
+        let mut metadata = json!({"name": m.name, "uid": m.uid});
+        if let Some(rv) = &m.resource_version {
+            metadata["resourceVersion"] = json!(rv);
+        }
+        if let Some(r) = &self.record {
+            metadata["annotations"] = r.annotations();
+        }
+        json!({
+            "apiVersion": m.api_version,
+            "kind": m.kind,
+            "metadata": metadata,
+            "spec": self.to.spec(),
+        })
+    }
+}
+
+/// Why a held workload does not get the level's count even when every write lands.
+fn held_back(level: Count, m: &Member) -> Option<String> {
+    match (level, &m.autoscaled_by) {
+        (Count::Replicas(n), Some(hpa)) if n > 0 => Some(format!(
+            "HorizontalPodAutoscaler {hpa} scales it: it runs its own count under the HPA (the \
+             schedule sets an autoscaled workload to 0 or gives it back to its HPA; for a floor, \
+             point a TDSet's scaleTargetRef at the HPA)"
+        )),
+        _ => None,
+    }
+}
+
+/// The writes for a group at a level, and the status they lead to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub writes: Vec<Write>,
+    pub status: GroupStatus,
+}
+
+/// What to write to each member for `level`, as TDSet `me`.
+///
+/// - A held workload goes to the level's value; its own count is the record's (or, where the
+///   value now differs from what the record says was set, the value now), or, without a
+///   record, the value now. A change is recorded in the same write.
+/// - Where the level gives it its own count, it is released: own value back, record removed.
+/// - A workload that carries this TDSet's record but is no longer held is released too.
+/// - Nothing else is written: not an excluded workload, not one held elsewhere, not one
+///   carrying another TDSet's record while not held.
+pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
+    let mut writes = Vec::new();
+    let mut status = GroupStatus::default();
+    let mut held = 0;
+    for (i, m) in members.iter().enumerate() {
+        let mine = m.record.as_ref().filter(|r| r.holder == me);
+        // Someone else's change while a TDSet held it becomes its own count.
+        let own = m.own();
+        let changed_elsewhere = m.record.as_ref().is_some_and(|r| r.scheduled != m.value);
+        if m.place != Place::Outside {
+            status.matched += 1;
+        }
+        let leave = match &m.place {
+            Place::Held => None,
+            Place::Excluded => {
+                status.excluded += 1;
+                Some(LeaveReason::Excluded)
+            }
+            Place::HeldElsewhere(h) => {
+                status.conflicting += 1;
+                Some(LeaveReason::HeldElsewhere(h.clone()))
+            }
+            Place::Outside => Some(LeaveReason::NoLongerSelected),
+        };
+        if let Some(reason) = leave {
+            // Only a record of this TDSet's is taken back; a workload held elsewhere is the
+            // holder's to write (it reads this record's own count when it takes over).
+            if mine.is_some() && !matches!(reason, LeaveReason::HeldElsewhere(_)) {
+                writes.push(Write {
+                    member: i,
+                    from: m.value,
+                    to: own,
+                    record: None,
+                    why: Why::Left(reason),
+                });
+            }
+            continue;
+        }
+        held += 1;
+        let effective = match (level, &m.autoscaled_by) {
+            (Count::Replicas(n), Some(_)) if n > 0 => Count::Own,
+            _ => level,
+        };
+        let to = Value::at(effective, own);
+        let why = if changed_elsewhere && m.record.is_some() {
+            Why::ChangedElsewhere { to: m.value }
+        } else if to == own {
+            Why::Own
+        } else {
+            Why::Schedule
+        };
+        let write = if to == own {
+            // Its own count: nothing of the TDSet's stays on it.
+            (m.record.is_some() || m.value != own).then_some(Write {
+                member: i,
+                from: m.value,
+                to,
+                record: None,
+                why,
+            })
+        } else {
+            let record = Record {
+                holder: me.to_string(),
+                own,
+                scheduled: to,
+            };
+            (m.value != to || m.record.as_ref() != Some(&record)).then_some(Write {
+                member: i,
+                from: m.value,
+                to,
+                record: Some(record),
+                why,
+            })
+        };
+        if let Some(w) = write {
+            writes.push(w);
+        }
+        match held_back(level, m) {
+            Some(message) => {
+                if status.not_at_schedule.len() < MAX_LISTED {
+                    status.not_at_schedule.push(MemberStatus {
+                        kind: m.kind.clone(),
+                        name: m.name.clone(),
+                        replicas: Some(m.value.replicas()),
+                        scheduled: level.replicas(),
+                        message,
+                    });
+                }
+            }
+            // Counted as reached: the plan gets it there; `not_reached` takes back failed
+            // writes.
+            None => status.at_schedule += 1,
+        }
+    }
+    status.targets = format!("{}/{held}", status.at_schedule);
+    Plan { writes, status }
+}
+
+/// Marks the workloads whose write failed as not at their count (the first `MAX_LISTED`).
+pub fn not_reached(
+    status: &mut GroupStatus,
+    members: &[Member],
+    failed: &[(usize, Value, String)],
+) {
+    for (i, to, message) in failed {
+        status.at_schedule -= 1;
+        if status.not_at_schedule.len() < MAX_LISTED
+            && let Some(m) = members.get(*i)
+        {
+            status.not_at_schedule.push(MemberStatus {
+                kind: m.kind.clone(),
+                name: m.name.clone(),
+                replicas: Some(m.value.replicas()),
+                scheduled: Some(to.replicas()),
+                message: message.clone(),
+            });
+        }
+    }
+    let held = status.matched - status.excluded - status.conflicting;
+    status.targets = format!("{}/{held}", status.at_schedule);
+}
+
+#[cfg(test)]
+mod tests;

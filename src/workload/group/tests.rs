@@ -1,0 +1,386 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use proptest::prelude::*;
+
+use super::*;
+
+fn deployment(name: &str, replicas: i32) -> Member {
+    Member {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: Some("7".into()),
+        value: Value::Replicas(replicas),
+        record: None,
+        place: Place::Held,
+        autoscaled_by: None,
+    }
+}
+
+fn cronjob(name: &str, suspended: bool) -> Member {
+    Member {
+        api_version: "batch/v1".into(),
+        kind: "CronJob".into(),
+        value: Value::Suspended(suspended),
+        ..deployment(name, 0)
+    }
+}
+
+/// The workload after a write: its value, and the record as the write left it.
+fn applied(m: &Member, w: &Write) -> Member {
+    Member {
+        value: w.to,
+        record: w.record.clone(),
+        ..m.clone()
+    }
+}
+
+fn apply_all(members: &mut [Member], plan: &Plan) {
+    for w in &plan.writes {
+        members[w.member] = applied(&members[w.member], w);
+    }
+}
+
+#[test]
+fn a_boundary_records_the_own_count_in_the_same_write_and_the_end_gives_it_back() {
+    let mut ms = vec![
+        deployment("api", 3),
+        deployment("web", 5),
+        cronjob("report", false),
+    ];
+    let night = plan("sleep", Count::Replicas(0), &ms);
+    assert_eq!(night.writes.len(), 3);
+    for w in &night.writes {
+        let r = w.record.as_ref().expect("recorded with the change");
+        assert_eq!(
+            (r.own, r.scheduled, r.holder.as_str()),
+            (w.from, w.to, "sleep")
+        );
+    }
+    assert_eq!(night.writes[2].to, Value::Suspended(true));
+    assert_eq!(night.status.targets, "3/3");
+    apply_all(&mut ms, &night);
+    assert!(
+        plan("sleep", Count::Replicas(0), &ms).writes.is_empty(),
+        "idempotent"
+    );
+
+    let day = plan("sleep", Count::Own, &ms);
+    let back: Vec<_> = day
+        .writes
+        .iter()
+        .map(|w| (w.to, w.record.clone()))
+        .collect();
+    assert_eq!(
+        back,
+        [
+            (Value::Replicas(3), None),
+            (Value::Replicas(5), None),
+            (Value::Suspended(false), None)
+        ]
+    );
+    apply_all(&mut ms, &day);
+    assert!(plan("sleep", Count::Own, &ms).writes.is_empty());
+}
+
+#[test]
+fn a_count_set_by_someone_else_while_held_becomes_the_own_count() {
+    let mut ms = vec![deployment("api", 3)];
+    let night = plan("sleep", Count::Replicas(0), &ms);
+    apply_all(&mut ms, &night);
+    // A Helm upgrade sets 7 during the night.
+    ms[0].value = Value::Replicas(7);
+    let again = plan("sleep", Count::Replicas(0), &ms);
+    assert_eq!(again.writes.len(), 1);
+    let w = &again.writes[0];
+    assert_eq!(
+        w.why,
+        Why::ChangedElsewhere {
+            to: Value::Replicas(7)
+        }
+    );
+    assert_eq!(w.to, Value::Replicas(0));
+    assert_eq!(w.record.as_ref().map(|r| r.own), Some(Value::Replicas(7)));
+    apply_all(&mut ms, &again);
+    let day = plan("sleep", Count::Own, &ms);
+    assert_eq!(day.writes[0].to, Value::Replicas(7), "wakes at 7");
+}
+
+#[test]
+fn excluded_and_elsewhere_held_workloads_are_never_written() {
+    let mut ex = deployment("db", 1);
+    ex.place = Place::Excluded;
+    let mut other = deployment("shared", 2);
+    other.place = Place::HeldElsewhere("older".into());
+    // Even carrying this TDSet's record, a workload another TDSet holds is the holder's.
+    other.record = Some(Record {
+        holder: "sleep".into(),
+        own: Value::Replicas(4),
+        scheduled: Value::Replicas(2),
+    });
+    let p = plan("sleep", Count::Replicas(0), &[ex, other]);
+    assert!(p.writes.is_empty(), "{:?}", p.writes);
+    assert_eq!(
+        (
+            p.status.matched,
+            p.status.excluded,
+            p.status.conflicting,
+            p.status.targets.as_str()
+        ),
+        (2, 1, 1, "0/0")
+    );
+}
+
+#[test]
+fn a_workload_that_leaves_gets_its_own_count_back_once_and_anothers_record_is_left_alone() {
+    let mut gone = deployment("api", 0);
+    gone.place = Place::Outside;
+    gone.record = Some(Record {
+        holder: "sleep".into(),
+        own: Value::Replicas(3),
+        scheduled: Value::Replicas(0),
+    });
+    let mut foreign = gone.clone();
+    foreign.name = "web".into();
+    foreign.record.as_mut().unwrap().holder = "other".into();
+    let p = plan("sleep", Count::Replicas(0), &[gone, foreign]);
+    assert_eq!(p.writes.len(), 1);
+    assert_eq!(
+        (p.writes[0].member, p.writes[0].to, &p.writes[0].record),
+        (0, Value::Replicas(3), &None)
+    );
+    assert_eq!(p.writes[0].why, Why::Left(LeaveReason::NoLongerSelected));
+    assert_eq!(p.status.matched, 0);
+}
+
+#[test]
+fn taking_over_from_another_tdsets_record_keeps_its_own_count() {
+    let mut m = deployment("api", 0);
+    m.record = Some(Record {
+        holder: "deleted-tdset".into(),
+        own: Value::Replicas(6),
+        scheduled: Value::Replicas(0),
+    });
+    let p = plan("sleep", Count::Replicas(1), &[m]);
+    assert_eq!(
+        p.writes[0].record,
+        Some(Record {
+            holder: "sleep".into(),
+            own: Value::Replicas(6),
+            scheduled: Value::Replicas(1),
+        })
+    );
+}
+
+#[test]
+fn a_cronjob_sleeps_at_zero_and_runs_as_its_own_at_any_other_count() {
+    let suspended_by_user = cronjob("nightly", true);
+    assert!(
+        plan(
+            "g",
+            Count::Replicas(0),
+            std::slice::from_ref(&suspended_by_user)
+        )
+        .writes
+        .is_empty()
+    );
+    assert!(
+        plan("g", Count::Replicas(4), &[suspended_by_user])
+            .writes
+            .is_empty()
+    );
+    let p = plan("g", Count::Replicas(0), &[cronjob("nightly", false)]);
+    assert_eq!(p.writes[0].to, Value::Suspended(true));
+}
+
+#[test]
+fn the_apply_body_carries_the_value_the_record_and_the_preconditions() {
+    let m = deployment("api", 3);
+    let p = plan("sleep", Count::Replicas(0), std::slice::from_ref(&m));
+    assert_eq!(
+        p.writes[0].body(&m),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "api", "uid": "uid-api", "resourceVersion": "7", "annotations": {
+                "schedule.rs/held-by": "sleep",
+                "schedule.rs/own-replicas": "3",
+                "schedule.rs/scheduled-replicas": "0",
+            }},
+            "spec": {"replicas": 0},
+        })
+    );
+    let annotations: BTreeMap<String, String> = p.writes[0].body(&m)["metadata"]["annotations"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(
+        Record::read(&annotations, Value::Replicas(0)),
+        p.writes[0].record,
+        "what is written reads back"
+    );
+    let c = cronjob("report", false);
+    let p = plan("sleep", Count::Replicas(0), std::slice::from_ref(&c));
+    let body = p.writes[0].body(&c);
+    assert_eq!(body["spec"], json!({"suspend": true}));
+    assert_eq!(
+        body["metadata"]["annotations"]["schedule.rs/own-suspend"],
+        "false"
+    );
+}
+
+#[test]
+fn a_record_that_cannot_be_read_is_no_record() {
+    let mut a = BTreeMap::new();
+    a.insert(HELD_BY.to_string(), "x".to_string());
+    a.insert(OWN_REPLICAS.to_string(), "three".to_string());
+    a.insert(SCHEDULED_REPLICAS.to_string(), "0".to_string());
+    assert_eq!(Record::read(&a, Value::Replicas(0)), None);
+    a.insert(OWN_REPLICAS.to_string(), "-1".to_string());
+    assert_eq!(Record::read(&a, Value::Replicas(0)), None);
+    a.insert(OWN_REPLICAS.to_string(), "3".to_string());
+    assert!(Record::read(&a, Value::Replicas(0)).is_some());
+    assert_eq!(
+        Record::read(&a, Value::Suspended(false)),
+        None,
+        "other shape"
+    );
+}
+
+#[test]
+fn selectors_match_as_the_api_server_does_and_bad_ones_name_the_field() {
+    let sel = |labels: &[(&str, &str)], exprs: Vec<LabelSelectorRequirement>| LabelSelector {
+        match_labels: Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        match_expressions: Some(exprs),
+    };
+    let req = |key: &str, op: &str, values: &[&str]| LabelSelectorRequirement {
+        key: key.into(),
+        operator: op.into(),
+        values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+    };
+    let labels = |l: &[(&str, &str)]| -> BTreeMap<String, String> {
+        l.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let all = Selector::compile(&LabelSelector::default()).unwrap();
+    assert!(all.matches(&labels(&[])), "{{}} selects everything");
+    let s = Selector::compile(&sel(
+        &[("env", "dev")],
+        vec![
+            req("tier", "In", &["web", "api"]),
+            req("pin", "DoesNotExist", &[]),
+            req("team", "NotIn", &["ops"]),
+        ],
+    ))
+    .unwrap();
+    assert!(s.matches(&labels(&[("env", "dev"), ("tier", "web")])));
+    assert!(!s.matches(&labels(&[("env", "dev"), ("tier", "db")])));
+    assert!(!s.matches(&labels(&[("env", "dev"), ("tier", "web"), ("pin", "")])));
+    assert!(!s.matches(&labels(&[("env", "dev"), ("tier", "web"), ("team", "ops")])));
+    assert!(!s.matches(&labels(&[("env", "prod"), ("tier", "web")])));
+    let bad = Selector::compile(&sel(&[], vec![req("a", "Has", &[])])).unwrap_err();
+    assert!(bad.contains("matchExpressions[0].operator"), "{bad}");
+    let bad = Selector::compile(&sel(&[], vec![req("a", "In", &[])])).unwrap_err();
+    assert!(bad.contains("values must not be empty"), "{bad}");
+    let bad = Selector::compile(&sel(&[], vec![req("a", "Exists", &["x"])])).unwrap_err();
+    assert!(bad.contains("values must be empty"), "{bad}");
+}
+
+/// What can happen to one workload between two reconciles.
+#[derive(Clone, Debug)]
+enum Step {
+    /// The schedule's level is now this.
+    Level(Count),
+    /// Someone else sets its value.
+    SetBySomeoneElse(i32),
+    /// It leaves the group, or comes back.
+    Selected(bool),
+    /// The reconcile's write is lost (a crash before it, or a 409 from a stale read).
+    LoseNextWrite,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        prop_oneof![Just(Count::Own), (0..5i32).prop_map(Count::Replicas)].prop_map(Step::Level),
+        (0..10i32).prop_map(Step::SetBySomeoneElse),
+        any::<bool>().prop_map(Step::Selected),
+        Just(Step::LoseNextWrite),
+    ]
+}
+
+proptest! {
+    /// Whatever happens in between, once it is released (level own, or out of the group) and
+    /// reconciled, a workload runs the last count anyone but the TDSet gave it, and carries
+    /// no record; and the TDSet never writes a value other than the level's or the own count.
+    #[test]
+    fn the_own_count_is_never_lost(initial in 0..10i32, steps in proptest::collection::vec(step(), 0..40)) {
+        let mut m = deployment("w", initial);
+        let mut own = initial;
+        let mut level = Count::Own;
+        let mut lose = false;
+        let reconcile = |m: &mut Member, level: Count, lose: &mut bool| {
+            let p = plan("me", level, std::slice::from_ref(m));
+            prop_assert!(p.writes.len() <= 1);
+            if let Some(w) = p.writes.first() {
+                prop_assert!(w.to == Value::at(level, w.record.as_ref().map_or(w.to, |r| r.own)) || w.record.is_none());
+                if !std::mem::take(lose) {
+                    *m = applied(m, w);
+                }
+            }
+            Ok(())
+        };
+        for s in steps {
+            match s {
+                Step::Level(l) => level = l,
+                Step::SetBySomeoneElse(n) => {
+                    // A value equal to the one the TDSet recorded setting cannot be told from
+                    // its own write: the recorded own count stands (the contract's reading).
+                    own = match &m.record {
+                        Some(r) if r.scheduled == Value::Replicas(n) => r.own.replicas(),
+                        _ => n,
+                    };
+                    m.value = Value::Replicas(n);
+                }
+                Step::Selected(on) => m.place = if on { Place::Held } else { Place::Outside },
+                Step::LoseNextWrite => lose = true,
+            }
+            reconcile(&mut m, level, &mut lose)?;
+        }
+        // Released, and reconciled until a write lands.
+        m.place = Place::Outside;
+        lose = false;
+        reconcile(&mut m, level, &mut lose)?;
+        prop_assert_eq!(m.value, Value::Replicas(own));
+        prop_assert_eq!(&m.record, &None);
+        prop_assert!(plan("me", level, std::slice::from_ref(&m)).writes.is_empty());
+    }
+}
+
+#[test]
+fn an_autoscaled_workload_sleeps_and_wakes_but_is_left_to_its_hpa_at_other_counts() {
+    let mut m = deployment("api", 4);
+    m.autoscaled_by = Some("api-hpa".into());
+    let night = plan("g", Count::Replicas(0), std::slice::from_ref(&m));
+    assert_eq!(night.writes[0].to, Value::Replicas(0), "the HPA idles at 0");
+    let day = plan("g", Count::Replicas(6), std::slice::from_ref(&m));
+    assert!(day.writes.is_empty(), "6 would fight the HPA");
+    assert_eq!(day.status.targets, "0/1");
+    assert!(day.status.not_at_schedule[0].message.contains("api-hpa"));
+    // Asleep, then a level the HPA governs: it gets its own count back.
+    let mut asleep = m.clone();
+    apply_all(std::slice::from_mut(&mut asleep), &night);
+    let woken = plan("g", Count::Replicas(6), std::slice::from_ref(&asleep));
+    assert_eq!(
+        (woken.writes[0].to, &woken.writes[0].record),
+        (Value::Replicas(4), &None)
+    );
+}

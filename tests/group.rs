@@ -1,0 +1,594 @@
+//! The group form (`scaleTargetSelector`) on the real API server, with kube-controller-manager
+//! running the Deployment, StatefulSet, CronJob and HPA controllers: a whole namespace put to
+//! sleep and woken with one TDSet, each workload's own count recorded on it and given back.
+//! The operator runs in-process; its clock starts at `T0` and runs at real speed, so the
+//! overrides below start and end a few seconds into each test.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::CronJob;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use support::*;
+use tdset_operator::api::TDSet;
+use tdset_operator::clock::SystemClock;
+
+const T0: &str = "2026-05-01T12:00:00Z";
+
+fn clock() -> SystemClock {
+    SystemClock::starting_at(utc(T0))
+}
+
+/// `T0` plus `secs`, as RFC 3339.
+fn at(secs: i64) -> String {
+    (utc(T0) + chrono::Duration::seconds(secs)).to_rfc3339()
+}
+
+/// A group TDSet over `env: dev`: asleep (0) from `T0+from` to `T0+to`, each workload's own
+/// count otherwise (no defaultReplica: the level `own`).
+fn sleep_group(kinds: Value, exclude: Value, from: i64, to: i64) -> Value {
+    json!({
+        "scaleTargetSelector": {"kinds": kinds, "selector": {"matchLabels": {"env": "dev"}}, "exclude": exclude},
+        "schedulingConfig": [],
+        "overrides": [{"start": at(from), "end": at(to), "replica": 0, "reason": "night"}],
+        "intervalMint": 60
+    })
+}
+
+fn labelled(mut object: Value, env: &str) -> Value {
+    object["metadata"]["labels"]["env"] = json!(env);
+    object
+}
+
+fn statefulset(name: &str, replicas: i32) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "app", "image": "redis:7"}]}}}
+    })
+}
+
+fn cronjob(name: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"schedule": "0 3 * * *",
+                 "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "job", "image": "busybox", "command": ["true"]}]}}}}}
+    })
+}
+
+fn hpa(name: &str, target: &str) -> Value {
+    json!({
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                 "minReplicas": 2, "maxReplicas": 10,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]}
+    })
+}
+
+/// What the operator must never change on a workload it may not write: everything but what
+/// the API server and controllers keep changing (status, and who wrote it), after checking
+/// that the operator's field manager wrote nothing.
+fn untouchable(mut v: Value) -> Value {
+    let managers: Vec<&str> = v["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert!(
+        !managers.contains(&"tdset-operator"),
+        "written by the operator: {managers:?}"
+    );
+    for path in [
+        "/metadata/resourceVersion",
+        "/metadata/managedFields",
+        "/status",
+    ] {
+        if let Some((parent, key)) = path.rsplit_once('/')
+            && let Some(Value::Object(m)) = v.pointer_mut(parent)
+        {
+            m.remove(key);
+        }
+    }
+    if let Some(Value::Object(a)) = v.pointer_mut("/metadata/annotations") {
+        a.remove("deployment.kubernetes.io/revision");
+    }
+    v
+}
+
+/// A workload as JSON, as read now.
+async fn json_of<K>(client: &Client, ns: &str, name: &str) -> Value
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + serde::Serialize
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let o: K = Api::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("reading a workload");
+    serde_json::to_value(o).expect("a workload as JSON")
+}
+
+fn annotations(o: &impl ResourceExt) -> BTreeMap<String, String> {
+    o.annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with("schedule.rs/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn record(holder: &str, own: i32, scheduled: i32) -> BTreeMap<String, String> {
+    [
+        ("schedule.rs/held-by", holder.to_string()),
+        ("schedule.rs/own-replicas", own.to_string()),
+        ("schedule.rs/scheduled-replicas", scheduled.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+async fn cronjob_suspended(client: &Client, ns: &str, name: &str, suspended: bool) -> CronJob {
+    object_where(
+        client,
+        ns,
+        name,
+        &format!("CronJob {name} suspend={suspended}"),
+        |c: &CronJob| c.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false) == suspended,
+    )
+    .await
+}
+
+async fn statefulset_at(client: &Client, ns: &str, name: &str, want: i32) -> StatefulSet {
+    object_where(
+        client,
+        ns,
+        name,
+        &format!("StatefulSet {name} at {want}"),
+        |s: &StatefulSet| s.spec.as_ref().and_then(|s| s.replicas) == Some(want),
+    )
+    .await
+}
+
+/// Sets `spec.replicas` the way `helm upgrade` does: a patch under another field manager.
+async fn helm_sets(client: &Client, ns: &str, name: &str, replicas: i32) {
+    let pp = PatchParams {
+        field_manager: Some("helm".into()),
+        ..PatchParams::default()
+    };
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &pp,
+            &Patch::Merge(&json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .expect("helm's patch");
+}
+
+#[tokio::test]
+async fn a_namespace_sleeps_at_the_boundary_and_every_workload_wakes_at_its_own_count() {
+    let (client, ns) = setup("group-sleep").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 5), "dev")).await;
+    let _: Deployment = create_object(
+        &client,
+        n,
+        labelled(app_deployment("db-migrator", 1), "dev"),
+    )
+    .await;
+    let _: Deployment =
+        create_object(&client, n, labelled(app_deployment("prod-api", 2), "prod")).await;
+    let _: Deployment =
+        create_object(&client, n, labelled(app_deployment("scaled", 2), "dev")).await;
+    let _: HorizontalPodAutoscaler = create_object(&client, n, hpa("scaled", "scaled")).await;
+    let _: StatefulSet = create_object(&client, n, labelled(statefulset("cache", 2), "dev")).await;
+    let _: CronJob = create_object(&client, n, labelled(cronjob("report"), "dev")).await;
+    let excluded = json_of::<Deployment>(&client, n, "db-migrator").await;
+    let unselected = json_of::<Deployment>(&client, n, "prod-api").await;
+
+    let kinds = json!(["Deployment", "StatefulSet", "CronJob"]);
+    create_tdset(
+        &client,
+        n,
+        &tdset("night", sleep_group(kinds, json!(["db-migrator"]), 8, 25)),
+    )
+    .await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+
+    // Before the boundary: the level is own, and nothing is written.
+    let t: TDSet = object_where(
+        &client,
+        n,
+        "night",
+        "the group's first status",
+        |t: &TDSet| t.status.as_ref().and_then(|s| s.group.as_ref()).is_some(),
+    )
+    .await;
+    let g = t.status.unwrap().group.unwrap();
+    assert_eq!(
+        (g.matched, g.excluded, g.conflicting, g.targets.as_str()),
+        (6, 1, 0, "5/5")
+    );
+    assert!(annotations(&deployment_at(&client, n, "api", 3).await).is_empty());
+
+    // The boundary: every selected workload sleeps, its own count recorded on it.
+    let api = deployment_at(&client, n, "api", 0).await;
+    assert_eq!(annotations(&api), record("night", 3, 0));
+    assert_eq!(
+        annotations(&deployment_at(&client, n, "web", 0).await),
+        record("night", 5, 0)
+    );
+    deployment_at(&client, n, "scaled", 0).await;
+    let cache = statefulset_at(&client, n, "cache", 0).await;
+    assert_eq!(annotations(&cache), record("night", 2, 0));
+    let report = cronjob_suspended(&client, n, "report", true).await;
+    assert_eq!(
+        annotations(&report)
+            .get("schedule.rs/own-suspend")
+            .map(String::as_str),
+        Some("false")
+    );
+
+    // The end: each gets exactly its own count back, and nothing of the TDSet's stays on it.
+    let api = deployment_at(&client, n, "api", 3).await;
+    assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
+    deployment_at(&client, n, "web", 5).await;
+    deployment_at(&client, n, "scaled", 2).await;
+    assert!(annotations(&statefulset_at(&client, n, "cache", 2).await).is_empty());
+    let report = cronjob_suspended(&client, n, "report", false).await;
+    assert!(annotations(&report).is_empty());
+
+    // Never written: the excluded one and the one the selector does not match.
+    assert_eq!(
+        untouchable(json_of::<Deployment>(&client, n, "db-migrator").await),
+        untouchable(excluded)
+    );
+    assert_eq!(
+        untouchable(json_of::<Deployment>(&client, n, "prod-api").await),
+        untouchable(unselected)
+    );
+    for reason in ["ScaledDown", "Restored"] {
+        wait_for_event(&client, n, "night", |(_, r, _)| r == reason).await;
+    }
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn joining_leaving_and_someone_elses_change_during_the_night_then_deletion_restores_all() {
+    let (client, ns) = setup("group-join").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 2), "dev")).await;
+    create_tdset(
+        &client,
+        n,
+        &tdset(
+            "night",
+            sleep_group(json!(["Deployment"]), json!([]), 3, 3600),
+        ),
+    )
+    .await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+    deployment_at(&client, n, "api", 0).await;
+    deployment_at(&client, n, "web", 0).await;
+
+    // Created during the night with the group's labels: it sleeps at once, not at a boundary.
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("late", 4), "dev")).await;
+    let late = deployment_at(&client, n, "late", 0).await;
+    assert_eq!(annotations(&late), record("night", 4, 0));
+
+    // Its label removed: it is no longer the group's, and gets its own count back.
+    Api::<Deployment>::namespaced(client.clone(), n)
+        .patch(
+            "api",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"env": "qa"}}})),
+        )
+        .await
+        .expect("relabelling api");
+    let api = deployment_at(&client, n, "api", 3).await;
+    assert!(annotations(&api).is_empty());
+
+    // A Helm upgrade sets 7 during the night: back to sleep, and 7 is its own count now.
+    helm_sets(&client, n, "web", 7).await;
+    let web = object_where(
+        &client,
+        n,
+        "web",
+        "web asleep again, owning 7",
+        |d: &Deployment| replicas(d) == Some(0) && annotations(d) == record("night", 7, 0),
+    )
+    .await;
+    assert_eq!(replicas(&web), Some(0));
+    wait_for_event(&client, n, "night", |(_, reason, _)| {
+        reason == "ChangedElsewhere"
+    })
+    .await;
+
+    // Deleted during the night: every workload it holds gets its true own count back.
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .delete("night", &DeleteParams::default())
+        .await
+        .expect("deleting the TDSet");
+    tdset_gone(&client, n, "night").await;
+    for (name, own) in [("web", 7), ("late", 4), ("api", 3)] {
+        let d = deployment_at(&client, n, name, own).await;
+        assert!(annotations(&d).is_empty(), "{name}: {:?}", annotations(&d));
+    }
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_operator_killed_mid_boundary_loses_no_own_count() {
+    let (client, ns) = setup("group-crash").await;
+    let n = &ns.name;
+    let own: Vec<(String, i32)> = (0..24).map(|i| (format!("w{i:02}"), 1 + i % 7)).collect();
+    for (name, count) in &own {
+        let _: Deployment =
+            create_object(&client, n, labelled(app_deployment(name, *count), "dev")).await;
+    }
+    create_tdset(
+        &client,
+        n,
+        &tdset(
+            "night",
+            sleep_group(json!(["Deployment"]), json!([]), 4, 3600),
+        ),
+    )
+    .await;
+    let op = Operator::start(&client, n, clock(), None, "first");
+    // Killed as soon as the first workload is asleep, with the others still being written.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), n);
+    eventually(GUARD, "a first workload asleep", || async {
+        let list = deployments.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|d| replicas(d) == Some(0))
+            .then_some(())
+    })
+    .await;
+    op.kill();
+    let asleep = deployments
+        .list(&Default::default())
+        .await
+        .expect("listing")
+        .items
+        .iter()
+        .filter(|d| replicas(d) == Some(0))
+        .count();
+    eprintln!("killed with {asleep} of {} asleep", own.len());
+
+    // A new operator finishes the night; its clock is a little earlier, still inside it.
+    let op = Operator::start(&client, n, clock(), None, "second");
+    for (name, _) in &own {
+        deployment_at(&client, n, name, 0).await;
+    }
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .delete("night", &DeleteParams::default())
+        .await
+        .expect("deleting the TDSet");
+    tdset_gone(&client, n, "night").await;
+    for (name, count) in &own {
+        let d = deployment_at(&client, n, name, *count).await;
+        assert!(annotations(&d).is_empty(), "{name}");
+    }
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn overlapping_groups_have_one_holder_and_deleting_it_hands_the_workload_over() {
+    let (client, ns) = setup("group-overlap").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
+    let mut older = sleep_group(json!(["Deployment"]), json!([]), 2, 3600);
+    older["overrides"][0]["replica"] = json!(0);
+    create_tdset(&client, n, &tdset("a-older", older)).await;
+    // Created a second later, so its claim is younger whatever the names.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let mut younger = sleep_group(json!(["Deployment"]), json!([]), 2, 3600);
+    younger["overrides"][0]["replica"] = json!(1);
+    create_tdset(&client, n, &tdset("b-younger", younger)).await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+
+    let api = deployment_at(&client, n, "api", 0).await;
+    assert_eq!(annotations(&api), record("a-older", 3, 0));
+    let b = tdset_with_reason(&client, n, "b-younger", "Degraded", "ConflictingTDSet").await;
+    let message = &condition(&b, "Degraded").unwrap().message;
+    assert!(
+        message.contains("api") && message.contains("a-older"),
+        "{message}"
+    );
+    assert_eq!(
+        b.status
+            .as_ref()
+            .unwrap()
+            .group
+            .as_ref()
+            .unwrap()
+            .conflicting,
+        1
+    );
+
+    // The holder goes: the other takes the workload over, keeping its true own count.
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .delete("a-older", &DeleteParams::default())
+        .await
+        .expect("deleting the holder");
+    let api = object_where(
+        &client,
+        n,
+        "api",
+        "api held by b-younger at 1",
+        |d: &Deployment| replicas(d) == Some(1) && annotations(d) == record("b-younger", 3, 1),
+    )
+    .await;
+    assert_eq!(replicas(&api), Some(1));
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .delete("b-younger", &DeleteParams::default())
+        .await
+        .expect("deleting the other");
+    tdset_gone(&client, n, "b-younger").await;
+    deployment_at(&client, n, "api", 3).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// A Deployment of `env: dev` whose pods request 100m CPU and 64Mi each.
+fn priced(name: &str, replicas: i32) -> Value {
+    let mut d = labelled(app_deployment(name, replicas), "dev");
+    d["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "100m", "memory": "64Mi"}});
+    d
+}
+
+#[tokio::test]
+async fn preview_lists_the_workloads_wake_gives_them_back_and_savings_count_what_sleeps() {
+    let (client, ns) = setup("group-plugin").await;
+    let n = &ns.name;
+    let dir = plugin_dir();
+    let _: Deployment = create_object(&client, n, priced("api", 3)).await;
+    let _: Deployment = create_object(&client, n, priced("web", 5)).await;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("db", 1), "dev")).await;
+    // Ahead of real time (the plugin refuses overrides that end in the past): tomorrow noon,
+    // asleep for an hour.
+    let date = (chrono::Utc::now() + chrono::Duration::days(1)).date_naive();
+    let t1 = utc(&format!("{}T12:00:00Z", date.format("%Y-%m-%d")));
+    let spec = json!({
+        "scaleTargetSelector": {"selector": {"matchLabels": {"env": "dev"}}, "exclude": ["db"]},
+        "schedulingConfig": [{"name": "lunch", "startTime": "12:00", "endTime": "13:00", "replica": 0}],
+        "intervalMint": 60
+    });
+    create_tdset(&client, n, &tdset("night", spec)).await;
+    let op = Operator::start(
+        &client,
+        n,
+        SystemClock::starting_at(t1 + chrono::Duration::seconds(5)),
+        None,
+        "test",
+    );
+    deployment_at(&client, n, "api", 0).await;
+    deployment_at(&client, n, "web", 0).await;
+
+    // What sleeping saves: 8 replicas, their pods' requests (db, excluded, saves nothing).
+    let t: TDSet = object_where(&client, n, "night", "savings of 8 replicas", |t: &TDSet| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.savings.as_ref())
+            .is_some_and(|s| s.replicas == 8)
+    })
+    .await;
+    let s = t.status.unwrap().savings.unwrap();
+    assert_eq!((s.cpu.as_str(), s.memory.as_str()), ("0.8", "512Mi"));
+    eventually(GUARD, "the savings metrics", || async {
+        (op.counter("tdset_saved_replicas") == 8.0
+            && (op.counter("tdset_saved_cpu_cores") - 0.8).abs() < 1e-9
+            && op.counter("tdset_saved_memory_bytes") == 536_870_912.0)
+            .then_some(())
+    })
+    .await;
+    let (ok, out, err) = kubectl_tdset(&dir, &["savings", "-n", n]);
+    assert!(ok, "{err}");
+    let night = out
+        .lines()
+        .find(|l| l.contains("night"))
+        .unwrap_or_default();
+    assert!(
+        night.contains("group") && night.contains("0.8") && night.contains("512Mi"),
+        "{out}"
+    );
+    let total = out
+        .lines()
+        .find(|l| l.starts_with("TOTAL"))
+        .unwrap_or_default();
+    assert!(total.contains(" 8 ") && total.contains("512.0Mi"), "{out}");
+
+    // The preview of the live group: the level, and each workload's next count.
+    let at = (t1 + chrono::Duration::minutes(10)).to_rfc3339();
+    let (ok, out, err) = kubectl_tdset(
+        &dir,
+        &["preview", "night", "-n", n, "--at", &at, "-o", "json"],
+    );
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["desiredReplicas"], 0);
+    assert_eq!(
+        (v["nextReplicas"].clone(), v["nextOwn"].clone()),
+        (Value::Null, json!(true))
+    );
+    let workloads: Vec<(String, String, String, Option<String>)> = v["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap().to_string(),
+                w["now"].as_str().unwrap().to_string(),
+                w["own"].as_str().unwrap().to_string(),
+                w["next"].as_str().map(String::from),
+            )
+        })
+        .collect();
+    assert_eq!(
+        workloads,
+        [
+            ("api".into(), "0".into(), "3".into(), Some("3".into())),
+            ("db".into(), "1".into(), "1".into(), None),
+            ("web".into(), "0".into(), "5".into(), Some("5".into())),
+        ]
+    );
+    let later = (t1 + chrono::Duration::hours(2)).to_rfc3339();
+    let (ok, out, err) = kubectl_tdset(&dir, &["preview", "night", "-n", n, "--at", &later]);
+    assert!(ok, "{err}");
+    assert!(out.contains("replicas:  own"), "{out}");
+    assert!(out.contains("workloads matched: 3"), "{out}");
+
+    // Woken by hand (an override to own): each gets its own count back, and saves nothing.
+    let from = (t1 + chrono::Duration::seconds(15)).to_rfc3339();
+    let (ok, out, err) = kubectl_tdset(
+        &dir,
+        &["wake", "night", "-n", n, "--from", &from, "--for", "30m"],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("awake"), "{out}");
+    deployment_at(&client, n, "api", 3).await;
+    deployment_at(&client, n, "web", 5).await;
+    object_where(&client, n, "night", "savings back to 0", |t: &TDSet| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.savings.as_ref())
+            .is_some_and(|s| s.replicas == 0)
+    })
+    .await;
+    // wake is for groups only.
+    create_tdset(
+        &client,
+        n,
+        &tdset(
+            "single",
+            json!({
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "db"},
+                "schedulingConfig": [], "defaultReplica": 1
+            }),
+        ),
+    )
+    .await;
+    let (ok, _, err) = kubectl_tdset(&dir, &["wake", "single", "-n", n, "--for", "1h"]);
+    assert!(!ok && err.contains("override single --replicas"), "{err}");
+    op.stop().await;
+    ns.cleanup().await;
+}
