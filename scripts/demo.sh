@@ -40,6 +40,8 @@ start() {
   $CP install >/dev/null
   # The same build command as the Dockerfile.
   cargo build --release --locked --bin tdset-operator
+  # The plugin is the same binary, installed as kubectl-tdset.
+  mkdir -p "$STATE/bin" && ln -sf "$PWD/target/release/tdset-operator" "$STATE/bin/kubectl-tdset"
   export KUBECONFIG
   if [[ $REAL -eq 1 ]]; then
     echo "== starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a real node (containerd, kubelet, kube-proxy)"
@@ -76,6 +78,41 @@ start() {
     kubectl get pods -A -o wide
   fi
   show
+  dev_namespace
+}
+
+# A whole environment with one TDSet (the group form): three workloads labelled env=dev and
+# examples/sleep-dev-namespace.yaml, put to sleep now by hand whatever the time of day.
+dev_namespace() {
+  local image; image="$([[ $REAL -eq 1 ]] && echo $WORKLOAD_IMAGE || echo nginx:1.27)"
+  echo
+  echo "== a dev namespace: Deployments api (3) and web (2), a CronJob, all labelled env=dev; one TDSet for all"
+  kubectl create namespace dev --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n dev create deployment api --image="$image" --replicas=3 --dry-run=client -o yaml | kubectl label --local -f - env=dev -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n dev create deployment web --image="$image" --replicas=2 --dry-run=client -o yaml | kubectl label --local -f - env=dev -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n dev create cronjob report --image="$image" --schedule="0 3 * * *" --dry-run=client -o yaml | kubectl label --local -f - env=dev -o yaml | kubectl apply -f - >/dev/null
+  kubectl apply -f examples/calendars/ >/dev/null
+  example examples/sleep-dev-namespace.yaml | kubectl apply -n dev -f - >/dev/null
+  echo
+  echo "\$ kubectl get deploy,cronjob -n dev   (before)"
+  kubectl get deploy,cronjob -n dev
+  echo
+  echo "\$ kubectl tdset override dev-sleep -n dev --replicas 0 --for 10m --reason demo   (asleep now, whatever the hour)"
+  "$STATE/bin/kubectl-tdset" override dev-sleep -n dev --replicas 0 --for 10m --reason demo
+  kubectl -n dev wait --for=jsonpath='{.spec.replicas}'=0 deploy/api deploy/web --timeout=60s >/dev/null
+  kubectl -n dev wait --for=jsonpath='{.spec.suspend}'=true cronjob/report --timeout=60s >/dev/null
+  kubectl -n dev wait --for=jsonpath='{.status.savings.replicas}'=5 tds/dev-sleep --timeout=60s >/dev/null
+  echo
+  echo "\$ kubectl get deploy,cronjob -n dev   (after: each one's own count is recorded on it)"
+  kubectl get deploy,cronjob -n dev
+  kubectl -n dev get deploy api -o jsonpath='{.metadata.annotations}{"\n"}'
+  echo
+  echo "\$ kubectl get tds -n dev; kubectl tdset savings -A"
+  kubectl get tds -n dev
+  "$STATE/bin/kubectl-tdset" savings -A
+  echo
+  echo "\$ kubectl tdset preview dev-sleep -n dev   (the level, and each workload at the next transition)"
+  "$STATE/bin/kubectl-tdset" preview dev-sleep -n dev
 }
 
 start_operator() {
@@ -150,7 +187,9 @@ EOT
     want_ref="$(./target/release/tdset-operator preview -f examples/existing-deployment.yaml -o json | python3 -c 'import sys,json; print(json.load(sys.stdin)["desiredReplicas"])')"
     got_ref="$(kubectl -n temp get deploy shop-frontend -o jsonpath='{.spec.replicas}')"
     [[ "$got_ref" == "$want_ref" ]] || { echo "demo smoke: referenced Deployment has $got_ref replicas, preview says $want_ref" >&2; exit 1; }
-    echo "demo smoke: ok ($got replicas owned, $got_ref referenced, as preview says)"
+    asleep="$(kubectl -n dev get deploy api web -o jsonpath='{.items[*].spec.replicas}')"
+    [[ "$asleep" == "0 0" ]] || { echo "demo smoke: the dev group is not asleep ($asleep)" >&2; exit 1; }
+    echo "demo smoke: ok ($got replicas owned, $got_ref referenced, as preview says; the dev group asleep)"
     ;;
   *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac

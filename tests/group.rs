@@ -289,6 +289,10 @@ async fn joining_leaving_and_someone_elses_change_during_the_night_then_deletion
     let _: Deployment = create_object(&client, n, labelled(app_deployment("late", 4), "dev")).await;
     let late = deployment_at(&client, n, "late", 0).await;
     assert_eq!(annotations(&late), record("night", 4, 0));
+    wait_for_event(&client, n, "night", |(_, reason, note)| {
+        reason == "Joined" && note.contains("late")
+    })
+    .await;
 
     // Its label removed: it is no longer the group's, and gets its own count back.
     Api::<Deployment>::namespaced(client.clone(), n)
@@ -301,6 +305,10 @@ async fn joining_leaving_and_someone_elses_change_during_the_night_then_deletion
         .expect("relabelling api");
     let api = deployment_at(&client, n, "api", 3).await;
     assert!(annotations(&api).is_empty());
+    wait_for_event(&client, n, "night", |(_, reason, note)| {
+        reason == "Left" && note.contains("api") && note.contains("no longer matches")
+    })
+    .await;
 
     // A Helm upgrade sets 7 during the night: back to sleep, and 7 is its own count now.
     helm_sets(&client, n, "web", 7).await;
@@ -589,6 +597,49 @@ async fn preview_lists_the_workloads_wake_gives_them_back_and_savings_count_what
     .await;
     let (ok, _, err) = kubectl_tdset(&dir, &["wake", "single", "-n", n, "--for", "1h"]);
     assert!(!ok && err.contains("override single --replicas"), "{err}");
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_scale_target_ref_yields_to_an_older_group_and_takes_over_when_it_goes() {
+    let (client, ns) = setup("group-ref").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
+    create_tdset(
+        &client,
+        n,
+        &tdset(
+            "group",
+            sleep_group(json!(["Deployment"]), json!([]), 2, 3600),
+        ),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let single = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+        "schedulingConfig": [], "defaultReplica": 2, "intervalMint": 60
+    });
+    create_tdset(&client, n, &tdset("single", single)).await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+
+    deployment_at(&client, n, "api", 0).await;
+    let t = tdset_with_reason(&client, n, "single", "Degraded", "ConflictingTDSet").await;
+    let message = &condition(&t, "Degraded").unwrap().message;
+    assert!(message.contains("group"), "{message}");
+    // Held by the group all along: never written by the other.
+    assert_eq!(
+        annotations(&deployment_at(&client, n, "api", 0).await),
+        record("group", 3, 0)
+    );
+
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .delete("group", &DeleteParams::default())
+        .await
+        .expect("deleting the group");
+    tdset_gone(&client, n, "group").await;
+    let api = deployment_at(&client, n, "api", 2).await;
+    assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
     op.stop().await;
     ns.cleanup().await;
 }

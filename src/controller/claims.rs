@@ -43,6 +43,30 @@ pub(super) fn held_elsewhere(
     }
 }
 
+/// An older group TDSet whose selector picks `r` (read with `labels`): the group holds it, as
+/// the oldest claim holds any workload. Only the built-in kinds are read with their labels.
+pub(super) fn held_by_group(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Option<Problem> {
+    let me = tdset.name_any();
+    let mine = ctx
+        .index
+        .claims(ns, r.group(), &r.kind, &r.name)
+        .into_iter()
+        .find(|(_, n)| *n == me)?;
+    let ((_, holder), _) = ctx.groups.in_namespace(ns).into_iter().find(|(c, e)| {
+        *c < mine && e.selects(r.group(), &r.kind, labels) && !e.exclude.contains(&r.name)
+    })?;
+    Some(Problem::ConflictingTDSet(format!(
+        "{r} is selected by TDSet {holder} (a group), the older claim on it; this TDSet writes \
+         nothing to it until {holder} lets go of it (excludes it, or is deleted)"
+    )))
+}
+
 /// The outcome for a target another TDSet holds: nothing read or written, and the target
 /// this TDSet recorded before (if any) kept as it was.
 pub(super) fn held_outcome(

@@ -137,16 +137,23 @@ async fn list(
     ctx: &Context,
     ns: &str,
     kind: &Kind,
-    mut keep: impl FnMut(&DynamicObject) -> bool,
+    labels: &str,
 ) -> Result<Result<Vec<DynamicObject>, Problem>> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
     let mut out = Vec::new();
-    let mut params = ListParams::default().limit(PAGE);
+    let mut params = ListParams::default().labels(labels).limit(PAGE);
     loop {
         let page = match api.list(&params).await {
             Ok(page) => page,
             Err(kube::Error::Api(s)) if s.is_forbidden() => {
                 return Ok(Err(forbidden("list", &kind.resource, "", ns, &s.message)));
+            }
+            // A selector the API server cannot parse (a key no label may have).
+            Err(kube::Error::Api(s)) if s.code == 400 => {
+                return Ok(Err(Problem::InvalidSpec(format!(
+                    "spec.scaleTargetSelector.selector: the API server refuses it as a label selector ({labels}): {}",
+                    s.message
+                ))));
             }
             Err(e) => {
                 return Err(Error::kube(format!(
@@ -156,7 +163,7 @@ async fn list(
             }
         };
         let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        out.extend(page.items.into_iter().filter(|o| keep(o)).map(|mut o| {
+        out.extend(page.items.into_iter().map(|mut o| {
             // Only what the plan and status read is kept.
             o.metadata.managed_fields = None;
             o
@@ -232,25 +239,28 @@ struct Placing<'a> {
     me: Claim,
 }
 
-/// Lists every kind, keeps the objects `keep` wants, and reads what each runs: (index of its
-/// kind, the object, its value). A kind that cannot be listed or read is a problem to report.
+/// Lists every kind with each of its label selectors (`queries`; what the API server filters
+/// never crosses the wire), once per object, and reads what each runs: (index of its kind,
+/// the object, its value). A kind that cannot be listed or read is a problem to report.
 async fn observe(
     ctx: &Context,
     ns: &str,
     kinds: &[Kind],
-    keep: impl Fn(&Kind, &DynamicObject) -> bool,
+    queries: impl Fn(&Kind) -> Vec<String>,
     problems: &mut Vec<Problem>,
 ) -> Result<Vec<(usize, DynamicObject, Value)>> {
     let mut out = Vec::new();
     for (k, kind) in kinds.iter().enumerate() {
-        let objects = match list(ctx, ns, kind, |o| keep(kind, o)).await? {
-            Ok(objects) => objects,
-            Err(p) => {
-                problems.push(p);
-                continue;
+        let mut objects: std::collections::BTreeMap<String, DynamicObject> = Default::default();
+        for labels in queries(kind) {
+            match list(ctx, ns, kind, &labels).await? {
+                Ok(found) => {
+                    objects.extend(found.into_iter().map(|o| (o.uid().unwrap_or_default(), o)))
+                }
+                Err(p) => problems.push(p),
             }
-        };
-        for o in objects {
+        }
+        for o in objects.into_values() {
             match value_of(ctx, ns, kind, &o).await? {
                 Ok(v) => out.push((k, o, v)),
                 Err(p) => problems.push(p),
@@ -341,7 +351,14 @@ enum Sent {
     Problem(Problem),
 }
 
-async fn send(ctx: &Context, ns: &str, kind: &Kind, m: &Member, w: &group::Write) -> Result<Sent> {
+async fn send(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    m: &Member,
+    w: &group::Write,
+    holder_uid: &str,
+) -> Result<Sent> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let answer = |result: kube::Result<()>, verb: &str, sub: &str| -> Result<Sent> {
@@ -368,7 +385,7 @@ async fn send(ctx: &Context, ns: &str, kind: &Kind, m: &Member, w: &group::Write
             ))(e)),
         }
     };
-    let mut body = w.body(m);
+    let mut body = w.body(m, holder_uid);
     if kind.built_in {
         ctx.metrics.write(&kind.resource.plural, "apply");
         let sent = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
@@ -450,17 +467,17 @@ pub(super) async fn reconcile_group(
     let mut problems = Vec::new();
     let kinds = kinds(ctx, sel, &mut problems).await?;
     let name = tdset.name_any();
-    let observed = observe(
-        ctx,
-        ns,
-        &kinds,
-        |kind, o| {
-            o.annotations().get(group::HELD_BY) == Some(&name)
-                || (kind.selected && selector.matches(o.labels()))
-        },
-        &mut problems,
-    )
-    .await?;
+    let uid = tdset.uid().unwrap_or_default();
+    let held = format!("{}={uid}", group::HELD_BY_UID);
+    let selected = selector.to_query();
+    let queries = |kind: &Kind| {
+        let mut q = vec![held.clone()];
+        if kind.selected {
+            q.push(selected.clone());
+        }
+        q
+    };
+    let observed = observe(ctx, ns, &kinds, queries, &mut problems).await?;
     let listed: Vec<(usize, Listed)> = observed
         .into_iter()
         .map(|(k, o, value)| {
@@ -518,7 +535,8 @@ pub(super) async fn reconcile_group(
             .map(|w| {
                 let kind = &kinds[listed[w.member].0];
                 let m = &members[w.member];
-                async move { send(ctx, ns, kind, m, w).await.map(|sent| (w, sent)) }.boxed()
+                let uid = uid.as_str();
+                async move { send(ctx, ns, kind, m, w, uid).await.map(|sent| (w, sent)) }.boxed()
             })
             .collect();
         let sends = futures::stream::iter(futures).buffer_unordered(WRITES_IN_FLIGHT);
@@ -543,7 +561,12 @@ pub(super) async fn reconcile_group(
         }
     }
     group::not_reached(&mut status, &members, &failed);
-    report(tdset, ctx, eval, &members, &done, events);
+    // The level has not changed since the last status: a write of it is a workload joining.
+    let previous = ctx.statuses.current(tdset);
+    let joining = previous
+        .as_ref()
+        .is_some_and(|p| p.group.is_some() && p.desired_replicas == level.replicas());
+    report(tdset, ctx, eval, &members, &done, joining, events);
     Ok(outcome(
         tdset, &listed, &members, &done, status, problems, retry,
     ))
@@ -580,6 +603,7 @@ fn report(
     eval: &Evaluation,
     members: &[Member],
     done: &[group::Write],
+    joining: bool,
     events: &mut Events,
 ) {
     let mut scheduled = Vec::new();
@@ -588,6 +612,17 @@ fn report(
         let m = &members[w.member];
         let what = format!("{} {}", m.kind, m.name);
         match &w.why {
+            Why::Schedule if joining && m.record.is_none() => events.push(note(
+                tdset,
+                EventType::Normal,
+                "Joined",
+                format!(
+                    "{what} joined the group and was set to {} (its own count {} is recorded on it): {}",
+                    w.to,
+                    w.from.short(),
+                    eval.why()
+                ),
+            )),
             Why::Schedule => {
                 scheduled.push(format!("{what} ({} -> {})", w.from.short(), w.to.short()))
             }
@@ -764,7 +799,8 @@ pub(super) async fn release_all(
     let sel = sel.unwrap_or(&default);
     let mut problems = Vec::new();
     let kinds = kinds(ctx, sel, &mut problems).await?;
-    let mine = |_: &Kind, o: &DynamicObject| o.annotations().get(group::HELD_BY) == Some(&name);
+    let uid = tdset.uid().unwrap_or_default();
+    let mine = |_: &Kind| vec![format!("{}={uid}", group::HELD_BY_UID)];
     // A workload changed between the list and the write (409) is listed and planned again: a
     // record must not be left behind because someone scaled at the wrong moment.
     for attempt in 1..=RELEASE_ATTEMPTS {
@@ -774,7 +810,7 @@ pub(super) async fn release_all(
             let m = member_of(kind, &o, value, Place::Outside);
             for mut w in group::plan(&name, Count::Own, std::slice::from_ref(&m)).writes {
                 w.why = Why::Left(LeaveReason::Released);
-                match send(ctx, ns, kind, &m, &w).await? {
+                match send(ctx, ns, kind, &m, &w, &uid).await? {
                     Sent::Done => {
                         info!(workload = %format!("{} {}", m.kind, m.name), to = %w.to, "released");
                         events.push(note(

@@ -3,7 +3,8 @@
 //! between groups: the oldest claim (creationTimestamp, then name) holds a workload.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, RwLock};
 
 use kube::{Resource, ResourceExt};
 
@@ -37,7 +38,29 @@ impl GroupEntry {
 type Groups = BTreeMap<Claim, Arc<GroupEntry>>;
 
 #[derive(Clone, Default)]
-pub struct GroupIndex(Arc<RwLock<HashMap<String, Groups>>>);
+pub struct GroupIndex {
+    groups: Arc<RwLock<HashMap<String, Groups>>>,
+    /// What the last event of each workload a group cares about showed.
+    seen: Arc<Mutex<HashMap<WorkloadKey, Seen>>>,
+}
+
+/// (namespace, group, kind, name) of a workload.
+type WorkloadKey = (String, String, String, String);
+
+/// What of a workload's event matters to a group: its spec (generation), its labels (which
+/// group selects it) and whose record it carries. An event that changes none of them (the
+/// workload controller's status updates, several per scale) wakes nobody, so a boundary of a
+/// thousand workloads does not list them a thousand times over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    generation: Option<i64>,
+    labels: u64,
+    holder: Option<String>,
+}
+
+/// Workloads remembered at most; past it the memory starts again (an event then wakes its
+/// groups once more, which is only a list too many).
+const MAX_SEEN: usize = 65_536;
 
 /// A TDSet's claim: its creationTimestamp (as RFC 3339, which sorts in time order) and name.
 pub fn claim_of(tdset: &TDSet) -> Claim {
@@ -64,7 +87,7 @@ impl GroupIndex {
                 selector: Selector::compile(&s.selector).ok(),
                 exclude: s.exclude.iter().cloned().collect(),
             });
-        let Ok(mut index) = self.0.write() else {
+        let Ok(mut index) = self.groups.write() else {
             return vec![];
         };
         let groups = index.entry(ns.clone()).or_default();
@@ -99,7 +122,7 @@ impl GroupIndex {
     pub fn remove(&self, tdset: &TDSet) -> Vec<TDSetRef> {
         let ns = tdset.namespace().unwrap_or_default();
         let me = tdset_ref(tdset);
-        let Ok(mut index) = self.0.write() else {
+        let Ok(mut index) = self.groups.write() else {
             return vec![];
         };
         let Some(groups) = index.get_mut(&ns) else {
@@ -119,13 +142,13 @@ impl GroupIndex {
     /// The claim of the group TDSet `name`: the index has it from the watch, whose objects
     /// carry the creationTimestamp the compact cache leaves out.
     pub fn claim(&self, ns: &str, name: &str) -> Option<Claim> {
-        let index = self.0.read().ok()?;
+        let index = self.groups.read().ok()?;
         index.get(ns)?.keys().find(|(_, n)| n == name).cloned()
     }
 
     /// The groups of a namespace, oldest claim first.
     pub fn in_namespace(&self, ns: &str) -> Vec<(Claim, Arc<GroupEntry>)> {
-        self.0
+        self.groups
             .read()
             .ok()
             .and_then(|index| {
@@ -137,20 +160,133 @@ impl GroupIndex {
     }
 
     /// The groups a change of this workload concerns: those that select it, and the one whose
-    /// record it carries (it may have to be given back).
+    /// record it carries (it may have to be given back); none when the change is one no group
+    /// acts on (see `Seen`).
     pub fn affected(
         &self,
-        ns: &str,
-        group: &str,
-        kind: &str,
+        (ns, group, kind, name): (&str, &str, &str, &str),
+        generation: Option<i64>,
         labels: &BTreeMap<String, String>,
         annotations: &BTreeMap<String, String>,
     ) -> Vec<TDSetRef> {
         let holder = annotations.get(HELD_BY);
-        self.in_namespace(ns)
+        let concerned: Vec<TDSetRef> = self
+            .in_namespace(ns)
             .into_iter()
-            .filter(|((_, name), e)| holder == Some(name) || e.selects(group, kind, labels))
-            .map(|((_, name), _)| tdset_ref_named(ns, &name))
-            .collect()
+            .filter(|((_, n), e)| holder == Some(n) || e.selects(group, kind, labels))
+            .map(|((_, n), _)| tdset_ref_named(ns, &n))
+            .collect();
+        let key = (
+            ns.to_string(),
+            group.to_string(),
+            kind.to_string(),
+            name.to_string(),
+        );
+        let Ok(mut seen) = self.seen.lock() else {
+            return concerned;
+        };
+        if concerned.is_empty() {
+            // Concerns no group now; a later change that does is then new.
+            seen.remove(&key);
+            return concerned;
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        labels.hash(&mut hasher);
+        let now = Seen {
+            generation,
+            labels: hasher.finish(),
+            holder: holder.cloned(),
+        };
+        if seen.get(&key) == Some(&now) {
+            return vec![];
+        }
+        if seen.len() >= MAX_SEEN {
+            seen.clear();
+        }
+        seen.insert(key, now);
+        concerned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(name: &str, created: &str) -> TDSet {
+        let mut t: TDSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "schedule.rs/v1", "kind": "TDSet",
+            "metadata": {"name": name, "namespace": "dev", "creationTimestamp": created},
+            "spec": {"scaleTargetSelector": {"selector": {"matchLabels": {"env": "dev"}}},
+                     "schedulingConfig": []}
+        }))
+        .unwrap();
+        t.spec.default_replica = None;
+        t
+    }
+
+    fn labels(env: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([("env".to_string(), env.to_string())])
+    }
+
+    #[test]
+    fn only_changes_a_group_acts_on_wake_it() {
+        let index = GroupIndex::default();
+        index.update(&group("night", "2026-01-01T00:00:00Z"));
+        let key = ("dev", "apps", "Deployment", "api");
+        let none = BTreeMap::new();
+        let woken = |g, l: &BTreeMap<_, _>, a: &BTreeMap<_, _>| {
+            index
+                .affected(key, Some(g), l, a)
+                .iter()
+                .map(|r| r.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(woken(1, &labels("dev"), &none), ["night"], "a joiner");
+        assert!(
+            woken(1, &labels("dev"), &none).is_empty(),
+            "a status update"
+        );
+        assert_eq!(
+            woken(2, &labels("dev"), &none),
+            ["night"],
+            "its spec changed"
+        );
+        // Labelled out, still carrying the record: the holder is woken to give it back.
+        let record = BTreeMap::from([(HELD_BY.to_string(), "night".to_string())]);
+        assert_eq!(woken(2, &labels("qa"), &record), ["night"]);
+        assert!(
+            woken(2, &labels("qa"), &BTreeMap::new()).is_empty(),
+            "no group's"
+        );
+        assert_eq!(woken(2, &labels("dev"), &none), ["night"], "back in");
+    }
+
+    #[test]
+    fn the_oldest_claim_comes_first_and_the_others_are_told_when_one_changes() {
+        let index = GroupIndex::default();
+        assert!(index.update(&group("b", "2026-01-02T00:00:00Z")).is_empty());
+        let others = index.update(&group("a", "2026-01-01T00:00:00Z"));
+        assert_eq!(
+            others.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            ["b"]
+        );
+        let order: Vec<String> = index
+            .in_namespace("dev")
+            .into_iter()
+            .map(|((_, n), _)| n)
+            .collect();
+        assert_eq!(order, ["a", "b"]);
+        assert_eq!(
+            index.claim("dev", "b").map(|(_, n)| n).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            index
+                .remove(&group("a", "2026-01-01T00:00:00Z"))
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>(),
+            ["b"]
+        );
     }
 }

@@ -65,7 +65,14 @@ fn on_target<K: Resource<DynamicType = ()>>(
         let ns = o.namespace().unwrap_or_default();
         let (group, kind) = (K::group(&()), K::kind(&()));
         let mut out = scale::affected(&index, &hpas, &ns, &group, &kind, &o.name_any());
-        out.extend(groups.affected(&ns, &group, &kind, o.labels(), o.annotations()));
+        let generation = o.metadata.generation;
+        let key = (ns.as_str(), group.as_ref(), kind.as_ref(), o.name_any());
+        out.extend(groups.affected(
+            (key.0, key.1, key.2, key.3.as_str()),
+            generation,
+            o.labels(),
+            o.annotations(),
+        ));
         out
     }
 }

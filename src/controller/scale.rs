@@ -130,6 +130,7 @@ async fn read(
                     .pointer("/spec/template")
                     .map(Requests::of_template)
                     .unwrap_or_default(),
+                labels: o.metadata.labels.clone().unwrap_or_default(),
             }
         }));
     }
@@ -142,6 +143,7 @@ async fn read(
             status_replicas: s.status.map_or(0, |s| s.replicas),
             ready_replicas: None,
             requests: Requests::default(),
+            labels: Default::default(),
         }))
 }
 
@@ -395,6 +397,9 @@ pub(super) async fn reconcile_scale(
             ));
         }
     };
+    if let Some(p) = claims::held_by_group(tdset, ctx, ns, r, &view.labels) {
+        return Ok(claims::held_outcome(tdset, ctx, p, r));
+    }
     let mut record = target_status(
         tdset,
         ctx,

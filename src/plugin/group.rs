@@ -93,7 +93,7 @@ pub async fn members(
         };
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &res);
         let list = api
-            .list(&ListParams::default())
+            .list(&ListParams::default().labels(&selector.to_query()))
             .await
             .map_err(Error::kube(format!("listing {} in {ns}", res.plural)))?;
         for o in list.items.iter().filter(|o| selector.matches(o.labels())) {

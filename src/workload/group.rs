@@ -11,9 +11,10 @@
 //!   that differs from it was set by someone else (a Helm upgrade, `kubectl scale`) and becomes
 //!   the workload's own count.
 //!
-//! The record is written in the same request as the first change (one apply, guarded by the
-//! resourceVersion it was planned from), and removed in the same request that gives the own
-//! count back.
+//! With the record, a label `schedule.rs/held-by-uid` (the TDSet's uid) lets the TDSet list
+//! what it holds server-side, however many other workloads the namespace has. The record is
+//! written in the same request as the first change (one apply, guarded by the resourceVersion
+//! it was planned from), and removed in the same request that gives the own count back.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +26,8 @@ use crate::api::{GroupStatus, MAX_LISTED, MemberStatus};
 use crate::schedule::Count;
 
 pub const HELD_BY: &str = "schedule.rs/held-by";
+/// The label on a held workload: the holding TDSet's uid (a name may be longer than a label).
+pub const HELD_BY_UID: &str = "schedule.rs/held-by-uid";
 pub const OWN_REPLICAS: &str = "schedule.rs/own-replicas";
 pub const OWN_SUSPEND: &str = "schedule.rs/own-suspend";
 pub const SCHEDULED_REPLICAS: &str = "schedule.rs/scheduled-replicas";
@@ -78,6 +81,23 @@ impl Selector {
             labels: s.match_labels.clone().unwrap_or_default(),
             exprs,
         })
+    }
+
+    /// The selector in the API server's `labelSelector` syntax, so a list asks only for what
+    /// it selects.
+    pub fn to_query(&self) -> String {
+        let set = |vs: &[String]| vs.join(",");
+        self.labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .chain(self.exprs.iter().map(|e| match e {
+                Expr::In(k, vs) => format!("{k} in ({})", set(vs)),
+                Expr::NotIn(k, vs) => format!("{k} notin ({})", set(vs)),
+                Expr::Exists(k) => k.clone(),
+                Expr::DoesNotExist(k) => format!("!{k}"),
+            }))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
@@ -298,17 +318,18 @@ pub struct Write {
 }
 
 impl Write {
-    /// The server-side apply body: the value and the record (or, without one, no
-    /// annotations of ours, which removes them), guarded by the uid and the resourceVersion
-    /// the plan was made from, so a write planned from a stale read is refused (409), never
-    /// applied over someone else's newer change.
-    pub fn body(&self, m: &Member) -> Json {
+    /// The server-side apply body: the value and the record with the holder's label (or,
+    /// without a record, no annotations or labels of ours, which removes them), guarded by the
+    /// uid and the resourceVersion the plan was made from, so a write planned from a stale read
+    /// is refused (409), never applied over someone else's newer change.
+    pub fn body(&self, m: &Member, holder_uid: &str) -> Json {
         let mut metadata = json!({"name": m.name, "uid": m.uid});
         if let Some(rv) = &m.resource_version {
             metadata["resourceVersion"] = json!(rv);
         }
         if let Some(r) = &self.record {
             metadata["annotations"] = r.annotations();
+            metadata["labels"] = json!({HELD_BY_UID: holder_uid});
         }
         json!({
             "apiVersion": m.api_version,

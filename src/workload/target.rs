@@ -21,6 +21,8 @@ pub struct ScaleView {
     pub replicas_manager: Option<String>,
     /// What one replica's pod requests, where the object was read (its `spec.template`).
     pub requests: crate::workload::savings::Requests,
+    /// The object's labels, where it was read (for the groups that may select it).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// The replica count to write, if it differs from what the target is asked to run.
@@ -88,6 +90,7 @@ mod tests {
             uid: None,
             replicas_manager: None,
             requests: Default::default(),
+            labels: Default::default(),
         };
         assert_eq!(scale_write(3, &seen), None);
         assert_eq!(scale_write(0, &seen), Some(0));

@@ -200,23 +200,24 @@ fn the_apply_body_carries_the_value_the_record_and_the_preconditions() {
     let m = deployment("api", 3);
     let p = plan("sleep", Count::Replicas(0), std::slice::from_ref(&m));
     assert_eq!(
-        p.writes[0].body(&m),
+        p.writes[0].body(&m, "uid-sleep"),
         json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "api", "uid": "uid-api", "resourceVersion": "7", "annotations": {
                 "schedule.rs/held-by": "sleep",
                 "schedule.rs/own-replicas": "3",
                 "schedule.rs/scheduled-replicas": "0",
-            }},
+            }, "labels": {"schedule.rs/held-by-uid": "uid-sleep"}},
             "spec": {"replicas": 0},
         })
     );
-    let annotations: BTreeMap<String, String> = p.writes[0].body(&m)["metadata"]["annotations"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-        .collect();
+    let annotations: BTreeMap<String, String> =
+        p.writes[0].body(&m, "u")["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect();
     assert_eq!(
         Record::read(&annotations, Value::Replicas(0)),
         p.writes[0].record,
@@ -224,7 +225,12 @@ fn the_apply_body_carries_the_value_the_record_and_the_preconditions() {
     );
     let c = cronjob("report", false);
     let p = plan("sleep", Count::Replicas(0), std::slice::from_ref(&c));
-    let body = p.writes[0].body(&c);
+    let body = p.writes[0].body(&c, "u");
+    let released = plan("sleep", Count::Own, &[applied(&c, &p.writes[0])]);
+    let back = released.writes[0].body(&c, "u");
+    assert!(
+        back["metadata"].get("labels").is_none() && back["metadata"].get("annotations").is_none()
+    );
     assert_eq!(body["spec"], json!({"suspend": true}));
     assert_eq!(
         body["metadata"]["annotations"]["schedule.rs/own-suspend"],
@@ -283,6 +289,11 @@ fn selectors_match_as_the_api_server_does_and_bad_ones_name_the_field() {
     ))
     .unwrap();
     assert!(s.matches(&labels(&[("env", "dev"), ("tier", "web")])));
+    assert_eq!(
+        s.to_query(),
+        "env=dev,tier in (web,api),!pin,team notin (ops)"
+    );
+    assert_eq!(all.to_query(), "");
     assert!(!s.matches(&labels(&[("env", "dev"), ("tier", "db")])));
     assert!(!s.matches(&labels(&[("env", "dev"), ("tier", "web"), ("pin", "")])));
     assert!(!s.matches(&labels(&[("env", "dev"), ("tier", "web"), ("team", "ops")])));
