@@ -643,3 +643,48 @@ async fn a_scale_target_ref_yields_to_an_older_group_and_takes_over_when_it_goes
     op.stop().await;
     ns.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_back() {
+    let (client, ns) = setup("group-hpa").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("auto", 2), "dev")).await;
+    let _: HorizontalPodAutoscaler = create_object(&client, n, hpa("auto", "auto")).await;
+    let mut spec = sleep_group(json!(["Deployment"]), json!([]), 3, 20);
+    spec["overrides"][0]["replica"] = json!(4);
+    create_tdset(&client, n, &tdset("busy", spec)).await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+
+    let floor = |want: i32| {
+        move |h: &HorizontalPodAutoscaler| {
+            h.spec.as_ref().and_then(|s| s.min_replicas) == Some(want)
+        }
+    };
+    let h = object_where(&client, n, "auto", "the HPA's floor at 4", floor(4)).await;
+    let recorded = annotations(&h);
+    assert_eq!(
+        recorded
+            .get("schedule.rs/own-min-replicas")
+            .map(String::as_str),
+        Some("2")
+    );
+    // The HPA, not the operator, scales the workload up to its new floor.
+    let d = deployment_at(&client, n, "auto", 4).await;
+    let managers: Vec<String> = d
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        !managers.contains(&"tdset-operator".to_string()),
+        "{managers:?}"
+    );
+
+    // own again: the floor given back, nothing of the TDSet's left on the HPA.
+    let h = object_where(&client, n, "auto", "the HPA's floor back at 2", floor(2)).await;
+    assert!(annotations(&h).is_empty(), "{:?}", annotations(&h));
+    op.stop().await;
+    ns.cleanup().await;
+}

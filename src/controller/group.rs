@@ -115,7 +115,28 @@ async fn kinds(
             });
         }
     }
+    // The HPAs: an autoscaled workload's count other than 0 is its HPA's floor.
+    out.push(Kind {
+        kind: GroupKind::Scalable {
+            kind: "HorizontalPodAutoscaler".into(),
+            group: "autoscaling".into(),
+        },
+        resource: ApiResource {
+            group: "autoscaling".into(),
+            version: "v2".into(),
+            api_version: "autoscaling/v2".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            plural: "horizontalpodautoscalers".into(),
+        },
+        built_in: true,
+        selected: false,
+    });
     Ok(out)
+}
+
+/// Whether a kind is the HPAs (listed for the floors of autoscaled workloads).
+fn is_hpa(kind: &Kind) -> bool {
+    kind.resource.group == "autoscaling" && kind.resource.kind == "HorizontalPodAutoscaler"
 }
 
 fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg: &str) -> Problem {
@@ -195,6 +216,12 @@ async fn value_of(
             .pointer("/spec/suspend")
             .and_then(serde_json::Value::as_bool);
         return Ok(Ok(Value::Suspended(suspended.unwrap_or(false))));
+    }
+    if is_hpa(kind) {
+        // The API server defaults an absent minReplicas to 1.
+        return Ok(Ok(Value::Floor(
+            int_at(o, "/spec/minReplicas").unwrap_or(1),
+        )));
     }
     if kind.built_in {
         // The API server defaults an absent spec.replicas to 1.
@@ -282,6 +309,7 @@ fn member_of(kind: &Kind, o: &DynamicObject, value: Value, place: Place) -> Memb
         record: Record::read(o.annotations(), value),
         place,
         autoscaled_by: None,
+        floor_of: None,
     }
 }
 
@@ -475,6 +503,10 @@ pub(super) async fn reconcile_group(
         if kind.selected {
             q.push(selected.clone());
         }
+        if is_hpa(kind) {
+            // All of the namespace's (a few): which ones are floors is known once listed.
+            q.push(String::new());
+        }
         q
     };
     let observed = observe(ctx, ns, &kinds, queries, &mut problems).await?;
@@ -482,7 +514,22 @@ pub(super) async fn reconcile_group(
         .into_iter()
         .map(|(k, o, value)| {
             let kind = &kinds[k];
-            let mut member = member_of(kind, &o, value, place(&placing, kind, &o));
+            let placed = if is_hpa(kind) {
+                Place::Outside
+            } else {
+                place(&placing, kind, &o)
+            };
+            let mut member = member_of(kind, &o, value, placed);
+            if is_hpa(kind) {
+                member.floor_of = Some((
+                    o.data
+                        .pointer("/spec/scaleTargetRef/name")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    int_at(&o, "/spec/maxReplicas").unwrap_or(i32::MAX),
+                ));
+            }
             member.autoscaled_by = super::scale::hpa_scaling(
                 ctx,
                 ns,
@@ -509,7 +556,22 @@ pub(super) async fn reconcile_group(
             (k, listed)
         })
         .collect();
-    let members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
+    let mut members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
+    // An HPA is held with the workload whose floor it is (and only then).
+    let autoscaled: Vec<(String, String)> = members
+        .iter()
+        .filter(|m| m.place == Place::Held)
+        .filter_map(|m| Some((m.autoscaled_by.clone()?, m.name.clone())))
+        .collect();
+    for m in members.iter_mut().filter(|m| m.floor_of.is_some()) {
+        let floor_of = m.floor_of.as_ref().map(|(w, _)| w.clone());
+        if autoscaled
+            .iter()
+            .any(|(hpa, workload)| *hpa == m.name && Some(workload) == floor_of.as_ref())
+        {
+            m.place = Place::Held;
+        }
+    }
     let level = eval.count();
     let plan = group::plan(&name, level, &members);
     if let Some(p) = conflicts(&members) {
@@ -719,7 +781,7 @@ fn outcome(
         value[w.member] = w.to;
     }
     let held: Vec<usize> = (0..members.len())
-        .filter(|i| members[*i].place == Place::Held)
+        .filter(|i| members[*i].place == Place::Held && members[*i].floor_of.is_none())
         .collect();
     let current: i32 = held
         .iter()

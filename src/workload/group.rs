@@ -32,6 +32,8 @@ pub const OWN_REPLICAS: &str = "schedule.rs/own-replicas";
 pub const OWN_SUSPEND: &str = "schedule.rs/own-suspend";
 pub const SCHEDULED_REPLICAS: &str = "schedule.rs/scheduled-replicas";
 pub const SCHEDULED_SUSPEND: &str = "schedule.rs/scheduled-suspend";
+pub const OWN_MIN_REPLICAS: &str = "schedule.rs/own-min-replicas";
+pub const SCHEDULED_MIN_REPLICAS: &str = "schedule.rs/scheduled-min-replicas";
 
 /// A label selector, checked once (the operators and values the API server's own selectors
 /// allow) and then matched without allocation.
@@ -111,19 +113,21 @@ impl Selector {
     }
 }
 
-/// What the schedule sets on a workload: its replica count, or (a CronJob) whether it is
-/// suspended.
+/// What the schedule sets on a workload: its replica count, (a CronJob) whether it is
+/// suspended, or (the HPA of an autoscaled workload) its floor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Value {
     Replicas(i32),
     Suspended(bool),
+    /// An HPA's `minReplicas`.
+    Floor(i32),
 }
 
 impl Value {
     /// The count it amounts to (a CronJob: 0 while suspended, else 1).
     pub fn replicas(self) -> i32 {
         match self {
-            Value::Replicas(n) => n,
+            Value::Replicas(n) | Value::Floor(n) => n,
             Value::Suspended(s) => i32::from(!s),
         }
     }
@@ -132,12 +136,13 @@ impl Value {
         match self {
             Value::Replicas(_) => (OWN_REPLICAS, SCHEDULED_REPLICAS),
             Value::Suspended(_) => (OWN_SUSPEND, SCHEDULED_SUSPEND),
+            Value::Floor(_) => (OWN_MIN_REPLICAS, SCHEDULED_MIN_REPLICAS),
         }
     }
 
     fn encode(self) -> String {
         match self {
-            Value::Replicas(n) => n.to_string(),
+            Value::Replicas(n) | Value::Floor(n) => n.to_string(),
             Value::Suspended(s) => s.to_string(),
         }
     }
@@ -152,6 +157,7 @@ impl Value {
                 .filter(|n| *n >= 0)
                 .map(Value::Replicas),
             Value::Suspended(_) => s.trim().parse().ok().map(Value::Suspended),
+            Value::Floor(_) => s.trim().parse().ok().filter(|n| *n >= 1).map(Value::Floor),
         }
     }
 
@@ -163,6 +169,10 @@ impl Value {
             // A CronJob sleeps at 0 and runs as its own at any other count.
             (Count::Replicas(0), Value::Suspended(_)) => Value::Suspended(true),
             (Count::Replicas(_), own @ Value::Suspended(_)) => own,
+            // An HPA's workload sleeps at 0 (the HPA idles), so its floor stays its own; any
+            // other count is the floor (an HPA cannot hold 0).
+            (Count::Replicas(0), own @ Value::Floor(_)) => own,
+            (Count::Replicas(n), Value::Floor(_)) => Value::Floor(n),
         }
     }
 
@@ -171,6 +181,7 @@ impl Value {
         match self {
             Value::Replicas(n) => json!({"replicas": n}),
             Value::Suspended(s) => json!({"suspend": s}),
+            Value::Floor(n) => json!({"minReplicas": n}),
         }
     }
 }
@@ -182,6 +193,7 @@ impl Value {
             Value::Replicas(n) => n.to_string(),
             Value::Suspended(true) => "suspended".into(),
             Value::Suspended(false) => "running".into(),
+            Value::Floor(n) => format!("floor {n}"),
         }
     }
 }
@@ -192,6 +204,7 @@ impl fmt::Display for Value {
             Value::Replicas(n) => write!(f, "{n} replicas"),
             Value::Suspended(true) => f.write_str("suspended"),
             Value::Suspended(false) => f.write_str("not suspended"),
+            Value::Floor(n) => write!(f, "minReplicas {n}"),
         }
     }
 }
@@ -243,9 +256,12 @@ pub struct Member {
     pub record: Option<Record>,
     pub place: Place,
     /// The HorizontalPodAutoscaler that scales it, if one does. It is put to sleep (0: the HPA
-    /// idles) and given its own count back (the HPA resumes); any other count is left to the
-    /// HPA, which would otherwise fight it.
+    /// idles) and given its own count back (the HPA resumes); any other count is its HPA's
+    /// floor (a member of its own, `floor_of`), never written to the workload.
     pub autoscaled_by: Option<String>,
+    /// For an HPA: the autoscaled workload whose floor it is, and its `maxReplicas` (a floor
+    /// above it is clamped, as in the HPA form). Not counted as a workload of the group.
+    pub floor_of: Option<(String, i32)>,
 }
 
 impl Member {
@@ -340,14 +356,21 @@ impl Write {
     }
 }
 
-/// Why a held workload does not get the level's count even when every write lands.
-fn held_back(level: Count, m: &Member) -> Option<String> {
+/// Why a held workload does not get the level's count even when every write lands: an
+/// autoscaled one whose HPA cannot be set (not found among the group's members).
+fn held_back(level: Count, m: &Member, floors: &[&Member]) -> Option<String> {
     match (level, &m.autoscaled_by) {
-        (Count::Replicas(n), Some(hpa)) if n > 0 => Some(format!(
-            "HorizontalPodAutoscaler {hpa} scales it: it runs its own count under the HPA (the \
-             schedule sets an autoscaled workload to 0 or gives it back to its HPA; for a floor, \
-             point a TDSet's scaleTargetRef at the HPA)"
-        )),
+        (Count::Replicas(n), Some(hpa))
+            if n > 0
+                && !floors
+                    .iter()
+                    .any(|f| f.floor_of.as_ref().is_some_and(|(w, _)| *w == m.name)) =>
+        {
+            Some(format!(
+                "HorizontalPodAutoscaler {hpa} scales it, and its floor cannot be set: it runs under \
+                 the HPA as it is"
+            ))
+        }
         _ => None,
     }
 }
@@ -372,22 +395,28 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
     let mut writes = Vec::new();
     let mut status = GroupStatus::default();
     let mut held = 0;
+    let floors: Vec<&Member> = members
+        .iter()
+        .filter(|m| m.floor_of.is_some() && m.place == Place::Held)
+        .collect();
     for (i, m) in members.iter().enumerate() {
         let mine = m.record.as_ref().filter(|r| r.holder == me);
         // Someone else's change while a TDSet held it becomes its own count.
         let own = m.own();
         let changed_elsewhere = m.record.as_ref().is_some_and(|r| r.scheduled != m.value);
-        if m.place != Place::Outside {
+        // An HPA is a floor, not a workload: it counts through its workload.
+        let counted = m.floor_of.is_none();
+        if m.place != Place::Outside && counted {
             status.matched += 1;
         }
         let leave = match &m.place {
             Place::Held => None,
             Place::Excluded => {
-                status.excluded += 1;
+                status.excluded += u32::from(counted) as i32;
                 Some(LeaveReason::Excluded)
             }
             Place::HeldElsewhere(h) => {
-                status.conflicting += 1;
+                status.conflicting += u32::from(counted) as i32;
                 Some(LeaveReason::HeldElsewhere(h.clone()))
             }
             Place::Outside => Some(LeaveReason::NoLongerSelected),
@@ -406,9 +435,11 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
             }
             continue;
         }
-        held += 1;
-        let effective = match (level, &m.autoscaled_by) {
-            (Count::Replicas(n), Some(_)) if n > 0 => Count::Own,
+        held += u32::from(counted) as i32;
+        let effective = match (level, &m.autoscaled_by, m.floor_of.as_ref()) {
+            // Its HPA carries any count but 0.
+            (Count::Replicas(n), Some(_), _) if n > 0 => Count::Own,
+            (Count::Replicas(n), _, Some((_, max))) => Count::Replicas(n.min(*max)),
             _ => level,
         };
         let to = Value::at(effective, own);
@@ -445,7 +476,10 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
         if let Some(w) = write {
             writes.push(w);
         }
-        match held_back(level, m) {
+        if !counted {
+            continue;
+        }
+        match held_back(level, m, &floors) {
             Some(message) => {
                 if status.not_at_schedule.len() < MAX_LISTED {
                     status.not_at_schedule.push(MemberStatus {

@@ -16,6 +16,7 @@ fn deployment(name: &str, replicas: i32) -> Member {
         record: None,
         place: Place::Held,
         autoscaled_by: None,
+        floor_of: None,
     }
 }
 
@@ -376,22 +377,57 @@ proptest! {
     }
 }
 
+fn hpa_of(workload: &str, min: i32, max: i32) -> Member {
+    Member {
+        api_version: "autoscaling/v2".into(),
+        kind: "HorizontalPodAutoscaler".into(),
+        value: Value::Floor(min),
+        floor_of: Some((workload.into(), max)),
+        ..deployment(&format!("{workload}-hpa"), 0)
+    }
+}
+
 #[test]
-fn an_autoscaled_workload_sleeps_and_wakes_but_is_left_to_its_hpa_at_other_counts() {
-    let mut m = deployment("api", 4);
-    m.autoscaled_by = Some("api-hpa".into());
-    let night = plan("g", Count::Replicas(0), std::slice::from_ref(&m));
-    assert_eq!(night.writes[0].to, Value::Replicas(0), "the HPA idles at 0");
-    let day = plan("g", Count::Replicas(6), std::slice::from_ref(&m));
-    assert!(day.writes.is_empty(), "6 would fight the HPA");
-    assert_eq!(day.status.targets, "0/1");
-    assert!(day.status.not_at_schedule[0].message.contains("api-hpa"));
-    // Asleep, then a level the HPA governs: it gets its own count back.
-    let mut asleep = m.clone();
-    apply_all(std::slice::from_mut(&mut asleep), &night);
-    let woken = plan("g", Count::Replicas(6), std::slice::from_ref(&asleep));
+fn an_autoscaled_workload_sleeps_at_zero_and_any_other_count_is_its_hpas_floor() {
+    let mut api = deployment("api", 4);
+    api.autoscaled_by = Some("api-hpa".into());
+    let mut ms = vec![api, hpa_of("api", 2, 10)];
+    // 0: the workload sleeps (the HPA idles), the floor stays its own.
+    let night = plan("g", Count::Replicas(0), &ms);
+    let to: Vec<_> = night.writes.iter().map(|w| (w.member, w.to)).collect();
+    assert_eq!(to, [(0, Value::Replicas(0))]);
     assert_eq!(
-        (woken.writes[0].to, &woken.writes[0].record),
-        (Value::Replicas(4), &None)
+        night.status.targets, "1/1",
+        "the HPA is not a workload of its own"
     );
+    apply_all(&mut ms, &night);
+    // 6: the workload back to its own count for its HPA, the HPA's floor 6, recorded.
+    let day = plan("g", Count::Replicas(6), &ms);
+    let to: Vec<_> = day
+        .writes
+        .iter()
+        .map(|w| (w.member, w.to, w.record.is_some()))
+        .collect();
+    assert_eq!(
+        to,
+        [(0, Value::Replicas(4), false), (1, Value::Floor(6), true)]
+    );
+    assert_eq!(
+        day.writes[1].record.as_ref().map(|r| r.own),
+        Some(Value::Floor(2))
+    );
+    apply_all(&mut ms, &day);
+    // Above the HPA's maxReplicas: clamped, as in the HPA form.
+    let peak = plan("g", Count::Replicas(50), &ms);
+    assert_eq!(peak.writes[0].to, Value::Floor(10));
+    // own: the floor given back, the record removed.
+    let back = plan("g", Count::Own, &ms);
+    assert_eq!(
+        (back.writes[0].to, &back.writes[0].record),
+        (Value::Floor(2), &None)
+    );
+    // Without its HPA among the members, a count is left to the HPA and said so.
+    let alone = plan("g", Count::Replicas(6), &ms[..1]);
+    assert!(alone.writes.is_empty());
+    assert!(alone.status.not_at_schedule[0].message.contains("api-hpa"));
 }
