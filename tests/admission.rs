@@ -583,6 +583,22 @@ async fn the_group_form_is_checked_at_admission() {
             "spec.overrides",
         ),
         (
+            "the operator's own label selected on",
+            group(
+                "    selector: {matchLabels: {schedule.rs/held-by-uid: x}}\n",
+                "",
+            ),
+            "spec.scaleTargetSelector.selector",
+        ),
+        (
+            "the operator's own label in an expression",
+            group(
+                "    selector: {matchExpressions: [{key: schedule.rs/held-by-uid, operator: Exists}]}\n",
+                "",
+            ),
+            "spec.scaleTargetSelector.selector",
+        ),
+        (
             "excluded name empty",
             group("    selector: {}\n    exclude: [\"\"]\n", ""),
             "spec.scaleTargetSelector.exclude[0]",

@@ -650,6 +650,18 @@ async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_
     let n = &ns.name;
     let _: Deployment = create_object(&client, n, labelled(app_deployment("auto", 2), "dev")).await;
     let _: HorizontalPodAutoscaler = create_object(&client, n, hpa("auto", "auto")).await;
+    // An HPA another controller makes and keeps (as KEDA's ScaledObject does): its floor is
+    // that controller's, never the group's.
+    let owner: k8s_openapi::api::core::v1::ConfigMap =
+        create_object(&client, n, json!({"metadata": {"name": "scaledobject"}})).await;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("keda", 2), "dev")).await;
+    let mut owned = hpa("keda", "keda");
+    owned["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "scaledobject",
+        "uid": owner.metadata.uid, "controller": true
+    }]);
+    let _: HorizontalPodAutoscaler = create_object(&client, n, owned).await;
+    let keda_hpa = json_of::<HorizontalPodAutoscaler>(&client, n, "keda").await;
     let mut spec = sleep_group(json!(["Deployment"]), json!([]), 3, 20);
     spec["overrides"][0]["replica"] = json!(4);
     create_tdset(&client, n, &tdset("busy", spec)).await;
@@ -668,6 +680,22 @@ async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_
             .map(String::as_str),
         Some("2")
     );
+    // The controller-owned HPA's workload runs as its HPA says, and the status says why.
+    let t: TDSet = object_where(
+        &client,
+        n,
+        "busy",
+        "keda listed as not at its count",
+        |t: &TDSet| {
+            t.status
+                .as_ref()
+                .and_then(|s| s.group.as_ref())
+                .is_some_and(|g| g.not_at_schedule.iter().any(|m| m.name == "keda"))
+        },
+    )
+    .await;
+    let g = t.status.unwrap().group.unwrap();
+    assert_eq!(g.targets, "1/2", "{g:?}");
     // The HPA, not the operator, scales the workload up to its new floor.
     let d = deployment_at(&client, n, "auto", 4).await;
     let managers: Vec<String> = d
@@ -685,6 +713,75 @@ async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_
     // own again: the floor given back, nothing of the TDSet's left on the HPA.
     let h = object_where(&client, n, "auto", "the HPA's floor back at 2", floor(2)).await;
     assert!(annotations(&h).is_empty(), "{:?}", annotations(&h));
+    assert_eq!(
+        untouchable(json_of::<HorizontalPodAutoscaler>(&client, n, "keda").await),
+        untouchable(keda_hpa)
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_custom_kind_with_scale_sleeps_through_its_scale_subresource_and_keeps_its_record() {
+    let (client, ns) = setup("group-custom").await;
+    let n = &ns.name;
+    let widgets = install_widget_crd(&client).await;
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), n, &widgets);
+    let widget: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.schedule.rs/v1", "kind": "Widget",
+        "metadata": {"name": "w", "labels": {"env": "dev"}}, "spec": {"replicas": 3}
+    }))
+    .unwrap();
+    api.create(&Default::default(), &widget).await.unwrap();
+    let kinds = json!(["Widget.test.schedule.rs"]);
+    create_tdset(
+        &client,
+        n,
+        &tdset("night", sleep_group(kinds, json!([]), 3, 20)),
+    )
+    .await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+    let replicas_and_record = |want: i64| {
+        let api = api.clone();
+        async move {
+            let w = api.get("w").await.ok()?;
+            (w.data.pointer("/spec/replicas") == Some(&json!(want))).then_some(annotations(&w))
+        }
+    };
+    let asleep = eventually(GUARD, "Widget w asleep", || replicas_and_record(0)).await;
+    assert_eq!(asleep, record("night", 3, 0));
+    // The kind leaves `kinds` during the night: the TDSet remembered that it holds Widgets
+    // (status.group.heldKinds) and gives w its own count back, without waiting for morning.
+    let t: TDSet = Api::namespaced(client.clone(), n)
+        .get("night")
+        .await
+        .unwrap();
+    let held = t.status.and_then(|s| s.group).map(|g| g.held_kinds);
+    assert_eq!(held, Some(vec!["Widget.test.schedule.rs".to_string()]));
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .patch(
+            "night",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetSelector": {"kinds": ["Deployment"]}}})),
+        )
+        .await
+        .unwrap();
+    let awake = eventually(GUARD, "Widget w back at 3", || replicas_and_record(3)).await;
+    assert!(awake.is_empty(), "{awake:?}");
+    let t: TDSet = object_where(
+        &client,
+        n,
+        "night",
+        "Widgets no longer remembered",
+        |t: &TDSet| {
+            t.status
+                .as_ref()
+                .and_then(|s| s.group.as_ref())
+                .is_some_and(|g| g.held_kinds.is_empty())
+        },
+    )
+    .await;
+    assert_eq!(t.status.and_then(|s| s.group).map(|g| g.matched), Some(0));
     op.stop().await;
     ns.cleanup().await;
 }

@@ -8,10 +8,7 @@ mod support;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use support::*;
@@ -448,45 +445,6 @@ async fn widget_at(api: &Api<DynamicObject>, replicas: i32) {
         (w.data.pointer("/spec/replicas") == Some(&json!(replicas))).then_some(())
     })
     .await;
-}
-
-/// A small CRD with a scale subresource, like an Argo Rollout.
-async fn install_widget_crd(client: &Client) -> ApiResource {
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.test.schedule.rs"},
-        "spec": {"group": "test.schedule.rs", "scope": "Namespaced",
-                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                     "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
-                     "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                         "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
-                         "status": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}}}]}
-    }))
-    .unwrap();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        "widgets.test.schedule.rs",
-        &PatchParams::apply("tdset-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap();
-    tokio::time::timeout(
-        GUARD,
-        kube::runtime::wait::await_condition(
-            api,
-            "widgets.test.schedule.rs",
-            kube::runtime::wait::conditions::is_crd_established(),
-        ),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("test.schedule.rs", "v1", "Widget"),
-        "widgets",
-    )
 }
 
 #[tokio::test]

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 
 /// The most names `exclude` may list.
 pub const MAX_EXCLUDE: usize = 256;
+/// The most custom kinds `status.group.heldKinds` remembers (more than a cluster serves with
+/// `/scale` in practice).
+pub const MAX_HELD_KINDS: usize = 64;
 /// The most workloads `status.group.notAtSchedule` lists (the counts cover all of them).
 pub const MAX_LISTED: usize = 10;
 
@@ -23,6 +26,13 @@ pub struct ScaleTargetSelector {
     #[schemars(length(max = 16))]
     pub kinds: Vec<GroupKind>,
     /// A label selector over those kinds in the TDSet's namespace; `{}` selects all of them.
+    /// `schedule.rs/` keys are the operator's own (it labels what it holds) and may not be
+    /// selected on: holding a workload would change whether it is selected.
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "(!has(self.matchLabels) || self.matchLabels.all(k, !k.startsWith('schedule.rs/'))) && (!has(self.matchExpressions) || self.matchExpressions.all(e, !e.key.startsWith('schedule.rs/')))",
+        "message": "schedule.rs/ labels are written by the operator and may not be selected on",
+        "reason": "FieldValueInvalid"
+    }]))]
     pub selector: LabelSelector,
     /// Names left alone, whatever their kind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -172,6 +182,11 @@ pub struct GroupStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_LISTED))]
     pub not_at_schedule: Vec<MemberStatus>,
+    /// Custom kinds (`Kind.group`) with a workload that may carry this TDSet's record: they are
+    /// looked through when it lets go, even once they have left `kinds`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_HELD_KINDS))]
+    pub held_kinds: Vec<String>,
 }
 
 /// One workload of a group.

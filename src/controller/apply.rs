@@ -530,15 +530,20 @@ pub(super) async fn write_target_now(
     ctx: &Context,
     target: &TargetStatus,
 ) -> Result<()> {
-    let (Some(uid), Some(ns)) = (tdset.meta().uid.clone(), tdset.namespace()) else {
-        return Err(Error::MissingField("metadata.uid"));
-    };
     let mut status = ctx.statuses.current(tdset).unwrap_or_default();
     status.target = Some(target.clone());
     debug!(
         ?target,
         "recording the target's original count before changing it"
     );
+    write_now(tdset, ctx, status).await
+}
+
+/// Writes `status` past the bookkeeping lane's queue and returns once the API server has it.
+async fn write_now(tdset: &TDSet, ctx: &Context, status: crate::api::TDSetStatus) -> Result<()> {
+    let (Some(uid), Some(ns)) = (tdset.meta().uid.clone(), tdset.namespace()) else {
+        return Err(Error::MissingField("metadata.uid"));
+    };
     ctx.lane
         .write_now(
             tdset,
@@ -551,6 +556,27 @@ pub(super) async fn write_target_now(
             },
         )
         .await
+}
+
+/// Makes `status.group` durable before a group's first workload write, and each custom kind in
+/// `status.group.heldKinds` before its first record: a change of form or of `kinds` must find
+/// what the TDSet held (and give it back), even if the operator crashed, or lost its lease,
+/// before the status of that first write was sent.
+pub(super) async fn write_group_now(tdset: &TDSet, ctx: &Context, kinds: &[String]) -> Result<()> {
+    let covered = |s: &crate::api::TDSetStatus| {
+        s.group
+            .as_ref()
+            .is_some_and(|g| kinds.iter().all(|k| g.held_kinds.contains(k)))
+    };
+    if ctx.statuses.durable(tdset).is_some_and(|s| covered(&s)) {
+        return Ok(());
+    }
+    let mut status = ctx.statuses.current(tdset).unwrap_or_default();
+    let group = status.group.get_or_insert_with(Default::default);
+    group.held_kinds.extend(kinds.iter().cloned());
+    group.held_kinds.sort();
+    group.held_kinds.dedup();
+    write_now(tdset, ctx, status).await
 }
 
 /// Patches status only when it differs from `previous` (from `StatusMemo::current`), and

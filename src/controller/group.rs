@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
@@ -18,6 +18,7 @@ use crate::api::{GroupKind, GroupStatus, NamedKind, ScaleTargetRef, ScaleTargetS
 use crate::error::{Error, Result};
 use crate::schedule::{Count, Evaluation};
 use crate::status::{Observed, Problem};
+use crate::workload::contest::Verdict;
 use crate::workload::group::{self, LeaveReason, Member, Place, Record, Value, Why};
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::{Requests, Saved};
@@ -39,6 +40,8 @@ struct Listed {
     /// `status.replicas` and `status.readyReplicas`, where the kind reports them.
     running: Option<i32>,
     ready: Option<i32>,
+    /// For an HPA: who else sets its floor, if anyone (then this TDSet never does).
+    floor_elsewhere: Option<String>,
 }
 
 /// A kind a group selects, resolved to its resource.
@@ -73,16 +76,30 @@ fn built_in(k: NamedKind) -> ApiResource {
 async fn kinds(
     ctx: &Context,
     sel: &ScaleTargetSelector,
+    recorded: &[String],
     problems: &mut Vec<Problem>,
 ) -> Result<Vec<Kind>> {
-    let mut out = Vec::new();
-    for kind in sel.kinds() {
+    let mut out: Vec<Kind> = Vec::new();
+    let selected = sel.kinds();
+    // Custom kinds this TDSet may have left records on, selected no more: listed for its
+    // records only.
+    let was_held = recorded
+        .iter()
+        .map(|k| (GroupKind::parse(k), false))
+        .filter(|(k, _)| !selected.iter().any(|s| s.same_kind(k)));
+    let wanted: Vec<(GroupKind, bool)> = selected
+        .iter()
+        .cloned()
+        .map(|k| (k, true))
+        .chain(was_held)
+        .collect();
+    for (kind, selected) in wanted {
         match &kind {
             GroupKind::Named(n) => out.push(Kind {
                 resource: built_in(*n),
                 kind,
                 built_in: true,
-                selected: true,
+                selected,
             }),
             GroupKind::Scalable { kind: k, group } => {
                 match ctx.discovery.resolve_kind(group, k).await? {
@@ -90,7 +107,7 @@ async fn kinds(
                         resource: res.resource,
                         kind,
                         built_in: false,
-                        selected: true,
+                        selected,
                     }),
                     Ok(_) => problems.push(Problem::ScaleNotSupported(format!(
                         "{k}.{group} has no /scale subresource; its workloads are left alone"
@@ -168,6 +185,13 @@ async fn list(
             Ok(page) => page,
             Err(kube::Error::Api(s)) if s.is_forbidden() => {
                 return Ok(Err(forbidden("list", &kind.resource, "", ns, &s.message)));
+            }
+            // The kind is no longer served (its CRD was deleted since discovery ran).
+            Err(kube::Error::Api(s)) if s.is_not_found() => {
+                return Ok(Err(Problem::TargetNotFound(format!(
+                    "{} in {ns} cannot be listed: the API server no longer serves them ({})",
+                    kind.resource.plural, s.message
+                ))));
             }
             // A selector the API server cannot parse (a key no label may have).
             Err(kube::Error::Api(s)) if s.code == 400 => {
@@ -268,15 +292,17 @@ struct Placing<'a> {
 
 /// Lists every kind with each of its label selectors (`queries`; what the API server filters
 /// never crosses the wire), once per object, and reads what each runs: (index of its kind,
-/// the object, its value). A kind that cannot be listed or read is a problem to report.
+/// the object, its value), and for each kind whether all of it was listed. A kind that cannot
+/// be listed or read is a problem to report.
 async fn observe(
     ctx: &Context,
     ns: &str,
     kinds: &[Kind],
     queries: impl Fn(&Kind) -> Vec<String>,
     problems: &mut Vec<Problem>,
-) -> Result<Vec<(usize, DynamicObject, Value)>> {
+) -> Result<(Vec<(usize, DynamicObject, Value)>, Vec<bool>)> {
     let mut out = Vec::new();
+    let mut listed = vec![true; kinds.len()];
     for (k, kind) in kinds.iter().enumerate() {
         let mut objects: std::collections::BTreeMap<String, DynamicObject> = Default::default();
         for labels in queries(kind) {
@@ -284,7 +310,10 @@ async fn observe(
                 Ok(found) => {
                     objects.extend(found.into_iter().map(|o| (o.uid().unwrap_or_default(), o)))
                 }
-                Err(p) => problems.push(p),
+                Err(p) => {
+                    listed[k] = false;
+                    problems.push(p)
+                }
             }
         }
         for o in objects.into_values() {
@@ -294,7 +323,7 @@ async fn observe(
             }
         }
     }
-    Ok(out)
+    Ok((out, listed))
 }
 
 /// The plan's view of a listed object.
@@ -369,6 +398,30 @@ fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
     }
 }
 
+/// Whether an HPA's floor is someone else's to set: its controller's (KEDA's ScaledObject owns
+/// the HPAs it makes) or a TDSet's that names the HPA in scaleTargetRef. Its workload is then
+/// still put to sleep at 0, but no other count is given to it.
+fn hpa_held_elsewhere(p: &Placing<'_>, o: &DynamicObject) -> Option<String> {
+    if let Some(c) = o
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+    {
+        return Some(format!("its controller, {} {}", c.kind, c.name));
+    }
+    p.ctx
+        .index
+        .claims(
+            p.ns,
+            "autoscaling",
+            "HorizontalPodAutoscaler",
+            &o.name_any(),
+        )
+        .into_iter()
+        .next()
+        .map(|(_, holder)| format!("TDSet {holder}, which schedules its floor"))
+}
+
 /// What one write came to.
 enum Sent {
     Done,
@@ -376,10 +429,57 @@ enum Sent {
     Stale(String),
     /// The workload is gone (deleted meanwhile): nothing to write.
     Gone(String),
+    /// Refused as invalid (422): by a policy, or because it is gone (`refused` finds out).
+    Refused(String),
     Problem(Problem),
 }
 
+/// A write refused as invalid: gone (an apply to a deleted object would create it, and fails
+/// validation), or refused for what it sets, which is reported and not retried at once.
+async fn refused(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    m: &Member,
+    message: String,
+) -> Result<Sent> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
+    match api.get_opt(&m.name).await {
+        Ok(None) => Ok(Sent::Gone(format!(
+            "{} {} was deleted meanwhile",
+            m.kind, m.name
+        ))),
+        Ok(Some(o)) if o.uid().as_deref() != Some(m.uid.as_str()) => Ok(Sent::Gone(format!(
+            "{} {} was deleted and created again meanwhile",
+            m.kind, m.name
+        ))),
+        Ok(Some(_)) => Ok(Sent::Problem(Problem::InvalidTemplate(format!(
+            "the API server refused to set {} {} ({message}); an admission policy or the kind's \
+             own rules forbid it",
+            m.kind, m.name
+        )))),
+        Err(e) => Err(Error::kube(format!(
+            "reading {} {} in {ns}",
+            m.kind, m.name
+        ))(e)),
+    }
+}
+
 async fn send(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    m: &Member,
+    w: &group::Write,
+    holder_uid: &str,
+) -> Result<Sent> {
+    match write(ctx, ns, kind, m, w, holder_uid).await? {
+        Sent::Refused(message) => refused(ctx, ns, kind, m, message).await,
+        sent => Ok(sent),
+    }
+}
+
+async fn write(
     ctx: &Context,
     ns: &str,
     kind: &Kind,
@@ -396,10 +496,13 @@ async fn send(
                 "{} {} changed since it was read ({})",
                 m.kind, m.name, s.message
             ))),
-            // An apply that would create the object (it was deleted) fails validation.
-            Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 422 => Ok(Sent::Gone(
-                format!("{} {} was deleted meanwhile", m.kind, m.name),
-            )),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Sent::Gone(format!(
+                "{} {} was deleted meanwhile",
+                m.kind, m.name
+            ))),
+            // Refused as invalid: an admission policy or the kind's own rules (an apply to a
+            // deleted object, which would create it, fails so too: `refused` tells them apart).
+            Err(kube::Error::Api(s)) if s.code == 422 => Ok(Sent::Refused(s.message)),
             Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Sent::Problem(forbidden(
                 verb,
                 &kind.resource,
@@ -407,6 +510,8 @@ async fn send(
                 ns,
                 &s.message,
             ))),
+            // Anything else (a webhook down, a 5xx) fails this write only: the others still land,
+            // and the reconcile reports it and is retried.
             Err(e) => Err(Error::kube(format!(
                 "{verb} {}{sub} {} in {ns}",
                 kind.resource.plural, m.name
@@ -493,7 +598,8 @@ pub(super) async fn reconcile_group(
         me,
     };
     let mut problems = Vec::new();
-    let kinds = kinds(ctx, sel, &mut problems).await?;
+    let recorded = recorded_kinds(tdset, ctx);
+    let kinds = kinds(ctx, sel, &recorded, &mut problems).await?;
     let name = tdset.name_any();
     let uid = tdset.uid().unwrap_or_default();
     let held = format!("{}={uid}", group::HELD_BY_UID);
@@ -509,7 +615,7 @@ pub(super) async fn reconcile_group(
         }
         q
     };
-    let observed = observe(ctx, ns, &kinds, queries, &mut problems).await?;
+    let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &mut problems).await?;
     let listed: Vec<(usize, Listed)> = observed
         .into_iter()
         .map(|(k, o, value)| {
@@ -551,19 +657,31 @@ pub(super) async fn reconcile_group(
                 requests,
                 running: int_at(&o, "/status/replicas"),
                 ready: int_at(&o, "/status/readyReplicas"),
+                floor_elsewhere: is_hpa(kind)
+                    .then(|| hpa_held_elsewhere(&placing, &o))
+                    .flatten(),
                 member,
             };
             (k, listed)
         })
         .collect();
     let mut members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
+    for (_, l) in &listed {
+        if let Some(by) = &l.floor_elsewhere {
+            debug!(hpa = %l.member.name, %by, "an HPA's floor is set elsewhere; this group leaves it alone");
+        }
+    }
     // An HPA is held with the workload whose floor it is (and only then).
     let autoscaled: Vec<(String, String)> = members
         .iter()
         .filter(|m| m.place == Place::Held)
         .filter_map(|m| Some((m.autoscaled_by.clone()?, m.name.clone())))
         .collect();
-    for m in members.iter_mut().filter(|m| m.floor_of.is_some()) {
+    for (m, _) in members
+        .iter_mut()
+        .zip(&listed)
+        .filter(|(m, (_, l))| m.floor_of.is_some() && l.floor_elsewhere.is_none())
+    {
         let floor_of = m.floor_of.as_ref().map(|(w, _)| w.clone());
         if autoscaled
             .iter()
@@ -581,6 +699,8 @@ pub(super) async fn reconcile_group(
     let mut failed: Vec<(usize, Value, String)> = Vec::new();
     let mut retry = None;
     let mut done = Vec::new();
+    let mut fights: Vec<(Member, usize)> = Vec::new();
+    let mut first_error = None;
     if mode == Mode::Never {
         failed.extend(
             plan.writes
@@ -591,9 +711,36 @@ pub(super) async fn reconcile_group(
     } else {
         // Boxed: an unboxed future borrowing the plan trips rustc's higher-ranked lifetime
         // check where the controller requires the reconcile to be Send.
-        let futures: Vec<BoxFuture<'_, Result<(&group::Write, Sent)>>> = plan
-            .writes
-            .iter()
+        let now = tokio::time::Instant::now();
+        let key = |m: &Member| format!("{ns}/{name}/{}/{}", m.kind, m.name);
+        // Someone else keeps setting a held workload back (a GitOps tool's self-heal): its
+        // value is taken as its own each time, and the level applied again less and less
+        // often, as for scaleTargetRef.
+        let mut writes = Vec::new();
+        for w in &plan.writes {
+            let m = &members[w.member];
+            if matches!(w.why, Why::ChangedElsewhere { .. })
+                && let Verdict::Wait(until) =
+                    ctx.contest(&key(m), |c| c.decide(w.to.replicas(), now))
+            {
+                retry = retry
+                    .min(Some(until.duration_since(now)))
+                    .or(Some(until.duration_since(now)));
+                failed.push((w.member, w.to, "someone else keeps setting it; the schedule's count is put back less and less often".into()));
+                continue;
+            }
+            writes.push(w);
+        }
+        if !writes.is_empty() {
+            let writing: Vec<String> = writes
+                .iter()
+                .filter(|w| w.record.is_some() && !kinds[listed[w.member].0].built_in)
+                .map(|w| kinds[listed[w.member].0].kind.to_string())
+                .collect();
+            super::apply::write_group_now(tdset, ctx, &writing).await?;
+        }
+        let futures: Vec<BoxFuture<'_, Result<(&group::Write, Sent)>>> = writes
+            .into_iter()
             .map(|w| {
                 let kind = &kinds[listed[w.member].0];
                 let m = &members[w.member];
@@ -602,11 +749,28 @@ pub(super) async fn reconcile_group(
             })
             .collect();
         let sends = futures::stream::iter(futures).buffer_unordered(WRITES_IN_FLIGHT);
-        let results: Vec<_> = sends.try_collect().await?;
-        for (w, sent) in results {
+        // Every write is awaited, whatever the others came to: one workload's failure must not
+        // keep the rest of the group from its count.
+        let results: Vec<Result<(&group::Write, Sent)>> = sends.collect().await;
+        for result in results {
+            let (w, sent) = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
             match sent {
-                Sent::Done => done.push(w.clone()),
-                Sent::Stale(why) | Sent::Gone(why) => {
+                Sent::Done => {
+                    if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule) {
+                        ctx.contest(&key(&members[w.member]), |c| c.wrote(w.to.replicas(), now));
+                    }
+                    if let Some(n) = ctx.contest(&key(&members[w.member]), |c| c.fight(now)) {
+                        fights.push((members[w.member].clone(), n));
+                    }
+                    done.push(w.clone())
+                }
+                Sent::Stale(why) | Sent::Gone(why) | Sent::Refused(why) => {
                     debug!(%why, "group write refused; looking again");
                     retry = Some(STALE_RETRY);
                     if members[w.member].place == Place::Held {
@@ -622,7 +786,28 @@ pub(super) async fn reconcile_group(
             }
         }
     }
+    if let Some(e) = first_error {
+        // Retried by the error policy; the writes that landed are reported below anyway.
+        warn!(error = %e, "a group write failed");
+        problems.push(Problem::ApiError(e.to_string()));
+        retry = retry.or(Some(STALE_RETRY * 5));
+    }
+    if let Some((m, n)) = fights.first() {
+        problems.insert(
+            0,
+            Problem::ConflictingWriter(format!(
+                "{} {} (and {} more) keep being set back by another writer ({n} times in 10 minutes); \
+                 its value is taken as its own count each time and the schedule's put back less and \
+                 less often. Stop that writer from managing the count (e.g. Argo CD ignoreDifferences \
+                 on /spec/replicas)",
+                m.kind,
+                m.name,
+                fights.len() - 1
+            )),
+        );
+    }
     group::not_reached(&mut status, &members, &failed);
+    status.held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
     // The level has not changed since the last status: a write of it is a workload joining.
     let previous = ctx.statuses.current(tdset);
     let joining = previous
@@ -632,6 +817,57 @@ pub(super) async fn reconcile_group(
     Ok(outcome(
         tdset, &listed, &members, &done, status, problems, retry,
     ))
+}
+
+/// The custom kinds the TDSet's last status says it may have left records on.
+fn recorded_kinds(tdset: &TDSet, ctx: &Context) -> Vec<String> {
+    ctx.statuses
+        .current(tdset)
+        .and_then(|s| s.group)
+        .map(|g| g.held_kinds)
+        .unwrap_or_default()
+}
+
+/// The custom kinds that may still carry this TDSet's record: those where a workload does (or
+/// is being given one now), and those recorded before that could not be looked through.
+fn still_held(
+    me: &str,
+    kinds: &[Kind],
+    all_listed: &[bool],
+    recorded: &[String],
+    listed: &[(usize, Listed)],
+    plan: &group::Plan,
+) -> Vec<String> {
+    let unseen = recorded.iter().filter(|r| {
+        let r = GroupKind::parse(r);
+        kinds
+            .iter()
+            .position(|k| k.kind.same_kind(&r))
+            .is_none_or(|k| !all_listed[k])
+    });
+    let carrying = listed
+        .iter()
+        .enumerate()
+        .filter(|(i, (k, l))| {
+            !kinds[*k].built_in
+                && (l.member.record.as_ref().is_some_and(|r| r.holder == me)
+                    || plan
+                        .writes
+                        .iter()
+                        .any(|w| w.member == *i && w.record.is_some()))
+        })
+        .map(|(_, (k, _))| kinds[*k].kind.to_string());
+    let mut held: Vec<String> = unseen.cloned().chain(carrying).collect();
+    held.sort();
+    held.dedup();
+    if held.len() > crate::api::MAX_HELD_KINDS {
+        warn!(
+            kinds = held.len(),
+            "more custom kinds carry records than the status remembers"
+        );
+        held.truncate(crate::api::MAX_HELD_KINDS);
+    }
+    held
 }
 
 /// The workloads another TDSet (or controller) holds, as the problem this TDSet reports.
@@ -860,14 +1096,14 @@ pub(super) async fn release_all(
     let default = ScaleTargetSelector::default();
     let sel = sel.unwrap_or(&default);
     let mut problems = Vec::new();
-    let kinds = kinds(ctx, sel, &mut problems).await?;
+    let kinds = kinds(ctx, sel, &recorded_kinds(tdset, ctx), &mut problems).await?;
     let uid = tdset.uid().unwrap_or_default();
     let mine = |_: &Kind| vec![format!("{}={uid}", group::HELD_BY_UID)];
     // A workload changed between the list and the write (409) is listed and planned again: a
     // record must not be left behind because someone scaled at the wrong moment.
     for attempt in 1..=RELEASE_ATTEMPTS {
         let mut changed = None;
-        for (k, o, value) in observe(ctx, ns, &kinds, mine, &mut problems).await? {
+        for (k, o, value) in observe(ctx, ns, &kinds, mine, &mut problems).await?.0 {
             let kind = &kinds[k];
             let m = member_of(kind, &o, value, Place::Outside);
             for mut w in group::plan(&name, Count::Own, std::slice::from_ref(&m)).writes {
@@ -887,6 +1123,7 @@ pub(super) async fn release_all(
                     }
                     Sent::Stale(why) => changed = Some(why),
                     Sent::Gone(_) => {}
+                    Sent::Refused(why) => problems.push(Problem::InvalidTemplate(why)),
                     Sent::Problem(p) => problems.push(p),
                 }
             }

@@ -134,9 +134,8 @@ async fn read(
             }
         }));
     }
-    Ok(request("/scale")
-        .answer(api.get_scale(&r.name).await)?
-        .map(|s| ScaleView {
+    let view = match request("/scale").answer(api.get_scale(&r.name).await)? {
+        Ok(s) => ScaleView {
             uid: s.metadata.uid,
             replicas_manager: None,
             spec_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
@@ -144,6 +143,24 @@ async fn read(
             ready_replicas: None,
             requests: Requests::default(),
             labels: Default::default(),
+        },
+        Err(p) => return Ok(Err(p)),
+    };
+    // `/scale` carries no labels; whether a group selects the target needs them, and only a
+    // namespace with a group of this kind pays the extra read.
+    let grouped = ctx.groups.in_namespace(ns).iter().any(|(_, e)| {
+        e.kinds
+            .iter()
+            .any(|k| k.group() == r.group() && k.kind() == r.kind)
+    });
+    if !grouped {
+        return Ok(Ok(view));
+    }
+    Ok(request("")
+        .answer(api.get_metadata(&r.name).await)?
+        .map(|o| ScaleView {
+            labels: o.metadata.labels.unwrap_or_default(),
+            ..view
         }))
 }
 

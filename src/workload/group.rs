@@ -54,6 +54,20 @@ enum Expr {
 impl Selector {
     /// The selector, or what is wrong with it (in the words `kubectl` users know).
     pub fn compile(s: &LabelSelector) -> Result<Selector, String> {
+        // The operator writes `schedule.rs/` labels itself: selecting on them would make
+        // holding a workload change whether it is selected, and the two flap forever.
+        let reserved = s
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .chain(s.match_expressions.iter().flatten().map(|e| &e.key))
+            .find(|k| k.starts_with("schedule.rs/"));
+        if let Some(k) = reserved {
+            return Err(format!(
+                "the key {k:?} is the operator's own (schedule.rs/ labels are written by it); select on the workloads' labels"
+            ));
+        }
         let mut exprs = Vec::new();
         for (i, e) in s.match_expressions.iter().flatten().enumerate() {
             let values = e.values.clone().unwrap_or_default();

@@ -1056,3 +1056,42 @@ impl Drop for BlackHole {
         self.task.abort();
     }
 }
+
+/// A small CRD with a scale subresource, like an Argo Rollout.
+pub async fn install_widget_crd(client: &Client) -> kube::api::ApiResource {
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.test.schedule.rs"},
+        "spec": {"group": "test.schedule.rs", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                     "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
+                     "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                         "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
+                         "status": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}}}]}
+    }))
+    .unwrap();
+    let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "widgets.test.schedule.rs",
+        &kube::api::PatchParams::apply("tdset-tests").force(),
+        &kube::api::Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        GUARD,
+        kube::runtime::wait::await_condition(
+            api,
+            "widgets.test.schedule.rs",
+            kube::runtime::wait::conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("test.schedule.rs", "v1", "Widget"),
+        "widgets",
+    )
+}
