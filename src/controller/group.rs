@@ -339,6 +339,7 @@ fn member_of(kind: &Kind, o: &DynamicObject, value: Value, place: Place) -> Memb
         place,
         autoscaled_by: None,
         floor_of: None,
+        two_step: !kind.built_in,
     }
 }
 
@@ -530,7 +531,14 @@ async fn write(
     if let Some(o) = body.as_object_mut() {
         o.remove("spec");
     }
-    let merge = serde_json::json!({"spec": {"replicas": w.to.replicas()}});
+    // Guarded by the resourceVersion it was planned from (or the record's write left): a
+    // change by someone else in between is a 409, planned again.
+    let merge = |rv: Option<String>| {
+        serde_json::json!({
+            "metadata": {"resourceVersion": rv},
+            "spec": {"replicas": w.to.replicas()},
+        })
+    };
     let scale_params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
@@ -538,6 +546,7 @@ async fn write(
     if w.record.is_some() {
         ctx.metrics.write(&kind.resource.plural, "apply");
         let recorded = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
+        let rv = recorded.as_ref().ok().and_then(|o| o.resource_version());
         match answer(recorded.map(|_| ()), "patch", "")? {
             Sent::Done => {}
             other => return Ok(other),
@@ -545,14 +554,18 @@ async fn write(
         ctx.metrics
             .write(&format!("{}/scale", kind.resource.plural), "patch");
         let scaled = api
-            .patch_scale(&m.name, &scale_params, &Patch::Merge(&merge))
+            .patch_scale(&m.name, &scale_params, &Patch::Merge(&merge(rv)))
             .await;
         answer(scaled.map(|_| ()), "patch", "/scale")
     } else {
         ctx.metrics
             .write(&format!("{}/scale", kind.resource.plural), "patch");
         let scaled = api
-            .patch_scale(&m.name, &scale_params, &Patch::Merge(&merge))
+            .patch_scale(
+                &m.name,
+                &scale_params,
+                &Patch::Merge(&merge(m.resource_version.clone())),
+            )
             .await;
         match answer(scaled.map(|_| ()), "patch", "/scale")? {
             Sent::Done => {}

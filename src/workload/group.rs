@@ -11,6 +11,10 @@
 //!   that differs from it was set by someone else (a Helm upgrade, `kubectl scale`) and becomes
 //!   the workload's own count.
 //!
+//! A custom kind's count is set through its `/scale`, a second request after the record's; the
+//! record then also says `schedule.rs/previous-scheduled-replicas` (the value before that
+//! change), so a crash between the two requests is not taken for someone else's change.
+//!
 //! With the record, a label `schedule.rs/held-by-uid` (the TDSet's uid) lets the TDSet list
 //! what it holds server-side, however many other workloads the namespace has. The record is
 //! written in the same request as the first change (one apply, guarded by the resourceVersion
@@ -34,6 +38,9 @@ pub const SCHEDULED_REPLICAS: &str = "schedule.rs/scheduled-replicas";
 pub const SCHEDULED_SUSPEND: &str = "schedule.rs/scheduled-suspend";
 pub const OWN_MIN_REPLICAS: &str = "schedule.rs/own-min-replicas";
 pub const SCHEDULED_MIN_REPLICAS: &str = "schedule.rs/scheduled-min-replicas";
+/// On a workload whose count and record are two requests: its value before the change the
+/// record announces (what a crash between the two leaves).
+pub const PREVIOUS_SCHEDULED: &str = "schedule.rs/previous-scheduled-replicas";
 
 /// A label selector, checked once (the operators and values the API server's own selectors
 /// allow) and then matched without allocation.
@@ -229,6 +236,8 @@ pub struct Record {
     pub holder: String,
     pub own: Value,
     pub scheduled: Value,
+    /// Where the record is written before the count (a custom kind): the value before it.
+    pub previous: Option<Value>,
 }
 
 impl Record {
@@ -241,16 +250,30 @@ impl Record {
             holder: annotations.get(HELD_BY)?.clone(),
             own: current.decode_like(annotations.get(own_key)?)?,
             scheduled: current.decode_like(annotations.get(scheduled_key)?)?,
+            previous: annotations
+                .get(PREVIOUS_SCHEDULED)
+                .filter(|_| matches!(current, Value::Replicas(_)))
+                .and_then(|p| current.decode_like(p)),
         })
+    }
+
+    /// Whether `value` is what this record's holder set (or, between its two requests, what
+    /// it was about to change): anything else was set by someone else.
+    pub fn set(&self, value: Value) -> bool {
+        self.scheduled == value || self.previous == Some(value)
     }
 
     fn annotations(&self) -> Json {
         let (own_key, scheduled_key) = self.own.keys();
-        json!({
+        let mut a = json!({
             HELD_BY: self.holder,
             own_key: self.own.encode(),
             scheduled_key: self.scheduled.encode(),
-        })
+        });
+        if let Some(p) = self.previous {
+            a[PREVIOUS_SCHEDULED] = json!(p.encode());
+        }
+        a
     }
 }
 
@@ -276,6 +299,9 @@ pub struct Member {
     /// For an HPA: the autoscaled workload whose floor it is, and its `maxReplicas` (a floor
     /// above it is clamped, as in the HPA form). Not counted as a workload of the group.
     pub floor_of: Option<(String, i32)>,
+    /// Its count and its record are two requests (a custom kind: the record on the object, the
+    /// count through `/scale`), the record first.
+    pub two_step: bool,
 }
 
 impl Member {
@@ -283,7 +309,7 @@ impl Member {
     /// differs from what the record says was set), or the value now when there is no record.
     pub fn own(&self) -> Value {
         match &self.record {
-            Some(r) if r.scheduled == self.value => r.own,
+            Some(r) if r.set(self.value) => r.own,
             _ => self.value,
         }
     }
@@ -417,7 +443,7 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
         let mine = m.record.as_ref().filter(|r| r.holder == me);
         // Someone else's change while a TDSet held it becomes its own count.
         let own = m.own();
-        let changed_elsewhere = m.record.as_ref().is_some_and(|r| r.scheduled != m.value);
+        let changed_elsewhere = m.record.as_ref().is_some_and(|r| !r.set(m.value));
         // An HPA is a floor, not a workload: it counts through its workload.
         let counted = m.floor_of.is_none();
         if m.place != Place::Outside && counted {
@@ -474,10 +500,18 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
                 why,
             })
         } else {
+            // Two requests: what a crash between them leaves is announced; once the value is
+            // there, the record stays as it is.
+            let previous = match mine {
+                _ if !m.two_step => None,
+                Some(r) if m.value == to => r.previous,
+                _ => Some(m.value),
+            };
             let record = Record {
                 holder: me.to_string(),
                 own,
                 scheduled: to,
+                previous,
             };
             (m.value != to || m.record.as_ref() != Some(&record)).then_some(Write {
                 member: i,

@@ -17,6 +17,7 @@ fn deployment(name: &str, replicas: i32) -> Member {
         place: Place::Held,
         autoscaled_by: None,
         floor_of: None,
+        two_step: false,
     }
 }
 
@@ -120,6 +121,7 @@ fn excluded_and_elsewhere_held_workloads_are_never_written() {
         holder: "sleep".into(),
         own: Value::Replicas(4),
         scheduled: Value::Replicas(2),
+        previous: None,
     });
     let p = plan("sleep", Count::Replicas(0), &[ex, other]);
     assert!(p.writes.is_empty(), "{:?}", p.writes);
@@ -142,6 +144,7 @@ fn a_workload_that_leaves_gets_its_own_count_back_once_and_anothers_record_is_le
         holder: "sleep".into(),
         own: Value::Replicas(3),
         scheduled: Value::Replicas(0),
+        previous: None,
     });
     let mut foreign = gone.clone();
     foreign.name = "web".into();
@@ -163,6 +166,7 @@ fn taking_over_from_another_tdsets_record_keeps_its_own_count() {
         holder: "deleted-tdset".into(),
         own: Value::Replicas(6),
         scheduled: Value::Replicas(0),
+        previous: None,
     });
     let p = plan("sleep", Count::Replicas(1), &[m]);
     assert_eq!(
@@ -171,6 +175,7 @@ fn taking_over_from_another_tdsets_record_keeps_its_own_count() {
             holder: "sleep".into(),
             own: Value::Replicas(6),
             scheduled: Value::Replicas(1),
+            previous: None,
         })
     );
 }
@@ -318,6 +323,9 @@ enum Step {
     Selected(bool),
     /// The reconcile's write is lost (a crash before it, or a 409 from a stale read).
     LoseNextWrite,
+    /// Of a two-request write (a custom kind), only the first lands: the record, not the
+    /// value (a crash in between). A one-request write is lost whole.
+    HalveNextWrite,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -326,6 +334,7 @@ fn step() -> impl Strategy<Value = Step> {
         (0..10i32).prop_map(Step::SetBySomeoneElse),
         any::<bool>().prop_map(Step::Selected),
         Just(Step::LoseNextWrite),
+        Just(Step::HalveNextWrite),
     ]
 }
 
@@ -334,18 +343,31 @@ proptest! {
     /// reconciled, a workload runs the last count anyone but the TDSet gave it, and carries
     /// no record; and the TDSet never writes a value other than the level's or the own count.
     #[test]
-    fn the_own_count_is_never_lost(initial in 0..10i32, steps in proptest::collection::vec(step(), 0..40)) {
-        let mut m = deployment("w", initial);
+    fn the_own_count_is_never_lost(
+        initial in 0..10i32,
+        two_step in any::<bool>(),
+        steps in proptest::collection::vec(step(), 0..40),
+    ) {
+        let mut m = Member { two_step, ..deployment("w", initial) };
         let mut own = initial;
         let mut level = Count::Own;
-        let mut lose = false;
-        let reconcile = |m: &mut Member, level: Count, lose: &mut bool| {
+        let mut lose = None;
+        let reconcile = |m: &mut Member, level: Count, lose: &mut Option<Step>| {
             let p = plan("me", level, std::slice::from_ref(m));
             prop_assert!(p.writes.len() <= 1);
             if let Some(w) = p.writes.first() {
                 prop_assert!(w.to == Value::at(level, w.record.as_ref().map_or(w.to, |r| r.own)) || w.record.is_none());
-                if !std::mem::take(lose) {
-                    *m = applied(m, w);
+                match lose.take() {
+                    None => *m = applied(m, w),
+                    // Held: the record first, then the value; released: the value first.
+                    Some(Step::HalveNextWrite) if m.two_step => {
+                        if w.record.is_some() {
+                            m.record = w.record.clone();
+                        } else {
+                            m.value = w.to;
+                        }
+                    }
+                    Some(_) => {}
                 }
             }
             Ok(())
@@ -357,19 +379,19 @@ proptest! {
                     // A value equal to the one the TDSet recorded setting cannot be told from
                     // its own write: the recorded own count stands (the contract's reading).
                     own = match &m.record {
-                        Some(r) if r.scheduled == Value::Replicas(n) => r.own.replicas(),
+                        Some(r) if r.set(Value::Replicas(n)) => r.own.replicas(),
                         _ => n,
                     };
                     m.value = Value::Replicas(n);
                 }
                 Step::Selected(on) => m.place = if on { Place::Held } else { Place::Outside },
-                Step::LoseNextWrite => lose = true,
+                Step::LoseNextWrite | Step::HalveNextWrite => lose = Some(s.clone()),
             }
             reconcile(&mut m, level, &mut lose)?;
         }
         // Released, and reconciled until a write lands.
         m.place = Place::Outside;
-        lose = false;
+        lose = None;
         reconcile(&mut m, level, &mut lose)?;
         prop_assert_eq!(m.value, Value::Replicas(own));
         prop_assert_eq!(&m.record, &None);
@@ -430,4 +452,46 @@ fn an_autoscaled_workload_sleeps_at_zero_and_any_other_count_is_its_hpas_floor()
     let alone = plan("g", Count::Replicas(6), &ms[..1]);
     assert!(alone.writes.is_empty());
     assert!(alone.status.not_at_schedule[0].message.contains("api-hpa"));
+}
+
+#[test]
+fn a_custom_kind_crashed_between_its_record_and_its_scale_keeps_its_own_count() {
+    // A custom kind: the record is one request, the count (through /scale) the next.
+    let mut m = Member {
+        two_step: true,
+        ..deployment("w", 3)
+    };
+    let night = plan("sleep", Count::Replicas(0), std::slice::from_ref(&m));
+    m = applied(&m, &night.writes[0]);
+    // Morning, level 2: the record (scheduled 2) lands; the operator dies before the /scale.
+    let morning = plan("sleep", Count::Replicas(2), std::slice::from_ref(&m));
+    let record = morning.writes[0].record.clone().expect("holding");
+    assert_eq!(
+        (record.own, record.scheduled, record.previous),
+        (
+            Value::Replicas(3),
+            Value::Replicas(2),
+            Some(Value::Replicas(0))
+        )
+    );
+    m.record = Some(record);
+    // The 0 it still runs is the TDSet's, not someone else's: 3 stays its own count.
+    assert_eq!(m.own(), Value::Replicas(3));
+    let again = plan("sleep", Count::Replicas(2), std::slice::from_ref(&m));
+    assert_eq!(
+        (again.writes[0].to, &again.writes[0].why),
+        (Value::Replicas(2), &Why::Schedule)
+    );
+    m = applied(&m, &again.writes[0]);
+    assert!(
+        plan("sleep", Count::Replicas(2), std::slice::from_ref(&m))
+            .writes
+            .is_empty()
+    );
+    // And it wakes at 3.
+    let own = plan("sleep", Count::Own, std::slice::from_ref(&m));
+    assert_eq!(
+        (own.writes[0].to, &own.writes[0].record),
+        (Value::Replicas(3), &None)
+    );
 }
