@@ -680,22 +680,35 @@ async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_
             .map(String::as_str),
         Some("2")
     );
-    // The controller-owned HPA's workload runs as its HPA says, and the status says why.
+    // The workload of a controller-owned HPA is that controller's: never written, and the
+    // status names who holds it.
     let t: TDSet = object_where(
         &client,
         n,
         "busy",
-        "keda listed as not at its count",
+        "keda counted as held elsewhere",
         |t: &TDSet| {
             t.status
                 .as_ref()
                 .and_then(|s| s.group.as_ref())
-                .is_some_and(|g| g.not_at_schedule.iter().any(|m| m.name == "keda"))
+                .is_some_and(|g| g.conflicting == 1)
         },
     )
     .await;
-    let g = t.status.unwrap().group.unwrap();
-    assert_eq!(g.targets, "1/2", "{g:?}");
+    let status = t.status.unwrap();
+    let g = status.group.unwrap();
+    assert_eq!((g.matched, g.targets.as_str()), (2, "1/1"), "{g:?}");
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        degraded
+            .contains("ConfigMap scaledobject, the controller of its HorizontalPodAutoscaler keda"),
+        "{degraded}"
+    );
     // The HPA, not the operator, scales the workload up to its new floor.
     let d = deployment_at(&client, n, "auto", 4).await;
     let managers: Vec<String> = d
@@ -717,6 +730,16 @@ async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_
         untouchable(json_of::<HorizontalPodAutoscaler>(&client, n, "keda").await),
         untouchable(keda_hpa)
     );
+    let managers = |d: Deployment| -> Vec<String> {
+        d.metadata
+            .managed_fields
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.manager)
+            .collect()
+    };
+    let keda = managers(deployment_at(&client, n, "keda", 2).await);
+    assert!(!keda.contains(&"tdset-operator".to_string()), "{keda:?}");
     op.stop().await;
     ns.cleanup().await;
 }

@@ -568,10 +568,14 @@ pub(super) async fn write_group_now(tdset: &TDSet, ctx: &Context, kinds: &[Strin
             .as_ref()
             .is_some_and(|g| kinds.iter().all(|k| g.held_kinds.contains(k)))
     };
-    if ctx.statuses.durable(tdset).is_some_and(|s| covered(&s)) {
+    // The current status too: one queued after the durable one may drop a kind.
+    let current = ctx.statuses.current(tdset);
+    if ctx.statuses.durable(tdset).is_some_and(|s| covered(&s))
+        && current.as_ref().is_some_and(covered)
+    {
         return Ok(());
     }
-    let mut status = ctx.statuses.current(tdset).unwrap_or_default();
+    let mut status = current.unwrap_or_default();
     let group = status.group.get_or_insert_with(Default::default);
     group.held_kinds.extend(kinds.iter().cloned());
     group.held_kinds.sort();

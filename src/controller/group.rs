@@ -319,7 +319,10 @@ async fn observe(
         for o in objects.into_values() {
             match value_of(ctx, ns, kind, &o).await? {
                 Ok(v) => out.push((k, o, v)),
-                Err(p) => problems.push(p),
+                Err(p) => {
+                    listed[k] = false;
+                    problems.push(p)
+                }
             }
         }
     }
@@ -399,28 +402,28 @@ fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
     }
 }
 
-/// Whether an HPA's floor is someone else's to set: its controller's (KEDA's ScaledObject owns
-/// the HPAs it makes) or a TDSet's that names the HPA in scaleTargetRef. Its workload is then
-/// still put to sleep at 0, but no other count is given to it.
+/// Whether an HPA, and so the workload it scales, is someone else's: its controller's (KEDA's
+/// ScaledObject owns the HPAs it makes) or a TDSet's that names the HPA in scaleTargetRef.
 fn hpa_held_elsewhere(p: &Placing<'_>, o: &DynamicObject) -> Option<String> {
+    let hpa = o.name_any();
     if let Some(c) = o
         .owner_references()
         .iter()
         .find(|r| r.controller == Some(true))
     {
-        return Some(format!("its controller, {} {}", c.kind, c.name));
+        return Some(format!(
+            "{} {}, the controller of its HorizontalPodAutoscaler {hpa}",
+            c.kind, c.name
+        ));
     }
     p.ctx
         .index
-        .claims(
-            p.ns,
-            "autoscaling",
-            "HorizontalPodAutoscaler",
-            &o.name_any(),
-        )
+        .claims(p.ns, "autoscaling", "HorizontalPodAutoscaler", &hpa)
         .into_iter()
         .next()
-        .map(|(_, holder)| format!("TDSet {holder}, which schedules its floor"))
+        .map(|(_, holder)| {
+            format!("TDSet {holder}, which schedules its HorizontalPodAutoscaler {hpa}")
+        })
 }
 
 /// What one write came to.
@@ -679,9 +682,17 @@ pub(super) async fn reconcile_group(
         })
         .collect();
     let mut members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
+    // A workload whose HPA someone else schedules or manages is theirs: put to sleep by this
+    // group, it would be woken by them (KEDA, a scaleTargetRef TDSet on the HPA), and the two
+    // would take turns.
     for (_, l) in &listed {
-        if let Some(by) = &l.floor_elsewhere {
-            debug!(hpa = %l.member.name, %by, "an HPA's floor is set elsewhere; this group leaves it alone");
+        let Some(by) = &l.floor_elsewhere else {
+            continue;
+        };
+        for m in members.iter_mut().filter(|m| {
+            m.place == Place::Held && m.autoscaled_by.as_deref() == Some(l.member.name.as_str())
+        }) {
+            m.place = Place::HeldElsewhere(by.clone());
         }
     }
     // An HPA is held with the workload whose floor it is (and only then).
@@ -732,7 +743,9 @@ pub(super) async fn reconcile_group(
         let mut writes = Vec::new();
         for w in &plan.writes {
             let m = &members[w.member];
-            if matches!(w.why, Why::ChangedElsewhere { .. })
+            // A writer that replaces the whole object takes the record with it: its reverts
+            // are Schedule writes, and held back the same way (a new level never is).
+            if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule)
                 && let Verdict::Wait(until) =
                     ctx.contest(&key(m), |c| c.decide(w.to.replicas(), now))
             {
@@ -873,13 +886,6 @@ fn still_held(
     let mut held: Vec<String> = unseen.cloned().chain(carrying).collect();
     held.sort();
     held.dedup();
-    if held.len() > crate::api::MAX_HELD_KINDS {
-        warn!(
-            kinds = held.len(),
-            "more custom kinds carry records than the status remembers"
-        );
-        held.truncate(crate::api::MAX_HELD_KINDS);
-    }
     held
 }
 
