@@ -815,3 +815,73 @@ async fn a_custom_kind_with_scale_sleeps_through_its_scale_subresource_and_keeps
     op.stop().await;
     ns.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_group_left_for_another_form_keeps_what_it_could_not_give_back_until_it_can() {
+    let (client, ns) = setup("group-form-change").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
+    let _: Deployment = create_object(&client, n, app_deployment("other", 2)).await;
+    create_tdset(
+        &client,
+        n,
+        &tdset(
+            "night",
+            sleep_group(json!(["Deployment"]), json!([]), 3, 600),
+        ),
+    )
+    .await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+    deployment_at(&client, n, "api", 0).await;
+
+    // An admission policy refuses api its own count back; meanwhile the TDSet takes another
+    // form. The group stays in its status, and the TDSet says what it could not give back.
+    let refuse = RefuseScale::new(&client, n, 3).await;
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .patch(
+            "night",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "scaleTargetSelector": null,
+                "defaultReplica": 2,
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"}
+            }})),
+        )
+        .await
+        .unwrap();
+    let t: TDSet = object_where(
+        &client,
+        n,
+        "night",
+        "the refused release reported",
+        |t: &TDSet| {
+            t.status.as_ref().is_some_and(|s| {
+                s.group.is_some()
+                    && s.conditions.iter().any(|c| {
+                        c.type_ == "Degraded" && c.message.contains("the test refuses 3 replicas")
+                    })
+            })
+        },
+    )
+    .await;
+    assert!(t.status.unwrap().group.is_some());
+    let api = deployment_at(&client, n, "api", 0).await;
+    assert_eq!(annotations(&api)["schedule.rs/own-replicas"], "3");
+    // The new form runs meanwhile.
+    deployment_at(&client, n, "other", 0).await;
+
+    // The policy lifted: api gets its own count back, and the group leaves the status.
+    refuse.lift().await;
+    let api = deployment_at(&client, n, "api", 3).await;
+    assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
+    object_where(
+        &client,
+        n,
+        "night",
+        "the group gone from the status",
+        |t: &TDSet| t.status.as_ref().is_some_and(|s| s.group.is_none()),
+    )
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}

@@ -4,72 +4,12 @@
 
 mod support;
 
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::Api;
 use serde_json::json;
 use support::*;
 use tdset_operator::api::{HistoryEntry, TDSet};
 use tdset_operator::clock::SystemClock;
-
-/// Refuses a scale of Deployments in `ns` to `replicas`, as an admission policy would.
-struct RefuseScale {
-    client: kube::Client,
-    name: String,
-}
-
-impl RefuseScale {
-    async fn new(client: &kube::Client, ns: &str, replicas: i32) -> RefuseScale {
-        let name = format!("refuse-scale-{}", unique_suffix());
-        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{
-                    "apiGroups": ["apps"], "apiVersions": ["v1"],
-                    "operations": ["UPDATE"], "resources": ["deployments", "deployments/scale"]
-                }]},
-                "validations": [{
-                    "expression": format!("!has(object.spec.replicas) || object.spec.replicas != {replicas}"),
-                    "message": format!("the test refuses {replicas} replicas")
-                }]
-            }
-        }))
-        .unwrap();
-        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-            }
-        }))
-        .unwrap();
-        Api::<ValidatingAdmissionPolicy>::all(client.clone())
-            .create(&PostParams::default(), &policy)
-            .await
-            .expect("creating the policy");
-        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-            .create(&PostParams::default(), &binding)
-            .await
-            .expect("creating the binding");
-        RefuseScale {
-            client: client.clone(),
-            name,
-        }
-    }
-
-    async fn lift(&self) {
-        let _ = Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
-            .delete(&self.name, &DeleteParams::default())
-            .await;
-        let _ = Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
-            .delete(&self.name, &DeleteParams::default())
-            .await;
-    }
-}
 
 async fn history(client: &kube::Client, ns: &str) -> Vec<HistoryEntry> {
     history_of(client, ns, "web").await

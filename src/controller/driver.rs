@@ -25,6 +25,8 @@ use apply::write_status;
 /// holds one TDSet's transitions back for at most this long, then the reconcile is dropped
 /// and retried by the error policy.
 pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
+/// How soon a group that could not give every workload back after a change of form tries again.
+const UNRELEASED_RETRY: Duration = Duration::from_secs(15);
 
 pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<Action> {
     let (ns, name) = (cached.namespace().unwrap_or_default(), cached.name_any());
@@ -196,7 +198,7 @@ async fn reconcile_inner(
     // What the TDSet drove before and no longer describes is let go of first (suspended or
     // not: letting go is not scheduling), so a target's record is never overwritten before it
     // has been given back.
-    finalizer::release_previous(tdset, ctx, &ns, events).await?;
+    let unreleased = finalizer::release_previous(tdset, ctx, &ns, events).await?;
     if matches!(
         source,
         Source::Scale(_) | Source::HpaFloor(_) | Source::Group(_)
@@ -209,7 +211,7 @@ async fn reconcile_inner(
     } else {
         Write::IfDifferent
     };
-    let outcome = match source {
+    let mut outcome = match source {
         _ if let Some(refused) = ctx.pod_forms.refuse(source, &ns) => Outcome {
             workload: Err(Missing {
                 reason: status::reason::BLOCKED,
@@ -237,6 +239,17 @@ async fn reconcile_inner(
         }
     };
     drop(turn);
+    // A group left behind with workloads not yet given back stays in the status (and is
+    // tried again) until every one is.
+    if let Some((group, problem)) = unreleased {
+        outcome.group.get_or_insert(group);
+        outcome.problem.get_or_insert(problem);
+        outcome.retry = Some(
+            outcome
+                .retry
+                .map_or(UNRELEASED_RETRY, |r| r.min(UNRELEASED_RETRY)),
+        );
+    }
 
     if let Some(saved) = outcome.saved {
         ctx.metrics

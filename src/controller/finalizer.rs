@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::context::Context;
 use super::events::{EventType, Events, note};
 use super::{group, scale};
-use crate::api::{OnDelete, ScaleTargetRef, TDSet, TargetStatus};
+use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
 use crate::error::{Error, Result};
 use crate::status::Problem;
 use crate::workload::owned::FIELD_MANAGER;
@@ -43,16 +43,18 @@ fn held_group(tdset: &TDSet, ctx: &Context) -> bool {
 }
 
 /// Gives the group's workloads their own count back; what could not be is said in an Event
-/// and does not hold anything up (the workload is gone, or the operator may not write it).
+/// and returned (a deletion does not wait for it: the workload is gone, or the operator may
+/// not write it).
 async fn release_group(
     tdset: &TDSet,
     ctx: &Context,
     ns: &str,
     why: &str,
     events: &mut Events,
-) -> Result<()> {
+) -> Result<Vec<Problem>> {
     let sel = tdset.spec.scale_target_selector.as_ref();
-    for p in group::release_all(tdset, ctx, ns, sel, events).await? {
+    let problems = group::release_all(tdset, ctx, ns, sel, events).await?;
+    for p in &problems {
         warn!(problem = %p.message(), why, "could not give a workload its own count back");
         events.push(note(
             tdset,
@@ -64,7 +66,7 @@ async fn release_group(
             ),
         ));
     }
-    Ok(())
+    Ok(problems)
 }
 
 fn restores(tdset: &TDSet) -> bool {
@@ -152,19 +154,27 @@ pub(super) async fn on_delete(
 /// The TDSet no longer references the target its status records (a new `scaleTargetRef`,
 /// or another form): that target is let go of as a deletion would, before anything else is
 /// written. The status that names the new target (or none) follows from this reconcile.
+///
+/// Returns the group the TDSet still holds when it left the group form and not every
+/// workload could be given back: the status keeps it, so the release is tried again.
 pub(super) async fn release_previous(
     tdset: &TDSet,
     ctx: &Context,
     ns: &str,
     events: &mut Events,
-) -> Result<()> {
+) -> Result<Option<(GroupStatus, Problem)>> {
+    let mut unreleased = None;
     if tdset.spec.scale_target_selector.is_none() && held_group(tdset, ctx) {
         // The group form was left: its workloads were held under its old selector, which is
         // gone, so every kind that can carry a record is looked at.
-        release_group(tdset, ctx, ns, "given another form", events).await?;
+        let problems = release_group(tdset, ctx, ns, "given another form", events).await?;
+        if let Some(first) = problems.into_iter().next() {
+            let group = ctx.statuses.current(tdset).and_then(|s| s.group);
+            unreleased = group.map(|g| (g, first));
+        }
     }
     let Some(recorded) = ctx.statuses.current(tdset).and_then(|s| s.target) else {
-        return Ok(());
+        return Ok(unreleased);
     };
     let still = tdset.spec.scale_target_ref.as_ref().is_some_and(|r| {
         r.api_version == recorded.api_version && r.kind == recorded.kind && r.name == recorded.name
@@ -172,7 +182,7 @@ pub(super) async fn release_previous(
     if !still {
         let_go(tdset, ctx, ns, &recorded, "retargeted", events).await?;
     }
-    Ok(())
+    Ok(unreleased)
 }
 
 /// Puts `recorded` back as `onDelete` asks (and wakes an HPA's sleeping target), reporting

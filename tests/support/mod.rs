@@ -11,6 +11,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -1094,4 +1097,81 @@ pub async fn install_widget_crd(client: &Client) -> kube::api::ApiResource {
         &kube::api::GroupVersionKind::gvk("test.schedule.rs", "v1", "Widget"),
         "widgets",
     )
+}
+
+/// Refuses a scale of Deployments in `ns` to `replicas`, as an admission policy would.
+pub struct RefuseScale {
+    client: kube::Client,
+    name: String,
+}
+
+impl RefuseScale {
+    pub async fn new(client: &kube::Client, ns: &str, replicas: i32) -> RefuseScale {
+        let name = format!("refuse-scale-{}", unique_suffix());
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["apps"], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["deployments", "deployments/scale"]
+                }]},
+                "validations": [{
+                    "expression": format!("!has(object.spec.replicas) || object.spec.replicas != {replicas}"),
+                    "message": format!("the test refuses {replicas} replicas")
+                }]
+            }
+        }))
+        .unwrap();
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+            }
+        }))
+        .unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("creating the policy");
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("creating the binding");
+        // The API server takes policies up asynchronously: a dry-run scale of a Deployment of
+        // no replicas (no pods, selected by no test's TDSet) says when this one is in force.
+        let probe = format!("{name}-probe");
+        let _: k8s_openapi::api::apps::v1::Deployment =
+            create_object(client, ns, app_deployment(&probe, 0)).await;
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), ns);
+        let dry_run = PatchParams {
+            dry_run: true,
+            ..PatchParams::default()
+        };
+        let patch = serde_json::json!({"spec": {"replicas": replicas}});
+        eventually(GUARD, "the admission policy in force", || async {
+            deployments
+                .patch(&probe, &dry_run, &Patch::Merge(&patch))
+                .await
+                .is_err()
+                .then_some(())
+        })
+        .await;
+        RefuseScale {
+            client: client.clone(),
+            name,
+        }
+    }
+
+    pub async fn lift(&self) {
+        let _ = Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        let _ = Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+    }
 }
