@@ -60,6 +60,7 @@ pub(super) async fn reconcile_owned(
             retry: None,
             scaled: None,
             group: None,
+            failed: false,
             saved: None,
         });
     }
@@ -182,6 +183,7 @@ pub(super) async fn reconcile_owned(
         retry: None,
         scaled,
         group: None,
+        failed: false,
         saved: Some(owned_savings(tdset, eval.replicas)),
     })
 }

@@ -134,6 +134,9 @@ pub(crate) struct Outcome {
     pub scaled: Option<i32>,
     /// With `scaleTargetSelector`: the group's counts.
     pub group: Option<GroupStatus>,
+    /// Some of its writes failed (others landed, and are reported): looked at again with the
+    /// error policy's backoff, not at a fixed pace.
+    pub failed: bool,
     /// What the schedule removes now, when the baseline is known.
     pub saved: Option<crate::workload::savings::Saved>,
 }

@@ -59,9 +59,10 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
     // The Events the stages decide on, published once at the end, whatever the outcome (a
     // target restored before a later stage failed is still reported).
     let mut events = Events::new();
+    let mut failed_partly = false;
     let result = match tokio::time::timeout(
         RECONCILE_DEADLINE,
-        reconcile_inner(&tdset, &ctx, turn, &mut events).instrument(span),
+        reconcile_inner(&tdset, &ctx, turn, &mut events, &mut failed_partly).instrument(span),
     )
     .await
     {
@@ -71,6 +72,7 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
     // The next look is kept by `wakeups`, not by kube-runtime's requeue (see wakeups.rs); a
     // failed reconcile keeps the wakeup it had and is retried by the error policy.
     if result.is_ok()
+        && !failed_partly
         && let Ok(mut failures) = ctx.failures.lock()
     {
         failures.remove(&format!("{ns}/{name}"));
@@ -134,12 +136,14 @@ pub fn error_policy(tdset: Arc<Cached<TDSet>>, error: &Error, ctx: Arc<Context>)
 }
 
 /// One reconcile; what it returns is how long until the TDSet is to be looked at again
-/// (none: never, it is going away).
+/// (none: never, it is going away). `failed_partly`: some writes failed, and the wait is the
+/// error policy's next backoff.
 async fn reconcile_inner(
     tdset: &TDSet,
     ctx: &Context,
     mut turn: WorkloadTurn<'_>,
     events: &mut Events,
+    failed_partly: &mut bool,
 ) -> Result<Option<Duration>> {
     let ns = tdset
         .namespace()
@@ -223,6 +227,7 @@ async fn reconcile_inner(
             retry: None,
             scaled: None,
             group: None,
+            failed: false,
             saved: None,
         },
         Source::Container(_) | Source::Template(_) => {
@@ -306,6 +311,17 @@ async fn reconcile_inner(
     };
     if let Some(retry) = outcome.retry {
         wait = wait.min(retry);
+    }
+    if outcome.failed {
+        // Some writes failed and others landed: reported as a success (the status says what
+        // landed), but retried as a failure is, backing off.
+        *failed_partly = true;
+        let attempt = ctx.failures.lock().map_or(1, |mut f| {
+            let n = f.entry(format!("{ns}/{}", tdset.name_any())).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        });
+        wait = wait.min(backoff::after(attempt, backoff::jitter()));
     }
     debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), ?wait, "reconciled");
     Ok(Some(wait))

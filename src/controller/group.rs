@@ -812,11 +812,12 @@ pub(super) async fn reconcile_group(
             }
         }
     }
+    let writes_failed = first_error.is_some();
     if let Some(e) = first_error {
-        // Retried by the error policy; the writes that landed are reported below anyway.
+        // Looked at again with the error policy's backoff; the writes that landed are
+        // reported below anyway.
         warn!(error = %e, "a group write failed");
         problems.push(Problem::ApiError(e.to_string()));
-        retry = retry.or(Some(STALE_RETRY * 5));
     }
     if let Some((m, n)) = fights.first() {
         problems.insert(
@@ -840,9 +841,9 @@ pub(super) async fn reconcile_group(
         .as_ref()
         .is_some_and(|p| p.group.is_some() && p.desired_replicas == level.replicas());
     report(tdset, ctx, eval, &members, &done, joining, events);
-    Ok(outcome(
-        tdset, &listed, &members, &done, status, problems, retry,
-    ))
+    let mut out = outcome(tdset, &listed, &members, &done, status, problems, retry);
+    out.failed = writes_failed;
+    Ok(out)
 }
 
 /// The custom kinds the TDSet's last status says it may have left records on.
@@ -1098,6 +1099,7 @@ fn outcome(
         retry,
         scaled,
         group: Some(status),
+        failed: false,
         saved: Some(saved),
     }
 }

@@ -367,6 +367,7 @@ pub(super) fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStat
         retry,
         scaled: None,
         group: None,
+        failed: false,
         saved: None,
     }
 }
@@ -401,6 +402,7 @@ pub(super) async fn reconcile_scale(
             retry: Some(Duration::from_secs(1)),
             scaled: None,
             group: None,
+            failed: false,
             saved: None,
         });
     }
@@ -489,6 +491,7 @@ pub(super) async fn reconcile_scale(
         retry,
         scaled,
         group: None,
+        failed: false,
         saved,
     })
 }
@@ -671,6 +674,7 @@ pub(super) async fn reconcile_hpa(
         retry: None,
         scaled,
         group: None,
+        failed: false,
         saved,
     })
 }
