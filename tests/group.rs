@@ -885,3 +885,80 @@ async fn a_group_left_for_another_form_keeps_what_it_could_not_give_back_until_i
     op.stop().await;
     ns.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_workload_whose_writes_fail_does_not_hold_the_group_back_and_is_retried_with_backoff() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let (client, ns) = setup("group-webhook-down").await;
+    let n = &ns.name;
+    // A webhook nobody serves, failing closed, for one Deployment: its writes fail with 500.
+    let webhook = format!("down-{n}");
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": webhook},
+        "webhooks": [{
+            "name": "down.test.schedule.rs",
+            "clientConfig": {"url": "https://127.0.0.1:1/validate"},
+            "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                       "resources": ["deployments", "deployments/scale"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}},
+            "objectSelector": {"matchLabels": {"webhook": "down"}},
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 2
+        }]
+    }))
+    .unwrap();
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    configs.create(&Default::default(), &config).await.unwrap();
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("ok", 3), "dev")).await;
+    let mut broken = labelled(app_deployment("broken", 2), "dev");
+    broken["metadata"]["labels"]["webhook"] = json!("down");
+    let _: Deployment = create_object(&client, n, broken).await;
+    create_tdset(
+        &client,
+        n,
+        &tdset(
+            "night",
+            sleep_group(json!(["Deployment"]), json!([]), 3, 600),
+        ),
+    )
+    .await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+
+    deployment_at(&client, n, "ok", 0).await;
+    let t: TDSet = object_where(
+        &client,
+        n,
+        "night",
+        "the failed write reported",
+        |t: &TDSet| {
+            t.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Degraded" && c.message.contains("failed calling webhook"))
+            })
+        },
+    )
+    .await;
+    let g = t.status.unwrap().group.unwrap();
+    assert_eq!(g.targets, "1/2", "{g:?}");
+    assert!(
+        g.not_at_schedule.iter().any(|m| m.name == "broken"),
+        "{g:?}"
+    );
+    // Retried, backing off (5, 10, 20, 40 s apart, +-25 %: at most 3 retries in 45 s, one
+    // more for a reconcile something else wakes), not at a fixed pace (every 5 s: 9).
+    let writes = || op.counter("tdset_api_writes_total{resource=\"deployments\",verb=\"apply\"}");
+    let before = writes();
+    tokio::time::sleep(std::time::Duration::from_secs(45)).await;
+    let retries = writes() - before;
+    assert!(
+        (1.0..=4.0).contains(&retries),
+        "{retries} writes in 45 s while the webhook is down"
+    );
+    configs
+        .delete(&webhook, &DeleteParams::default())
+        .await
+        .unwrap();
+    op.stop().await;
+    ns.cleanup().await;
+}

@@ -765,23 +765,26 @@ pub(super) async fn reconcile_group(
                 .collect();
             super::apply::write_group_now(tdset, ctx, &writing).await?;
         }
-        let futures: Vec<BoxFuture<'_, Result<(&group::Write, Sent)>>> = writes
+        let futures: Vec<BoxFuture<'_, (&group::Write, Result<Sent>)>> = writes
             .into_iter()
             .map(|w| {
                 let kind = &kinds[listed[w.member].0];
                 let m = &members[w.member];
                 let uid = uid.as_str();
-                async move { send(ctx, ns, kind, m, w, uid).await.map(|sent| (w, sent)) }.boxed()
+                async move { (w, send(ctx, ns, kind, m, w, uid).await) }.boxed()
             })
             .collect();
         let sends = futures::stream::iter(futures).buffer_unordered(WRITES_IN_FLIGHT);
         // Every write is awaited, whatever the others came to: one workload's failure must not
         // keep the rest of the group from its count.
-        let results: Vec<Result<(&group::Write, Sent)>> = sends.collect().await;
-        for result in results {
-            let (w, sent) = match result {
-                Ok(r) => r,
+        let results: Vec<(&group::Write, Result<Sent>)> = sends.collect().await;
+        for (w, result) in results {
+            let sent = match result {
+                Ok(sent) => sent,
                 Err(e) => {
+                    if members[w.member].place == Place::Held {
+                        failed.push((w.member, w.to, e.to_string()));
+                    }
                     first_error.get_or_insert(e);
                     continue;
                 }
