@@ -139,6 +139,24 @@ impl GroupIndex {
         others
     }
 
+    /// Forgets every group `keep` refuses (not in a relist); returns the other groups of their
+    /// namespaces.
+    pub fn retain(&self, keep: impl Fn(&TDSetRef) -> bool) -> Vec<TDSetRef> {
+        let Ok(mut index) = self.groups.write() else {
+            return vec![];
+        };
+        let mut others = Vec::new();
+        for (ns, groups) in index.iter_mut() {
+            let before = groups.len();
+            groups.retain(|(_, name), _| keep(&tdset_ref_named(ns, name)));
+            if groups.len() != before {
+                others.extend(groups.keys().map(|(_, name)| tdset_ref_named(ns, name)));
+            }
+        }
+        index.retain(|_, groups| !groups.is_empty());
+        others
+    }
+
     /// The claim of the group TDSet `name`: the index has it from the watch, whose objects
     /// carry the creationTimestamp the compact cache leaves out.
     pub fn claim(&self, ns: &str, name: &str) -> Option<Claim> {
@@ -288,5 +306,55 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["b"]
         );
+    }
+
+    /// A relist that no longer shows a TDSet (deleted while the watch was down) takes its
+    /// group and its claim out of the indexes, and wakes those they held back.
+    #[test]
+    fn a_tdset_missing_from_a_relist_no_longer_holds_anything() {
+        let groups = GroupIndex::default();
+        groups.update(&group("old", "2026-01-01T00:00:00Z"));
+        groups.update(&group("new", "2026-02-01T00:00:00Z"));
+        let mut by_ref = group("ref", "2026-01-15T00:00:00Z");
+        by_ref.spec.scale_target_selector = None;
+        by_ref.spec.scale_target_ref = Some(crate::api::ScaleTargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "api".into(),
+        });
+        let mut later = by_ref.clone();
+        later.metadata.name = Some("later".into());
+        later.metadata.creation_timestamp = group("x", "2026-03-01T00:00:00Z")
+            .metadata
+            .creation_timestamp;
+        let targets = super::super::watches::TargetIndex::default();
+        targets.update(&by_ref);
+        targets.update(&later);
+
+        let relisted = |r: &TDSetRef| r.name != "old" && r.name != "ref";
+        let woken: Vec<String> = groups
+            .retain(relisted)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(woken, ["new"]);
+        let names: Vec<String> = groups
+            .in_namespace("dev")
+            .into_iter()
+            .map(|((_, n), _)| n)
+            .collect();
+        assert_eq!(names, ["new"]);
+
+        let woken: Vec<String> = targets
+            .retain(relisted)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(woken, ["later"]);
+        let holder = targets.holder("dev", "apps", "Deployment", "api");
+        assert_eq!(holder.as_deref(), Some("later"));
+        // A relist that shows everything changes nothing.
+        assert!(groups.retain(|_| true).is_empty());
+        assert!(targets.retain(|_| true).is_empty());
     }
 }

@@ -143,6 +143,7 @@ pub(super) async fn run_controller(
             statuses: statuses.clone(),
             wakeups: wakeups.clone(),
             shard: shard.clone(),
+            relisted: Default::default(),
         },
         stream,
     );

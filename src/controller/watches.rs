@@ -1,9 +1,9 @@
 //! The watches that feed the controller, each with a cache that keeps only what a reconcile
 //! reads, and the backoff they share.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -109,6 +109,9 @@ pub(super) struct TDSetHooks {
     pub wakeups: Arc<Wakeups>,
     /// When running as a shard: the cache keeps only the TDSets it matches.
     pub shard: Option<Arc<Sharding>>,
+    /// The TDSets a relist has shown so far (from its Init to its InitDone): one deleted while
+    /// the watch was down sends no Delete, and is forgotten by the indexes at InitDone.
+    pub relisted: Arc<Mutex<Option<HashSet<TDSetRef>>>>,
 }
 
 /// A watch of TDSets, cached compactly (see `Cached`); it also keeps the index of targets up
@@ -149,6 +152,7 @@ fn route(
         statuses,
         wakeups,
         shard,
+        relisted,
     } = hooks;
     let wake = |r: &TDSetRef| {
         // A shard wakes only what it caches: a wakeup handed over for a TDSet the controller
@@ -159,7 +163,14 @@ fn route(
     };
     let (t, listing) = match event {
         watcher::Event::Apply(t) => (t, false),
-        watcher::Event::InitApply(t) => (t, true),
+        watcher::Event::InitApply(t) => {
+            if let Ok(mut seen) = relisted.lock()
+                && let Some(seen) = seen.as_mut()
+            {
+                seen.insert(tdset_ref(&t));
+            }
+            (t, true)
+        }
         watcher::Event::Delete(t) => {
             for other in index.remove(&t).into_iter().chain(groups.remove(&t)) {
                 wake(&other);
@@ -172,7 +183,24 @@ fn route(
             }
             return Some(watcher::Event::Delete(t));
         }
-        watcher::Event::Init | watcher::Event::InitDone => return Some(event),
+        watcher::Event::Init => {
+            if let Ok(mut seen) = relisted.lock() {
+                *seen = Some(HashSet::new());
+            }
+            return Some(event);
+        }
+        watcher::Event::InitDone => {
+            // A claim or a group whose TDSet was deleted while the watch was down would
+            // otherwise hold its workloads forever.
+            let seen = relisted.lock().ok().and_then(|mut s| s.take());
+            if let Some(seen) = seen {
+                let keep = |r: &TDSetRef| seen.contains(r);
+                for other in index.retain(keep).into_iter().chain(groups.retain(keep)) {
+                    wake(&other);
+                }
+            }
+            return Some(event);
+        }
     };
     // A claim that moved may hand its old target to another TDSet, or take one.
     for other in index.update(&t).into_iter().chain(groups.update(&t)) {
@@ -270,6 +298,24 @@ impl TargetIndex {
             .write()
             .map(|mut index| index.unlink(&tdset_ref(tdset)))
             .unwrap_or_default()
+    }
+
+    /// Forgets every TDSet `keep` refuses (not in a relist); returns the others that claimed
+    /// their targets.
+    pub fn retain(&self, keep: impl Fn(&TDSetRef) -> bool) -> Vec<TDSetRef> {
+        let Ok(mut index) = self.0.write() else {
+            return vec![];
+        };
+        let gone: Vec<TDSetRef> = index
+            .by_tdset
+            .keys()
+            .filter(|r| !keep(r))
+            .cloned()
+            .collect();
+        gone.iter()
+            .flat_map(|r| index.unlink(r))
+            .filter(|r| keep(r))
+            .collect()
     }
 
     pub fn lookup(&self, ns: &str, group: &str, kind: &str, name: &str) -> Vec<TDSetRef> {
