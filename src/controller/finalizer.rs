@@ -51,10 +51,10 @@ async fn release_group(
     ns: &str,
     why: &str,
     events: &mut Events,
-) -> Result<Vec<Problem>> {
+) -> Result<group::Release> {
     let sel = tdset.spec.scale_target_selector.as_ref();
-    let problems = group::release_all(tdset, ctx, ns, sel, events).await?;
-    for p in &problems {
+    let release = group::release_all(tdset, ctx, ns, sel, events).await?;
+    for p in &release.problems {
         warn!(problem = %p.message(), why, "could not give a workload its own count back");
         events.push(note(
             tdset,
@@ -66,7 +66,7 @@ async fn release_group(
             ),
         ));
     }
-    Ok(problems)
+    Ok(release)
 }
 
 fn restores(tdset: &TDSet) -> bool {
@@ -167,8 +167,12 @@ pub(super) async fn release_previous(
     if tdset.spec.scale_target_selector.is_none() && held_group(tdset, ctx) {
         // The group form was left: its workloads were held under its old selector, which is
         // gone, so every kind that can carry a record is looked at.
-        let problems = release_group(tdset, ctx, ns, "given another form", events).await?;
-        if let Some(first) = problems.into_iter().next() {
+        // Kept only for a workload that was refused its count back: a kind that cannot be
+        // listed (its CRD gone, or not granted) would keep the group for good.
+        let release = release_group(tdset, ctx, ns, "given another form", events).await?;
+        if release.stuck
+            && let Some(first) = release.problems.into_iter().next()
+        {
             let group = ctx.statuses.current(tdset).and_then(|s| s.group);
             unreleased = group.map(|g| (g, first));
         }

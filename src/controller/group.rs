@@ -1107,6 +1107,15 @@ fn outcome(
     }
 }
 
+/// What letting go of a group came to.
+pub(super) struct Release {
+    /// What could not be looked at or written, to report.
+    pub problems: Vec<Problem>,
+    /// A workload carrying this TDSet's record was refused its own count (a policy, a
+    /// webhook, a permission): the group is not done with.
+    pub stuck: bool,
+}
+
 /// Gives every workload carrying this TDSet's record its own count back (deletion, or the
 /// group form left), and says what could not be.
 pub(super) async fn release_all(
@@ -1115,18 +1124,21 @@ pub(super) async fn release_all(
     ns: &str,
     sel: Option<&ScaleTargetSelector>,
     events: &mut Events,
-) -> Result<Vec<Problem>> {
+) -> Result<Release> {
     let name = tdset.name_any();
     let default = ScaleTargetSelector::default();
     let sel = sel.unwrap_or(&default);
-    let mut problems = Vec::new();
-    let kinds = kinds(ctx, sel, &recorded_kinds(tdset, ctx), &mut problems).await?;
+    let mut unlisted = Vec::new();
+    let kinds = kinds(ctx, sel, &recorded_kinds(tdset, ctx), &mut unlisted).await?;
     let uid = tdset.uid().unwrap_or_default();
     let mine = |_: &Kind| vec![format!("{}={uid}", group::HELD_BY_UID)];
     // A workload changed between the list and the write (409) is listed and planned again: a
     // record must not be left behind because someone scaled at the wrong moment.
     for attempt in 1..=RELEASE_ATTEMPTS {
         let mut changed = None;
+        // Each round's own: a kind that cannot be listed is said once, not once a round.
+        let mut problems = unlisted.clone();
+        let mut refused = Vec::new();
         for (k, o, value) in observe(ctx, ns, &kinds, mine, &mut problems).await?.0 {
             let kind = &kinds[k];
             let m = member_of(kind, &o, value, Place::Outside);
@@ -1147,18 +1159,28 @@ pub(super) async fn release_all(
                     }
                     Sent::Stale(why) => changed = Some(why),
                     Sent::Gone(_) => {}
-                    Sent::Refused(why) => problems.push(Problem::InvalidTemplate(why)),
-                    Sent::Problem(p) => problems.push(p),
+                    Sent::Refused(why) => refused.push(Problem::InvalidTemplate(why)),
+                    Sent::Problem(p) => refused.push(p),
                 }
             }
         }
         match changed {
-            None => return Ok(problems),
             Some(why) if attempt == RELEASE_ATTEMPTS => return Err(Error::Contended(why)),
             Some(_) => {}
+            None => {
+                let stuck = !refused.is_empty();
+                refused.extend(problems);
+                return Ok(Release {
+                    problems: refused,
+                    stuck,
+                });
+            }
         }
     }
-    Ok(problems)
+    Ok(Release {
+        problems: unlisted,
+        stuck: false,
+    })
 }
 
 /// Rounds of listing and writing when letting go, before the reconcile fails and retries.

@@ -93,13 +93,20 @@ impl GroupIndex {
         let groups = index.entry(ns.clone()).or_default();
         let claim = claim_of(tdset);
         let before = groups.remove(&claim);
-        let changed = match (&before, &entry) {
-            (None, None) => false,
-            (Some(a), Some(b)) => {
-                !(a.kinds == b.kinds && a.selector == b.selector && a.exclude == b.exclude)
-            }
-            _ => true,
-        };
+        // A TDSet of the same name created again (deleted while the watch was down): its old
+        // claim is a ghost.
+        let name = tdset.name_any();
+        let len = groups.len();
+        groups.retain(|(_, n), _| *n != name);
+        let ghosts = groups.len() != len;
+        let changed = ghosts
+            || match (&before, &entry) {
+                (None, None) => false,
+                (Some(a), Some(b)) => {
+                    !(a.kinds == b.kinds && a.selector == b.selector && a.exclude == b.exclude)
+                }
+                _ => true,
+            };
         if let Some(e) = entry {
             groups.insert(claim.clone(), Arc::new(e));
         }
@@ -356,5 +363,22 @@ mod tests {
         // A relist that shows everything changes nothing.
         assert!(groups.retain(|_| true).is_empty());
         assert!(targets.retain(|_| true).is_empty());
+    }
+
+    /// Deleted and created again while the watch was down: the new TDSet's claim replaces
+    /// the old one, which would otherwise hold its workloads as an older claim.
+    #[test]
+    fn a_tdset_created_again_under_its_name_keeps_only_its_new_claim() {
+        let groups = GroupIndex::default();
+        groups.update(&group("night", "2026-01-01T00:00:00Z"));
+        groups.update(&group("night", "2026-03-01T00:00:00Z"));
+        let claims: Vec<Claim> = groups
+            .in_namespace("dev")
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(claims.len(), 1, "{claims:?}");
+        assert_eq!(groups.claim("dev", "night"), claims.first().cloned());
+        assert!(claims[0].0.contains("2026-03-01"), "{claims:?}");
     }
 }

@@ -500,13 +500,9 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
                 why,
             })
         } else {
-            // Two requests: what a crash between them leaves is announced; once the value is
-            // there, the record stays as it is.
-            let previous = match mine {
-                _ if !m.two_step => None,
-                Some(r) if m.value == to => r.previous,
-                _ => Some(m.value),
-            };
+            // Two requests: what a crash between them leaves is announced, and dropped once the
+            // value is there (else a count set to it later by someone else would pass for ours).
+            let previous = (m.two_step && m.value != to).then_some(m.value);
             let record = Record {
                 holder: me.to_string(),
                 own,
