@@ -180,6 +180,9 @@ struct OwnWrite {
 impl OwnWrites {
     const MAX: usize = 16384;
     const MAX_AGE: Duration = Duration::from_secs(300);
+    /// How long an entry outlives the watch catching up with it: longer than any reconcile
+    /// takes from reading the cache to asking `in_place`.
+    const GRACE: Duration = Duration::from_secs(10);
 
     /// The key of an owned object: the same for the write and for the watch that sees it.
     pub fn key(namespace: &str, name: &str) -> String {
@@ -217,12 +220,15 @@ impl OwnWrites {
     }
 
     /// The cache now holds `key` at revision `cached`: our write it has caught up with is
-    /// forgotten (see `StatusMemo::seen`).
+    /// forgotten (see `StatusMemo::seen`), once no reconcile can still hold a copy of the cache
+    /// read before it caught up (one read just before this event, on another thread, would
+    /// otherwise find no entry and write again).
     pub fn seen(&self, key: &str, cached: Option<&str>) {
         let Ok(mut w) = self.written.lock() else {
             return;
         };
         let caught_up = match (w.get(key), cached.and_then(|c| c.parse::<u64>().ok())) {
+            (Some(e), _) if e.at.elapsed() < Self::GRACE => false,
             (Some(e), Some(c)) => c >= e.produced,
             (Some(_), None) => true,
             (None, _) => false,
@@ -374,6 +380,18 @@ mod tests {
             w.in_place("ns/web", want, Some("11")),
             "not caught up: kept"
         );
+        // Caught up: a reconcile that read the cache just before still finds our write...
+        w.seen("ns/web", Some("12"));
+        assert!(
+            w.in_place("ns/web", want, Some("11")),
+            "caught up a moment ago: kept for a reconcile that read the cache before"
+        );
+        // ...and once that moment is past, the entry goes.
+        if let Ok(mut m) = w.written.lock()
+            && let Some(e) = m.get_mut("ns/web")
+        {
+            e.at -= OwnWrites::GRACE;
+        }
         w.seen("ns/web", Some("12"));
         assert!(
             !w.in_place("ns/web", want, Some("11")),
