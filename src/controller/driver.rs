@@ -125,14 +125,20 @@ pub fn error_policy(tdset: Arc<Cached<TDSet>>, error: &Error, ctx: Arc<Context>)
         tdset.namespace().unwrap_or_default(),
         tdset.name_any()
     );
-    let attempt = ctx.failures.lock().map_or(0, |mut f| {
-        let n = f.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    });
+    let attempt = count_failure(&ctx, &key);
     let wait = backoff::after(attempt, backoff::jitter());
     warn!(tdset = %key, %error, attempt, retry_in = ?wait, "reconcile failed");
     Action::requeue(wait)
+}
+
+/// One more failure of TDSet `key` (namespace/name) in a row; returns how many there have been
+/// (a success resets the count).
+fn count_failure(ctx: &Context, key: &str) -> u32 {
+    ctx.failures.lock().map_or(1, |mut f| {
+        let n = f.entry(key.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    })
 }
 
 /// One reconcile; what it returns is how long until the TDSet is to be looked at again
@@ -316,11 +322,7 @@ async fn reconcile_inner(
         // Some writes failed and others landed: reported as a success (the status says what
         // landed), but retried as a failure is, backing off.
         *failed_partly = true;
-        let attempt = ctx.failures.lock().map_or(1, |mut f| {
-            let n = f.entry(format!("{ns}/{}", tdset.name_any())).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        });
+        let attempt = count_failure(ctx, &format!("{ns}/{}", tdset.name_any()));
         wait = wait.min(backoff::after(attempt, backoff::jitter()));
     }
     debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), ?wait, "reconciled");
