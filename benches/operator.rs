@@ -196,6 +196,116 @@ fn control_plane_cpu(logs: &std::path::Path) -> f64 {
         .sum()
 }
 
+/// What the operators, the control plane's processes and the API server had done by an
+/// instant; a phase of a boundary is the difference of two (the profile issue 25 asks for).
+struct Snapshot {
+    at: std::time::Instant,
+    op_cpu: f64,
+    cp_cpu: f64,
+    reconciles: f64,
+    /// "VERB resource[/subresource]" -> (requests, seconds the API server spent on them).
+    requests: HashMap<String, (f64, f64)>,
+}
+
+impl Snapshot {
+    /// `ops`: each operator's metrics address and pid.
+    async fn take(ops: &[(String, u32)], client: &Client, logs: &std::path::Path) -> Snapshot {
+        let at = std::time::Instant::now();
+        let text = client
+            .request_text(http_get("/metrics"))
+            .await
+            .unwrap_or_default();
+        let mut requests: HashMap<String, (f64, f64)> = HashMap::new();
+        for l in text.lines() {
+            let (total, labels) = if let Some(l) = l.strip_prefix("apiserver_request_total{") {
+                (true, l)
+            } else if let Some(l) = l.strip_prefix("apiserver_request_duration_seconds_sum{") {
+                (false, l)
+            } else {
+                continue;
+            };
+            let Some((labels, v)) = labels.split_once("} ") else {
+                continue;
+            };
+            let label = |k: &str| {
+                labels
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(k)?.strip_prefix("=\"")?.strip_suffix('"'))
+                    .unwrap_or("")
+            };
+            let (verb, resource, sub) = (label("verb"), label("resource"), label("subresource"));
+            if matches!(verb, "WATCH" | "CONNECT") || resource == "leases" || resource.is_empty() {
+                continue;
+            }
+            let key = if sub.is_empty() {
+                format!("{verb} {resource}")
+            } else {
+                format!("{verb} {resource}/{sub}")
+            };
+            let v: f64 = v.parse().unwrap_or(0.0);
+            let e = requests.entry(key).or_default();
+            if total {
+                e.0 += v;
+            } else {
+                e.1 += v;
+            }
+        }
+        let metric = |url: &str, name: &str| -> f64 {
+            let out = Command::new("curl")
+                .args(["-sf", &format!("{url}/metrics")])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+                .unwrap_or_default();
+            out.lines()
+                .filter(|l| l.starts_with(name))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        Snapshot {
+            at,
+            op_cpu: ops.iter().map(|(_, pid)| cpu_seconds(*pid)).sum(),
+            cp_cpu: control_plane_cpu(logs),
+            reconciles: ops
+                .iter()
+                .map(|(url, _)| metric(url, "tdset_reconciles_total{"))
+                .sum(),
+            requests,
+        }
+    }
+
+    /// The phase from `self` to `later`, one line: its length, CPU, reconciles, and the API
+    /// requests made more than `min` times, with the API server's mean time per request.
+    fn phase(&self, later: &Snapshot, name: &str, min: f64) -> String {
+        let secs = later.at.duration_since(self.at).as_secs_f64();
+        let mut reqs: Vec<(String, f64, f64)> = later
+            .requests
+            .iter()
+            .map(|(k, (n, s))| {
+                let (n0, s0) = self.requests.get(k).copied().unwrap_or_default();
+                (k.clone(), n - n0, s - s0)
+            })
+            .filter(|(_, n, _)| *n >= min)
+            .collect();
+        reqs.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let reqs: Vec<String> = reqs
+            .iter()
+            .map(|(k, n, s)| format!("{k} {n:.0} ({:.0} ms each)", s / n * 1000.0))
+            .collect();
+        format!(
+            "{name} {secs:.1} s: operator {:.1} CPU-s, {:.0} reconciles; kube-apiserver + etcd {:.1} CPU-s; requests {}",
+            later.op_cpu - self.op_cpu,
+            later.reconciles - self.reconciles,
+            later.cp_cpu - self.cp_cpu,
+            reqs.join(", "),
+        )
+    }
+
+    /// Requests of `key` ("POST events") between `self` and `later`.
+    fn count(&self, later: &Snapshot, key: &str) -> f64 {
+        later.requests.get(key).map_or(0.0, |r| r.0) - self.requests.get(key).map_or(0.0, |r| r.0)
+    }
+}
+
 /// What the benchmark's TDSets scale.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Form {
@@ -554,6 +664,21 @@ impl Bench {
             })
             .collect();
         let boundary_real = spawned + chrono::Duration::from_std(lead).unwrap();
+        // The profile: what each phase cost, from just before the boundary.
+        let probes: Vec<(String, u32)> = ops
+            .iter()
+            .map(|op| (op.metrics.clone(), op.child.id()))
+            .collect();
+        let at_boundary = {
+            let (probes, client, logs) = (probes.clone(), self.client.clone(), self.logs.clone());
+            let wait = (boundary_real - Utc::now() - chrono::Duration::seconds(3))
+                .to_std()
+                .unwrap_or_default();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                Snapshot::take(&probes, &client, &logs).await
+            })
+        };
         let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
         let (seen, before) = watch_replicas(
             deploys.clone(),
@@ -565,8 +690,54 @@ impl Bench {
         .await;
         // Bookkeeping done too: every status written after the burst.
         let statuses = std::time::Instant::now();
+        let scaled = Snapshot::take(&probes, &self.client, &self.logs).await;
+        // TDSET_BENCH_PPROF=1: a CPU profile of kube-apiserver over the first 20 s of the
+        // status phase (`go tool pprof -top` reads it).
+        let pprof = std::env::var_os("TDSET_BENCH_PPROF").map(|_| {
+            let out = self.logs.join(format!("apiserver-status-phase-{n}.pprof"));
+            let kubeconfig = self.kubeconfig.clone();
+            let path = out.clone();
+            (
+                out,
+                std::thread::spawn(move || {
+                    let o = Command::new(kubectl_path())
+                        .args(["--kubeconfig", kubeconfig.to_str().unwrap()])
+                        .args(["get", "--raw", "/debug/pprof/profile?seconds=20"])
+                        .output()
+                        .unwrap();
+                    std::fs::write(&path, o.stdout).unwrap();
+                }),
+            )
+        });
         self.converged_status(&ns.name, n, 3).await;
         let bookkeeping = statuses.elapsed();
+        let statused = Snapshot::take(&probes, &self.client, &self.logs).await;
+        let at_boundary = at_boundary.await.unwrap();
+        // Every Event of the boundary sent (one per TDSet), or two minutes without.
+        let mut evented = Snapshot::take(&probes, &self.client, &self.logs).await;
+        while at_boundary.count(&evented, "POST events") < n as f64
+            && evented.at.duration_since(statused.at) < Duration::from_secs(120)
+        {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            evented = Snapshot::take(&probes, &self.client, &self.logs).await;
+        }
+        let min = n as f64 / 100.0;
+        let profile = format!(
+            "profile: {}; {}; {}; Events of the boundary: {:.0} of {n} sent {:.2} s after the last scale was seen",
+            at_boundary.phase(&scaled, "boundary - 3 s to the last scale seen", min),
+            scaled.phase(&statused, "then to every status written", min),
+            statused.phase(&evented, "then to the Events sent", min),
+            at_boundary.count(&evented, "POST events"),
+            evented.at.duration_since(statuses).as_secs_f64(),
+        );
+        println!("{profile}");
+        if let Some((path, t)) = pprof {
+            let _ = t.join();
+            println!(
+                "kube-apiserver CPU profile of the status phase: {}",
+                path.display()
+            );
+        }
         let errors: f64 = ops
             .iter()
             .map(|op| op.sum("tdset_reconcile_errors_total"))
@@ -637,7 +808,7 @@ impl Bench {
         }
         let _ = writeln!(
             self.report,
-            "| boundary lag, {}, default flags, as a ServiceAccount{} | N = {n} | operator p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s; direct patches p50 {d50:.3} s, p99 {d99:.3} s, max {dmax:.3} s{target} | {} of {n} scaled; {before} seen at 1 replica before the boundary; {early} scaled early; every status written {:.2} s after the last scale was seen; 429s from the API server: {rejected_op:.0} during the operator run, {rejected_direct:.0} during the direct patches; operator reconcile errors {errors:.0}; statuses superseded before sending {superseded:.0} |",
+            "| boundary lag, {}, default flags, as a ServiceAccount{} | N = {n} | operator p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s; direct patches p50 {d50:.3} s, p99 {d99:.3} s, max {dmax:.3} s{target} | {} of {n} scaled; {before} seen at 1 replica before the boundary; {early} scaled early; every status written {:.2} s after the last scale was seen; 429s from the API server: {rejected_op:.0} during the operator run, {rejected_direct:.0} during the direct patches; operator reconcile errors {errors:.0}; statuses superseded before sending {superseded:.0}; {profile} |",
             form.label(),
             if shards > 1 {
                 format!(", {shards} shards (one process each)")

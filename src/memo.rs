@@ -100,6 +100,24 @@ impl StatusMemo {
         }
     }
 
+    /// Whether `tdset` is exactly what our own status write produced (the watch echoing it):
+    /// a status subresource write changes nothing but the status, and that status is ours,
+    /// so there is nothing to reconcile. At a boundary of 10 000 TDSets each status write
+    /// otherwise came back as a reconcile that wrote nothing and kept the lane from its turn.
+    pub fn is_echo(&self, tdset: &TDSet) -> bool {
+        let (Some(uid), Some(rv)) = (
+            tdset.meta().uid.as_deref(),
+            tdset.meta().resource_version.as_deref(),
+        ) else {
+            return false;
+        };
+        self.written.lock().is_ok_and(|written| {
+            written
+                .get(uid)
+                .is_some_and(|w| w.produced.as_deref() == Some(rv))
+        })
+    }
+
     /// Records `status` as written at `produced` outside the lane (a shard let go of the
     /// TDSet): what `current` returns while the cache is older.
     pub fn replace(&self, uid: &str, status: TDSetStatus, produced: Option<String>) {
@@ -238,6 +256,17 @@ impl OwnWrites {
         }
     }
 
+    /// Whether revision `rv` of `key` is exactly what our own write produced (the watch
+    /// echoing it): a reconcile for it would find the write in place and do nothing.
+    pub fn is_echo(&self, key: &str, rv: Option<&str>) -> bool {
+        let Some(rv) = rv.and_then(|r| r.parse::<u64>().ok()) else {
+            return false;
+        };
+        self.written
+            .lock()
+            .is_ok_and(|w| w.get(key).is_some_and(|e| e.produced == rv))
+    }
+
     /// Whether our write of exactly `desired` is newer than the cached revision `cached`.
     /// Forgets the entry once the cache has caught up.
     pub fn in_place(&self, key: &str, desired: u64, cached: Option<&str>) -> bool {
@@ -297,6 +326,27 @@ mod tests {
     }
 
     #[test]
+    fn only_the_revision_our_status_write_produced_is_its_echo() {
+        let memo = StatusMemo::default();
+        let ours = TDSetStatus {
+            desired_replicas: Some(3),
+            ..TDSetStatus::default()
+        };
+        memo.queued(&at("1", None), Arc::new(ours.clone()));
+        // Queued, not written: no revision of it is ours yet.
+        assert!(!memo.is_echo(&at("1", None)));
+        memo.written(UID, &ours, Some("3".into()));
+        assert!(memo.is_echo(&at("3", Some(ours.clone()))));
+        // Before it (someone else's write) and after it (a later change): not an echo.
+        assert!(!memo.is_echo(&at("2", None)));
+        assert!(!memo.is_echo(&at("4", Some(ours.clone()))));
+        // A TDSet of another uid at the same revision is not ours.
+        let mut other = at("3", Some(ours));
+        other.metadata.uid = Some("other".into());
+        assert!(!memo.is_echo(&other));
+    }
+
+    #[test]
     fn a_queued_status_is_known_but_only_a_written_one_is_durable() {
         let memo = StatusMemo::default();
         let cached = TDSetStatus {
@@ -318,6 +368,20 @@ mod tests {
         );
         memo.written(UID, &ours, Some("2".into()));
         assert_eq!(memo.durable(&at("1", Some(cached))), Some(ours));
+    }
+
+    #[test]
+    fn only_the_revision_our_own_write_produced_is_its_echo() {
+        let w = OwnWrites::default();
+        let want = OwnWrites::fingerprint(&serde_json::json!({"replicas": 4}));
+        assert!(!w.is_echo("ns/web", Some("12")));
+        w.record("ns/web", want, Some("12"));
+        assert!(w.is_echo("ns/web", Some("12")));
+        // Someone else's change after ours, a revision that is not a number, another object.
+        assert!(!w.is_echo("ns/web", Some("13")));
+        assert!(!w.is_echo("ns/web", Some("x")));
+        assert!(!w.is_echo("ns/web", None));
+        assert!(!w.is_echo("ns/api", Some("12")));
     }
 
     #[test]

@@ -645,6 +645,76 @@ async fn a_scale_target_ref_yields_to_an_older_group_and_takes_over_when_it_goes
 }
 
 #[tokio::test]
+async fn an_older_scale_target_ref_taking_a_sleeping_workload_over_records_its_own_count() {
+    let (client, ns) = setup("group-takeover").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
+    let _: Deployment = create_object(&client, n, app_deployment("other", 1)).await;
+    let single = |target: &str| {
+        json!({
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "schedulingConfig": [], "defaultReplica": 2, "intervalMint": 60, "onDelete": "Restore"
+        })
+    };
+    // The older claim, pointing elsewhere at first.
+    create_tdset(&client, n, &tdset("single", single("other"))).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    create_tdset(
+        &client,
+        n,
+        &tdset(
+            "group",
+            sleep_group(json!(["Deployment"]), json!([]), 2, 3600),
+        ),
+    )
+    .await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+    let api = deployment_at(&client, n, "api", 0).await;
+    assert_eq!(annotations(&api), record("group", 3, 0));
+
+    // The older TDSet now points at the sleeping workload: it holds it, and what it will give
+    // back is the workload's own 3, not the 0 the group put it to sleep at.
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .patch(
+            "single",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "api"}}})),
+        )
+        .await
+        .expect("pointing the older TDSet at the sleeping workload");
+    deployment_at(&client, n, "api", 2).await;
+    let t = object_where(
+        &client,
+        n,
+        "single",
+        "its original recorded",
+        |t: &TDSet| {
+            t.status
+                .as_ref()
+                .and_then(|s| s.target.as_ref())
+                .is_some_and(|t| t.name == "api" && t.original_replicas.is_some())
+        },
+    )
+    .await;
+    let target = t.status.unwrap().target.unwrap();
+    assert_eq!(target.original_replicas, Some(3), "{target:?}");
+    tdset_with_reason(&client, n, "group", "Degraded", "ConflictingTDSet").await;
+
+    // Both go, the group first: the workload ends at its own count, not asleep.
+    for name in ["group", "single"] {
+        Api::<TDSet>::namespaced(client.clone(), n)
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("deleting a TDSet");
+        tdset_gone(&client, n, name).await;
+    }
+    let api = deployment_at(&client, n, "api", 3).await;
+    assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
 async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_back() {
     let (client, ns) = setup("group-hpa").await;
     let n = &ns.name;
@@ -744,18 +814,40 @@ async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_
     ns.cleanup().await;
 }
 
-#[tokio::test]
-async fn a_custom_kind_with_scale_sleeps_through_its_scale_subresource_and_keeps_its_record() {
-    let (client, ns) = setup("group-custom").await;
-    let n = &ns.name;
-    let widgets = install_widget_crd(&client).await;
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), n, &widgets);
+/// TDSet `name` leaves the group form: it now scales Deployment `other` (to 2 by default).
+async fn to_another_form(client: &Client, ns: &str, name: &str) {
+    Api::<TDSet>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "scaleTargetSelector": null,
+                "defaultReplica": 2,
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"}
+            }})),
+        )
+        .await
+        .expect("changing the TDSet's form");
+}
+
+/// Widget `w` of the test CRD, labelled `env: dev`, at 3.
+async fn dev_widget(client: &Client, ns: &str) -> Api<kube::api::DynamicObject> {
+    let widgets = install_widget_crd(client).await;
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &widgets);
     let widget: kube::api::DynamicObject = serde_json::from_value(json!({
         "apiVersion": "test.schedule.rs/v1", "kind": "Widget",
         "metadata": {"name": "w", "labels": {"env": "dev"}}, "spec": {"replicas": 3}
     }))
     .unwrap();
     api.create(&Default::default(), &widget).await.unwrap();
+    api
+}
+
+#[tokio::test]
+async fn a_custom_kind_with_scale_sleeps_through_its_scale_subresource_and_keeps_its_record() {
+    let (client, ns) = setup("group-custom").await;
+    let n = &ns.name;
+    let api = dev_widget(&client, n).await;
     let kinds = json!(["Widget.test.schedule.rs"]);
     create_tdset(
         &client,
@@ -839,18 +931,7 @@ async fn a_group_left_for_another_form_keeps_what_it_could_not_give_back_until_i
     // An admission policy refuses api its own count back; meanwhile the TDSet takes another
     // form. The group stays in its status, and the TDSet says what it could not give back.
     let refuse = RefuseScale::new(&client, n, 3).await;
-    Api::<TDSet>::namespaced(client.clone(), n)
-        .patch(
-            "night",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {
-                "scaleTargetSelector": null,
-                "defaultReplica": 2,
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"}
-            }})),
-        )
-        .await
-        .unwrap();
+    to_another_form(&client, n, "night").await;
     let t: TDSet = object_where(
         &client,
         n,
@@ -976,6 +1057,135 @@ async fn a_workload_whose_writes_fail_does_not_hold_the_group_back_and_is_retrie
     })
     .await;
     deployment_at(&client, n, "broken", 0).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// The operator's aggregated ClusterRole (deploy/, as shipped) holds a rule for `resource`,
+/// or none (kube-controller-manager aggregates the grants).
+async fn operator_role_grants(client: &Client, resource: &str, granted: bool) {
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    eventually(GUARD, &format!("{resource} granted: {granted}"), || async {
+        let rules = roles.get("tdset-operator").await.ok()?.rules?;
+        let has = rules
+            .iter()
+            .any(|r| r.resources.iter().flatten().any(|x| x == resource));
+        (!rules.is_empty() && has == granted).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_group_left_for_another_form_is_kept_while_a_kind_it_holds_cannot_be_listed() {
+    let (client, ns) = setup("group-unlisted").await;
+    let n = &ns.name;
+    let out = kubectl(&["apply", "-k", repo_root().join("deploy").to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // What a group needs of a custom kind: list it, write its record, and its /scale.
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    let grant_name = "tdset-operator-group-widgets";
+    let grant: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": grant_name, "labels": {"schedule.rs/aggregate-to-tdset-operator": "true"}},
+        "rules": [
+            {"apiGroups": ["test.schedule.rs"], "resources": ["widgets"], "verbs": ["get", "list", "patch"]},
+            {"apiGroups": ["test.schedule.rs"], "resources": ["widgets/scale"], "verbs": ["get", "patch"]}
+        ]
+    }))
+    .unwrap();
+    // Never left behind, even by a failing run: it would grant Widgets to later tests'
+    // operators (tests/workloads.rs expects them not granted).
+    struct Withdrawn(&'static str);
+    impl Drop for Withdrawn {
+        fn drop(&mut self) {
+            let _ = kubectl(&["delete", "clusterrole", self.0, "--ignore-not-found"]);
+        }
+    }
+    let _withdrawn = Withdrawn(grant_name);
+    let give = || async {
+        roles
+            .patch(
+                grant_name,
+                &PatchParams::apply("tdset-tests").force(),
+                &Patch::Apply(&grant),
+            )
+            .await
+            .unwrap();
+        operator_role_grants(&client, "widgets", true).await;
+    };
+    let take = || async {
+        let _ = roles.delete(grant_name, &DeleteParams::default()).await;
+        operator_role_grants(&client, "widgets", false).await;
+    };
+    give().await;
+    let api = dev_widget(&client, n).await;
+    let _: Deployment = create_object(&client, n, app_deployment("other", 2)).await;
+    let kinds = json!(["Widget.test.schedule.rs"]);
+    create_tdset(
+        &client,
+        n,
+        &tdset("night", sleep_group(kinds, json!([]), 3, 600)),
+    )
+    .await;
+    let (sa_client, _) = service_account_client("tdset-system", "tdset-operator").await;
+    let op = Operator::start(&sa_client, n, clock(), None, "test");
+    // The count and the record (settled: a custom kind's record briefly also carries the
+    // value before the change).
+    let widget_at = |want: i64, record: BTreeMap<String, String>| {
+        let api = api.clone();
+        async move {
+            eventually(
+                GUARD,
+                &format!("Widget w at {want}, {record:?}"),
+                || async {
+                    let w = api.get("w").await.ok()?;
+                    (w.data.pointer("/spec/replicas") == Some(&json!(want))
+                        && annotations(&w) == record)
+                        .then_some(())
+                },
+            )
+            .await
+        }
+    };
+    widget_at(0, record("night", 3, 0)).await;
+
+    // The grant is withdrawn, then the TDSet takes another form: its Widgets cannot be listed,
+    // so it cannot know whether any still sleeps. It keeps the group and says why.
+    take().await;
+    to_another_form(&client, n, "night").await;
+    object_where(
+        &client,
+        n,
+        "night",
+        "the unlisted kind reported, the group kept",
+        |t: &TDSet| {
+            t.status.as_ref().is_some_and(|s| {
+                s.group.is_some()
+                    && s.conditions.iter().any(|c| {
+                        c.type_ == "Degraded" && c.status == "True" && c.message.contains("widgets")
+                    })
+            })
+        },
+    )
+    .await;
+    // The new form runs meanwhile; the Widget still sleeps, its record on it.
+    deployment_at(&client, n, "other", 0).await;
+    widget_at(0, record("night", 3, 0)).await;
+
+    // Granted again: the Widget gets its own count back, and the group leaves the status.
+    give().await;
+    widget_at(3, BTreeMap::new()).await;
+    object_where(
+        &client,
+        n,
+        "night",
+        "the group gone from the status",
+        |t: &TDSet| t.status.as_ref().is_some_and(|s| s.group.is_none()),
+    )
+    .await;
     op.stop().await;
     ns.cleanup().await;
 }

@@ -167,8 +167,9 @@ pub(super) async fn release_previous(
     if tdset.spec.scale_target_selector.is_none() && held_group(tdset, ctx) {
         // The group form was left: its workloads were held under its old selector, which is
         // gone, so every kind that can carry a record is looked at.
-        // Kept only for a workload that was refused its count back: a kind that cannot be
-        // listed (its CRD gone, or not granted) would keep the group for good.
+        // Kept while a workload was refused its count back, or a kind that may carry records
+        // could not be listed (not granted): until then its workloads may sleep on. A kind
+        // whose CRD is gone does not keep it (its records went with its objects).
         let release = release_group(tdset, ctx, ns, "given another form", events).await?;
         if release.stuck
             && let Some(first) = release.problems.into_iter().next()

@@ -272,11 +272,18 @@ pub(super) async fn run_controller(
         .reconcile_on({
             let affected = on_owned_deployment(&index, &hpas);
             // Watch errors are retried by the watch's own backoff; only changes trigger.
+            // Our own write coming back changes nothing we do not know: at a boundary of
+            // 10 000 it was a second reconcile of every TDSet, each writing nothing.
             deploy_stream
-                .filter_map(|d| futures::future::ready(d.ok()))
-                .inspect(move |d| {
-                    let key = OwnWrites::key(&d.namespace().unwrap_or_default(), &d.name_any());
-                    own_writes.seen(&key, d.meta().resource_version.as_deref());
+                .filter_map(move |d| {
+                    let d = d.ok().filter(|d| {
+                        let key = OwnWrites::key(&d.namespace().unwrap_or_default(), &d.name_any());
+                        let rv = d.meta().resource_version.as_deref();
+                        let echo = own_writes.is_echo(&key, rv);
+                        own_writes.seen(&key, rv);
+                        !echo
+                    });
+                    futures::future::ready(d)
                 })
                 .flat_map(move |d| futures::stream::iter(affected(d)))
         })

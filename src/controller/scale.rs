@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::schedule::Evaluation;
 use crate::status::{Missing, Notice, Observed, Problem, reason};
 use crate::workload::contest::{self, Verdict};
+use crate::workload::group;
 use crate::workload::hpa::{self, HpaView};
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::{Requests, Saved};
@@ -131,6 +132,13 @@ async fn read(
                     .map(Requests::of_template)
                     .unwrap_or_default(),
                 labels: o.metadata.labels.clone().unwrap_or_default(),
+                own_replicas: group::own_replicas(
+                    o.metadata
+                        .annotations
+                        .as_ref()
+                        .unwrap_or(&Default::default()),
+                    int("/spec/replicas").unwrap_or(1),
+                ),
             }
         }));
     }
@@ -138,7 +146,8 @@ async fn read(
         Ok(s) => ScaleView {
             uid: s.metadata.uid,
             replicas_manager: None,
-            spec_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
+            spec_replicas: s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
+            own_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
             status_replicas: s.status.map_or(0, |s| s.replicas),
             ready_replicas: None,
             requests: Requests::default(),
@@ -160,6 +169,13 @@ async fn read(
         .answer(api.get_metadata(&r.name).await)?
         .map(|o| ScaleView {
             labels: o.metadata.labels.unwrap_or_default(),
+            own_replicas: group::own_replicas(
+                o.metadata
+                    .annotations
+                    .as_ref()
+                    .unwrap_or(&Default::default()),
+                view.spec_replicas,
+            ),
             ..view
         }))
 }
@@ -271,8 +287,9 @@ pub(super) struct Record {
 /// for as long as the TDSet points at the same object. Status is the only place it is
 /// remembered, so before recording a new one the TDSet is read live: a freshly started
 /// operator may list a revision from before the status that recorded it, and would otherwise
-/// take the count it set itself for the original. `observed` is the field's value now and
-/// the object's uid.
+/// take the count it set itself for the original. `observed` is the count to take for the
+/// original if none is recorded (the field's value now, or the own count a group recorded on
+/// the object it held) and the object's uid.
 async fn target_status(
     tdset: &TDSet,
     ctx: &Context,
@@ -425,7 +442,7 @@ pub(super) async fn reconcile_scale(
         ns,
         r,
         FIELD,
-        Some((view.spec_replicas, view.uid.as_deref())),
+        Some((view.own_replicas, view.uid.as_deref())),
     )
     .await?;
     if let Some(h) = target::conflicting_hpa(r, &hpas_in(ctx, ns)) {

@@ -215,8 +215,11 @@ fn route(
         return (!listing).then_some(watcher::Event::Delete(t));
     }
     calendars.update(&t);
+    // Our own status write coming back wakes nothing; a relist wakes everything.
+    if listing || !statuses.is_echo(&t) {
+        wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
+    }
     statuses.seen(&t, false);
-    wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
     let mut t = t;
     if shard.is_none() {
         // Only a shard reads them (see `Prune for TDSet`).

@@ -308,10 +308,25 @@ impl Member {
     /// Its own count: the record's, unless someone else set the value since (a value that
     /// differs from what the record says was set), or the value now when there is no record.
     pub fn own(&self) -> Value {
-        match &self.record {
-            Some(r) if r.set(self.value) => r.own,
-            _ => self.value,
-        }
+        own_of(self.record.as_ref(), self.value)
+    }
+}
+
+fn own_of(record: Option<&Record>, value: Value) -> Value {
+    match record {
+        Some(r) if r.set(value) => r.own,
+        _ => value,
+    }
+}
+
+/// A workload's own replica count, read from its annotations and `spec.replicas`: what a
+/// `scaleTargetRef` TDSet taking it over from a group records as its original. The group's
+/// sleeping count is not the workload's own.
+pub fn own_replicas(annotations: &BTreeMap<String, String>, replicas: i32) -> i32 {
+    let value = Value::Replicas(replicas);
+    match own_of(Record::read(annotations, value).as_ref(), value) {
+        Value::Replicas(n) => n,
+        _ => replicas,
     }
 }
 

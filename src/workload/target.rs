@@ -23,6 +23,9 @@ pub struct ScaleView {
     pub requests: crate::workload::savings::Requests,
     /// The object's labels, where it was read (for the groups that may select it).
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Its own count: `spec.replicas`, unless a group's record on it (where the object was
+    /// read) says the group set that, then the own count the group recorded.
+    pub own_replicas: i32,
 }
 
 /// The replica count to write, if it differs from what the target is asked to run.
@@ -91,6 +94,7 @@ mod tests {
             replicas_manager: None,
             requests: Default::default(),
             labels: Default::default(),
+            own_replicas: 3,
         };
         assert_eq!(scale_write(3, &seen), None);
         assert_eq!(scale_write(0, &seen), Some(0));

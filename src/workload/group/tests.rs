@@ -181,6 +181,26 @@ fn taking_over_from_another_tdsets_record_keeps_its_own_count() {
 }
 
 #[test]
+fn a_scale_target_ref_taking_over_reads_the_own_count_not_the_sleeping_one() {
+    let asleep: BTreeMap<String, String> = [
+        (HELD_BY, "sleep"),
+        (OWN_REPLICAS, "6"),
+        (SCHEDULED_REPLICAS, "0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(own_replicas(&asleep, 0), 6);
+    // Set since by someone else: that is its own count now, as for a group.
+    assert_eq!(own_replicas(&asleep, 4), 4);
+    // No record, or one that cannot be read: the count it runs.
+    assert_eq!(own_replicas(&BTreeMap::new(), 2), 2);
+    let mut unreadable = asleep.clone();
+    unreadable.insert(OWN_REPLICAS.into(), "many".into());
+    assert_eq!(own_replicas(&unreadable, 0), 0);
+}
+
+#[test]
 fn a_cronjob_sleeps_at_zero_and_runs_as_its_own_at_any_other_count() {
     let suspended_by_user = cronjob("nightly", true);
     assert!(
