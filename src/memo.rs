@@ -207,6 +207,11 @@ impl OwnWrites {
         format!("{namespace}/{name}")
     }
 
+    /// The key of a `scaleTargetRef` target written through `/scale`.
+    pub fn target_key(namespace: &str, group: &str, kind: &str, name: &str) -> String {
+        format!("{namespace}/{group}/{kind}/{name}")
+    }
+
     /// A fingerprint of what is wanted (the desired object, serialised).
     pub fn fingerprint<T: serde::Serialize>(desired: &T) -> u64 {
         use std::hash::{Hash, Hasher};

@@ -59,11 +59,22 @@ fn on_target<K: Resource<DynamicType = ()>>(
     index: &TargetIndex,
     groups: &GroupIndex,
     hpas: &Store<HorizontalPodAutoscaler>,
+    own_writes: &Arc<OwnWrites>,
 ) -> impl Fn(PartialObjectMeta<K>) -> Vec<TDSetRef> + Send + Sync + 'static {
     let (index, groups, hpas) = (index.clone(), groups.clone(), hpas.clone());
+    let own_writes = own_writes.clone();
     move |o| {
         let ns = o.namespace().unwrap_or_default();
         let (group, kind) = (K::group(&()), K::kind(&()));
+        // Our own `/scale` write coming back: the TDSet that made it knows, and nobody else
+        // is concerned (a second reconcile per target at a boundary, each reading it live).
+        let key = OwnWrites::target_key(&ns, &group, &kind, &o.name_any());
+        let rv = o.metadata.resource_version.as_deref();
+        let echo = own_writes.is_echo(&key, rv);
+        own_writes.seen(&key, rv);
+        if echo {
+            return Vec::new();
+        }
         let mut out = scale::affected(&index, &hpas, &ns, &group, &kind, &o.name_any());
         let generation = o.metadata.generation;
         let key = (ns.as_str(), group.as_ref(), kind.as_ref(), o.name_any());
@@ -271,6 +282,7 @@ pub(super) async fn run_controller(
         .reconcile_on(drive_tdset_watch)
         .reconcile_on({
             let affected = on_owned_deployment(&index, &hpas);
+            let own_writes = own_writes.clone();
             // Watch errors are retried by the watch's own backoff; only changes trigger.
             // Our own write coming back changes nothing we do not know: at a boundary of
             // 10 000 it was a second reconcile of every TDSet, each writing nothing.
@@ -293,19 +305,19 @@ pub(super) async fn run_controller(
         .watches_stream(calendar_stream, on_calendar)
         .watches_stream(
             target_watch::<Deployment>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &groups, &hpas),
+            on_target(&index, &groups, &hpas, &own_writes),
         )
         .watches_stream(
             target_watch::<StatefulSet>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &groups, &hpas),
+            on_target(&index, &groups, &hpas, &own_writes),
         )
         .watches_stream(
             target_watch::<ReplicaSet>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &groups, &hpas),
+            on_target(&index, &groups, &hpas, &own_writes),
         )
         .watches_stream(
             target_watch::<CronJob>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &groups, &hpas),
+            on_target(&index, &groups, &hpas, &own_writes),
         )
         .with_config(ControllerConfig::default().concurrency(opts.concurrency))
         .trigger_backoff(api_backoff())

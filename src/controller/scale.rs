@@ -17,6 +17,7 @@ use super::discovery::Resolved;
 use super::events::{Events, record_scale};
 use crate::api::{ScaleTargetRef, TDSet, TDSetStatus, TargetStatus};
 use crate::error::{Error, Result};
+use crate::memo::OwnWrites;
 use crate::schedule::Evaluation;
 use crate::status::{Missing, Notice, Observed, Problem, reason};
 use crate::workload::contest::{self, Verdict};
@@ -218,7 +219,21 @@ pub(super) async fn write(
         subresource: "/scale",
         ns,
     };
-    Ok(request.answer(sent)?.map(|_| ()))
+    let produced = sent
+        .as_ref()
+        .ok()
+        .and_then(|s| s.metadata.resource_version.clone());
+    let answer = request.answer(sent)?;
+    if answer.is_ok() {
+        // Its echo through the target watch is then known for ours (see `on_target`).
+        let key = OwnWrites::target_key(ns, r.group(), &r.kind, &r.name);
+        ctx.own_writes.record(
+            &key,
+            u64::from(replicas.unsigned_abs()),
+            produced.as_deref(),
+        );
+    }
+    Ok(answer.map(|_| ()))
 }
 
 /// Resolves and reads a target, as one step: `Ok(Err)` is a problem to report.
