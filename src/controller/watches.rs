@@ -216,7 +216,7 @@ fn route(
     }
     calendars.update(&t);
     // Our own status write coming back wakes nothing; a relist wakes everything.
-    if listing || !statuses.is_echo(&t) {
+    if listing || !(status_only(&t) && statuses.is_echo(&t)) {
         wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
     }
     statuses.seen(&t, false);
@@ -230,6 +230,16 @@ fn route(
     } else {
         watcher::Event::Apply(t)
     })
+}
+
+/// Whether nothing but status can have changed since the status on it was computed: the spec
+/// it was computed for, and no deletion. A status apply that changes nothing is not stored,
+/// and its response carries the revision of someone else's change (a spec edit, a deletion)
+/// that came before; that revision must not pass for our write's echo.
+fn status_only(t: &TDSet) -> bool {
+    t.metadata.deletion_timestamp.is_none()
+        && t.metadata.generation.is_some()
+        && t.status.as_ref().and_then(|s| s.observed_generation) == t.metadata.generation
 }
 
 /// A watch event with its object pruned and compacted for the cache.
@@ -484,5 +494,35 @@ pub(super) fn api_for<K: Resource<Scope = kube::core::NamespaceResourceScope, Dy
     match ns {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+    use crate::api::TDSetStatus;
+    use crate::workload::owned::tests::tdset;
+
+    #[test]
+    fn only_a_tdset_whose_status_is_for_its_spec_and_not_deleted_can_be_an_echo() {
+        let mut t = tdset("web");
+        t.metadata.generation = Some(2);
+        t.status = Some(TDSetStatus {
+            observed_generation: Some(2),
+            ..TDSetStatus::default()
+        });
+        assert!(status_only(&t));
+        // A spec edit the status was not computed for.
+        t.metadata.generation = Some(3);
+        assert!(!status_only(&t));
+        t.metadata.generation = Some(2);
+        // A deletion (a metadata change only).
+        t.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(!status_only(&t));
+        t.metadata.deletion_timestamp = None;
+        t.status = None;
+        assert!(!status_only(&t));
     }
 }
