@@ -83,39 +83,29 @@ impl StatusMemo {
         written.or_else(|| tdset.status.clone())
     }
 
-    /// The TDSet cache now holds `tdset` (`None`: it was deleted). A written status the cache
-    /// has caught up with is forgotten here rather than at the TDSet's next reconcile, which
-    /// may be hours away: the memo holds only writes in flight, not a second copy of every
-    /// status.
-    pub fn seen(&self, tdset: &TDSet, deleted: bool) {
+    /// The TDSet cache now holds `tdset` (`deleted`: it was deleted). Returns whether `tdset`
+    /// is exactly what our own status write produced (the watch echoing it): a status write
+    /// changes nothing but the status, and that status is ours, so there is nothing to
+    /// reconcile. At a boundary of 10 000 TDSets each status write otherwise came back as a
+    /// reconcile that wrote nothing and kept the lane from its turn.
+    ///
+    /// A written status the cache has caught up with is forgotten here rather than at the
+    /// TDSet's next reconcile, which may be hours away: the memo holds only writes in flight,
+    /// not a second copy of every status.
+    pub fn seen(&self, tdset: &TDSet, deleted: bool) -> bool {
         let (Some(uid), Ok(mut written)) = (tdset.meta().uid.as_deref(), self.written.lock())
         else {
-            return;
-        };
-        let cached = tdset.meta().resource_version.as_deref();
-        if written.get(uid).is_some_and(|w| {
-            deleted || (w.produced.is_some() && !older(cached, w.produced.as_deref()))
-        }) {
-            written.remove(uid);
-        }
-    }
-
-    /// Whether `tdset` is exactly what our own status write produced (the watch echoing it):
-    /// a status subresource write changes nothing but the status, and that status is ours,
-    /// so there is nothing to reconcile. At a boundary of 10 000 TDSets each status write
-    /// otherwise came back as a reconcile that wrote nothing and kept the lane from its turn.
-    pub fn is_echo(&self, tdset: &TDSet) -> bool {
-        let (Some(uid), Some(rv)) = (
-            tdset.meta().uid.as_deref(),
-            tdset.meta().resource_version.as_deref(),
-        ) else {
             return false;
         };
-        self.written.lock().is_ok_and(|written| {
-            written
-                .get(uid)
-                .is_some_and(|w| w.produced.as_deref() == Some(rv))
-        })
+        let cached = tdset.meta().resource_version.as_deref();
+        let Some(w) = written.get(uid) else {
+            return false;
+        };
+        let echo = cached.is_some() && w.produced.as_deref() == cached;
+        if deleted || (w.produced.is_some() && !older(cached, w.produced.as_deref())) {
+            written.remove(uid);
+        }
+        echo
     }
 
     /// Records `status` as written at `produced` outside the lane (a shard let go of the
@@ -242,34 +232,26 @@ impl OwnWrites {
         }
     }
 
-    /// The cache now holds `key` at revision `cached`: our write it has caught up with is
-    /// forgotten (see `StatusMemo::seen`), once no reconcile can still hold a copy of the cache
-    /// read before it caught up (one read just before this event, on another thread, would
-    /// otherwise find no entry and write again).
-    pub fn seen(&self, key: &str, cached: Option<&str>) {
+    /// The cache now holds `key` at revision `cached`. Returns whether that revision is exactly
+    /// what our own write produced (the watch echoing it): a reconcile for it would find the
+    /// write in place and do nothing.
+    ///
+    /// Our write the cache has caught up with is forgotten (see `StatusMemo::seen`), once no
+    /// reconcile can still hold a copy of the cache read before it caught up (one read just
+    /// before this event, on another thread, would otherwise find no entry and write again).
+    pub fn seen(&self, key: &str, cached: Option<&str>) -> bool {
         let Ok(mut w) = self.written.lock() else {
-            return;
-        };
-        let caught_up = match (w.get(key), cached.and_then(|c| c.parse::<u64>().ok())) {
-            (Some(e), _) if e.at.elapsed() < Self::GRACE => false,
-            (Some(e), Some(c)) => c >= e.produced,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        if caught_up {
-            w.remove(key);
-        }
-    }
-
-    /// Whether revision `rv` of `key` is exactly what our own write produced (the watch
-    /// echoing it): a reconcile for it would find the write in place and do nothing.
-    pub fn is_echo(&self, key: &str, rv: Option<&str>) -> bool {
-        let Some(rv) = rv.and_then(|r| r.parse::<u64>().ok()) else {
             return false;
         };
-        self.written
-            .lock()
-            .is_ok_and(|w| w.get(key).is_some_and(|e| e.produced == rv))
+        let Some(e) = w.get(key) else {
+            return false;
+        };
+        let cached = cached.and_then(|c| c.parse::<u64>().ok());
+        let echo = cached == Some(e.produced);
+        if e.at.elapsed() >= Self::GRACE && cached.is_none_or(|c| c >= e.produced) {
+            w.remove(key);
+        }
+        echo
     }
 
     /// Whether our write of exactly `desired` is newer than the cached revision `cached`.
@@ -339,16 +321,17 @@ mod tests {
         };
         memo.queued(&at("1", None), Arc::new(ours.clone()));
         // Queued, not written: no revision of it is ours yet.
-        assert!(!memo.is_echo(&at("1", None)));
+        assert!(!memo.seen(&at("1", None), false));
         memo.written(UID, &ours, Some("3".into()));
-        assert!(memo.is_echo(&at("3", Some(ours.clone()))));
-        // Before it (someone else's write) and after it (a later change): not an echo.
-        assert!(!memo.is_echo(&at("2", None)));
-        assert!(!memo.is_echo(&at("4", Some(ours.clone()))));
+        // Before it (someone else's write): not an echo.
+        assert!(!memo.seen(&at("2", None), false));
         // A TDSet of another uid at the same revision is not ours.
-        let mut other = at("3", Some(ours));
+        let mut other = at("3", Some(ours.clone()));
         other.metadata.uid = Some("other".into());
-        assert!(!memo.is_echo(&other));
+        assert!(!memo.seen(&other, false));
+        assert!(memo.seen(&at("3", Some(ours.clone())), false));
+        // Caught up: forgotten, so a later change at another revision is not an echo either.
+        assert!(!memo.seen(&at("4", Some(ours)), false));
     }
 
     #[test]
@@ -379,14 +362,14 @@ mod tests {
     fn only_the_revision_our_own_write_produced_is_its_echo() {
         let w = OwnWrites::default();
         let want = OwnWrites::fingerprint(&serde_json::json!({"replicas": 4}));
-        assert!(!w.is_echo("ns/web", Some("12")));
+        assert!(!w.seen("ns/web", Some("12")));
         w.record("ns/web", want, Some("12"));
-        assert!(w.is_echo("ns/web", Some("12")));
+        assert!(w.seen("ns/web", Some("12")));
         // Someone else's change after ours, a revision that is not a number, another object.
-        assert!(!w.is_echo("ns/web", Some("13")));
-        assert!(!w.is_echo("ns/web", Some("x")));
-        assert!(!w.is_echo("ns/web", None));
-        assert!(!w.is_echo("ns/api", Some("12")));
+        assert!(!w.seen("ns/web", Some("13")));
+        assert!(!w.seen("ns/web", Some("x")));
+        assert!(!w.seen("ns/web", None));
+        assert!(!w.seen("ns/api", Some("12")));
     }
 
     #[test]

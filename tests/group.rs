@@ -40,6 +40,12 @@ fn sleep_group(kinds: Value, exclude: Value, from: i64, to: i64) -> Value {
     })
 }
 
+/// Creates `sleep_group` TDSet `name` over the namespace's `env: dev` Deployments.
+async fn create_deployment_group(client: &Client, ns: &str, name: &str, from: i64, to: i64) {
+    let spec = sleep_group(json!(["Deployment"]), json!([]), from, to);
+    create_tdset(client, ns, &tdset(name, spec)).await;
+}
+
 fn labelled(mut object: Value, env: &str) -> Value {
     object["metadata"]["labels"]["env"] = json!(env);
     object
@@ -272,15 +278,7 @@ async fn joining_leaving_and_someone_elses_change_during_the_night_then_deletion
     let n = &ns.name;
     let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
     let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 2), "dev")).await;
-    create_tdset(
-        &client,
-        n,
-        &tdset(
-            "night",
-            sleep_group(json!(["Deployment"]), json!([]), 3, 3600),
-        ),
-    )
-    .await;
+    create_deployment_group(&client, n, "night", 3, 3600).await;
     let op = Operator::start(&client, n, clock(), None, "test");
     deployment_at(&client, n, "api", 0).await;
     deployment_at(&client, n, "web", 0).await;
@@ -349,15 +347,7 @@ async fn an_operator_killed_mid_boundary_loses_no_own_count() {
         let _: Deployment =
             create_object(&client, n, labelled(app_deployment(name, *count), "dev")).await;
     }
-    create_tdset(
-        &client,
-        n,
-        &tdset(
-            "night",
-            sleep_group(json!(["Deployment"]), json!([]), 4, 3600),
-        ),
-    )
-    .await;
+    create_deployment_group(&client, n, "night", 4, 3600).await;
     let op = Operator::start(&client, n, clock(), None, "first");
     // Killed as soon as the first workload is asleep, with the others still being written.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), n);
@@ -606,15 +596,7 @@ async fn a_scale_target_ref_yields_to_an_older_group_and_takes_over_when_it_goes
     let (client, ns) = setup("group-ref").await;
     let n = &ns.name;
     let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
-    create_tdset(
-        &client,
-        n,
-        &tdset(
-            "group",
-            sleep_group(json!(["Deployment"]), json!([]), 2, 3600),
-        ),
-    )
-    .await;
+    create_deployment_group(&client, n, "group", 2, 3600).await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let single = json!({
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
@@ -659,15 +641,7 @@ async fn an_older_scale_target_ref_taking_a_sleeping_workload_over_records_its_o
     // The older claim, pointing elsewhere at first.
     create_tdset(&client, n, &tdset("single", single("other"))).await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    create_tdset(
-        &client,
-        n,
-        &tdset(
-            "group",
-            sleep_group(json!(["Deployment"]), json!([]), 2, 3600),
-        ),
-    )
-    .await;
+    create_deployment_group(&client, n, "group", 2, 3600).await;
     let op = Operator::start(&client, n, clock(), None, "test");
     let api = deployment_at(&client, n, "api", 0).await;
     assert_eq!(annotations(&api), record("group", 3, 0));
@@ -916,15 +890,7 @@ async fn a_group_left_for_another_form_keeps_what_it_could_not_give_back_until_i
     let n = &ns.name;
     let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
     let _: Deployment = create_object(&client, n, app_deployment("other", 2)).await;
-    create_tdset(
-        &client,
-        n,
-        &tdset(
-            "night",
-            sleep_group(json!(["Deployment"]), json!([]), 3, 600),
-        ),
-    )
-    .await;
+    create_deployment_group(&client, n, "night", 3, 600).await;
     let op = Operator::start(&client, n, clock(), None, "test");
     deployment_at(&client, n, "api", 0).await;
 
@@ -996,15 +962,7 @@ async fn a_workload_whose_writes_fail_does_not_hold_the_group_back_and_is_retrie
     let mut broken = labelled(app_deployment("broken", 2), "dev");
     broken["metadata"]["labels"]["webhook"] = json!("down");
     let _: Deployment = create_object(&client, n, broken).await;
-    create_tdset(
-        &client,
-        n,
-        &tdset(
-            "night",
-            sleep_group(json!(["Deployment"]), json!([]), 3, 600),
-        ),
-    )
-    .await;
+    create_deployment_group(&client, n, "night", 3, 600).await;
     let op = Operator::start(&client, n, clock(), None, "test");
 
     deployment_at(&client, n, "ok", 0).await;

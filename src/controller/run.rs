@@ -69,10 +69,7 @@ fn on_target<K: Resource<DynamicType = ()>>(
         // Our own `/scale` write coming back: the TDSet that made it knows, and nobody else
         // is concerned (a second reconcile per target at a boundary, each reading it live).
         let key = OwnWrites::target_key(&ns, &group, &kind, &o.name_any());
-        let rv = o.metadata.resource_version.as_deref();
-        let echo = own_writes.is_echo(&key, rv);
-        own_writes.seen(&key, rv);
-        if echo {
+        if own_writes.seen(&key, o.metadata.resource_version.as_deref()) {
             return Vec::new();
         }
         let mut out = scale::affected(&index, &hpas, &ns, &group, &kind, &o.name_any());
@@ -290,10 +287,7 @@ pub(super) async fn run_controller(
                 .filter_map(move |d| {
                     let d = d.ok().filter(|d| {
                         let key = OwnWrites::key(&d.namespace().unwrap_or_default(), &d.name_any());
-                        let rv = d.meta().resource_version.as_deref();
-                        let echo = own_writes.is_echo(&key, rv);
-                        own_writes.seen(&key, rv);
-                        !echo
+                        !own_writes.seen(&key, d.meta().resource_version.as_deref())
                     });
                     futures::future::ready(d)
                 })

@@ -134,10 +134,7 @@ async fn read(
                     .unwrap_or_default(),
                 labels: o.metadata.labels.clone().unwrap_or_default(),
                 own_replicas: group::own_replicas(
-                    o.metadata
-                        .annotations
-                        .as_ref()
-                        .unwrap_or(&Default::default()),
+                    o.annotations(),
                     int("/spec/replicas").unwrap_or(1),
                 ),
             }
@@ -147,6 +144,8 @@ async fn read(
         Ok(s) => ScaleView {
             uid: s.metadata.uid,
             replicas_manager: None,
+            // `/scale` has no annotations: a group's record on the object is read below, where
+            // a group may hold it.
             spec_replicas: s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
             own_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
             status_replicas: s.status.map_or(0, |s| s.replicas),
@@ -169,14 +168,8 @@ async fn read(
     Ok(request("")
         .answer(api.get_metadata(&r.name).await)?
         .map(|o| ScaleView {
+            own_replicas: group::own_replicas(o.annotations(), view.spec_replicas),
             labels: o.metadata.labels.unwrap_or_default(),
-            own_replicas: group::own_replicas(
-                o.metadata
-                    .annotations
-                    .as_ref()
-                    .unwrap_or(&Default::default()),
-                view.spec_replicas,
-            ),
             ..view
         }))
 }
@@ -227,11 +220,8 @@ pub(super) async fn write(
     if answer.is_ok() {
         // Its echo through the target watch is then known for ours (see `on_target`).
         let key = OwnWrites::target_key(ns, r.group(), &r.kind, &r.name);
-        ctx.own_writes.record(
-            &key,
-            u64::from(replicas.unsigned_abs()),
-            produced.as_deref(),
-        );
+        ctx.own_writes
+            .record(&key, OwnWrites::fingerprint(&replicas), produced.as_deref());
     }
     Ok(answer.map(|_| ()))
 }

@@ -216,10 +216,10 @@ fn route(
     }
     calendars.update(&t);
     // Our own status write coming back wakes nothing; a relist wakes everything.
-    if listing || !(status_only(&t) && statuses.is_echo(&t)) {
+    let echo = statuses.seen(&t, false);
+    if listing || !(echo && status_only(&t)) {
         wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
     }
-    statuses.seen(&t, false);
     let mut t = t;
     if shard.is_none() {
         // Only a shard reads them (see `Prune for TDSet`).
