@@ -679,6 +679,17 @@ impl Bench {
                 Snapshot::take(&probes, &client, &logs).await
             })
         };
+        // Every status at the new count, watched from before the boundary: a list of N TDSets
+        // taken once the scale phase ends would load the API server in the phase it measures.
+        let statuses_at_new_count = tokio::spawn(all_where(
+            Api::<TDSet>::namespaced(self.client.clone(), &ns.name),
+            n,
+            |t: &TDSet| {
+                t.status
+                    .as_ref()
+                    .is_some_and(|s| s.desired_replicas == Some(3))
+            },
+        ));
         let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
         let (seen, before) = watch_replicas(
             deploys.clone(),
@@ -709,7 +720,7 @@ impl Bench {
                 }),
             )
         });
-        self.converged_status(&ns.name, n, 3).await;
+        statuses_at_new_count.await.unwrap();
         let bookkeeping = statuses.elapsed();
         let statused = Snapshot::take(&probes, &self.client, &self.logs).await;
         let at_boundary = at_boundary.await.unwrap();

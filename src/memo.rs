@@ -191,6 +191,9 @@ impl OwnWrites {
     /// How long an entry outlives the watch catching up with it: longer than any reconcile
     /// takes from reading the cache to asking `in_place`.
     const GRACE: Duration = Duration::from_secs(10);
+    /// Kept even when full: a watch delivers a write seconds after it, not a minute; an entry
+    /// forgotten too early costs one repeated write, never a lost one.
+    const RECENT: Duration = Duration::from_secs(60);
 
     /// The key of an owned object: the same for the write and for the watch that sees it.
     pub fn key(namespace: &str, name: &str) -> String {
@@ -217,8 +220,13 @@ impl OwnWrites {
         else {
             return;
         };
-        if w.len() >= Self::MAX {
-            w.retain(|_, e| e.at.elapsed() < Self::MAX_AGE);
+        // Full: forget the oldest writes first. Ramps at 10 000 TDSets, or owned Deployments
+        // and `scaleTargetRef` targets together, write more than `MAX` within `MAX_AGE`; a
+        // new write's entry matters more than one whose echo is long past.
+        for age in [Self::MAX_AGE, Self::RECENT] {
+            if w.len() >= Self::MAX {
+                w.retain(|_, e| e.at.elapsed() < age);
+            }
         }
         if w.len() < Self::MAX || w.contains_key(key) {
             w.insert(
@@ -370,6 +378,29 @@ mod tests {
         assert!(!w.seen("ns/web", Some("x")));
         assert!(!w.seen("ns/web", None));
         assert!(!w.seen("ns/api", Some("12")));
+    }
+
+    #[test]
+    fn a_full_record_of_own_writes_makes_room_for_a_new_one() {
+        let w = OwnWrites::default();
+        let want = OwnWrites::fingerprint(&serde_json::json!({"replicas": 4}));
+        let two_minutes_ago = Instant::now()
+            .checked_sub(Duration::from_secs(120))
+            .expect("the clock is past two minutes");
+        if let Ok(mut m) = w.written.lock() {
+            for i in 0..OwnWrites::MAX {
+                let e = OwnWrite {
+                    produced: 1,
+                    desired: want,
+                    at: two_minutes_ago,
+                };
+                m.insert(format!("ns/old-{i}"), e);
+            }
+        }
+        // Ramps of many TDSets: more writes within `MAX_AGE` than the record holds.
+        w.record("ns/web", want, Some("12"));
+        assert!(w.in_place("ns/web", want, Some("10")));
+        assert!(w.written.lock().map(|m| m.len()).unwrap_or(0) < OwnWrites::MAX);
     }
 
     #[test]

@@ -325,11 +325,7 @@ async fn joining_leaving_and_someone_elses_change_during_the_night_then_deletion
     .await;
 
     // Deleted during the night: every workload it holds gets its true own count back.
-    Api::<TDSet>::namespaced(client.clone(), n)
-        .delete("night", &DeleteParams::default())
-        .await
-        .expect("deleting the TDSet");
-    tdset_gone(&client, n, "night").await;
+    delete_tdset_and_wait(&client, n, "night").await;
     for (name, own) in [("web", 7), ("late", 4), ("api", 3)] {
         let d = deployment_at(&client, n, name, own).await;
         assert!(annotations(&d).is_empty(), "{name}: {:?}", annotations(&d));
@@ -375,11 +371,7 @@ async fn an_operator_killed_mid_boundary_loses_no_own_count() {
     for (name, _) in &own {
         deployment_at(&client, n, name, 0).await;
     }
-    Api::<TDSet>::namespaced(client.clone(), n)
-        .delete("night", &DeleteParams::default())
-        .await
-        .expect("deleting the TDSet");
-    tdset_gone(&client, n, "night").await;
+    delete_tdset_and_wait(&client, n, "night").await;
     for (name, count) in &own {
         let d = deployment_at(&client, n, name, *count).await;
         assert!(annotations(&d).is_empty(), "{name}");
@@ -436,11 +428,7 @@ async fn overlapping_groups_have_one_holder_and_deleting_it_hands_the_workload_o
     )
     .await;
     assert_eq!(replicas(&api), Some(1));
-    Api::<TDSet>::namespaced(client.clone(), n)
-        .delete("b-younger", &DeleteParams::default())
-        .await
-        .expect("deleting the other");
-    tdset_gone(&client, n, "b-younger").await;
+    delete_tdset_and_wait(&client, n, "b-younger").await;
     deployment_at(&client, n, "api", 3).await;
     op.stop().await;
     ns.cleanup().await;
@@ -615,11 +603,7 @@ async fn a_scale_target_ref_yields_to_an_older_group_and_takes_over_when_it_goes
         record("group", 3, 0)
     );
 
-    Api::<TDSet>::namespaced(client.clone(), n)
-        .delete("group", &DeleteParams::default())
-        .await
-        .expect("deleting the group");
-    tdset_gone(&client, n, "group").await;
+    delete_tdset_and_wait(&client, n, "group").await;
     let api = deployment_at(&client, n, "api", 2).await;
     assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
     op.stop().await;
@@ -657,32 +641,52 @@ async fn an_older_scale_target_ref_taking_a_sleeping_workload_over_records_its_o
         .await
         .expect("pointing the older TDSet at the sleeping workload");
     deployment_at(&client, n, "api", 2).await;
-    let t = object_where(
-        &client,
-        n,
-        "single",
-        "its original recorded",
-        |t: &TDSet| {
-            t.status
-                .as_ref()
-                .and_then(|s| s.target.as_ref())
-                .is_some_and(|t| t.name == "api" && t.original_replicas.is_some())
-        },
-    )
-    .await;
-    let target = t.status.unwrap().target.unwrap();
-    assert_eq!(target.original_replicas, Some(3), "{target:?}");
+    assert_eq!(original_recorded(&client, n, "single", "api").await, 3);
     tdset_with_reason(&client, n, "group", "Degraded", "ConflictingTDSet").await;
 
     // Both go, the group first: the workload ends at its own count, not asleep.
     for name in ["group", "single"] {
-        Api::<TDSet>::namespaced(client.clone(), n)
-            .delete(name, &DeleteParams::default())
-            .await
-            .expect("deleting a TDSet");
-        tdset_gone(&client, n, name).await;
+        delete_tdset_and_wait(&client, n, name).await;
     }
     let api = deployment_at(&client, n, "api", 3).await;
+    assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_older_group_taking_a_workload_from_a_younger_scale_target_ref_records_its_own_count() {
+    let (client, ns) = setup("group-takes").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, app_deployment("api", 3)).await;
+    // The older claim, a group that does not select api yet.
+    create_deployment_group(&client, n, "group", 2, 3600).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let single = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+        "schedulingConfig": [], "defaultReplica": 2, "intervalMint": 60, "onDelete": "Restore"
+    });
+    create_tdset(&client, n, &tdset("single", single)).await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+    deployment_at(&client, n, "api", 2).await;
+
+    // api joins the group: the older claim holds it, and the own count it records is api's 3
+    // (what the younger TDSet recorded), not the 2 that TDSet set.
+    Api::<Deployment>::namespaced(client.clone(), n)
+        .patch(
+            "api",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"env": "dev"}}})),
+        )
+        .await
+        .expect("labelling api into the group");
+    let api = deployment_at(&client, n, "api", 0).await;
+    assert_eq!(annotations(&api), record("group", 3, 0));
+    tdset_with_reason(&client, n, "single", "Degraded", "ConflictingTDSet").await;
+
+    // The group goes: api is given its own 3 back, and the younger TDSet takes it over again.
+    delete_tdset_and_wait(&client, n, "group").await;
+    let api = deployment_at(&client, n, "api", 2).await;
     assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
     op.stop().await;
     ns.cleanup().await;
@@ -786,6 +790,49 @@ async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_
     assert!(!keda.contains(&"tdset-operator".to_string()), "{keda:?}");
     op.stop().await;
     ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_scale_target_ref_on_an_hpa_a_group_holds_records_its_own_floor() {
+    let (client, ns) = setup("group-hpa-ref").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("auto", 2), "dev")).await;
+    let _: HorizontalPodAutoscaler = create_object(&client, n, hpa("auto", "auto")).await;
+    let mut spec = sleep_group(json!(["Deployment"]), json!([]), 2, 3600);
+    spec["overrides"][0]["replica"] = json!(4);
+    create_tdset(&client, n, &tdset("busy", spec)).await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+    let floor = |want: i32| {
+        move |h: &HorizontalPodAutoscaler| {
+            h.spec.as_ref().and_then(|s| s.min_replicas) == Some(want)
+        }
+    };
+    object_where(&client, n, "auto", "the group's floor of 4", floor(4)).await;
+
+    // A TDSet that schedules the HPA itself holds it; the floor it records as the HPA's own is
+    // 2, from the group's record, not the group's 4.
+    let single = json!({
+        "scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "auto"},
+        "schedulingConfig": [], "defaultReplica": 3, "intervalMint": 60, "onDelete": "Restore"
+    });
+    create_tdset(&client, n, &tdset("single", single)).await;
+    object_where(&client, n, "auto", "the TDSet's floor of 3", floor(3)).await;
+    assert_eq!(original_recorded(&client, n, "single", "auto").await, 2);
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// The original count TDSet `name` records for its target `target`, once it records one.
+async fn original_recorded(client: &Client, ns: &str, name: &str, target: &str) -> i32 {
+    let recorded = |t: &TDSet| {
+        let recorded = t.status.as_ref()?.target.as_ref()?;
+        (recorded.name == target).then_some(recorded.original_replicas)?
+    };
+    let t = object_where(client, ns, name, "its original recorded", |t: &TDSet| {
+        recorded(t).is_some()
+    })
+    .await;
+    recorded(&t).unwrap_or_default()
 }
 
 /// TDSet `name` leaves the group form: it now scales Deployment `other` (to 2 by default).
@@ -913,6 +960,15 @@ async fn a_group_left_for_another_form_keeps_what_it_could_not_give_back_until_i
         },
     )
     .await;
+    // Its finalizer stays while it holds the group (its new form alone would not keep one):
+    // a deletion now would still give api back.
+    assert!(
+        t.finalizers()
+            .iter()
+            .any(|f| f == "schedule.rs/restore-target"),
+        "{:?}",
+        t.finalizers()
+    );
     assert!(t.status.unwrap().group.is_some());
     let api = deployment_at(&client, n, "api", 0).await;
     assert_eq!(annotations(&api)["schedule.rs/own-replicas"], "3");

@@ -216,6 +216,130 @@ async fn two_tdsets_on_one_deployment_the_older_holds_it_and_hands_it_over_when_
 }
 
 #[tokio::test]
+async fn a_younger_claim_takes_a_retargeted_workload_over_only_once_it_has_its_own_count_back() {
+    let (client, ns) = setup("hard-handover").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, app_deployment("other", 1)).await;
+    let _: Deployment = create_object(&client, n, app_deployment("web", 1)).await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    let restoring = |replicas, default| {
+        let mut spec = at_noon(deployment_ref("web"), replicas, default);
+        spec["onDelete"] = json!("Restore");
+        spec
+    };
+    create_tdset(&client, n, &tdset("older", restoring(4, 1))).await;
+    deployment_at(&client, n, "web", 4).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create_tdset(&client, n, &tdset("younger", restoring(2, 2))).await;
+    degraded_for(&client, n, "younger", "ConflictingTDSet").await;
+    // The older one is pointed elsewhere, and cannot give web its 1 back for now.
+    let refuse = RefuseScale::new(&client, n, 1).await;
+    let errors = || op.counter("tdset_reconcile_errors_total");
+    let before = errors();
+    tdsets(&client, n)
+        .patch(
+            "older",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "other"}}})),
+        )
+        .await
+        .unwrap();
+    eventually(GUARD, "the older one's restore refused", || async {
+        (errors() > before).then_some(())
+    })
+    .await;
+    // Until it is given back, web is still the older one's: the younger records nothing of
+    // it (it would take the 4 the older one set for web's own count) and writes nothing.
+    let changes = spec_changes_over(&client, n, "web", Duration::from_secs(5)).await;
+    assert_eq!(
+        changes, 0,
+        "web was written while its holder had not let go"
+    );
+    let younger = tdsets(&client, n).get("younger").await.unwrap();
+    let recorded = younger.status.and_then(|s| s.target);
+    assert!(
+        recorded
+            .as_ref()
+            .is_none_or(|t| t.original_replicas.is_none()),
+        "the younger recorded {recorded:?} before web had its count back"
+    );
+    refuse.lift().await;
+    deployment_at(&client, n, "other", 4).await;
+    deployment_at(&client, n, "web", 2).await;
+    // web's own count, 1, is what the younger gives back.
+    delete_tdset(&client, n, "younger").await;
+    tdset_gone(&client, n, "younger").await;
+    deployment_at(&client, n, "web", 1).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_tdset_retargeted_onto_a_held_workload_lets_its_old_one_go_for_good() {
+    let (client, ns) = setup("hard-letgo").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, app_deployment("other", 1)).await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(
+        &client,
+        n,
+        &tdset("first", at_noon(deployment_ref("other"), 3, 1)),
+    )
+    .await;
+    deployment_at(&client, n, "other", 3).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let _: Deployment = create_object(&client, n, app_deployment("web", 1)).await;
+    let mut second = at_noon(deployment_ref("web"), 4, 1);
+    second["onDelete"] = json!("Restore");
+    create_tdset(&client, n, &tdset("second", second)).await;
+    deployment_at(&client, n, "web", 4).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create_tdset(
+        &client,
+        n,
+        &tdset("third", at_noon(deployment_ref("web"), 2, 2)),
+    )
+    .await;
+    degraded_for(&client, n, "third", "ConflictingTDSet").await;
+    // "second" moves onto what "first" holds: it gives web its 1 back, and "third" takes web
+    // over.
+    tdsets(&client, n)
+        .patch(
+            "second",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "other"}}})),
+        )
+        .await
+        .unwrap();
+    degraded_for(&client, n, "second", "ConflictingTDSet").await;
+    deployment_at(&client, n, "web", 2).await;
+    let third = tdsets(&client, n).get("third").await.unwrap();
+    let original = third.status.and_then(|s| s.target?.original_replicas);
+    assert_eq!(original, Some(1), "third recorded web's own count");
+    // Whatever wakes "second" now (a change of the workload it names), web is not its any more:
+    // it is never given back again over its new holder.
+    deployments(&client, n)
+        .patch(
+            "other",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"touched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    let changes = spec_changes_over(&client, n, "web", Duration::from_secs(10)).await;
+    assert_eq!(
+        changes, 0,
+        "web was written {changes} times after the hand-over"
+    );
+    assert_eq!(
+        replicas(&deployments(&client, n).get("web").await.unwrap()),
+        Some(2)
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
 async fn a_target_another_tdset_runs_is_left_to_it() {
     let (client, ns) = setup("hard-owned").await;
     let op = Operator::start(&client, &ns.name, noon(), None, "test");

@@ -67,15 +67,21 @@ pub(super) fn held_by_group(
     )))
 }
 
-/// The outcome for a target another TDSet holds: nothing read or written, and the target
-/// this TDSet recorded before (if any) kept as it was.
+/// The outcome for a target another TDSet holds: nothing read or written, and what this
+/// TDSet recorded of that same target before (its original count, if it held it once) kept as
+/// it was. A record of another target is not kept: it was let go of before (see
+/// `release_previous`), and keeping it would let it go again, over its new holder's writes.
 pub(super) fn held_outcome(
     tdset: &TDSet,
     ctx: &Context,
     p: Problem,
     r: &ScaleTargetRef,
 ) -> Outcome {
-    let recorded = ctx.statuses.current(tdset).and_then(|s| s.target);
+    let recorded = ctx
+        .statuses
+        .current(tdset)
+        .and_then(|s| s.target)
+        .filter(|t| t.api_version == r.api_version && t.kind == r.kind && t.name == r.name);
     let mut out = problem_outcome(p, r, TargetStatus::default());
     out.target = recorded;
     out

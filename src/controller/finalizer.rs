@@ -112,8 +112,11 @@ async fn set_finalizer(tdset: &TDSet, ctx: &Context, ns: &str, present: bool) ->
 }
 
 /// Adds the finalizer when `onDelete: Restore` asks for it, removes it when it no longer does.
+/// A group left for another form keeps it while its status still holds the group (not every
+/// workload had its own count back): a deletion then still gives them back.
 pub(super) async fn ensure(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
-    let (want, have) = (wants_finalizer(tdset), has_finalizer(tdset));
+    let want = wants_finalizer(tdset) || held_group(tdset, ctx);
+    let have = has_finalizer(tdset);
     if want != have {
         set_finalizer(tdset, ctx, ns, want).await?;
     }

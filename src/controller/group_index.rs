@@ -77,6 +77,11 @@ impl GroupIndex {
     /// Records (or forgets, when it has no group form) the TDSet's group; returns the other
     /// groups of its namespace, whose holdings may have changed hands.
     pub fn update(&self, tdset: &TDSet) -> Vec<TDSetRef> {
+        self.update_changed(tdset).1
+    }
+
+    /// `update`, and whether the TDSet's group changed (came, went, or selects otherwise).
+    pub fn update_changed(&self, tdset: &TDSet) -> (bool, Vec<TDSetRef>) {
         let ns = tdset.namespace().unwrap_or_default();
         let entry = tdset
             .spec
@@ -88,7 +93,7 @@ impl GroupIndex {
                 exclude: s.exclude.iter().cloned().collect(),
             });
         let Ok(mut index) = self.groups.write() else {
-            return vec![];
+            return (false, vec![]);
         };
         let groups = index.entry(ns.clone()).or_default();
         let claim = claim_of(tdset);
@@ -122,7 +127,15 @@ impl GroupIndex {
         if groups.is_empty() {
             index.remove(&ns);
         }
-        others
+        (changed, others)
+    }
+
+    /// The group TDSets of a namespace.
+    pub fn refs_in_namespace(&self, ns: &str) -> Vec<TDSetRef> {
+        self.in_namespace(ns)
+            .into_iter()
+            .map(|((_, name), _)| tdset_ref_named(ns, &name))
+            .collect()
     }
 
     /// Forgets the TDSet; returns the other groups of its namespace.

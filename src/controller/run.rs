@@ -68,6 +68,8 @@ fn on_target<K: Resource<DynamicType = ()>>(
         let (group, kind) = (K::group(&()), K::kind(&()));
         // Our own `/scale` write coming back: the TDSet that made it knows, and nobody else
         // is concerned (a second reconcile per target at a boundary, each reading it live).
+        // Also after a relist: an object still at the revision we produced has not changed
+        // since we wrote it, so the watch missed nothing of it.
         let key = OwnWrites::target_key(&ns, &group, &kind, &o.name_any());
         if own_writes.seen(&key, o.metadata.resource_version.as_deref()) {
             return Vec::new();
@@ -282,7 +284,8 @@ pub(super) async fn run_controller(
             let own_writes = own_writes.clone();
             // Watch errors are retried by the watch's own backoff; only changes trigger.
             // Our own write coming back changes nothing we do not know: at a boundary of
-            // 10 000 it was a second reconcile of every TDSet, each writing nothing.
+            // 10 000 it was a second reconcile of every TDSet, each writing nothing. A relist
+            // showing that revision is skipped too: nothing changed since our write.
             deploy_stream
                 .filter_map(move |d| {
                     let d = d.ok().filter(|d| {

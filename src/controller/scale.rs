@@ -278,6 +278,7 @@ pub(super) fn hpa_view(h: &HorizontalPodAutoscaler) -> Option<HpaView> {
             name: spec.scale_target_ref.name.clone(),
         },
         current_replicas: h.status.as_ref().and_then(|s| s.current_replicas),
+        own_min: group::own_floor(h.annotations(), spec.min_replicas.unwrap_or(1)),
     })
 }
 
@@ -348,6 +349,8 @@ async fn target_status(
             },
             durable: false,
         },
+        // Taken over from another TDSet (a younger claim that held it until this one came):
+        // the value now is that one's count, its record says the object's own.
         (None, None) => Record {
             status: TargetStatus {
                 api_version: r.api_version.clone(),
@@ -355,7 +358,14 @@ async fn target_status(
                 name: r.name.clone(),
                 uid: uid.map(String::from),
                 field: field.into(),
-                original_replicas: observed.map(|(count, _)| count),
+                original_replicas: uid
+                    .and_then(|uid| {
+                        let key = (ns, r.group(), r.kind.as_str(), r.name.as_str());
+                        ctx.index
+                            .original_elsewhere(key, uid, &tdset.name_any())
+                            .map(|(_, original)| original)
+                    })
+                    .or(observed.map(|(count, _)| count)),
             },
             durable: false,
         },
@@ -602,8 +612,9 @@ pub(super) async fn reconcile_hpa(
             ));
         }
     };
-    let mut record =
-        target_status(tdset, ctx, ns, r, FIELD, Some((hpa.min(), uid.as_deref()))).await?;
+    // A group's floor on it is not its own (see `group::own_floor`).
+    let observed = Some((hpa.own_min, uid.as_deref()));
+    let mut record = target_status(tdset, ctx, ns, r, FIELD, observed).await?;
     // The HPA's own target, read for its count: a floor of 0 is the target asleep.
     let workload_ref = hpa.target.clone();
     let (res, mut target_replicas, unreadable, requests) =

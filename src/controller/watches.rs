@@ -172,8 +172,18 @@ fn route(
             (t, true)
         }
         watcher::Event::Delete(t) => {
-            for other in index.remove(&t).into_iter().chain(groups.remove(&t)) {
-                wake(&other);
+            let ns = t.namespace().unwrap_or_default();
+            let mut woken = index.remove(&t);
+            woken.extend(groups.remove(&t));
+            // What it held may go to a TDSet of the other form (see below).
+            if t.spec.scale_target_selector.is_some() {
+                woken.extend(index.in_namespace(&ns));
+            }
+            if t.spec.scale_target_ref.is_some() {
+                woken.extend(groups.refs_in_namespace(&ns));
+            }
+            for other in &woken {
+                wake(other);
             }
             calendars.remove(&t);
             statuses.seen(&t, true);
@@ -202,9 +212,22 @@ fn route(
             return Some(event);
         }
     };
-    // A claim that moved may hand its old target to another TDSet, or take one.
-    for other in index.update(&t).into_iter().chain(groups.update(&t)) {
-        wake(&other);
+    // A claim that moved may hand its old target to another TDSet, or take one. Groups and
+    // scaleTargetRefs of a namespace may hold each other's workloads: a scaleTargetRef that
+    // moved wakes its namespace's groups, a group that changed its namespace's TDSets with a
+    // target.
+    let ns = t.namespace().unwrap_or_default();
+    let (moved, mut woken) = index.update_moved(&t);
+    let (regrouped, others) = groups.update_changed(&t);
+    woken.extend(others);
+    if moved {
+        woken.extend(groups.refs_in_namespace(&ns));
+    }
+    if regrouped {
+        woken.extend(index.in_namespace(&ns));
+    }
+    for other in woken.iter().filter(|r| r.name != t.name_any()) {
+        wake(other);
     }
     if let Some(s) = shard.as_ref().filter(|s| !s.owns(&t)) {
         calendars.remove(&t);
@@ -271,38 +294,159 @@ type Claim = (String, String);
 #[derive(Default)]
 struct Index {
     by_target: HashMap<TargetKey, BTreeSet<Claim>>,
-    by_tdset: HashMap<TDSetRef, (TargetKey, Claim)>,
+    by_tdset: HashMap<TDSetRef, Claims>,
+}
+
+/// What one TDSet claims, and the original count its status records.
+#[derive(PartialEq)]
+struct Claims {
+    keys: Vec<TargetKey>,
+    claim: Claim,
+    recorded: Option<Recorded>,
+}
+
+/// The count a TDSet's status records as its target's own (`originalReplicas`), and of which
+/// object (uid).
+#[derive(PartialEq)]
+struct Recorded {
+    key: TargetKey,
+    uid: String,
+    original: i32,
+}
+
+fn recorded(tdset: &TDSet) -> Option<Recorded> {
+    let t = tdset.status.as_ref()?.target.as_ref()?;
+    let group = t.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    Some(Recorded {
+        key: (
+            tdset.namespace().unwrap_or_default(),
+            group.to_string(),
+            t.kind.clone(),
+            t.name.clone(),
+        ),
+        uid: t.uid.clone()?,
+        original: t.original_replicas?,
+    })
+}
+
+/// What a TDSet claims: the target its spec names, and the one its status still records. The
+/// latter differs only while a retargeted TDSet has not yet let go of its old target (given
+/// its count back): until its status names the new one, nobody else takes the old one over,
+/// or it would record the count this TDSet set as its own original.
+fn claimed(tdset: &TDSet) -> Vec<TargetKey> {
+    let ns = tdset.namespace().unwrap_or_default();
+    let spec = tdset.spec.scale_target_ref.as_ref().map(|r| {
+        (
+            ns.clone(),
+            r.group().to_string(),
+            r.kind.clone(),
+            r.name.clone(),
+        )
+    });
+    let recorded = tdset
+        .status
+        .as_ref()
+        .and_then(|s| s.target.as_ref())
+        .filter(|t| !t.name.is_empty())
+        .map(|t| {
+            let group = t.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            (
+                ns.clone(),
+                group.to_string(),
+                t.kind.clone(),
+                t.name.clone(),
+            )
+        });
+    let mut keys: Vec<TargetKey> = spec.into_iter().chain(recorded).collect();
+    keys.dedup();
+    keys
 }
 
 impl TargetIndex {
-    /// Records the TDSet's target; returns the other TDSets whose claim may have changed
-    /// hands (those on the target it left or joined), to be reconciled.
+    /// Records the TDSet's targets (see `claimed`); returns the other TDSets whose claim may
+    /// have changed hands (those on a target it left or joined), to be reconciled.
     pub fn update(&self, tdset: &TDSet) -> Vec<TDSetRef> {
+        self.update_moved(tdset).1
+    }
+
+    /// `update`, and whether the TDSet's claims moved (a target taken or left).
+    pub fn update_moved(&self, tdset: &TDSet) -> (bool, Vec<TDSetRef>) {
         let Ok(mut index) = self.0.write() else {
-            return vec![];
+            return (false, vec![]);
         };
         let me = tdset_ref(tdset);
         let ns = tdset.namespace().unwrap_or_default();
-        let key = tdset.spec.scale_target_ref.as_ref().map(|r| {
-            (
-                ns.clone(),
-                r.group().to_string(),
-                r.kind.clone(),
-                r.name.clone(),
-            )
-        });
-        if index.by_tdset.get(&me).map(|(k, _)| k) == key.as_ref() {
-            return vec![];
+        let keys = claimed(tdset);
+        let claims = Claims {
+            claim: super::group_index::claim_of(tdset),
+            recorded: recorded(tdset),
+            keys,
+        };
+        match index.by_tdset.get(&me) {
+            Some(known) if *known == claims => return (false, vec![]),
+            Some(known) if known.keys == claims.keys && known.claim == claims.claim => {
+                // Only the recorded original changed: nobody's claim moved.
+                index.by_tdset.insert(me, claims);
+                return (false, vec![]);
+            }
+            None if claims.keys.is_empty() => return (false, vec![]),
+            _ => {}
         }
         let mut others = index.unlink(&me);
-        if let Some(key) = key {
-            let claim = super::group_index::claim_of(tdset);
-            let set = index.by_target.entry(key.clone()).or_default();
-            others.extend(set.iter().map(|(_, name)| tdset_ref_named(&ns, name)));
-            set.insert(claim.clone());
-            index.by_tdset.insert(me, (key, claim));
+        if !claims.keys.is_empty() {
+            for key in &claims.keys {
+                let set = index.by_target.entry(key.clone()).or_default();
+                others.extend(set.iter().map(|(_, name)| tdset_ref_named(&ns, name)));
+                set.insert(claims.claim.clone());
+            }
+            index.by_tdset.insert(me, claims);
         }
-        others
+        (true, others)
+    }
+
+    /// Every TDSet with a claim in the namespace.
+    pub fn in_namespace(&self, ns: &str) -> Vec<TDSetRef> {
+        self.0
+            .read()
+            .map(|index| {
+                index
+                    .by_tdset
+                    .keys()
+                    .filter(|r| r.namespace.as_deref() == Some(ns))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The own count another TDSet's status records for the object `uid` (its original): what
+    /// a TDSet taking the object over from it (an older claim arriving) must take for the own
+    /// count, rather than the count that TDSet set. The oldest such claim's, if several.
+    pub fn original_elsewhere(
+        &self,
+        key: (&str, &str, &str, &str),
+        uid: &str,
+        me: &str,
+    ) -> Option<(String, i32)> {
+        let (ns, group, kind, name) = key;
+        let key = (
+            ns.to_string(),
+            group.to_string(),
+            kind.to_string(),
+            name.to_string(),
+        );
+        let index = self.0.read().ok()?;
+        index.by_target.get(&key)?.iter().find_map(|(_, other)| {
+            if other == me {
+                return None;
+            }
+            let r = index
+                .by_tdset
+                .get(&tdset_ref_named(ns, other))?
+                .recorded
+                .as_ref()?;
+            (r.key == key && r.uid == uid).then(|| (other.clone(), r.original))
+        })
     }
 
     /// Forgets the TDSet; returns the others that claimed its target.
@@ -368,21 +512,24 @@ impl TargetIndex {
 }
 
 impl Index {
-    /// Removes the TDSet's claim; returns the TDSets left claiming what it claimed.
+    /// Removes the TDSet's claims; returns the TDSets left claiming what it claimed.
     fn unlink(&mut self, me: &TDSetRef) -> Vec<TDSetRef> {
-        let Some((old, claim)) = self.by_tdset.remove(me) else {
+        let Some(Claims {
+            keys: old, claim, ..
+        }) = self.by_tdset.remove(me)
+        else {
             return vec![];
         };
-        let Some(set) = self.by_target.get_mut(&old) else {
-            return vec![];
-        };
-        set.remove(&claim);
-        let others = set
-            .iter()
-            .map(|(_, name)| tdset_ref_named(&old.0, name))
-            .collect();
-        if set.is_empty() {
-            self.by_target.remove(&old);
+        let mut others = Vec::new();
+        for key in old {
+            let Some(set) = self.by_target.get_mut(&key) else {
+                continue;
+            };
+            set.remove(&claim);
+            others.extend(set.iter().map(|(_, name)| tdset_ref_named(&key.0, name)));
+            if set.is_empty() {
+                self.by_target.remove(&key);
+            }
         }
         others
     }
@@ -524,5 +671,59 @@ mod tests {
         t.metadata.deletion_timestamp = None;
         t.status = None;
         assert!(!status_only(&t));
+    }
+
+    fn claiming(name: &str, created: &str, target: &str) -> TDSet {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "schedule.rs/v1", "kind": "TDSet",
+            "metadata": {"name": name, "namespace": "dev", "creationTimestamp": created},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                     "schedulingConfig": [], "defaultReplica": 1}
+        }))
+        .unwrap()
+    }
+
+    fn recording(mut t: TDSet, target: &str) -> TDSet {
+        t.status = Some(TDSetStatus {
+            target: Some(crate::api::TargetStatus {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: target.into(),
+                field: "spec.replicas".into(),
+                original_replicas: Some(1),
+                ..Default::default()
+            }),
+            ..TDSetStatus::default()
+        });
+        t
+    }
+
+    /// A retargeted TDSet holds its old target until its status no longer records it (it has
+    /// given the count back): a younger claim taking it over sooner would record the count the
+    /// older one set as the workload's own.
+    #[test]
+    fn a_retargeted_tdset_holds_its_old_target_until_its_status_lets_go() {
+        let index = TargetIndex::default();
+        let holder = |name: &str| index.holder("dev", "apps", "Deployment", name);
+        let older = recording(claiming("older", "2026-01-01T00:00:00Z", "web"), "web");
+        index.update(&older);
+        index.update(&claiming("younger", "2026-02-01T00:00:00Z", "web"));
+        assert_eq!(holder("web").as_deref(), Some("older"));
+
+        // Pointed elsewhere; the status still records web.
+        let moved = recording(claiming("older", "2026-01-01T00:00:00Z", "api"), "web");
+        let woken = index.update(&moved);
+        assert_eq!(holder("web").as_deref(), Some("older"));
+        assert_eq!(holder("api").as_deref(), Some("older"));
+        assert!(woken.iter().all(|r| r.name == "younger"), "{woken:?}");
+
+        // Web given back: the status records api now, and the younger is woken to take web.
+        let woken = index.update(&recording(moved, "api"));
+        assert_eq!(holder("web").as_deref(), Some("younger"));
+        assert_eq!(holder("api").as_deref(), Some("older"));
+        assert!(woken.iter().any(|r| r.name == "younger"), "{woken:?}");
+        // Nothing changed, nobody woken.
+        let same = recording(claiming("older", "2026-01-01T00:00:00Z", "api"), "api");
+        assert!(index.update(&same).is_empty());
     }
 }

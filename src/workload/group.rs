@@ -323,11 +323,21 @@ fn own_of(record: Option<&Record>, value: Value) -> Value {
 /// `scaleTargetRef` TDSet taking it over from a group records as its original. The group's
 /// sleeping count is not the workload's own.
 pub fn own_replicas(annotations: &BTreeMap<String, String>, replicas: i32) -> i32 {
-    let value = Value::Replicas(replicas);
-    match own_of(Record::read(annotations, value).as_ref(), value) {
-        Value::Replicas(n) => n,
-        _ => replicas,
-    }
+    own_of(
+        Record::read(annotations, Value::Replicas(replicas)).as_ref(),
+        Value::Replicas(replicas),
+    )
+    .replicas()
+}
+
+/// An HPA's own floor, read from its annotations and `spec.minReplicas`: what a
+/// `scaleTargetRef` TDSet on the HPA taking it over from a group records as its original.
+pub fn own_floor(annotations: &BTreeMap<String, String>, min: i32) -> i32 {
+    own_of(
+        Record::read(annotations, Value::Floor(min)).as_ref(),
+        Value::Floor(min),
+    )
+    .replicas()
 }
 
 /// Where a workload stands with the TDSet planning for it.

@@ -24,6 +24,9 @@ pub struct HpaView {
     pub target: ScaleTargetRef,
     /// `status.currentReplicas`.
     pub current_replicas: Option<i32>,
+    /// Its own floor when a group holds it (the group's record on it says so), else
+    /// `minReplicas`.
+    pub own_min: i32,
 }
 
 impl HpaView {
@@ -91,6 +94,7 @@ mod tests {
                 name: "web".into(),
             },
             current_replicas: Some(3),
+            own_min: min.unwrap_or(1),
         }
     }
 

@@ -81,6 +81,7 @@ mod tests {
             max_replicas: 10,
             target,
             current_replicas: None,
+            own_min: 1,
         }
     }
 

@@ -614,6 +614,15 @@ pub async fn deployment_at(
 }
 
 /// Waits (up to GUARD) until TDSet `name` no longer exists (its finalizers have let go).
+/// Deletes TDSet `name` and waits until it is gone (its finalizer done).
+pub async fn delete_tdset_and_wait(client: &Client, ns: &str, name: &str) {
+    Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("deleting the TDSet");
+    tdset_gone(client, ns, name).await;
+}
+
 pub async fn tdset_gone(client: &Client, ns: &str, name: &str) {
     let api: Api<tdset_operator::api::TDSet> = Api::namespaced(client.clone(), ns);
     eventually(GUARD, &format!("TDSet {ns}/{name} deleted"), || async {

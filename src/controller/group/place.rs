@@ -79,6 +79,25 @@ pub(super) fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
     }
 }
 
+/// A workload this group takes over from a younger `scaleTargetRef` TDSet that held it: it
+/// carries no record, and its value is that TDSet's count, so the own count is the one that
+/// TDSet's status records for it (as if it were a record on the workload).
+fn taken_over(p: &Placing<'_>, kind: &Kind, m: &Member) -> Option<group::Record> {
+    let key = (p.ns, kind.kind.group(), kind.kind.kind(), m.name.as_str());
+    let (holder, original) = p.ctx.index.original_elsewhere(key, &m.uid, &p.me.1)?;
+    let own = match m.value {
+        Value::Replicas(_) => Value::Replicas(original),
+        Value::Floor(_) => Value::Floor(original),
+        Value::Suspended(_) => return None,
+    };
+    Some(group::Record {
+        holder,
+        own,
+        scheduled: m.value,
+        previous: None,
+    })
+}
+
 /// Whether an HPA, and so the workload it scales, is someone else's: its controller's (KEDA's
 /// ScaledObject owns the HPAs it makes) or a TDSet's that names the HPA in scaleTargetRef.
 pub(super) fn hpa_held_elsewhere(p: &Placing<'_>, o: &DynamicObject) -> Option<String> {
@@ -133,6 +152,9 @@ pub(super) fn all(
                 place(placing, kind, &o)
             };
             let mut member = member_of(kind, &o, value, placed);
+            if member.record.is_none() && member.place == Place::Held {
+                member.record = taken_over(placing, kind, &member);
+            }
             if is_hpa(kind) {
                 member.floor_of = Some((
                     o.data

@@ -201,6 +201,32 @@ fn a_scale_target_ref_taking_over_reads_the_own_count_not_the_sleeping_one() {
 }
 
 #[test]
+fn an_hpa_a_group_holds_has_the_floor_its_record_says_as_its_own() {
+    let held: BTreeMap<String, String> = [
+        (HELD_BY, "busy"),
+        (OWN_MIN_REPLICAS, "2"),
+        (SCHEDULED_MIN_REPLICAS, "4"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(own_floor(&held, 4), 2);
+    // Set since by someone else; no record: the floor it has.
+    assert_eq!(own_floor(&held, 5), 5);
+    assert_eq!(own_floor(&BTreeMap::new(), 4), 4);
+    // A replicas record is not a floor record.
+    let replicas: BTreeMap<String, String> = [
+        (HELD_BY, "busy"),
+        (OWN_REPLICAS, "2"),
+        (SCHEDULED_REPLICAS, "4"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(own_floor(&replicas, 4), 4);
+}
+
+#[test]
 fn a_cronjob_sleeps_at_zero_and_runs_as_its_own_at_any_other_count() {
     let suspended_by_user = cronjob("nightly", true);
     assert!(
