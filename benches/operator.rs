@@ -1547,6 +1547,18 @@ impl Bench {
             &[],
         );
         let boundary_real = spawned + chrono::Duration::from_std(lead).unwrap();
+        // The profile of the boundary, and of the direct patches below, for comparison.
+        let probes = vec![(op.metrics.clone(), op.child.id())];
+        let at_boundary = {
+            let (probes, client, logs) = (probes.clone(), self.client.clone(), self.logs.clone());
+            let wait = (boundary_real - Utc::now() - chrono::Duration::seconds(3))
+                .to_std()
+                .unwrap_or_default();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                Snapshot::take(&probes, &client, &logs).await
+            })
+        };
         let (seen, before) = watch_replicas(
             deploys.clone(),
             n,
@@ -1555,6 +1567,12 @@ impl Bench {
             lead + Duration::from_secs(300),
         )
         .await;
+        let scaled = Snapshot::take(&probes, &self.client, &self.logs).await;
+        let operator_profile = at_boundary.await.unwrap().phase(
+            &scaled,
+            "boundary - 3 s to the last scale seen",
+            n as f64 / 100.0,
+        );
         let errors = op.sum("tdset_reconcile_errors_total");
         let lists = op.sum("tdset_reconciles_total");
         op.stop();
@@ -1571,6 +1589,7 @@ impl Bench {
         ));
         tokio::time::sleep(Duration::from_secs(2)).await;
         let t0 = Utc::now();
+        let before_direct = Snapshot::take(&[], &self.client, &self.logs).await;
         stream::iter((0..n).map(|i| format!("g{i}")))
             .for_each_concurrent(16, |name| {
                 let api = sa_deploys.clone();
@@ -1586,16 +1605,22 @@ impl Bench {
             })
             .await;
         let (direct_seen, _) = watch.await.unwrap();
+        let direct_profile = before_direct.phase(
+            &Snapshot::take(&[], &self.client, &self.logs).await,
+            "direct patches to the last seen",
+            n as f64 / 100.0,
+        );
         let direct = lags_from(&direct_seen, t0);
         let (p50, p99, max) = summary(&lags);
         let (d50, d99, dmax) = summary(&direct);
         let ratio = p99 / d99;
         let _ = writeln!(
             self.report,
-            "| boundary lag, group form (one TDSet holding N Deployments), as a ServiceAccount | N = {n} | operator p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s; direct patches p50 {d50:.3} s, p99 {d99:.3} s, max {dmax:.3} s; p99 ratio {ratio:.2} (target <= 1.3: {}) | {} of {n} scaled; {before} seen at their own 1 before the boundary; {early} scaled early; reconciles {lists:.0}; reconcile errors {errors:.0} |",
+            "| boundary lag, group form (one TDSet holding N Deployments), as a ServiceAccount | N = {n} | operator p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s; direct patches p50 {d50:.3} s, p99 {d99:.3} s, max {dmax:.3} s; p99 ratio {ratio:.2} (target <= 1.3: {}) | {} of {n} scaled; {before} seen at their own 1 before the boundary; {early} scaled early; reconciles {lists:.0}; reconcile errors {errors:.0}; profile: {operator_profile}; {direct_profile} |",
             if ratio <= 1.3 { "met" } else { "MISSED" },
             seen.len(),
         );
+        println!("profile: {operator_profile}; {direct_profile}");
         println!(
             "group lag N={n}: p50 {p50:.3} p99 {p99:.3}; direct p99 {d99:.3}; ratio {ratio:.2}; early {early}; errors {errors}"
         );

@@ -81,6 +81,12 @@ impl Error {
         matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.is_conflict())
     }
 
+    /// Whether the API server refused the request as invalid (400, 422): an admission policy
+    /// or the object's own rules, not something a retry at once changes.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 400 || s.code == 422)
+    }
+
     /// A short, stable label for the `reconcile_errors_total{kind}` metric.
     pub fn metric_label(&self) -> &'static str {
         match self {

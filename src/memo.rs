@@ -223,9 +223,10 @@ impl OwnWrites {
         // Full: forget the oldest writes first. Ramps at 10 000 TDSets, or owned Deployments
         // and `scaleTargetRef` targets together, write more than `MAX` within `MAX_AGE`; a
         // new write's entry matters more than one whose echo is long past.
+        let now = Instant::now();
         for age in [Self::MAX_AGE, Self::RECENT] {
             if w.len() >= Self::MAX {
-                w.retain(|_, e| e.at.elapsed() < age);
+                w.retain(|_, e| now.duration_since(e.at) < age);
             }
         }
         if w.len() < Self::MAX || w.contains_key(key) {

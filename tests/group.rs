@@ -655,6 +655,51 @@ async fn an_older_scale_target_ref_taking_a_sleeping_workload_over_records_its_o
 }
 
 #[tokio::test]
+async fn a_group_letting_go_of_a_workload_another_tdset_holds_only_takes_its_record_off() {
+    let (client, ns) = setup("group-handed").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
+    let _: Deployment = create_object(&client, n, app_deployment("other", 1)).await;
+    // The older claim sleeps api too (0), pointing elsewhere at first.
+    let single = |target: &str| {
+        json!({
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "schedulingConfig": [], "defaultReplica": 0, "intervalMint": 60, "onDelete": "Restore"
+        })
+    };
+    create_tdset(&client, n, &tdset("single", single("other"))).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    create_deployment_group(&client, n, "group", 2, 3600).await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+    let api = deployment_at(&client, n, "api", 0).await;
+    assert_eq!(annotations(&api), record("group", 3, 0));
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .patch(
+            "single",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "api"}}})),
+        )
+        .await
+        .expect("pointing the older TDSet at the sleeping workload");
+    assert_eq!(original_recorded(&client, n, "single", "api").await, 3);
+    tdset_with_reason(&client, n, "group", "Degraded", "ConflictingTDSet").await;
+
+    // The group goes while the other TDSet holds api at 0, the value the group's record says
+    // it set: the group takes its record off and never gives api its 3 over the holder.
+    let counts = replicas_over(&client, n, "api", std::time::Duration::from_secs(10));
+    delete_tdset_and_wait(&client, n, "group").await;
+    let counts = counts.await.expect("watching api");
+    assert!(counts.iter().all(|c| *c == 0), "api asked for {counts:?}");
+    let api = deployment_at(&client, n, "api", 0).await;
+    assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
+    // Its holder gives it its own count back.
+    delete_tdset_and_wait(&client, n, "single").await;
+    deployment_at(&client, n, "api", 3).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
 async fn an_older_group_taking_a_workload_from_a_younger_scale_target_ref_records_its_own_count() {
     let (client, ns) = setup("group-takes").await;
     let n = &ns.name;
@@ -820,6 +865,30 @@ async fn a_scale_target_ref_on_an_hpa_a_group_holds_records_its_own_floor() {
     assert_eq!(original_recorded(&client, n, "single", "auto").await, 2);
     op.stop().await;
     ns.cleanup().await;
+}
+
+/// The counts Deployment `name` asks for over `window`, from a watch started now.
+fn replicas_over(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    window: std::time::Duration,
+) -> tokio::task::JoinHandle<Vec<i32>> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api = Api::<Deployment>::namespaced(client.clone(), ns);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut changes = watcher(api, config).applied_objects().boxed();
+        let _ = tokio::time::timeout(window, async {
+            while let Some(Ok(d)) = changes.next().await {
+                seen.extend(d.spec.and_then(|s| s.replicas));
+            }
+        })
+        .await;
+        seen
+    })
 }
 
 /// The original count TDSet `name` records for its target `target`, once it records one.

@@ -340,6 +340,59 @@ async fn a_tdset_retargeted_onto_a_held_workload_lets_its_old_one_go_for_good() 
 }
 
 #[tokio::test]
+async fn an_older_claim_taking_a_target_over_keeps_its_own_count_and_the_younger_never_restores_it()
+{
+    let (client, ns) = setup("hard-takeover").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, app_deployment("other", 1)).await;
+    let _: Deployment = create_object(&client, n, app_deployment("web", 1)).await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    let restoring = |target: &str, replicas| {
+        let mut spec = at_noon(deployment_ref(target), replicas, replicas);
+        spec["onDelete"] = json!("Restore");
+        spec
+    };
+    // The older claim points elsewhere; the younger holds web at 2.
+    create_tdset(&client, n, &tdset("older", restoring("other", 3))).await;
+    deployment_at(&client, n, "other", 3).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create_tdset(&client, n, &tdset("younger", restoring("web", 2))).await;
+    deployment_at(&client, n, "web", 2).await;
+    // The older one is pointed at web: it takes it over, and what it records as web's own is
+    // the 1 the younger recorded, not the 2 the younger set.
+    tdsets(&client, n)
+        .patch(
+            "older",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "web"}}})),
+        )
+        .await
+        .unwrap();
+    deployment_at(&client, n, "web", 3).await;
+    let older = tdsets(&client, n).get("older").await.unwrap();
+    let original = older.status.and_then(|s| s.target?.original_replicas);
+    assert_eq!(original, Some(1), "the older one recorded web's own count");
+    degraded_for(&client, n, "younger", "ConflictingTDSet").await;
+    // The younger goes: web is the older one's, so it is not restored under it.
+    let generation = |d: Deployment| d.metadata.generation.unwrap_or(0);
+    let before = generation(deployments(&client, n).get("web").await.unwrap());
+    delete_tdset(&client, n, "younger").await;
+    tdset_gone(&client, n, "younger").await;
+    let changes = spec_changes_over(&client, n, "web", Duration::from_secs(5)).await;
+    let after = generation(deployments(&client, n).get("web").await.unwrap());
+    assert_eq!(
+        (after - before, changes),
+        (0, 0),
+        "web was written after the younger went"
+    );
+    // The holder goes: web gets its own 1 back.
+    delete_tdset(&client, n, "older").await;
+    deployment_at(&client, n, "web", 1).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
 async fn a_target_another_tdset_runs_is_left_to_it() {
     let (client, ns) = setup("hard-owned").await;
     let op = Operator::start(&client, &ns.name, noon(), None, "test");

@@ -531,9 +531,11 @@ pub(super) async fn write_target_now(
     tdset: &TDSet,
     ctx: &Context,
     target: &TargetStatus,
+    sets: i32,
 ) -> Result<()> {
     let mut status = ctx.statuses.current(tdset).unwrap_or_default();
     status.target = Some(target.clone());
+    status.desired_replicas = Some(sets);
     debug!(
         ?target,
         "recording the target's original count before changing it"

@@ -67,6 +67,24 @@ pub(super) fn held_by_group(
     )))
 }
 
+/// The own count of `r` (object `uid`, running `current`) when this TDSet takes it over from
+/// another `scaleTargetRef` TDSet that set `current` (a younger claim that held it until
+/// this older one came): the original that TDSet recorded. `None` when no other TDSet set
+/// what it runs, e.g. a group held it (its record on the object says the own count).
+pub(super) fn own_count(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    uid: Option<&str>,
+    current: i32,
+) -> Option<i32> {
+    let key = (ns, r.group(), r.kind.as_str(), r.name.as_str());
+    ctx.index
+        .original_elsewhere(key, uid?, &tdset.name_any(), current)
+        .map(|(_, original)| original)
+}
+
 /// The outcome for a target another TDSet holds: nothing read or written, and what this
 /// TDSet recorded of that same target before (its original count, if it held it once) kept as
 /// it was. A record of another target is not kept: it was let go of before (see

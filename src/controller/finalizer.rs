@@ -209,9 +209,25 @@ async fn let_go(
         name: recorded.name.clone(),
     };
     let uid = recorded.uid.as_deref();
+    // Held by another TDSet now (an older claim took it over while this one waited): its
+    // count is that one's to write, and it recorded the own count when it took over.
+    if let Some(p) = super::claims::held_elsewhere(tdset, ctx, ns, &r) {
+        info!(problem = %p.message(), why, "left the target to its holder");
+        return Ok(());
+    }
     let (verb, result) = match recorded.original_replicas {
         Some(original) if restores(tdset) => {
-            ("restore", restore(ctx, ns, &r, original, uid).await?)
+            let restored = restore(tdset, ctx, ns, &r, original, uid).await;
+            // A deletion is never held up by a refusal (an admission policy, a floor above
+            // the HPA's maximum): it is said in an Event. A retarget retries with backoff,
+            // keeping its claim, so nobody takes the old target over at this TDSet's count.
+            let restored = match restored {
+                Err(e) if e.is_refused() && why == "deleted" => Ok(Err(Problem::ApiError(
+                    format!("the API server refused it: {e}"),
+                ))),
+                other => other,
+            };
+            ("restore", restored?)
         }
         None if restores(tdset) => (
             "restore",
@@ -274,6 +290,7 @@ fn same_object(
 /// `Ok(Err)` says why it could not be done (gone, replaced, forbidden): the caller then lets
 /// go rather than block.
 async fn restore(
+    tdset: &TDSet,
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
@@ -288,6 +305,8 @@ async fn restore(
         if let Err(p) = same_object(r, uid, seen.as_deref()) {
             return Ok(Err(p));
         }
+        // An HPA's maximum lowered since: its floor may not be above it.
+        let original = original.min(hpa.max_replicas);
         if hpa.min() != original
             && let Err(p) = scale::write_min_replicas(ctx, ns, r, seen.as_deref(), original).await?
         {
@@ -311,6 +330,11 @@ async fn restore(
     };
     if let Err(p) = same_object(r, uid, view.uid.as_deref()) {
         return Ok(Err(p));
+    }
+    // An older group took it over while this TDSet waited: it is the group's to write.
+    if let Some(p) = super::claims::held_by_group(tdset, ctx, ns, r, &view.labels) {
+        info!(problem = %p.message(), "left the target to its holder");
+        return Ok(Ok(None));
     }
     if view.spec_replicas != original
         && let Err(p) = scale::write(ctx, ns, r, &res, original).await?

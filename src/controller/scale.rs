@@ -349,8 +349,6 @@ async fn target_status(
             },
             durable: false,
         },
-        // Taken over from another TDSet (a younger claim that held it until this one came):
-        // the value now is that one's count, its record says the object's own.
         (None, None) => Record {
             status: TargetStatus {
                 api_version: r.api_version.clone(),
@@ -358,24 +356,24 @@ async fn target_status(
                 name: r.name.clone(),
                 uid: uid.map(String::from),
                 field: field.into(),
-                original_replicas: uid
-                    .and_then(|uid| {
-                        let key = (ns, r.group(), r.kind.as_str(), r.name.as_str());
-                        ctx.index
-                            .original_elsewhere(key, uid, &tdset.name_any())
-                            .map(|(_, original)| original)
-                    })
-                    .or(observed.map(|(count, _)| count)),
+                original_replicas: observed.map(|(count, _)| count),
             },
             durable: false,
         },
     })
 }
 
-/// Makes the original count durable before the first write that changes the field.
-async fn ensure_durable(tdset: &TDSet, ctx: &Context, record: &mut Record) -> Result<()> {
+/// Makes the original count durable before the first write that changes the field, with the
+/// count this TDSet sets (`desiredReplicas`): an older claim taking the target over later
+/// takes that original for the own count only while the target runs that count.
+async fn ensure_durable(
+    tdset: &TDSet,
+    ctx: &Context,
+    record: &mut Record,
+    sets: i32,
+) -> Result<()> {
     if !record.durable {
-        super::apply::write_target_now(tdset, ctx, &record.status).await?;
+        super::apply::write_target_now(tdset, ctx, &record.status, sets).await?;
         record.durable = true;
     }
     Ok(())
@@ -451,15 +449,15 @@ pub(super) async fn reconcile_scale(
     if let Some(p) = claims::held_by_group(tdset, ctx, ns, r, &view.labels) {
         return Ok(claims::held_outcome(tdset, ctx, p, r));
     }
-    let mut record = target_status(
-        tdset,
-        ctx,
-        ns,
-        r,
-        FIELD,
-        Some((view.own_replicas, view.uid.as_deref())),
-    )
-    .await?;
+    // A group's record on it says its own count; else a TDSet that held it may.
+    let own = if view.own_replicas == view.spec_replicas {
+        claims::own_count(tdset, ctx, ns, r, view.uid.as_deref(), view.spec_replicas)
+            .unwrap_or(view.own_replicas)
+    } else {
+        view.own_replicas
+    };
+    let mut record =
+        target_status(tdset, ctx, ns, r, FIELD, Some((own, view.uid.as_deref()))).await?;
     if let Some(h) = target::conflicting_hpa(r, &hpas_in(ctx, ns)) {
         let p = Problem::ConflictingAutoscaler(format!(
             "HorizontalPodAutoscaler {} also scales {r}; the operator writes nothing rather than fight it. \
@@ -483,7 +481,7 @@ pub(super) async fn reconcile_scale(
             // Someone keeps setting it back: put the schedule's count back later, not now.
             retry = Some(until.duration_since(now));
         } else {
-            ensure_durable(tdset, ctx, &mut record).await?;
+            ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
             if let Err(p) = write(ctx, ns, r, &res, replicas).await? {
                 return Ok(problem_outcome(p, r, record.status));
             }
@@ -612,8 +610,13 @@ pub(super) async fn reconcile_hpa(
             ));
         }
     };
-    // A group's floor on it is not its own (see `group::own_floor`).
-    let observed = Some((hpa.own_min, uid.as_deref()));
+    // A group's floor on it is not its own (see `group::own_floor`), nor another TDSet's.
+    let own = if hpa.own_min == hpa.min() {
+        claims::own_count(tdset, ctx, ns, r, uid.as_deref(), hpa.min()).unwrap_or(hpa.own_min)
+    } else {
+        hpa.own_min
+    };
+    let observed = Some((own, uid.as_deref()));
     let mut record = target_status(tdset, ctx, ns, r, FIELD, observed).await?;
     // The HPA's own target, read for its count: a floor of 0 is the target asleep.
     let workload_ref = hpa.target.clone();
@@ -631,7 +634,7 @@ pub(super) async fn reconcile_hpa(
         plan.scale_target = None;
     }
     if plan.min_replicas.is_some() || plan.scale_target.is_some() {
-        ensure_durable(tdset, ctx, &mut record).await?;
+        ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
     }
     let (floor_before, target_before) = (hpa.min(), target_replicas);
     if let Some(min) = plan.min_replicas {

@@ -177,9 +177,10 @@ fn route(
             woken.extend(groups.remove(&t));
             // What it held may go to a TDSet of the other form (see below).
             if t.spec.scale_target_selector.is_some() {
-                woken.extend(index.in_namespace(&ns));
+                let claim = super::group_index::claim_of(&t);
+                woken.extend(index.younger_in_namespace(&ns, &claim));
             }
-            if t.spec.scale_target_ref.is_some() {
+            if !claimed(&t).is_empty() {
                 woken.extend(groups.refs_in_namespace(&ns));
             }
             for other in &woken {
@@ -214,17 +215,18 @@ fn route(
     };
     // A claim that moved may hand its old target to another TDSet, or take one. Groups and
     // scaleTargetRefs of a namespace may hold each other's workloads: a scaleTargetRef that
-    // moved wakes its namespace's groups, a group that changed its namespace's TDSets with a
-    // target.
+    // moved wakes its namespace's groups (a few), a group that changed the TDSets with a
+    // younger claim (only they can have yielded to it). A relist wakes everyone anyway.
     let ns = t.namespace().unwrap_or_default();
     let (moved, mut woken) = index.update_moved(&t);
     let (regrouped, others) = groups.update_changed(&t);
     woken.extend(others);
-    if moved {
+    if moved && !listing {
         woken.extend(groups.refs_in_namespace(&ns));
     }
-    if regrouped {
-        woken.extend(index.in_namespace(&ns));
+    if regrouped && !listing {
+        let claim = super::group_index::claim_of(&t);
+        woken.extend(index.younger_in_namespace(&ns, &claim));
     }
     for other in woken.iter().filter(|r| r.name != t.name_any()) {
         wake(other);
@@ -312,6 +314,9 @@ struct Recorded {
     key: TargetKey,
     uid: String,
     original: i32,
+    /// The count it sets (`desiredReplicas`): its original is the own count of an object
+    /// only while the object runs what it set.
+    sets: Option<i32>,
 }
 
 fn recorded(tdset: &TDSet) -> Option<Recorded> {
@@ -326,6 +331,7 @@ fn recorded(tdset: &TDSet) -> Option<Recorded> {
         ),
         uid: t.uid.clone()?,
         original: t.original_replicas?,
+        sets: tdset.status.as_ref()?.desired_replicas,
     })
 }
 
@@ -404,29 +410,38 @@ impl TargetIndex {
         (true, others)
     }
 
-    /// Every TDSet with a claim in the namespace.
-    pub fn in_namespace(&self, ns: &str) -> Vec<TDSetRef> {
+    /// The TDSets of the namespace whose claims are younger than `than`: those a group with
+    /// that claim may hold workloads of (an older claim holds whatever the group does). An
+    /// HPA's claim beats any group's, so TDSets that claim HPAs are left out.
+    pub fn younger_in_namespace(&self, ns: &str, than: &Claim) -> Vec<TDSetRef> {
         self.0
             .read()
             .map(|index| {
                 index
                     .by_tdset
-                    .keys()
-                    .filter(|r| r.namespace.as_deref() == Some(ns))
-                    .cloned()
+                    .iter()
+                    .filter(|(r, c)| {
+                        r.namespace.as_deref() == Some(ns)
+                            && c.claim > *than
+                            && c.keys.iter().any(|k| k.2 != "HorizontalPodAutoscaler")
+                    })
+                    .map(|(r, _)| r.clone())
                     .collect()
             })
             .unwrap_or_default()
     }
 
-    /// The own count another TDSet's status records for the object `uid` (its original): what
-    /// a TDSet taking the object over from it (an older claim arriving) must take for the own
-    /// count, rather than the count that TDSet set. The oldest such claim's, if several.
+    /// The own count another TDSet's status records for the object `uid` (its original), if
+    /// the object runs `current`, the count that TDSet sets: what a TDSet taking the object
+    /// over from it (an older claim arriving) must take for the own count, rather than the
+    /// count that TDSet set. A record of a TDSet that did not set `current` (it waited,
+    /// someone changed the count since) says nothing of it.
     pub fn original_elsewhere(
         &self,
         key: (&str, &str, &str, &str),
         uid: &str,
         me: &str,
+        current: i32,
     ) -> Option<(String, i32)> {
         let (ns, group, kind, name) = key;
         let key = (
@@ -445,7 +460,8 @@ impl TargetIndex {
                 .get(&tdset_ref_named(ns, other))?
                 .recorded
                 .as_ref()?;
-            (r.key == key && r.uid == uid).then(|| (other.clone(), r.original))
+            (r.key == key && r.uid == uid && r.sets == Some(current))
+                .then(|| (other.clone(), r.original))
         })
     }
 

@@ -302,6 +302,10 @@ pub struct Member {
     /// Its count and its record are two requests (a custom kind: the record on the object, the
     /// count through `/scale`), the record first.
     pub two_step: bool,
+    /// Not held by this TDSet (outside the selector, excluded, or the group let go of), and
+    /// another TDSet holds it now: the count is that one's to write, so only this TDSet's
+    /// record is taken off (its count stays).
+    pub handed_to: Option<String>,
 }
 
 impl Member {
@@ -493,7 +497,7 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
                 writes.push(Write {
                     member: i,
                     from: m.value,
-                    to: own,
+                    to: if m.handed_to.is_some() { m.value } else { own },
                     record: None,
                     why: Why::Left(reason),
                 });

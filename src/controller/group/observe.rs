@@ -300,5 +300,6 @@ pub(super) fn member_of(kind: &Kind, o: &DynamicObject, value: Value, place: Pla
         autoscaled_by: None,
         floor_of: None,
         two_step: !kind.built_in,
+        handed_to: None,
     }
 }

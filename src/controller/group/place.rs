@@ -84,7 +84,10 @@ pub(super) fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
 /// TDSet's status records for it (as if it were a record on the workload).
 fn taken_over(p: &Placing<'_>, kind: &Kind, m: &Member) -> Option<group::Record> {
     let key = (p.ns, kind.kind.group(), kind.kind.kind(), m.name.as_str());
-    let (holder, original) = p.ctx.index.original_elsewhere(key, &m.uid, &p.me.1)?;
+    let (holder, original) =
+        p.ctx
+            .index
+            .original_elsewhere(key, &m.uid, &p.me.1, m.value.replicas())?;
     let own = match m.value {
         Value::Replicas(_) => Value::Replicas(original),
         Value::Floor(_) => Value::Floor(original),
@@ -96,6 +99,23 @@ fn taken_over(p: &Placing<'_>, kind: &Kind, m: &Member) -> Option<group::Record>
         scheduled: m.value,
         previous: None,
     })
+}
+
+/// The `scaleTargetRef` TDSet that holds a workload this group lets go of, once that TDSet's
+/// status records the workload's own count: the group then only takes its record off, and
+/// never writes the count over that TDSet's. Before that, the group gives the own count back
+/// (the record is the only place it is kept).
+pub(super) fn handed_to(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    m: &Member,
+    me: &str,
+) -> Option<String> {
+    let key = (ns, kind.kind.group(), kind.kind.kind(), m.name.as_str());
+    ctx.index
+        .original_elsewhere(key, &m.uid, me, m.value.replicas())
+        .map(|(holder, _)| holder)
 }
 
 /// Whether an HPA, and so the workload it scales, is someone else's: its controller's (KEDA's
@@ -154,6 +174,8 @@ pub(super) fn all(
             let mut member = member_of(kind, &o, value, placed);
             if member.record.is_none() && member.place == Place::Held {
                 member.record = taken_over(placing, kind, &member);
+            } else if member.record.is_some() && member.place != Place::Held {
+                member.handed_to = handed_to(placing.ctx, placing.ns, kind, &member, &placing.me.1);
             }
             if is_hpa(kind) {
                 member.floor_of = Some((

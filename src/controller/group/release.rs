@@ -12,6 +12,7 @@ use crate::status::Problem;
 use crate::workload::group::{self, LeaveReason, Place, Why};
 
 use super::observe::{Kind, kinds, member_of, observe};
+use super::place::handed_to;
 use super::recorded_kinds;
 use super::write::{Sent, send};
 
@@ -55,7 +56,8 @@ pub(crate) async fn release_all(
         let unlisted_kind = listed.iter().any(|l| !l);
         for (k, o, value) in found {
             let kind = &kinds[k];
-            let m = member_of(kind, &o, value, Place::Outside);
+            let mut m = member_of(kind, &o, value, Place::Outside);
+            m.handed_to = handed_to(ctx, ns, kind, &m, &name);
             for mut w in group::plan(&name, Count::Own, std::slice::from_ref(&m)).writes {
                 w.why = Why::Left(LeaveReason::Released);
                 match send(ctx, ns, kind, &m, &w, &uid).await? {

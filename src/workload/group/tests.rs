@@ -18,6 +18,7 @@ fn deployment(name: &str, replicas: i32) -> Member {
         autoscaled_by: None,
         floor_of: None,
         two_step: false,
+        handed_to: None,
     }
 }
 
@@ -198,6 +199,31 @@ fn a_scale_target_ref_taking_over_reads_the_own_count_not_the_sleeping_one() {
     let mut unreadable = asleep.clone();
     unreadable.insert(OWN_REPLICAS.into(), "many".into());
     assert_eq!(own_replicas(&unreadable, 0), 0);
+}
+
+#[test]
+fn a_workload_another_tdset_holds_now_only_loses_the_record_when_let_go_of() {
+    let night = plan("sleep", Count::Replicas(0), &[deployment("api", 3)]);
+    let asleep = applied(&deployment("api", 3), &night.writes[0]);
+    // Another TDSet holds it now, at the value the record says was set: given its own 3 back,
+    // it would be written over its holder.
+    for place in [Place::Outside, Place::Excluded] {
+        let m = Member {
+            place,
+            handed_to: Some("single".into()),
+            ..asleep.clone()
+        };
+        let p = plan("sleep", Count::Replicas(0), std::slice::from_ref(&m));
+        let w = &p.writes[0];
+        assert_eq!((w.to, w.record.as_ref()), (Value::Replicas(0), None));
+    }
+    // Nobody else holds it: its own count back.
+    let m = Member {
+        place: Place::Outside,
+        ..asleep
+    };
+    let p = plan("sleep", Count::Replicas(0), std::slice::from_ref(&m));
+    assert_eq!(p.writes[0].to, Value::Replicas(3));
 }
 
 #[test]
