@@ -610,24 +610,22 @@ async fn a_scale_target_ref_yields_to_an_older_group_and_takes_over_when_it_goes
     ns.cleanup().await;
 }
 
-#[tokio::test]
-async fn an_older_scale_target_ref_taking_a_sleeping_workload_over_records_its_own_count() {
-    let (client, ns) = setup("group-takeover").await;
-    let n = &ns.name;
-    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
-    let _: Deployment = create_object(&client, n, app_deployment("other", 1)).await;
-    let single = |target: &str| {
-        json!({
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
-            "schedulingConfig": [], "defaultReplica": 2, "intervalMint": 60, "onDelete": "Restore"
-        })
-    };
+/// api (own 3) asleep in a group, then taken over by an older `scaleTargetRef` TDSet
+/// "single" (at `level`) that pointed elsewhere until now; returns once "single" recorded
+/// api's own count and the group yields.
+async fn older_ref_takes_a_sleeping_workload(client: &Client, n: &str, level: i32) -> Operator {
+    let _: Deployment = create_object(client, n, labelled(app_deployment("api", 3), "dev")).await;
+    let _: Deployment = create_object(client, n, app_deployment("other", 1)).await;
+    let single = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"},
+        "schedulingConfig": [], "defaultReplica": level, "intervalMint": 60, "onDelete": "Restore"
+    });
     // The older claim, pointing elsewhere at first.
-    create_tdset(&client, n, &tdset("single", single("other"))).await;
+    create_tdset(client, n, &tdset("single", single)).await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    create_deployment_group(&client, n, "group", 2, 3600).await;
-    let op = Operator::start(&client, n, clock(), None, "test");
-    let api = deployment_at(&client, n, "api", 0).await;
+    create_deployment_group(client, n, "group", 2, 3600).await;
+    let op = Operator::start(client, n, clock(), None, "test");
+    let api = deployment_at(client, n, "api", 0).await;
     assert_eq!(annotations(&api), record("group", 3, 0));
 
     // The older TDSet now points at the sleeping workload: it holds it, and what it will give
@@ -640,10 +638,17 @@ async fn an_older_scale_target_ref_taking_a_sleeping_workload_over_records_its_o
         )
         .await
         .expect("pointing the older TDSet at the sleeping workload");
-    deployment_at(&client, n, "api", 2).await;
-    assert_eq!(original_recorded(&client, n, "single", "api").await, 3);
-    tdset_with_reason(&client, n, "group", "Degraded", "ConflictingTDSet").await;
+    deployment_at(client, n, "api", level).await;
+    assert_eq!(original_recorded(client, n, "single", "api").await, 3);
+    tdset_with_reason(client, n, "group", "Degraded", "ConflictingTDSet").await;
+    op
+}
 
+#[tokio::test]
+async fn an_older_scale_target_ref_taking_a_sleeping_workload_over_records_its_own_count() {
+    let (client, ns) = setup("group-takeover").await;
+    let n = &ns.name;
+    let op = older_ref_takes_a_sleeping_workload(&client, n, 2).await;
     // Both go, the group first: the workload ends at its own count, not asleep.
     for name in ["group", "single"] {
         delete_tdset_and_wait(&client, n, name).await;
@@ -658,32 +663,8 @@ async fn an_older_scale_target_ref_taking_a_sleeping_workload_over_records_its_o
 async fn a_group_letting_go_of_a_workload_another_tdset_holds_only_takes_its_record_off() {
     let (client, ns) = setup("group-handed").await;
     let n = &ns.name;
-    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 3), "dev")).await;
-    let _: Deployment = create_object(&client, n, app_deployment("other", 1)).await;
-    // The older claim sleeps api too (0), pointing elsewhere at first.
-    let single = |target: &str| {
-        json!({
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
-            "schedulingConfig": [], "defaultReplica": 0, "intervalMint": 60, "onDelete": "Restore"
-        })
-    };
-    create_tdset(&client, n, &tdset("single", single("other"))).await;
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    create_deployment_group(&client, n, "group", 2, 3600).await;
-    let op = Operator::start(&client, n, clock(), None, "test");
-    let api = deployment_at(&client, n, "api", 0).await;
-    assert_eq!(annotations(&api), record("group", 3, 0));
-    Api::<TDSet>::namespaced(client.clone(), n)
-        .patch(
-            "single",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "api"}}})),
-        )
-        .await
-        .expect("pointing the older TDSet at the sleeping workload");
-    assert_eq!(original_recorded(&client, n, "single", "api").await, 3);
-    tdset_with_reason(&client, n, "group", "Degraded", "ConflictingTDSet").await;
-
+    // The older claim sleeps api too (0).
+    let op = older_ref_takes_a_sleeping_workload(&client, n, 0).await;
     // The group goes while the other TDSet holds api at 0, the value the group's record says
     // it set: the group takes its record off and never gives api its 3 over the holder.
     let counts = replicas_over(&client, n, "api", std::time::Duration::from_secs(10));
