@@ -680,24 +680,22 @@ async fn a_group_letting_go_of_a_workload_another_tdset_holds_only_takes_its_rec
     ns.cleanup().await;
 }
 
-#[tokio::test]
-async fn an_older_group_taking_a_workload_from_a_younger_scale_target_ref_records_its_own_count() {
-    let (client, ns) = setup("group-takes").await;
-    let n = &ns.name;
-    let _: Deployment = create_object(&client, n, app_deployment("api", 3)).await;
+/// api (own 3) held at `level` by a younger `scaleTargetRef` TDSet "single", then labelled
+/// into an older group "group" (asleep): the group holds it, and the own count it records is
+/// api's 3 (what "single" recorded), not the count "single" set.
+async fn older_group_takes_from_younger_ref(client: &Client, n: &str, level: i32) -> Operator {
+    let _: Deployment = create_object(client, n, app_deployment("api", 3)).await;
     // The older claim, a group that does not select api yet.
-    create_deployment_group(&client, n, "group", 2, 3600).await;
+    create_deployment_group(client, n, "group", 2, 3600).await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let single = json!({
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
-        "schedulingConfig": [], "defaultReplica": 2, "intervalMint": 60, "onDelete": "Restore"
+        "schedulingConfig": [], "defaultReplica": level, "intervalMint": 60, "onDelete": "Restore"
     });
-    create_tdset(&client, n, &tdset("single", single)).await;
-    let op = Operator::start(&client, n, clock(), None, "test");
-    deployment_at(&client, n, "api", 2).await;
-
-    // api joins the group: the older claim holds it, and the own count it records is api's 3
-    // (what the younger TDSet recorded), not the 2 that TDSet set.
+    create_tdset(client, n, &tdset("single", single)).await;
+    let op = Operator::start(client, n, clock(), None, "test");
+    deployment_at(client, n, "api", level).await;
+    assert_eq!(original_recorded(client, n, "single", "api").await, 3);
     Api::<Deployment>::namespaced(client.clone(), n)
         .patch(
             "api",
@@ -706,13 +704,44 @@ async fn an_older_group_taking_a_workload_from_a_younger_scale_target_ref_record
         )
         .await
         .expect("labelling api into the group");
-    let api = deployment_at(&client, n, "api", 0).await;
+    let held = |d: &Deployment| annotations(d).contains_key("schedule.rs/held-by");
+    let api: Deployment = object_where(client, n, "api", "api held by the group", held).await;
     assert_eq!(annotations(&api), record("group", 3, 0));
-    tdset_with_reason(&client, n, "single", "Degraded", "ConflictingTDSet").await;
+    assert_eq!(replicas(&api), Some(0));
+    tdset_with_reason(client, n, "single", "Degraded", "ConflictingTDSet").await;
+    op
+}
 
-    // The group goes: api is given its own 3 back, and the younger TDSet takes it over again.
+#[tokio::test]
+async fn an_older_group_taking_a_workload_from_a_younger_scale_target_ref_records_its_own_count() {
+    let (client, ns) = setup("group-takes").await;
+    let n = &ns.name;
+    let op = older_group_takes_from_younger_ref(&client, n, 2).await;
+    // The group goes: the younger TDSet takes api over again.
     delete_tdset_and_wait(&client, n, "group").await;
     let api = deployment_at(&client, n, "api", 2).await;
+    assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_group_and_the_tdset_it_took_a_workload_from_deleted_together_give_its_own_count_back() {
+    let (client, ns) = setup("group-both-go").await;
+    let n = &ns.name;
+    // Both sleep api (0): neither may leave it to the other as they both go.
+    let op = older_group_takes_from_younger_ref(&client, n, 0).await;
+    let tdsets = Api::<TDSet>::namespaced(client.clone(), n);
+    for name in ["single", "group"] {
+        tdsets
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("deleting a TDSet");
+    }
+    for name in ["single", "group"] {
+        tdset_gone(&client, n, name).await;
+    }
+    let api = deployment_at(&client, n, "api", 3).await;
     assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
     op.stop().await;
     ns.cleanup().await;

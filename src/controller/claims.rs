@@ -85,6 +85,26 @@ pub(super) fn own_count(
         .map(|(_, original)| original)
 }
 
+/// Another TDSet that holds `r` and has recorded the same own count (`original`, of object
+/// `uid`) as this one: it gives that count back when it lets go, so this TDSet need not
+/// (and must not write over it). A holder that has not recorded it, or recorded another,
+/// may not: then this TDSet gives its count back, a second write rather than a lost count.
+pub(super) fn holder_with_same_original(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    uid: Option<&str>,
+    original: i32,
+) -> Option<String> {
+    let holder = ctx.index.holder(ns, r.group(), &r.kind, &r.name)?;
+    if holder == tdset.name_any() {
+        return None;
+    }
+    let key = (ns, r.group(), r.kind.as_str(), r.name.as_str());
+    (ctx.index.original_of(key, uid?, &holder) == Some(original)).then_some(holder)
+}
+
 /// The outcome for a target another TDSet holds: nothing read or written, and what this
 /// TDSet recorded of that same target before (its original count, if it held it once) kept as
 /// it was. A record of another target is not kept: it was let go of before (see

@@ -209,10 +209,13 @@ async fn let_go(
         name: recorded.name.clone(),
     };
     let uid = recorded.uid.as_deref();
-    // Held by another TDSet now (an older claim took it over while this one waited): its
-    // count is that one's to write, and it recorded the own count when it took over.
-    if let Some(p) = super::claims::held_elsewhere(tdset, ctx, ns, &r) {
-        info!(problem = %p.message(), why, "left the target to its holder");
+    // Held by another TDSet now (an older claim took it over while this one waited) that
+    // recorded the same own count: its count is that one's to write, and it gives the own
+    // count back when it lets go.
+    if let Some(holder) = recorded.original_replicas.and_then(|original| {
+        super::claims::holder_with_same_original(tdset, ctx, ns, &r, uid, original)
+    }) {
+        info!(%holder, why, "left the target to its holder");
         return Ok(());
     }
     let (verb, result) = match recorded.original_replicas {
@@ -235,7 +238,15 @@ async fn let_go(
                 "no original count of {r} was recorded"
             ))),
         ),
-        _ if r.is_hpa() => ("wake the target of", wake(ctx, ns, &r, uid).await?),
+        _ if r.is_hpa() => {
+            let woken = match wake(ctx, ns, &r, uid).await {
+                Err(e) if e.is_refused() && why == "deleted" => Ok(Err(Problem::ApiError(
+                    format!("the API server refused it: {e}"),
+                ))),
+                other => other,
+            };
+            ("wake the target of", woken?)
+        }
         _ => return Ok(()),
     };
     match result {
@@ -331,8 +342,12 @@ async fn restore(
     if let Err(p) = same_object(r, uid, view.uid.as_deref()) {
         return Ok(Err(p));
     }
-    // An older group took it over while this TDSet waited: it is the group's to write.
-    if let Some(p) = super::claims::held_by_group(tdset, ctx, ns, r, &view.labels) {
+    // An older group took it over while this TDSet waited, and its record on the object says
+    // the same own count: it is the group's to write, and the group gives it back.
+    if view.own_replicas == original
+        && view.own_replicas != view.spec_replicas
+        && let Some(p) = super::claims::held_by_group(tdset, ctx, ns, r, &view.labels)
+    {
         info!(problem = %p.message(), "left the target to its holder");
         return Ok(Ok(None));
     }

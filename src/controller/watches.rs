@@ -299,12 +299,19 @@ struct Index {
     by_tdset: HashMap<TDSetRef, Claims>,
 }
 
+/// A target's key as the index keeps it.
+fn owned_key((ns, group, kind, name): (&str, &str, &str, &str)) -> TargetKey {
+    (ns.into(), group.into(), kind.into(), name.into())
+}
+
 /// What one TDSet claims, and the original count its status records.
 #[derive(PartialEq)]
 struct Claims {
     keys: Vec<TargetKey>,
     claim: Claim,
     recorded: Option<Recorded>,
+    /// Being deleted: it lets go of what it holds, so nothing is handed over to it.
+    deleting: bool,
 }
 
 /// The count a TDSet's status records as its target's own (`originalReplicas`), and of which
@@ -386,12 +393,13 @@ impl TargetIndex {
         let claims = Claims {
             claim: super::group_index::claim_of(tdset),
             recorded: recorded(tdset),
+            deleting: tdset.metadata.deletion_timestamp.is_some(),
             keys,
         };
         match index.by_tdset.get(&me) {
             Some(known) if *known == claims => return (false, vec![]),
             Some(known) if known.keys == claims.keys && known.claim == claims.claim => {
-                // Only the recorded original changed: nobody's claim moved.
+                // Only the recorded original (or the deletion) changed: nobody's claim moved.
                 index.by_tdset.insert(me, claims);
                 return (false, vec![]);
             }
@@ -408,6 +416,17 @@ impl TargetIndex {
             index.by_tdset.insert(me, claims);
         }
         (true, others)
+    }
+
+    /// The original TDSet `who`'s status records for the object `uid` (durably: what the
+    /// watch has seen), whatever it sets now; none while it is being deleted (it gives its
+    /// targets back, nothing is handed to it).
+    pub fn original_of(&self, key: (&str, &str, &str, &str), uid: &str, who: &str) -> Option<i32> {
+        let (ns, key) = (key.0, owned_key(key));
+        let index = self.0.read().ok()?;
+        let claims = index.by_tdset.get(&tdset_ref_named(ns, who))?;
+        let r = claims.recorded.as_ref().filter(|_| !claims.deleting)?;
+        (r.key == key && r.uid == uid).then_some(r.original)
     }
 
     /// The TDSets of the namespace whose claims are younger than `than`: those a group with
@@ -443,13 +462,7 @@ impl TargetIndex {
         me: &str,
         current: i32,
     ) -> Option<(String, i32)> {
-        let (ns, group, kind, name) = key;
-        let key = (
-            ns.to_string(),
-            group.to_string(),
-            kind.to_string(),
-            name.to_string(),
-        );
+        let (ns, key) = (key.0, owned_key(key));
         let index = self.0.read().ok()?;
         index.by_target.get(&key)?.iter().find_map(|(_, other)| {
             if other == me {

@@ -102,20 +102,29 @@ fn taken_over(p: &Placing<'_>, kind: &Kind, m: &Member) -> Option<group::Record>
 }
 
 /// The `scaleTargetRef` TDSet that holds a workload this group lets go of, once that TDSet's
-/// status records the workload's own count: the group then only takes its record off, and
-/// never writes the count over that TDSet's. Before that, the group gives the own count back
-/// (the record is the only place it is kept).
+/// status records the same own count as this group's record: the group then only takes its
+/// record off, and never writes the count over that TDSet's. Otherwise (the holder has not
+/// recorded it, or recorded another; another group selects it) the group gives the own count
+/// back: a second write rather than a lost count.
 pub(super) fn handed_to(
     ctx: &Context,
     ns: &str,
     kind: &Kind,
+    o: &DynamicObject,
     m: &Member,
     me: &str,
 ) -> Option<String> {
-    let key = (ns, kind.kind.group(), kind.kind.kind(), m.name.as_str());
-    ctx.index
-        .original_elsewhere(key, &m.uid, me, m.value.replicas())
-        .map(|(holder, _)| holder)
+    let (group, kind_name) = (kind.kind.group(), kind.kind.kind());
+    let other_group = ctx.groups.in_namespace(ns).iter().any(|((_, n), e)| {
+        n != me && e.selects(group, kind_name, o.labels()) && !e.exclude.contains(&m.name)
+    });
+    if other_group {
+        return None;
+    }
+    let holder = ctx.index.holder(ns, group, kind_name, &m.name)?;
+    let key = (ns, group, kind_name, m.name.as_str());
+    let original = ctx.index.original_of(key, &m.uid, &holder)?;
+    (original == m.own().replicas()).then_some(holder)
 }
 
 /// Whether an HPA, and so the workload it scales, is someone else's: its controller's (KEDA's
@@ -175,7 +184,8 @@ pub(super) fn all(
             if member.record.is_none() && member.place == Place::Held {
                 member.record = taken_over(placing, kind, &member);
             } else if member.record.is_some() && member.place != Place::Held {
-                member.handed_to = handed_to(placing.ctx, placing.ns, kind, &member, &placing.me.1);
+                member.handed_to =
+                    handed_to(placing.ctx, placing.ns, kind, &o, &member, &placing.me.1);
             }
             if is_hpa(kind) {
                 member.floor_of = Some((

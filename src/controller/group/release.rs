@@ -57,7 +57,7 @@ pub(crate) async fn release_all(
         for (k, o, value) in found {
             let kind = &kinds[k];
             let mut m = member_of(kind, &o, value, Place::Outside);
-            m.handed_to = handed_to(ctx, ns, kind, &m, &name);
+            m.handed_to = handed_to(ctx, ns, kind, &o, &m, &name);
             for mut w in group::plan(&name, Count::Own, std::slice::from_ref(&m)).writes {
                 w.why = Why::Left(LeaveReason::Released);
                 match send(ctx, ns, kind, &m, &w, &uid).await? {

@@ -97,7 +97,10 @@ async fn write(
             )))),
             // Refused as invalid: an admission policy or the kind's own rules (an apply to a
             // deleted object, which would create it, fails so too: `refused` tells them apart).
-            Err(kube::Error::Api(s)) if s.code == 422 => Ok(Answer::Invalid(s.message)),
+            // 400 too: an admission webhook that denies without a code.
+            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
+                Ok(Answer::Invalid(s.message))
+            }
             Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Answer::Sent(Sent::Problem(
                 forbidden(verb, &kind.resource, sub, ns, &s.message),
             ))),
