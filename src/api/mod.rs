@@ -325,12 +325,15 @@ pub struct ScaleTargetRef {
     pub name: String,
 }
 
+/// The API group of an `apiVersion` (empty for the core group).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
 impl ScaleTargetRef {
     /// The API group (empty for the core group).
     pub fn group(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map_or("", |(group, _)| group)
+        group_of(&self.api_version)
     }
 
     pub fn version(&self) -> &str {
@@ -671,6 +674,18 @@ pub struct TargetStatus {
     /// deletion with `onDelete: Restore`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_replicas: Option<i32>,
+}
+
+impl TargetStatus {
+    /// The API group (empty for the core group).
+    pub fn group(&self) -> &str {
+        group_of(&self.api_version)
+    }
+
+    /// Whether this is what `r` references (the same apiVersion, kind and name).
+    pub fn names(&self, r: &ScaleTargetRef) -> bool {
+        self.api_version == r.api_version && self.kind == r.kind && self.name == r.name
+    }
 }
 
 /// Same wire shape as `metav1.Condition`.

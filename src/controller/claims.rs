@@ -67,10 +67,16 @@ pub(super) fn held_by_group(
     )))
 }
 
-/// The own count of `r` (object `uid`, running `current`) when this TDSet takes it over from
-/// another `scaleTargetRef` TDSet that set `current` (a younger claim that held it until
-/// this older one came): the original that TDSet recorded. `None` when no other TDSet set
-/// what it runs, e.g. a group held it (its record on the object says the own count).
+/// The index's key of `r`.
+fn key<'a>(ns: &'a str, r: &'a ScaleTargetRef) -> (&'a str, &'a str, &'a str, &'a str) {
+    (ns, r.group(), &r.kind, &r.name)
+}
+
+/// The own count of `r` (object `uid`, running `current`) for this TDSet to record when it
+/// takes it over. A group's record on it says it (`by_group`, when it differs from
+/// `current`). Else, from another `scaleTargetRef` TDSet that set `current` (a younger claim
+/// that held it until this older one came): the original that TDSet recorded. Else the
+/// count it runs.
 pub(super) fn own_count(
     tdset: &TDSet,
     ctx: &Context,
@@ -78,11 +84,16 @@ pub(super) fn own_count(
     r: &ScaleTargetRef,
     uid: Option<&str>,
     current: i32,
-) -> Option<i32> {
-    let key = (ns, r.group(), r.kind.as_str(), r.name.as_str());
-    ctx.index
-        .original_elsewhere(key, uid?, &tdset.name_any(), current)
-        .map(|(_, original)| original)
+    by_group: i32,
+) -> i32 {
+    if by_group != current {
+        return by_group;
+    }
+    uid.and_then(|uid| {
+        ctx.index
+            .original_elsewhere(key(ns, r), uid, &tdset.name_any(), current)
+    })
+    .map_or(current, |(_, original)| original)
 }
 
 /// Another TDSet that holds `r` and has recorded the same own count (`original`, of object
@@ -101,8 +112,7 @@ pub(super) fn holder_with_same_original(
     if holder == tdset.name_any() {
         return None;
     }
-    let key = (ns, r.group(), r.kind.as_str(), r.name.as_str());
-    (ctx.index.original_of(key, uid?, &holder) == Some(original)).then_some(holder)
+    (ctx.index.original_of(key(ns, r), uid?, &holder) == Some(original)).then_some(holder)
 }
 
 /// The outcome for a target another TDSet holds: nothing read or written, and what this
@@ -119,7 +129,7 @@ pub(super) fn held_outcome(
         .statuses
         .current(tdset)
         .and_then(|s| s.target)
-        .filter(|t| t.api_version == r.api_version && t.kind == r.kind && t.name == r.name);
+        .filter(|t| t.names(r));
     let mut out = problem_outcome(p, r, TargetStatus::default());
     out.target = recorded;
     out

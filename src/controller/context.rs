@@ -13,7 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 
 use super::group_index::GroupIndex;
-use super::watches::TargetIndex;
+use super::target_index::TargetIndex;
 use super::{bookkeeping, discovery, shards, wakeups};
 use crate::api::{GroupStatus, TDSet, TargetStatus};
 use crate::cache::Cached;

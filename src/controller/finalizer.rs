@@ -184,9 +184,11 @@ pub(super) async fn release_previous(
     let Some(recorded) = ctx.statuses.current(tdset).and_then(|s| s.target) else {
         return Ok(unreleased);
     };
-    let still = tdset.spec.scale_target_ref.as_ref().is_some_and(|r| {
-        r.api_version == recorded.api_version && r.kind == recorded.kind && r.name == recorded.name
-    });
+    let still = tdset
+        .spec
+        .scale_target_ref
+        .as_ref()
+        .is_some_and(|r| recorded.names(r));
     if !still {
         let_go(tdset, ctx, ns, &recorded, "retargeted", events).await?;
     }
@@ -221,16 +223,7 @@ async fn let_go(
     let (verb, result) = match recorded.original_replicas {
         Some(original) if restores(tdset) => {
             let restored = restore(tdset, ctx, ns, &r, original, uid).await;
-            // A deletion is never held up by a refusal (an admission policy, a floor above
-            // the HPA's maximum): it is said in an Event. A retarget retries with backoff,
-            // keeping its claim, so nobody takes the old target over at this TDSet's count.
-            let restored = match restored {
-                Err(e) if e.is_refused() && why == "deleted" => Ok(Err(Problem::ApiError(
-                    format!("the API server refused it: {e}"),
-                ))),
-                other => other,
-            };
-            ("restore", restored?)
+            ("restore", refused_on_delete(restored, why)?)
         }
         None if restores(tdset) => (
             "restore",
@@ -239,13 +232,8 @@ async fn let_go(
             ))),
         ),
         _ if r.is_hpa() => {
-            let woken = match wake(ctx, ns, &r, uid).await {
-                Err(e) if e.is_refused() && why == "deleted" => Ok(Err(Problem::ApiError(
-                    format!("the API server refused it: {e}"),
-                ))),
-                other => other,
-            };
-            ("wake the target of", woken?)
+            let woken = wake(ctx, ns, &r, uid).await;
+            ("wake the target of", refused_on_delete(woken, why)?)
         }
         _ => return Ok(()),
     };
@@ -277,6 +265,21 @@ async fn let_go(
         }
     }
     Ok(())
+}
+
+/// A deletion is never held up by a refusal (an admission policy, a floor above the HPA's
+/// maximum): it becomes a problem, said in an Event. A retarget retries with backoff, keeping
+/// its claim, so nobody takes the old target over at this TDSet's count.
+fn refused_on_delete(
+    result: Result<Result<Option<String>, Problem>>,
+    why: &str,
+) -> Result<Result<Option<String>, Problem>> {
+    match result {
+        Err(e) if e.is_refused() && why == "deleted" => Ok(Err(Problem::ApiError(format!(
+            "the API server refused it: {e}"
+        )))),
+        other => other,
+    }
 }
 
 fn on_delete_name(tdset: &TDSet) -> &'static str {

@@ -347,7 +347,7 @@ mod tests {
         later.metadata.creation_timestamp = group("x", "2026-03-01T00:00:00Z")
             .metadata
             .creation_timestamp;
-        let targets = super::super::watches::TargetIndex::default();
+        let targets = super::super::target_index::TargetIndex::default();
         targets.update(&by_ref);
         targets.update(&later);
 

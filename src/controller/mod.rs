@@ -6,7 +6,8 @@
 //! - `scale.rs`, `finalizer.rs`: referenced targets and HPAs; letting go of them (`onDelete`,
 //!   retargets);
 //! - `claims.rs`: which TDSet holds a referenced object (one writer per workload);
-//! - `group.rs`: the group form's workloads, listed, placed and written (`scaleTargetSelector`);
+//! - `target_index.rs`: which TDSets claim which target, and the originals their statuses record;
+//! - `group/`: the group form's workloads, listed, placed and written (`scaleTargetSelector`);
 //! - `group_index.rs`: what each group selects, for triggers and for one holder per workload;
 //! - `discovery.rs`: which kind a `scaleTargetRef` names, remembered;
 //! - `backoff.rs`: how long a failed reconcile waits before it is retried;
@@ -43,6 +44,7 @@ mod leader;
 mod run;
 mod scale;
 mod shards;
+mod target_index;
 mod wakeups;
 mod watches;
 

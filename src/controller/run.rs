@@ -21,9 +21,9 @@ use super::context::{Context, TDSetRef};
 use super::driver::{error_policy, reconcile};
 use super::group_index::GroupIndex;
 use super::shards::ShardOptions;
+use super::target_index::TargetIndex;
 use super::watches::{
-    self, InitialList, TargetIndex, api_backoff, api_for, hpa_watch, owned_watch, target_watch,
-    tdset_watch,
+    self, InitialList, api_backoff, api_for, hpa_watch, owned_watch, target_watch, tdset_watch,
 };
 use super::{bookkeeping, calendars, discovery, scale, shards, wakeups};
 use crate::cache::Cached;

@@ -306,9 +306,7 @@ async fn target_status(
 ) -> Result<Record> {
     let uid = observed.and_then(|(_, uid)| uid);
     let same = |t: &TargetStatus| {
-        t.api_version == r.api_version
-            && t.kind == r.kind
-            && t.name == r.name
+        t.names(r)
             && t.field == field
             && match (t.uid.as_deref(), uid) {
                 (Some(recorded), Some(seen)) => recorded == seen,
@@ -449,15 +447,17 @@ pub(super) async fn reconcile_scale(
     if let Some(p) = claims::held_by_group(tdset, ctx, ns, r, &view.labels) {
         return Ok(claims::held_outcome(tdset, ctx, p, r));
     }
-    // A group's record on it says its own count; else a TDSet that held it may.
-    let own = if view.own_replicas == view.spec_replicas {
-        claims::own_count(tdset, ctx, ns, r, view.uid.as_deref(), view.spec_replicas)
-            .unwrap_or(view.own_replicas)
-    } else {
-        view.own_replicas
-    };
-    let mut record =
-        target_status(tdset, ctx, ns, r, FIELD, Some((own, view.uid.as_deref()))).await?;
+    let uid = view.uid.as_deref();
+    let own = claims::own_count(
+        tdset,
+        ctx,
+        ns,
+        r,
+        uid,
+        view.spec_replicas,
+        view.own_replicas,
+    );
+    let mut record = target_status(tdset, ctx, ns, r, FIELD, Some((own, uid))).await?;
     if let Some(h) = target::conflicting_hpa(r, &hpas_in(ctx, ns)) {
         let p = Problem::ConflictingAutoscaler(format!(
             "HorizontalPodAutoscaler {} also scales {r}; the operator writes nothing rather than fight it. \
@@ -611,11 +611,7 @@ pub(super) async fn reconcile_hpa(
         }
     };
     // A group's floor on it is not its own (see `group::own_floor`), nor another TDSet's.
-    let own = if hpa.own_min == hpa.min() {
-        claims::own_count(tdset, ctx, ns, r, uid.as_deref(), hpa.min()).unwrap_or(hpa.own_min)
-    } else {
-        hpa.own_min
-    };
+    let own = claims::own_count(tdset, ctx, ns, r, uid.as_deref(), hpa.min(), hpa.own_min);
     let observed = Some((own, uid.as_deref()));
     let mut record = target_status(tdset, ctx, ns, r, FIELD, observed).await?;
     // The HPA's own target, read for its count: a floor of 0 is the target asleep.
@@ -718,7 +714,7 @@ pub(super) async fn reconcile_hpa(
 /// The TDSets to reconcile when a watched object changes: those that reference it, and, for
 /// a workload an HPA scales, those that reference that HPA.
 pub(super) fn affected(
-    ctx_index: &super::watches::TargetIndex,
+    ctx_index: &super::target_index::TargetIndex,
     hpas: &kube::runtime::reflector::Store<HorizontalPodAutoscaler>,
     ns: &str,
     group: &str,
