@@ -235,6 +235,19 @@ impl<K> fmt::Debug for Cached<K> {
 
 /// The cache of `K` is addressed like `K` itself (same kind, group and plural), so store
 /// lookups and owner mapping work unchanged.
+/// How the controller names a TDSet: it reconciles the cached form (see `Cached`).
+pub type TDSetRef = kube::runtime::reflector::ObjectRef<Cached<TDSet>>;
+
+/// The name alone (no uid or resourceVersion), of a TDSet or its cached form.
+pub fn tdset_ref(tdset: &impl Resource) -> TDSetRef {
+    use kube::ResourceExt;
+    tdset_ref_named(&tdset.namespace().unwrap_or_default(), &tdset.name_any())
+}
+
+pub fn tdset_ref_named(namespace: &str, name: &str) -> TDSetRef {
+    kube::runtime::reflector::ObjectRef::new(name).within(namespace)
+}
+
 impl<K: Resource> Resource for Cached<K> {
     type DynamicType = K::DynamicType;
     type Scope = K::Scope;

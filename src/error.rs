@@ -1,7 +1,5 @@
 //! The one error type. Each variant carries enough context for a log line to be actionable.
 
-use crate::schedule::SpecError;
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubernetes API call failed: {context}: {}", api_message(.source))]
@@ -113,3 +111,18 @@ fn join(errors: &[SpecError]) -> String {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A spec the API server accepted but the engine cannot evaluate, or a field that breaks the
+/// schema (for manifests that never went through an API server, as with `preview`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError {
+    /// JSON path of the field, e.g. `spec.timeZone`.
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}

@@ -5,7 +5,11 @@
 use std::fmt;
 
 mod group;
+mod selector;
+mod source;
 pub use group::*;
+pub use selector::Selector;
+pub use source::Source;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::CustomResource;

@@ -1,5 +1,5 @@
-//! The reconcile driver: one call per stage, in order, each stage in a room of its own; then
-//! the status, and when to look again. And the error policy.
+//! The reconcile driver: one call per stage, in order (claim, resolve, release, apply,
+//! report), each stage in a room of its own; and the error policy.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,24 +9,18 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::bookkeeping::WorkloadTurn;
-use super::context::{Context, Outcome, Write, tdset_ref_named};
-use super::events::{self, Events};
-use super::{apply, backoff, calendars, finalizer, group, scale, shards};
+use super::lane::{Events, WorkloadTurn};
+use super::stages::{apply, claim, release, report, resolve};
+use super::state::{Context, backoff_after, jitter};
 use crate::api::TDSet;
-use crate::cache::Cached;
+use crate::cache::{Cached, tdset_ref_named};
 use crate::error::{Error, Result};
-use crate::schedule::Schedule;
-use crate::status::{self, Inputs, Missing, Problem};
-use crate::workload::Source;
-use apply::write_status;
+use crate::status::Problem;
 
 /// The longest one reconcile may take: a request that hangs (a black-holed connection)
 /// holds one TDSet's transitions back for at most this long, then the reconcile is dropped
 /// and retried by the error policy.
 pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
-/// How soon a group that could not give every workload back after a change of form tries again.
-const UNRELEASED_RETRY: Duration = Duration::from_secs(15);
 
 pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<Action> {
     let (ns, name) = (cached.namespace().unwrap_or_default(), cached.name_any());
@@ -107,12 +101,12 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
             // Best effort: make the failure visible on the TDSet, then let the error policy back
             // off. Only Degraded changes: what status said before is still the best knowledge.
             let problem = Problem::ApiError(e.to_string());
-            if let Err(e2) = apply::report_failure(&tdset, &ctx, &problem, &mut events).await {
+            if let Err(e2) = report::failure(&tdset, &ctx, &problem, &mut events).await {
                 debug!(error = %e2, "could not record the reconcile error in status");
             }
         }
     }
-    events::publish_all(&ctx, events).await;
+    ctx.lane.publish_all(events).await;
     result.map(|_| Action::await_change())
 }
 
@@ -126,7 +120,7 @@ pub fn error_policy(tdset: Arc<Cached<TDSet>>, error: &Error, ctx: Arc<Context>)
         tdset.name_any()
     );
     let attempt = count_failure(&ctx, &key);
-    let wait = backoff::after(attempt, backoff::jitter());
+    let wait = backoff_after(attempt, jitter());
     warn!(tdset = %key, %error, attempt, retry_in = ?wait, "reconcile failed");
     Action::requeue(wait)
 }
@@ -141,9 +135,9 @@ fn count_failure(ctx: &Context, key: &str) -> u32 {
     })
 }
 
-/// One reconcile; what it returns is how long until the TDSet is to be looked at again
-/// (none: never, it is going away). `failed_partly`: some writes failed, and the wait is the
-/// error policy's next backoff.
+/// One reconcile, one call per stage; what it returns is how long until the TDSet is to be
+/// looked at again (none: never, it is going away). `failed_partly`: some writes failed, and
+/// the wait is the error policy's next backoff.
 async fn reconcile_inner(
     tdset: &TDSet,
     ctx: &Context,
@@ -155,176 +149,40 @@ async fn reconcile_inner(
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     // Before anything is written for it: a shard writes only the TDSets it has claimed.
-    if let Some(wait) = shards::claim(tdset, ctx).await {
+    if let Some(wait) = claim::claim(tdset, ctx).await {
         return Ok(Some(wait));
     }
     if tdset.meta().deletion_timestamp.is_some() {
         // Owned objects go with the garbage collector; a referenced target may be restored.
-        finalizer::on_delete(tdset, ctx, &ns, events).await?;
+        release::on_delete(tdset, ctx, &ns, events).await?;
         return Ok(None);
     }
-    let now = ctx.clock.now();
-    let interval = tdset.spec.check_interval();
-
-    // Schedule: the level now and the next change (pure), with the named calendars' dates.
-    let (found, missing_calendars) = calendars::resolve(&ctx.calendars, &tdset.spec);
-    let schedule = match Schedule::compile_with(&tdset.spec, &calendars::holidays(&found)) {
-        Ok(s) => s,
-        Err(errors) => {
-            let message = format!(
-                "{}; the workload is left as it is until the spec is fixed",
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
-            warn!(%message, "invalid spec");
-            apply::report_failure(tdset, ctx, &Problem::InvalidSpec(message), events).await?;
-            return Ok(Some(interval));
+    let resolved = match resolve::resolve(tdset, ctx)? {
+        Ok(resolved) => resolved,
+        Err(invalid) => {
+            report::failure(tdset, ctx, &invalid, events).await?;
+            return Ok(Some(tdset.spec.check_interval()));
         }
     };
-    let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
-    let eval = schedule.evaluate(now);
-    let next = schedule.next_transition(now);
-    let warnings = schedule.warnings();
-
-    // The change that was due, if its instant has passed: what the transition lag is measured from.
-    let previous = ctx.statuses.current(tdset);
-    let due = previous
-        .as_ref()
-        .and_then(|s| s.next_transition_time.as_deref())
-        .and_then(crate::preview::parse_rfc3339)
-        .filter(|t| *t <= now);
     // Only a reconcile with a change due (a boundary's) holds statuses and Events back for as
     // long as it takes; a periodic check or a watch event does not (else 10 000 TDSets'
     // 5-minute checks, 33 a second, would keep the lane waiting).
-    if due.is_none() {
+    if resolved.due.is_none() {
         turn.not_due();
     }
-
-    // Observe and apply, as the mode asks; while suspended, observe only. The bookkeeping lane
-    // (status, Events) waits while this runs anywhere (`turn`, taken when the reconcile began).
-    // What the TDSet drove before and no longer describes is let go of first (suspended or
-    // not: letting go is not scheduling), so a target's record is never overwritten before it
-    // has been given back.
-    let unreleased = finalizer::release_previous(tdset, ctx, &ns, events).await?;
-    if matches!(
-        source,
-        Source::Scale(_) | Source::HpaFloor(_) | Source::Group(_)
-    ) {
-        apply::remove_owned(tdset, ctx, &ns, events).await?;
-    }
-    finalizer::ensure(tdset, ctx, &ns).await?;
-    let write = if tdset.spec.is_suspended() {
-        Write::Never
-    } else {
-        Write::IfDifferent
-    };
-    let mut outcome = match source {
-        _ if let Some(refused) = ctx.pod_forms.refuse(source, &ns) => Outcome {
-            workload: Err(Missing {
-                reason: status::reason::BLOCKED,
-                message: "nothing runs: this form is not allowed in this namespace".into(),
-            }),
-            problem: Some(Problem::FormNotAllowed(refused)),
-            notices: vec![],
-            target: None,
-            retry: None,
-            scaled: None,
-            group: None,
-            failed: false,
-            saved: None,
-        },
-        Source::Container(_) | Source::Template(_) => {
-            apply::reconcile_owned(tdset, ctx, &ns, &eval, write, events).await?
-        }
-        Source::Scale(target) => {
-            scale::reconcile_scale(tdset, ctx, &ns, target, &eval, write, events).await?
-        }
-        Source::HpaFloor(hpa) => {
-            scale::reconcile_hpa(tdset, ctx, &ns, hpa, &eval, write, events).await?
-        }
-        Source::Group(sel) => {
-            group::reconcile_group(tdset, ctx, &ns, sel, &eval, write, events).await?
-        }
-    };
+    // The lane (status, Events) waits while the workload is written (`turn`, taken when the
+    // reconcile began).
+    let unreleased = release::previous(tdset, ctx, &ns, resolved.source, events).await?;
+    let mut outcome = apply::apply(tdset, ctx, &ns, &resolved, events).await?;
     drop(turn);
-    // A group left behind with workloads not yet given back stays in the status (and is
-    // tried again) until every one is.
-    if let Some((group, problem)) = unreleased {
-        outcome.group.get_or_insert(group);
-        outcome.problem.get_or_insert(problem);
-        outcome.retry = Some(
-            outcome
-                .retry
-                .map_or(UNRELEASED_RETRY, |r| r.min(UNRELEASED_RETRY)),
-        );
+    report::keep_unreleased(&mut outcome, unreleased);
+    let next = report::report(tdset, ctx, &ns, resolved, outcome, events).await?;
+    if !next.failed {
+        return Ok(Some(next.wait));
     }
-
-    if let Some(saved) = outcome.saved {
-        ctx.metrics
-            .saved(&format!("{ns}/{}", tdset.name_any()), saved.replicas, now);
-    }
-
-    // A calendar that does not exist is reported, unless the workload has a worse problem.
-    let calendar_problem = (!missing_calendars.is_empty())
-        .then(|| Problem::CalendarNotFound(calendars::missing_message(&missing_calendars)));
-    let problem = outcome.problem.clone().or(calendar_problem);
-
-    if let Some(due) = due.filter(|_| outcome.scaled.is_some()) {
-        let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
-        ctx.metrics.transition_lag.observe(lag);
-    }
-    // The change, for status.history: at the transition's instant when one was due.
-    let change = outcome.scaled.map(|from| crate::api::HistoryEntry {
-        at: crate::preview::rfc3339(due.unwrap_or(now)),
-        // Milliseconds: how late a change landed is usually well under a second.
-        applied_at: Some(
-            ctx.clock
-                .now()
-                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        ),
-        from: Some(from),
-        to: eval.count().replicas(),
-        reason: eval.why(),
-        message: None,
-    });
-
-    // Status (pure), written only when it differs.
-    let new_status = status::next_status(&Inputs {
-        previous: previous.as_ref(),
-        generation: tdset.meta().generation,
-        evaluation: Some(&eval),
-        next: next.as_ref(),
-        warnings: &warnings,
-        notices: &outcome.notices,
-        workload: outcome.workload.as_ref(),
-        target: outcome.target.as_ref(),
-        group: outcome.group.as_ref(),
-        saved: outcome.saved,
-        problem: problem.as_ref(),
-        suspended: write == Write::Never,
-        change,
-        shard: ctx.shard.as_ref().map(|s| s.name()),
-        now,
-    });
-    write_status(tdset, ctx, previous.as_ref(), new_status, events).await?;
-
-    let mut wait = match next {
-        Some(n) => (n.at - now).to_std().unwrap_or_default().min(interval),
-        None => interval,
-    };
-    if let Some(retry) = outcome.retry {
-        wait = wait.min(retry);
-    }
-    if outcome.failed {
-        // Some writes failed and others landed: reported as a success (the status says what
-        // landed), but retried as a failure is, backing off.
-        *failed_partly = true;
-        let attempt = count_failure(ctx, &format!("{ns}/{}", tdset.name_any()));
-        wait = wait.min(backoff::after(attempt, backoff::jitter()));
-    }
-    debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), ?wait, "reconciled");
-    Ok(Some(wait))
+    // Some writes failed and others landed: reported as a success (the status says what
+    // landed), but retried as a failure is, backing off.
+    *failed_partly = true;
+    let attempt = count_failure(ctx, &format!("{ns}/{}", tdset.name_any()));
+    Ok(Some(next.wait.min(backoff_after(attempt, jitter()))))
 }

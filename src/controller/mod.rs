@@ -1,57 +1,37 @@
-//! The controller: the one place that talks to the API server. Each room holds one job:
+//! The controller: the one place that talks to the API server. Its rooms are in layers, and a
+//! room uses only rooms of its own layer or below (`tests/layers.rs` holds it so):
 //!
-//! - `context.rs`: what every stage shares (the context, TDSet names, a stage's outcome);
-//! - `driver.rs`: the reconcile driver (one call per stage), the error policy;
-//! - `apply.rs`: guarded writes of owned objects; the TDSet's next status, queued;
-//! - `scale.rs`, `finalizer.rs`: referenced targets and HPAs; letting go of them (`onDelete`,
-//!   retargets);
-//! - `claims.rs`: which TDSet holds a referenced object (one writer per workload);
-//! - `target_index.rs`: which TDSets claim which target, and the originals their statuses record;
-//! - `group/`: the group form's workloads, listed, placed and written (`scaleTargetSelector`);
-//! - `group_index.rs`: what each group selects, for triggers and for one holder per workload;
-//! - `discovery.rs`: which kind a `scaleTargetRef` names, remembered;
-//! - `backoff.rs`: how long a failed reconcile waits before it is retried;
-//! - `bookkeeping.rs`: the lane that sends statuses and Events after the workload writes;
-//! - `events.rs`: which Events a change produces;
-//! - `watches.rs`: the watches and their compact caches;
-//! - `wakeups.rs`: when each TDSet is reconciled next, handed to the controller a few at a time;
-//! - `shards.rs`: claiming a TDSet for this shard, letting go of the ones it no longer matches;
-//! - `run.rs`: the wiring (watches, caches, context, lane, kube-runtime's controller);
-//! - `leader.rs`: Lease-based leader election around the wiring.
+//! - `run/`: the wiring (watches and their caches, the tasks beside the controller, the
+//!   calendars' usage, Lease-based leader election);
+//! - `driver.rs`: one reconcile as a list of stage calls, and the error policy;
+//! - `stages/`: claim (the shard's claim), resolve (calendars, schedule, form, the change
+//!   due), release (deletion, retargets, changes of form, the finalizer), apply (the form's
+//!   turn), report (status, history, lag, the next wait);
+//! - `forms/`: what each form of workload observes and writes (owned, `scaleTargetRef`, HPA
+//!   floor, group), one writer per workload (`claims`), which Events a change makes;
+//! - `io/`: client calls only: guarded writes of owned objects, `/scale` and HPA reads and
+//!   writes, writes to the TDSet itself (durable and queued statuses, the finalizer);
+//! - `state/`: what is kept between reconciles: the context, what a form says it did
+//!   (`Outcome`), the indexes, the wakeups, the shard, discovery, the backoffs;
+//! - `lane/`: statuses and Events, sent after the workload writes.
 //!
-//! Rooms use only rooms below them: `context.rs` at the bottom, the stages above it, then the
-//! driver, the wiring and leader election; this file only names them.
-//!
-//! Each reconcile evaluates the schedule at `ctx.clock.now()`, makes the owned Deployment (and
-//! Service) match, writes status, and requeues at the next transition. It reads the owned
-//! objects from caches that may be stale, so every write is guarded: creates fail on an
-//! existing object instead of overwriting it, and applies carry the observed uid as a
-//! precondition, so an object someone else created meanwhile is never written to.
+//! Each reconcile evaluates the schedule at `ctx.clock.now()`, makes the workload match, queues
+//! the status, and is looked at again at the next transition. It reads from caches that may be
+//! stale, so every write is guarded: creates fail on an existing object instead of overwriting
+//! it, and applies carry the observed uid as a precondition, so an object someone else created
+//! meanwhile is never written to.
 
-mod apply;
-mod backoff;
-mod bookkeeping;
-mod calendars;
-mod claims;
-mod context;
-mod discovery;
 mod driver;
-mod events;
-mod finalizer;
-mod group;
-mod group_index;
-mod leader;
+mod forms;
+mod io;
+mod lane;
 mod run;
-mod scale;
-mod shards;
-mod target_index;
-mod wakeups;
-mod watches;
+mod stages;
+mod state;
 
 pub use crate::clients::Clients;
-pub use context::Context;
 pub use driver::{RECONCILE_DEADLINE, error_policy, reconcile};
-pub use leader::{LeaseOptions, run};
 pub use run::RunOptions;
-pub use shards::ShardOptions;
-pub use watches::InitialList;
+pub use run::leader::{LeaseOptions, run};
+pub use run::watches::InitialList;
+pub use state::{Context, ShardOptions};

@@ -177,20 +177,7 @@ impl Transition {
     }
 }
 
-/// A spec the API server accepted but the engine cannot evaluate, or a field that breaks the
-/// schema (for manifests that never went through an API server, as with `preview`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpecError {
-    /// JSON path of the field, e.g. `spec.timeZone`.
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for SpecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
+pub use crate::error::SpecError;
 
 /// Something worth telling the user that does not stop the schedule from working.
 #[derive(Clone, Debug, PartialEq, Eq)]

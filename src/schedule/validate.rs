@@ -2,8 +2,8 @@
 //! given to `preview`) and as a second line of defence in the controller.
 
 use super::SpecError;
+use crate::api::Source;
 use crate::api::{MAX_REPLICAS, MAX_WINDOWS, TDSetSpec};
-use crate::workload::Source;
 
 /// The schema's rules, for specs that never passed an API server (files given to `preview`),
 /// and as a second line of defence in the controller. Types and the HH:MM format are enforced
@@ -85,7 +85,7 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
                 );
             }
         }
-        if let Err(e) = crate::workload::group::Selector::compile(&sel.selector) {
+        if let Err(e) = crate::api::Selector::compile(&sel.selector) {
             err("spec.scaleTargetSelector.selector".into(), e);
         }
     }

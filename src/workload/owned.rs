@@ -17,8 +17,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::api::TDSet;
+use crate::error::SpecError;
 use crate::error::{Error, Result};
-use crate::schedule::SpecError;
 use crate::workload::quantity;
 
 /// The server-side-apply field manager: every write the operator makes uses it.

@@ -1,0 +1,485 @@
+//! The group form's edge: lists the selected kinds in the TDSet's namespace (live: what a
+//! workload runs and carries decides a write, never a cache), places each workload (held,
+//! excluded, held elsewhere), plans with `workload::group`, and sends each write as one
+//! server-side apply guarded by the uid and resourceVersion it was planned from.
+//!
+//! - `observe`: which kinds, and what each listed workload runs and carries;
+//! - `place`: whether this TDSet holds a workload, or who else does;
+//! - `write`: one planned write sent, and what it came to;
+//! - `release`: every workload given back (deletion, another form).
+
+mod observe;
+mod place;
+mod release;
+mod write;
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use kube::ResourceExt;
+use tracing::{debug, info, warn};
+
+use super::Turn;
+use crate::api::{GroupKind, GroupStatus, ScaleTargetSelector, TDSet};
+use crate::controller::io::tdset::write_group_now;
+use crate::controller::lane::{EventType, Events, note};
+use crate::controller::state::{Context, Outcome, Write as Mode, claim_of};
+use crate::error::{Error, Result};
+use crate::schedule::{Count, Evaluation};
+use crate::status::{Observed, Problem};
+use crate::workload::contest::Verdict;
+use crate::workload::group::{self, LeaveReason, Member, Place, Value, Why};
+use crate::workload::savings::Saved;
+
+use observe::{Kind, is_hpa, kinds, observe, recorded_kinds};
+use place::{Listed, Placing};
+pub(crate) use release::{Release, release_all};
+use write::{Sent, send};
+
+/// Workload writes of one group in flight at once: the API server's pace at a boundary of a
+/// thousand, without one TDSet taking every connection.
+const WRITES_IN_FLIGHT: usize = 16;
+/// How soon to drop, once its count is there, what a custom kind's record says of the value
+/// before (see `group::Record::previous`).
+const TIDY_RETRY: Duration = Duration::from_secs(1);
+/// How soon to look again after a write was refused because the workload changed meanwhile.
+const STALE_RETRY: Duration = Duration::from_secs(1);
+
+/// What the TDSet holds, and the level applied to it.
+pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Result<Outcome> {
+    let Turn {
+        tdset,
+        ctx,
+        ns,
+        eval,
+        write: mode,
+        events,
+    } = turn;
+    // The cached TDSet has no creationTimestamp; the index, fed by the watch, has its claim.
+    let me = ctx
+        .groups
+        .claim(ns, &tdset.name_any())
+        .unwrap_or_else(|| claim_of(tdset));
+    let selector = group::Selector::compile(&sel.selector).map_err(|e| {
+        Error::InvalidSpec(vec![crate::schedule::SpecError {
+            field: "spec.scaleTargetSelector.selector".into(),
+            message: e,
+        }])
+    })?;
+    let placing = Placing {
+        tdset,
+        ctx,
+        ns,
+        sel,
+        selector: &selector,
+        me,
+    };
+    let mut problems = Vec::new();
+    let recorded = recorded_kinds(tdset, ctx);
+    let kinds = kinds(ctx, sel, &recorded, &mut problems).await?;
+    let name = tdset.name_any();
+    let uid = tdset.uid().unwrap_or_default();
+    let held = format!("{}={uid}", group::HELD_BY_UID);
+    let selected = selector.to_query();
+    let queries = |kind: &Kind| {
+        let mut q = vec![held.clone()];
+        if kind.selected {
+            q.push(selected.clone());
+        }
+        if is_hpa(kind) {
+            // All of the namespace's (a few): which ones are floors is known once listed.
+            q.push(String::new());
+        }
+        q
+    };
+    let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &mut problems).await?;
+    let (listed, members) = place::all(&placing, &kinds, observed);
+    let level = eval.count();
+    let plan = group::plan(&name, level, &members);
+    if let Some(p) = conflicts(&members) {
+        problems.insert(0, p);
+    }
+    let mut status = plan.status.clone();
+    let mut failed: Vec<(usize, Value, String)> = Vec::new();
+    let mut retry = None;
+    let mut done = Vec::new();
+    let mut fights: Vec<(Member, usize)> = Vec::new();
+    let mut first_error = None;
+    if mode == Mode::Never {
+        failed.extend(
+            plan.writes
+                .iter()
+                .filter(|w| members[w.member].place == Place::Held)
+                .map(|w| (w.member, w.to, "spec.suspend is true".to_string())),
+        );
+    } else {
+        // Boxed: an unboxed future borrowing the plan trips rustc's higher-ranked lifetime
+        // check where the controller requires the reconcile to be Send.
+        let now = tokio::time::Instant::now();
+        let key = |m: &Member| format!("{ns}/{name}/{}/{}", m.kind, m.name);
+        // Someone else keeps setting a held workload back (a GitOps tool's self-heal): its
+        // value is taken as its own each time, and the level applied again less and less
+        // often, as for scaleTargetRef.
+        let mut writes = Vec::new();
+        for w in &plan.writes {
+            let m = &members[w.member];
+            // A writer that replaces the whole object takes the record with it: its reverts
+            // are Schedule writes, and held back the same way (a new level never is).
+            if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule)
+                && let Verdict::Wait(until) =
+                    ctx.contest(&key(m), |c| c.decide(w.to.replicas(), now))
+            {
+                retry = retry
+                    .min(Some(until.duration_since(now)))
+                    .or(Some(until.duration_since(now)));
+                failed.push((w.member, w.to, "someone else keeps setting it; the schedule's count is put back less and less often".into()));
+                continue;
+            }
+            writes.push(w);
+        }
+        if !writes.is_empty() {
+            let writing: Vec<String> = writes
+                .iter()
+                .filter(|w| w.record.is_some() && !kinds[listed[w.member].0].built_in)
+                .map(|w| kinds[listed[w.member].0].kind.to_string())
+                .collect();
+            write_group_now(tdset, ctx, &writing).await?;
+        }
+        let futures: Vec<BoxFuture<'_, (&group::Write, Result<Sent>)>> = writes
+            .into_iter()
+            .map(|w| {
+                let kind = &kinds[listed[w.member].0];
+                let m = &members[w.member];
+                let uid = uid.as_str();
+                async move { (w, send(ctx, ns, kind, m, w, uid).await) }.boxed()
+            })
+            .collect();
+        let sends = futures::stream::iter(futures).buffer_unordered(WRITES_IN_FLIGHT);
+        // Every write is awaited, whatever the others came to: one workload's failure must not
+        // keep the rest of the group from its count.
+        let results: Vec<(&group::Write, Result<Sent>)> = sends.collect().await;
+        for (w, result) in results {
+            let sent = match result {
+                Ok(sent) => sent,
+                Err(e) => {
+                    if members[w.member].place == Place::Held {
+                        failed.push((w.member, w.to, e.to_string()));
+                    }
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            match sent {
+                Sent::Done => {
+                    // A record that still names the value before its change is tidied by the
+                    // next reconcile, asked for here: nothing else may come to trigger it.
+                    if w.record.as_ref().is_some_and(|r| r.previous.is_some()) {
+                        retry = Some(retry.map_or(TIDY_RETRY, |r: Duration| r.min(TIDY_RETRY)));
+                    }
+                    if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule) {
+                        ctx.contest(&key(&members[w.member]), |c| c.wrote(w.to.replicas(), now));
+                    }
+                    if let Some(n) = ctx.contest(&key(&members[w.member]), |c| c.fight(now)) {
+                        fights.push((members[w.member].clone(), n));
+                    }
+                    done.push(w.clone())
+                }
+                Sent::Stale(why) | Sent::Gone(why) => {
+                    debug!(%why, "group write refused; looking again");
+                    retry = Some(STALE_RETRY);
+                    if members[w.member].place == Place::Held {
+                        failed.push((w.member, w.to, why));
+                    }
+                }
+                Sent::Problem(p) => {
+                    if members[w.member].place == Place::Held {
+                        failed.push((w.member, w.to, p.message().to_string()));
+                    }
+                    problems.push(p);
+                }
+            }
+        }
+    }
+    let writes_failed = first_error.is_some();
+    if let Some(e) = first_error {
+        // Looked at again with the error policy's backoff; the writes that landed are
+        // reported below anyway.
+        warn!(error = %e, "a group write failed");
+        problems.push(Problem::ApiError(e.to_string()));
+    }
+    if let Some((m, n)) = fights.first() {
+        problems.insert(
+            0,
+            Problem::ConflictingWriter(format!(
+                "{} {} (and {} more) keep being set back by another writer ({n} times in 10 minutes); \
+                 its value is taken as its own count each time and the schedule's put back less and \
+                 less often. Stop that writer from managing the count (e.g. Argo CD ignoreDifferences \
+                 on /spec/replicas)",
+                m.kind,
+                m.name,
+                fights.len() - 1
+            )),
+        );
+    }
+    group::not_reached(&mut status, &members, &failed);
+    status.held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
+    // The level has not changed since the last status: a write of it is a workload joining.
+    let previous = ctx.statuses.current(tdset);
+    let joining = previous
+        .as_ref()
+        .is_some_and(|p| p.group.is_some() && p.desired_replicas == level.replicas());
+    report(tdset, ctx, eval, &members, &done, joining, events);
+    let mut out = outcome(tdset, &listed, &members, &done, status, problems, retry);
+    out.failed = writes_failed;
+    Ok(out)
+}
+
+/// The custom kinds that may still carry this TDSet's record: those where a workload does (or
+/// is being given one now), and those recorded before that could not be looked through.
+fn still_held(
+    me: &str,
+    kinds: &[Kind],
+    all_listed: &[bool],
+    recorded: &[String],
+    listed: &[(usize, Listed)],
+    plan: &group::Plan,
+) -> Vec<String> {
+    let unseen = recorded.iter().filter(|r| {
+        let r = GroupKind::parse(r);
+        kinds
+            .iter()
+            .position(|k| k.kind.same_kind(&r))
+            .is_none_or(|k| !all_listed[k])
+    });
+    let carrying = listed
+        .iter()
+        .enumerate()
+        .filter(|(i, (k, l))| {
+            !kinds[*k].built_in
+                && (l.member.record.as_ref().is_some_and(|r| r.holder == me)
+                    || plan
+                        .writes
+                        .iter()
+                        .any(|w| w.member == *i && w.record.is_some()))
+        })
+        .map(|(_, (k, _))| kinds[*k].kind.to_string());
+    let mut held: Vec<String> = unseen.cloned().chain(carrying).collect();
+    held.sort();
+    held.dedup();
+    held
+}
+
+/// The workloads another TDSet (or controller) holds, as the problem this TDSet reports.
+fn conflicts(members: &[Member]) -> Option<Problem> {
+    let held: Vec<String> = members
+        .iter()
+        .filter_map(|m| match &m.place {
+            Place::HeldElsewhere(by) => Some(format!("{} {} (held by {by})", m.kind, m.name)),
+            _ => None,
+        })
+        .collect();
+    let first = held.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let more = match held.len().saturating_sub(5) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    (!held.is_empty()).then(|| {
+        Problem::ConflictingTDSet(format!(
+            "{} selected workloads are held elsewhere, and this TDSet writes nothing to them: {first}{more}",
+            held.len()
+        ))
+    })
+}
+
+/// The Events of a reconcile's writes: one for the scheduled changes together (a boundary of a
+/// thousand workloads is one Event), one per workload that left, was restored or was changed
+/// by someone else.
+fn report(
+    tdset: &TDSet,
+    ctx: &Context,
+    eval: &Evaluation,
+    members: &[Member],
+    done: &[group::Write],
+    joining: bool,
+    events: &mut Events,
+) {
+    let mut scheduled = Vec::new();
+    let mut restored = Vec::new();
+    for w in done {
+        let m = &members[w.member];
+        let what = format!("{} {}", m.kind, m.name);
+        match &w.why {
+            Why::Schedule if joining && m.record.is_none() => events.push(note(
+                tdset,
+                EventType::Normal,
+                "Joined",
+                format!(
+                    "{what} joined the group and was set to {} (its own count {} is recorded on it): {}",
+                    w.to,
+                    w.from.short(),
+                    eval.why()
+                ),
+            )),
+            Why::Schedule => {
+                scheduled.push(format!("{what} ({} -> {})", w.from.short(), w.to.short()))
+            }
+            Why::Own => restored.push(format!("{what} ({})", w.to.short())),
+            Why::ChangedElsewhere { to } => events.push(note(
+                tdset,
+                EventType::Normal,
+                "ChangedElsewhere",
+                format!(
+                    "{what} was set to {to} by someone else while this TDSet held it: that is now its own count; \
+                     the schedule's level applies again ({} now: {})",
+                    w.to,
+                    eval.why()
+                ),
+            )),
+            Why::Left(why) => {
+                let reason = if matches!(why, LeaveReason::Released) {
+                    "Released"
+                } else {
+                    "Left"
+                };
+                events.push(note(
+                    tdset,
+                    EventType::Normal,
+                    reason,
+                    format!("{what} got its own count back ({}): {why}", w.to),
+                ));
+            }
+        }
+    }
+    let list = |items: &[String]| {
+        let shown: Vec<_> = items.iter().take(5).cloned().collect();
+        let more = items.len().saturating_sub(shown.len());
+        if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        }
+    };
+    if !scheduled.is_empty() {
+        let (direction, reason) = match eval.count() {
+            Count::Replicas(0) => ("down", "ScaledDown"),
+            _ => ("up", "Scaled"),
+        };
+        ctx.metrics
+            .scale_operations
+            .with_label_values(&[direction])
+            .inc_by(scheduled.len() as u64);
+        info!(workloads = scheduled.len(), level = %eval.count(), "scaled the group");
+        events.push(note(
+            tdset,
+            EventType::Normal,
+            reason,
+            format!(
+                "set {} workloads to the level {}: {} ({})",
+                scheduled.len(),
+                eval.count(),
+                list(&scheduled),
+                eval.why()
+            ),
+        ));
+    }
+    if !restored.is_empty() {
+        info!(
+            workloads = restored.len(),
+            "gave the group its own counts back"
+        );
+        events.push(note(
+            tdset,
+            EventType::Normal,
+            "Restored",
+            format!(
+                "gave {} workloads their own count back: {} ({})",
+                restored.len(),
+                list(&restored),
+                eval.why()
+            ),
+        ));
+    }
+}
+
+fn outcome(
+    tdset: &TDSet,
+    listed: &[(usize, Listed)],
+    members: &[Member],
+    done: &[group::Write],
+    status: GroupStatus,
+    problems: Vec<Problem>,
+    retry: Option<Duration>,
+) -> Outcome {
+    // After the writes that landed: what each held workload is asked to run.
+    let mut value: Vec<Value> = members.iter().map(|m| m.value).collect();
+    for w in done {
+        value[w.member] = w.to;
+    }
+    let held: Vec<usize> = (0..members.len())
+        .filter(|i| members[*i].place == Place::Held && members[*i].floor_of.is_none())
+        .collect();
+    let current: i32 = held
+        .iter()
+        .map(|i| listed[*i].1.running.unwrap_or(value[*i].replicas()))
+        .sum();
+    let wanted: i32 = held.iter().map(|i| value[*i].replicas()).sum();
+    let ready = held
+        .iter()
+        .map(|i| listed[*i].1.ready.or(listed[*i].1.running.map(|_| 0)))
+        .sum::<Option<i32>>();
+    let settled = status.not_at_schedule.is_empty()
+        && status.at_schedule == held.len() as i32
+        && held.iter().all(|i| {
+            listed[*i]
+                .1
+                .running
+                .is_none_or(|r| r == value[*i].replicas())
+        });
+    // Against each held workload's own count; a CronJob's suspension removes no steady pods.
+    let saved = held
+        .iter()
+        .filter(|i| matches!(members[**i].value, Value::Replicas(_)))
+        .map(|i| {
+            let own = members[*i].own().replicas();
+            Saved::removed(own, value[*i].replicas(), listed[*i].1.requests)
+        })
+        .fold(Saved::default(), Saved::plus);
+    let scaled = done
+        .iter()
+        .any(|w| {
+            matches!(
+                w.why,
+                Why::Schedule | Why::Own | Why::ChangedElsewhere { .. }
+            )
+        })
+        .then(|| {
+            held.iter()
+                .map(|i| members[*i].value.replicas())
+                .sum::<i32>()
+        });
+    if !problems.is_empty() {
+        warn!(problems = problems.len(), first = %problems[0].message(), "group problems");
+    }
+    Outcome {
+        workload: Ok(Observed {
+            what: format!("the group's {} workloads", held.len()),
+            current,
+            ready,
+            wanted,
+            settled,
+            hint: Some(format!(
+                "see `kubectl get tdset {} -o jsonpath='{{.status.group}}'`",
+                tdset.name_any()
+            )),
+        }),
+        problem: problems.into_iter().next(),
+        notices: vec![],
+        target: None,
+        retry,
+        scaled,
+        group: Some(status),
+        failed: false,
+        saved: Some(saved),
+    }
+}

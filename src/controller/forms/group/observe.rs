@@ -1,0 +1,314 @@
+//! Which kinds a group looks at, and what each listed workload runs and carries.
+
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+
+use crate::api::{GroupKind, NamedKind, ScaleTargetSelector, TDSet};
+use crate::controller::state::Context;
+use crate::error::{Error, Result};
+use crate::status::Problem;
+use crate::workload::group::{Member, Place, Record, Value};
+
+/// Objects per page when listing a kind: what one list holds in memory at once.
+const PAGE: u32 = 250;
+
+/// A kind a group selects, resolved to its resource.
+pub(super) struct Kind {
+    pub(super) kind: GroupKind,
+    pub(super) resource: ApiResource,
+    /// Built into the API server (Deployment, StatefulSet, CronJob): written with one apply
+    /// of the object. Other kinds: the record by apply, the count through `/scale`.
+    pub(super) built_in: bool,
+    /// Whether the spec selects it. The built-in kinds are always looked at, for records this
+    /// TDSet left under an older spec (a kind taken out of `kinds` gives its workloads back).
+    pub(super) selected: bool,
+}
+
+fn built_in(k: NamedKind) -> ApiResource {
+    let (group, version, kind, plural) = match k {
+        NamedKind::Deployment => ("apps", "v1", "Deployment", "deployments"),
+        NamedKind::StatefulSet => ("apps", "v1", "StatefulSet", "statefulsets"),
+        NamedKind::CronJob => ("batch", "v1", "CronJob", "cronjobs"),
+    };
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Resolves the selected kinds, and the built-in kinds not selected; a kind that cannot be used
+/// is a problem to report, and the others are still scheduled.
+pub(super) async fn kinds(
+    ctx: &Context,
+    sel: &ScaleTargetSelector,
+    recorded: &[String],
+    problems: &mut Vec<Problem>,
+) -> Result<Vec<Kind>> {
+    let mut out: Vec<Kind> = Vec::new();
+    let selected = sel.kinds();
+    // Custom kinds this TDSet may have left records on, selected no more: listed for its
+    // records only.
+    let was_held = recorded
+        .iter()
+        .map(|k| (GroupKind::parse(k), false))
+        .filter(|(k, _)| !selected.iter().any(|s| s.same_kind(k)));
+    let wanted: Vec<(GroupKind, bool)> = selected
+        .iter()
+        .cloned()
+        .map(|k| (k, true))
+        .chain(was_held)
+        .collect();
+    for (kind, selected) in wanted {
+        match &kind {
+            GroupKind::Named(n) => out.push(Kind {
+                resource: built_in(*n),
+                kind,
+                built_in: true,
+                selected,
+            }),
+            GroupKind::Scalable { kind: k, group } => {
+                match ctx.discovery.resolve_kind(group, k).await? {
+                    Ok(res) if res.has_scale => out.push(Kind {
+                        resource: res.resource,
+                        kind,
+                        built_in: false,
+                        selected,
+                    }),
+                    Ok(_) => problems.push(Problem::ScaleNotSupported(format!(
+                        "{k}.{group} has no /scale subresource; its workloads are left alone"
+                    ))),
+                    Err(p) => problems.push(p),
+                }
+            }
+        }
+    }
+    for n in [
+        NamedKind::Deployment,
+        NamedKind::StatefulSet,
+        NamedKind::CronJob,
+    ] {
+        let kind = GroupKind::Named(n);
+        if !out.iter().any(|k| k.kind.same_kind(&kind)) {
+            out.push(Kind {
+                resource: built_in(n),
+                kind,
+                built_in: true,
+                selected: false,
+            });
+        }
+    }
+    // The HPAs: an autoscaled workload's count other than 0 is its HPA's floor.
+    out.push(Kind {
+        kind: GroupKind::Scalable {
+            kind: "HorizontalPodAutoscaler".into(),
+            group: "autoscaling".into(),
+        },
+        resource: ApiResource {
+            group: "autoscaling".into(),
+            version: "v2".into(),
+            api_version: "autoscaling/v2".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            plural: "horizontalpodautoscalers".into(),
+        },
+        built_in: true,
+        selected: false,
+    });
+    Ok(out)
+}
+
+/// The custom kinds the TDSet's last status says it may have left records on.
+pub(super) fn recorded_kinds(tdset: &TDSet, ctx: &Context) -> Vec<String> {
+    ctx.statuses
+        .current(tdset)
+        .and_then(|s| s.group)
+        .map(|g| g.held_kinds)
+        .unwrap_or_default()
+}
+
+/// Whether a kind is the HPAs (listed for the floors of autoscaled workloads).
+pub(super) fn is_hpa(kind: &Kind) -> bool {
+    kind.resource.group == "autoscaling" && kind.resource.kind == "HorizontalPodAutoscaler"
+}
+
+pub(super) fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg: &str) -> Problem {
+    let group = if res.group.is_empty() {
+        "\"\"".to_string()
+    } else {
+        res.group.clone()
+    };
+    Problem::Forbidden(format!(
+        "the operator may not {verb} {}{sub} (apiGroup {group}) in namespace {ns}: {msg}. Grant it \
+         with a ClusterRole labelled schedule.rs/aggregate-to-tdset-operator: \"true\" (verbs \
+         [get, list, watch, patch]); see the README",
+        res.plural
+    ))
+}
+
+/// Lists one kind in the namespace, page by page, keeping only what the plan reads.
+async fn list(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    labels: &str,
+) -> Result<Result<Vec<DynamicObject>, Problem>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
+    let mut out = Vec::new();
+    let mut params = ListParams::default().labels(labels).limit(PAGE);
+    loop {
+        let page = match api.list(&params).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(s)) if s.is_forbidden() => {
+                return Ok(Err(forbidden("list", &kind.resource, "", ns, &s.message)));
+            }
+            // The kind is no longer served (its CRD was deleted since discovery ran).
+            Err(kube::Error::Api(s)) if s.is_not_found() => {
+                return Ok(Err(Problem::TargetNotFound(format!(
+                    "{} in {ns} cannot be listed: the API server no longer serves them ({})",
+                    kind.resource.plural, s.message
+                ))));
+            }
+            // A selector the API server cannot parse (a key no label may have).
+            Err(kube::Error::Api(s)) if s.code == 400 => {
+                return Ok(Err(Problem::InvalidSpec(format!(
+                    "spec.scaleTargetSelector.selector: the API server refuses it as a label selector ({labels}): {}",
+                    s.message
+                ))));
+            }
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "listing {} in {ns}",
+                    kind.resource.plural
+                ))(e));
+            }
+        };
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        out.extend(page.items.into_iter().map(|mut o| {
+            // Only what the plan and status read is kept.
+            o.metadata.managed_fields = None;
+            o
+        }));
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(Ok(out)),
+        }
+    }
+}
+
+pub(super) fn int_at(o: &DynamicObject, path: &str) -> Option<i32> {
+    o.data
+        .pointer(path)
+        .and_then(serde_json::Value::as_i64)
+        .map(|v| v as i32)
+}
+
+/// What a listed object runs now.
+async fn value_of(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    o: &DynamicObject,
+) -> Result<Result<Value, Problem>> {
+    if matches!(kind.kind, GroupKind::Named(NamedKind::CronJob)) {
+        let suspended = o
+            .data
+            .pointer("/spec/suspend")
+            .and_then(serde_json::Value::as_bool);
+        return Ok(Ok(Value::Suspended(suspended.unwrap_or(false))));
+    }
+    if is_hpa(kind) {
+        // The API server defaults an absent minReplicas to 1.
+        return Ok(Ok(Value::Floor(
+            int_at(o, "/spec/minReplicas").unwrap_or(1),
+        )));
+    }
+    if kind.built_in {
+        // The API server defaults an absent spec.replicas to 1.
+        return Ok(Ok(Value::Replicas(
+            int_at(o, "/spec/replicas").unwrap_or(1),
+        )));
+    }
+    // A custom kind's count lives where its CRD says: `/scale` reads it from there.
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
+    match api.get_scale(&o.name_any()).await {
+        Ok(s) => Ok(Ok(Value::Replicas(
+            s.spec.and_then(|s| s.replicas).unwrap_or(0),
+        ))),
+        Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Err(forbidden(
+            "get",
+            &kind.resource,
+            "/scale",
+            ns,
+            &s.message,
+        ))),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Err(Problem::TargetNotFound(format!(
+            "{} {} was deleted meanwhile",
+            kind.kind,
+            o.name_any()
+        )))),
+        Err(e) => Err(Error::kube(format!(
+            "reading the scale of {} {} in {ns}",
+            kind.kind,
+            o.name_any()
+        ))(e)),
+    }
+}
+
+/// Lists every kind with each of its label selectors (`queries`; what the API server filters
+/// never crosses the wire), once per object, and reads what each runs: (index of its kind,
+/// the object, its value), and for each kind whether all of it was listed. A kind that cannot
+/// be listed or read is a problem to report.
+pub(super) async fn observe(
+    ctx: &Context,
+    ns: &str,
+    kinds: &[Kind],
+    queries: impl Fn(&Kind) -> Vec<String>,
+    problems: &mut Vec<Problem>,
+) -> Result<(Vec<(usize, DynamicObject, Value)>, Vec<bool>)> {
+    let mut out = Vec::new();
+    let mut listed = vec![true; kinds.len()];
+    for (k, kind) in kinds.iter().enumerate() {
+        let mut objects: std::collections::BTreeMap<String, DynamicObject> = Default::default();
+        for labels in queries(kind) {
+            match list(ctx, ns, kind, &labels).await? {
+                Ok(found) => {
+                    objects.extend(found.into_iter().map(|o| (o.uid().unwrap_or_default(), o)))
+                }
+                Err(p) => {
+                    listed[k] = false;
+                    problems.push(p)
+                }
+            }
+        }
+        for o in objects.into_values() {
+            match value_of(ctx, ns, kind, &o).await? {
+                Ok(v) => out.push((k, o, v)),
+                Err(p) => {
+                    listed[k] = false;
+                    problems.push(p)
+                }
+            }
+        }
+    }
+    Ok((out, listed))
+}
+
+/// The plan's view of a listed object.
+pub(super) fn member_of(kind: &Kind, o: &DynamicObject, value: Value, place: Place) -> Member {
+    Member {
+        api_version: kind.resource.api_version.clone(),
+        kind: kind.resource.kind.clone(),
+        name: o.name_any(),
+        uid: o.uid().unwrap_or_default(),
+        resource_version: o.resource_version(),
+        value,
+        record: Record::read(o.annotations(), value),
+        place,
+        autoscaled_by: None,
+        floor_of: None,
+        two_step: !kind.built_in,
+        handed_to: None,
+    }
+}

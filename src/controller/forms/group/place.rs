@@ -1,0 +1,263 @@
+//! Where a listed workload stands for a group: held by it, excluded, or held elsewhere.
+
+use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
+
+use crate::api::{GroupKind, NamedKind, ScaleTargetRef};
+use crate::api::{ScaleTargetSelector, TDSet};
+use crate::controller::state::Claim;
+use crate::controller::state::Context;
+use crate::workload::group::{self, Member, Place, Value};
+use crate::workload::savings::Requests;
+
+use super::observe::{Kind, int_at, is_hpa, member_of};
+
+/// What placing a workload needs to know about the TDSet.
+pub(super) struct Placing<'a> {
+    pub(super) tdset: &'a TDSet,
+    pub(super) ctx: &'a Context,
+    pub(super) ns: &'a str,
+    pub(super) sel: &'a ScaleTargetSelector,
+    pub(super) selector: &'a group::Selector,
+    /// This TDSet's claim (creationTimestamp, name).
+    pub(super) me: Claim,
+}
+
+/// Where a selected (or recorded) workload stands: excluded, held by something else (its
+/// controller, the TDSet that owns it, an older claim), or held by this TDSet.
+pub(super) fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
+    let Placing {
+        tdset,
+        ctx,
+        ns,
+        sel,
+        selector,
+        me,
+    } = p;
+    let labels = o.labels();
+    let name = o.name_any();
+    // The spec decides, not the index (which may not have caught up with it yet).
+    if !kind.selected || !selector.matches(labels) {
+        return Place::Outside;
+    }
+    if sel.exclude.contains(&name) {
+        return Place::Excluded;
+    }
+    if let Some(c) = o
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+    {
+        let what = if c.kind == "TDSet" && c.api_version.starts_with("schedule.rs/") {
+            format!("TDSet {} (which owns it)", c.name)
+        } else {
+            format!("its controller, {} {}", c.kind, c.name)
+        };
+        if Some(&c.uid) != tdset.meta().uid.as_ref() {
+            return Place::HeldElsewhere(what);
+        }
+    }
+    // The oldest claim holds it: older groups that select it (and do not exclude it), and
+    // TDSets that name it in scaleTargetRef.
+    let groups = ctx.groups.in_namespace(ns);
+    let (group, kind) = (kind.kind.group(), kind.kind.kind());
+    let older_group = groups
+        .iter()
+        .find(|(c, e)| c < me && e.selects(group, kind, labels) && !e.exclude.contains(&name));
+    let older_ref = ctx
+        .index
+        .claims(ns, group, kind, &name)
+        .into_iter()
+        .find(|c| c < me);
+    let holder = match (older_group.map(|(c, _)| c.clone()), older_ref) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    match holder {
+        Some((_, holder)) => Place::HeldElsewhere(format!("TDSet {holder} (the older claim)")),
+        None => Place::Held,
+    }
+}
+
+/// A workload this group takes over from a younger `scaleTargetRef` TDSet that held it: it
+/// carries no record, and its value is that TDSet's count, so the own count is the one that
+/// TDSet's status records for it (as if it were a record on the workload).
+fn taken_over(p: &Placing<'_>, kind: &Kind, m: &Member) -> Option<group::Record> {
+    let key = (p.ns, kind.kind.group(), kind.kind.kind(), m.name.as_str());
+    let (holder, original) =
+        p.ctx
+            .index
+            .original_elsewhere(key, &m.uid, &p.me.1, m.value.replicas())?;
+    let own = match m.value {
+        Value::Replicas(_) => Value::Replicas(original),
+        Value::Floor(_) => Value::Floor(original),
+        Value::Suspended(_) => return None,
+    };
+    Some(group::Record {
+        holder,
+        own,
+        scheduled: m.value,
+        previous: None,
+    })
+}
+
+/// The `scaleTargetRef` TDSet that holds a workload this group lets go of, once that TDSet's
+/// status records the same own count as this group's record: the group then only takes its
+/// record off, and never writes the count over that TDSet's. Otherwise (the holder has not
+/// recorded it, or recorded another; another group selects it) the group gives the own count
+/// back: a second write rather than a lost count.
+pub(super) fn handed_to(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    o: &DynamicObject,
+    m: &Member,
+    me: &str,
+) -> Option<String> {
+    let (group, kind_name) = (kind.kind.group(), kind.kind.kind());
+    let other_group = ctx.groups.in_namespace(ns).iter().any(|((_, n), e)| {
+        n != me && e.selects(group, kind_name, o.labels()) && !e.exclude.contains(&m.name)
+    });
+    if other_group {
+        return None;
+    }
+    let holder = ctx.index.holder(ns, group, kind_name, &m.name)?;
+    let key = (ns, group, kind_name, m.name.as_str());
+    let original = ctx.index.original_of(key, &m.uid, &holder)?;
+    (original == m.own().replicas()).then_some(holder)
+}
+
+/// Whether an HPA, and so the workload it scales, is someone else's: its controller's (KEDA's
+/// ScaledObject owns the HPAs it makes) or a TDSet's that names the HPA in scaleTargetRef.
+pub(super) fn hpa_held_elsewhere(p: &Placing<'_>, o: &DynamicObject) -> Option<String> {
+    let hpa = o.name_any();
+    if let Some(c) = o
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+    {
+        return Some(format!(
+            "{} {}, the controller of its HorizontalPodAutoscaler {hpa}",
+            c.kind, c.name
+        ));
+    }
+    p.ctx
+        .index
+        .claims(p.ns, "autoscaling", "HorizontalPodAutoscaler", &hpa)
+        .into_iter()
+        .next()
+        .map(|(_, holder)| {
+            format!("TDSet {holder}, which schedules its HorizontalPodAutoscaler {hpa}")
+        })
+}
+
+/// One workload as listed, with what the status needs besides the plan's `Member`.
+pub(super) struct Listed {
+    pub(super) member: Member,
+    /// What one replica's pod requests (`spec.template`; nothing for a CronJob, whose pods
+    /// run only when a job does).
+    pub(super) requests: Requests,
+    /// `status.replicas` and `status.readyReplicas`, where the kind reports them.
+    pub(super) running: Option<i32>,
+    pub(super) ready: Option<i32>,
+    /// For an HPA: who else sets its floor, if anyone (then this TDSet never does).
+    pub(super) floor_elsewhere: Option<String>,
+}
+
+/// Places every listed object (index of its kind, the object, its value) for the plan, with
+/// what the status needs besides: the listed workloads, and the plan's members in that order.
+pub(super) fn all(
+    placing: &Placing<'_>,
+    kinds: &[Kind],
+    observed: Vec<(usize, DynamicObject, Value)>,
+) -> (Vec<(usize, Listed)>, Vec<Member>) {
+    let listed: Vec<(usize, Listed)> = observed
+        .into_iter()
+        .map(|(k, o, value)| {
+            let kind = &kinds[k];
+            let placed = if is_hpa(kind) {
+                Place::Outside
+            } else {
+                place(placing, kind, &o)
+            };
+            let mut member = member_of(kind, &o, value, placed);
+            if member.record.is_none() && member.place == Place::Held {
+                member.record = taken_over(placing, kind, &member);
+            } else if member.record.is_some() && member.place != Place::Held {
+                member.handed_to =
+                    handed_to(placing.ctx, placing.ns, kind, &o, &member, &placing.me.1);
+            }
+            if is_hpa(kind) {
+                member.floor_of = Some((
+                    o.data
+                        .pointer("/spec/scaleTargetRef/name")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    int_at(&o, "/spec/maxReplicas").unwrap_or(i32::MAX),
+                ));
+            }
+            member.autoscaled_by = crate::controller::io::target::hpa_scaling(
+                placing.ctx,
+                placing.ns,
+                &ScaleTargetRef {
+                    api_version: kind.resource.api_version.clone(),
+                    kind: kind.resource.kind.clone(),
+                    name: member.name.clone(),
+                },
+            );
+            let requests = match kind.kind {
+                GroupKind::Named(NamedKind::CronJob) => Requests::default(),
+                _ => o
+                    .data
+                    .pointer("/spec/template")
+                    .map(Requests::of_template)
+                    .unwrap_or_default(),
+            };
+            let listed = Listed {
+                requests,
+                running: int_at(&o, "/status/replicas"),
+                ready: int_at(&o, "/status/readyReplicas"),
+                floor_elsewhere: is_hpa(kind)
+                    .then(|| hpa_held_elsewhere(placing, &o))
+                    .flatten(),
+                member,
+            };
+            (k, listed)
+        })
+        .collect();
+    let mut members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
+    // A workload whose HPA someone else schedules or manages is theirs: put to sleep by this
+    // group, it would be woken by them (KEDA, a scaleTargetRef TDSet on the HPA), and the two
+    // would take turns.
+    for (_, l) in &listed {
+        let Some(by) = &l.floor_elsewhere else {
+            continue;
+        };
+        for m in members.iter_mut().filter(|m| {
+            m.place == Place::Held && m.autoscaled_by.as_deref() == Some(l.member.name.as_str())
+        }) {
+            m.place = Place::HeldElsewhere(by.clone());
+        }
+    }
+    // An HPA is held with the workload whose floor it is (and only then).
+    let autoscaled: Vec<(String, String)> = members
+        .iter()
+        .filter(|m| m.place == Place::Held)
+        .filter_map(|m| Some((m.autoscaled_by.clone()?, m.name.clone())))
+        .collect();
+    for (m, _) in members
+        .iter_mut()
+        .zip(&listed)
+        .filter(|(m, (_, l))| m.floor_of.is_some() && l.floor_elsewhere.is_none())
+    {
+        let floor_of = m.floor_of.as_ref().map(|(w, _)| w.clone());
+        if autoscaled
+            .iter()
+            .any(|(hpa, workload)| *hpa == m.name && Some(workload) == floor_of.as_ref())
+        {
+            m.place = Place::Held;
+        }
+    }
+    (listed, members)
+}

@@ -1,0 +1,101 @@
+//! Letting go of a group: every workload carrying the TDSet's record gets its own count back.
+
+use kube::ResourceExt;
+use tracing::info;
+
+use crate::api::{ScaleTargetSelector, TDSet};
+use crate::controller::lane::{EventType, Events, note};
+use crate::controller::state::Context;
+use crate::error::{Error, Result};
+use crate::schedule::Count;
+use crate::status::Problem;
+use crate::workload::group::{self, LeaveReason, Place, Why};
+
+use super::observe::{Kind, kinds, member_of, observe, recorded_kinds};
+use super::place::handed_to;
+use super::write::{Sent, send};
+
+/// What letting go of a group came to.
+pub(crate) struct Release {
+    /// What could not be looked at or written, to report.
+    pub(crate) problems: Vec<Problem>,
+    /// A workload carrying this TDSet's record was refused its own count (a policy, a
+    /// webhook, a permission), or a kind that may carry records could not be listed: the
+    /// group is not done with.
+    pub(crate) stuck: bool,
+}
+
+/// Gives every workload carrying this TDSet's record its own count back (deletion, or the
+/// group form left), and says what could not be.
+pub(crate) async fn release_all(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    sel: Option<&ScaleTargetSelector>,
+    events: &mut Events,
+) -> Result<Release> {
+    let name = tdset.name_any();
+    let default = ScaleTargetSelector::default();
+    let sel = sel.unwrap_or(&default);
+    let mut unlisted = Vec::new();
+    let kinds = kinds(ctx, sel, &recorded_kinds(tdset, ctx), &mut unlisted).await?;
+    let uid = tdset.uid().unwrap_or_default();
+    let mine = |_: &Kind| vec![format!("{}={uid}", group::HELD_BY_UID)];
+    // A workload changed between the list and the write (409) is listed and planned again: a
+    // record must not be left behind because someone scaled at the wrong moment.
+    for attempt in 1..=RELEASE_ATTEMPTS {
+        let mut changed = None;
+        // Each round's own: a kind that cannot be listed is said once, not once a round.
+        let mut problems = unlisted.clone();
+        let mut refused = Vec::new();
+        let (found, listed) = observe(ctx, ns, &kinds, mine, &mut problems).await?;
+        // A kind that exists but could not be listed (not granted, the API server failing)
+        // may still hold records: the group is not done with. One whose CRD is gone is not
+        // among `kinds`, and its records went with its objects.
+        let unlisted_kind = listed.iter().any(|l| !l);
+        for (k, o, value) in found {
+            let kind = &kinds[k];
+            let mut m = member_of(kind, &o, value, Place::Outside);
+            m.handed_to = handed_to(ctx, ns, kind, &o, &m, &name);
+            for mut w in group::plan(&name, Count::Own, std::slice::from_ref(&m)).writes {
+                w.why = Why::Left(LeaveReason::Released);
+                match send(ctx, ns, kind, &m, &w, &uid).await? {
+                    Sent::Done => {
+                        info!(workload = %format!("{} {}", m.kind, m.name), to = %w.to, "released");
+                        events.push(note(
+                            tdset,
+                            EventType::Normal,
+                            "Released",
+                            format!(
+                                "{} {} got its own count back ({}): the TDSet let go of its group",
+                                m.kind, m.name, w.to
+                            ),
+                        ));
+                    }
+                    Sent::Stale(why) => changed = Some(why),
+                    Sent::Gone(_) => {}
+                    Sent::Problem(p) => refused.push(p),
+                }
+            }
+        }
+        match changed {
+            Some(why) if attempt == RELEASE_ATTEMPTS => return Err(Error::Contended(why)),
+            Some(_) => {}
+            None => {
+                let stuck = !refused.is_empty() || unlisted_kind;
+                refused.extend(problems);
+                return Ok(Release {
+                    problems: refused,
+                    stuck,
+                });
+            }
+        }
+    }
+    Ok(Release {
+        problems: unlisted,
+        stuck: false,
+    })
+}
+
+/// Rounds of listing and writing when letting go, before the reconcile fails and retries.
+const RELEASE_ATTEMPTS: usize = 3;

@@ -1,0 +1,275 @@
+//! The owned form (`container` or `template`): the Deployment the TDSet runs, then its Service,
+//! each written only when it differs; deleted when the TDSet takes another form.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use tracing::warn;
+
+use super::Turn;
+use super::events::record_deployment_change;
+use crate::api::{ScaleTargetRef, TDSet};
+use crate::controller::io::owned::{Change, delete_owned, ensure};
+use crate::controller::io::target::hpa_scaling;
+use crate::controller::lane::{EventType, Events, note};
+use crate::controller::state::{Context, Outcome, Write};
+use crate::error::{Error, Result};
+use crate::memo::OwnWrites;
+use crate::status::{Missing, Observed, Problem, reason};
+use crate::workload::owned;
+use crate::workload::savings::{self, Saved};
+
+/// The owned mode (`container` or `template`): the Deployment, then the Service.
+pub(crate) async fn reconcile(turn: Turn<'_>) -> Result<Outcome> {
+    let Turn {
+        tdset,
+        ctx,
+        ns,
+        eval,
+        write,
+        events,
+    } = turn;
+    let name = tdset.name_any();
+    let cached = ctx
+        .deployments
+        .get(&ObjectRef::new(&name).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    if write == Write::Never {
+        // Suspended: report what is there, touch nothing.
+        let workload = cached
+            .as_ref()
+            .filter(|d| owned::is_owned_by(*d, tdset))
+            .map(|d| Observed::deployment(d, eval.replicas))
+            .ok_or_else(|| Missing {
+                reason: reason::DEPLOYMENT_MISSING,
+                message: format!(
+                    "no Deployment {name} of this TDSet exists (suspended: none is created)"
+                ),
+            });
+        return Ok(Outcome::observed(workload));
+    }
+    // An HPA that scales this Deployment sets its replicas: they are left to it (the two would
+    // revert each other at every HPA sync), and the TDSet says so.
+    let hpa = hpa_scaling(
+        ctx,
+        ns,
+        &ScaleTargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: name.clone(),
+        },
+    );
+    let cached_replicas = cached
+        .as_ref()
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.replicas);
+    let replicas = match (&hpa, cached_replicas) {
+        (Some(_), Some(n)) => n,
+        _ => eval.replicas,
+    };
+    let desired =
+        owned::desired_deployment(tdset, replicas)?.ok_or(Error::MissingField("spec.container"))?;
+    let template_changed = cached
+        .as_ref()
+        .is_some_and(|c| !owned::only_replicas_differ(&desired, c));
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let missing = || Missing {
+        reason: reason::DEPLOYMENT_MISSING,
+        message: format!("no Deployment {name} of this TDSet exists"),
+    };
+    let before = cached_replicas;
+    let mut scaled = None;
+    let key = OwnWrites::key(ns, &name);
+    let fingerprint = OwnWrites::fingerprint(&desired);
+    let stale_but_written = cached.as_ref().is_some_and(|c| {
+        ctx.own_writes
+            .in_place(&key, fingerprint, c.meta().resource_version.as_deref())
+    });
+    let result = if stale_but_written {
+        // Our own write is newer than the cache and still what is wanted: nothing to do, and
+        // nothing to report twice. Its replica count is the one we wrote.
+        let mut d = cached.clone().unwrap_or_default();
+        if let Some(spec) = d.spec.as_mut() {
+            spec.replicas = Some(replicas);
+        }
+        Ok((d, Change::Unchanged))
+    } else {
+        ensure(ctx, tdset, &api, "deployments", desired, cached.as_ref()).await
+    };
+    let (workload, mut problem) = match result {
+        Ok((d, change)) => {
+            if change != Change::Unchanged {
+                ctx.own_writes
+                    .record(&key, fingerprint, d.meta().resource_version.as_deref());
+            }
+            if change == Change::Updated && before != Some(replicas) {
+                scaled = Some(before.unwrap_or(0));
+            }
+            record_deployment_change(
+                tdset,
+                ctx,
+                eval,
+                cached.as_ref(),
+                &change,
+                template_changed,
+                events,
+            );
+            (Ok(Observed::deployment(&d, eval.replicas)), None)
+        }
+        Err(e @ Error::ForeignObject { .. }) => (Err(missing()), Some(foreign_problem(&e))),
+        // The API server rejected the pod template: say why, keep the Deployment as it is,
+        // and look again when the spec changes (no retry storm).
+        Err(Error::Kube {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.is_invalid() || s.code == 400 => {
+            let message = format!(
+                "the API server rejected the Deployment: {}; the Deployment is left as it is until spec.template is fixed",
+                s.message
+            );
+            warn!(%message, "invalid pod template");
+            let seen = cached
+                .as_ref()
+                .map(|d| Observed::deployment(d, eval.replicas));
+            (
+                seen.ok_or_else(missing),
+                Some(Problem::InvalidTemplate(message)),
+            )
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(h) = hpa {
+        problem = problem.or(Some(Problem::ConflictingAutoscaler(format!(
+            "HorizontalPodAutoscaler {h} scales Deployment {name}, which this TDSet runs; its replicas are \
+             left to the HPA rather than fought over. To schedule the HPA's floor, run the workload \
+             elsewhere and set spec.scaleTargetRef to {{apiVersion: autoscaling/v2, kind: \
+             HorizontalPodAutoscaler, name: {h}}}"
+        ))));
+    }
+    match ensure_service(tdset, ctx, ns, events).await {
+        Ok(()) => {}
+        Err(e @ Error::ForeignObject { .. }) => problem = problem.or(Some(foreign_problem(&e))),
+        Err(Error::InvalidSpec(errors)) => {
+            let text = errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            problem = problem.or(Some(Problem::InvalidSpec(text)));
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(Outcome {
+        workload,
+        problem,
+        notices: vec![],
+        target: None,
+        retry: None,
+        scaled,
+        group: None,
+        failed: false,
+        saved: Some(owned_savings(tdset, eval.replicas)),
+    })
+}
+
+/// An owned Deployment at `replicas` against the highest count its spec sets.
+fn owned_savings(tdset: &TDSet, replicas: i32) -> Saved {
+    Saved::removed(
+        savings::highest_count(&tdset.spec),
+        replicas,
+        savings::owned_requests(&tdset.spec),
+    )
+}
+
+/// The Degraded problem for an object of the owned name that belongs to someone else.
+fn foreign_problem(e: &Error) -> Problem {
+    Problem::ForeignObject(format!(
+        "{e}; the operator will not adopt, scale or patch it. Delete or rename it, or rename the TDSet"
+    ))
+}
+
+async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str, events: &mut Events) -> Result<()> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    let cached = ctx
+        .services
+        .get(&ObjectRef::new(&tdset.name_any()).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    match owned::desired_service(tdset)? {
+        Some(desired) => {
+            let (_, change) =
+                ensure(ctx, tdset, &api, "services", desired, cached.as_ref()).await?;
+            if change != Change::Unchanged {
+                let verb = if change == Change::Created {
+                    "created"
+                } else {
+                    "updated"
+                };
+                events.push(note(
+                    tdset,
+                    EventType::Normal,
+                    "ServiceApplied",
+                    format!("{verb} Service {ns}/{}", tdset.name_any()),
+                ));
+            }
+        }
+        // spec.service was removed: delete the Service only if it is ours, and only that one.
+        None => {
+            if delete_owned(ctx, tdset, &api, "services", cached).await? {
+                events.push(note(
+                    tdset,
+                    EventType::Normal,
+                    "ServiceDeleted",
+                    format!(
+                        "deleted Service {ns}/{} (spec.service removed)",
+                        tdset.name_any()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A TDSet that now references a target instead of running its own Deployment (its form
+/// changed from `container`/`template` to `scaleTargetRef`): the Deployment and Service it
+/// owns are deleted, so nothing it no longer describes keeps running.
+pub(crate) async fn remove_owned(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    events: &mut Events,
+) -> Result<()> {
+    let name = tdset.name_any();
+    let deployment = ctx
+        .deployments
+        .get(&ObjectRef::new(&name).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    let service = ctx
+        .services
+        .get(&ObjectRef::new(&name).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    let mut removed = vec![];
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    if delete_owned(ctx, tdset, &deployments, "deployments", deployment).await? {
+        removed.push("Deployment");
+    }
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    if delete_owned(ctx, tdset, &services, "services", service).await? {
+        removed.push("Service");
+    }
+    if !removed.is_empty() {
+        events.push(note(tdset, EventType::Normal,
+            "OwnedDeleted",
+            format!(
+                "deleted {} {ns}/{name}: the TDSet now scales spec.scaleTargetRef and runs nothing of its own",
+                removed.join(" and ")
+            )));
+    }
+    Ok(())
+}

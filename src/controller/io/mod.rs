@@ -1,0 +1,10 @@
+//! Client calls, and nothing else: no `Outcome`, no Events. What a write means, and whether it
+//! is due, is the forms' to say.
+//!
+//! - `owned`: guarded create, `/scale`, apply and delete of the objects a TDSet owns;
+//! - `target`: a referenced target's `/scale` and an HPA's `minReplicas`, read and written;
+//! - `tdset`: the TDSet's own status (durable, or queued on the lane) and finalizer.
+
+pub(crate) mod owned;
+pub(crate) mod target;
+pub(crate) mod tdset;

@@ -1,0 +1,326 @@
+//! Referenced targets on the wire: an object's replica count read and written through its
+//! `/scale` subresource (the built-in kinds read whole, for readiness and labels), an HPA read
+//! and its `minReplicas` written. The operator never creates, owns, relabels or deletes a
+//! target; it writes `spec.replicas` (or `spec.minReplicas`) alone, under its own field
+//! manager. Client calls and cache reads only: which write is due is the form's to say.
+
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+
+use crate::api::ScaleTargetRef;
+use crate::controller::state::{Answer, Context, Resolved};
+use crate::error::Error;
+use crate::memo::OwnWrites;
+use crate::status::Problem;
+use crate::workload::contest;
+use crate::workload::group;
+use crate::workload::hpa::{self, HpaView};
+use crate::workload::owned::FIELD_MANAGER;
+use crate::workload::savings::Requests;
+use crate::workload::target::{self, ScaleView};
+
+/// Kinds whose changes a watch reports within seconds; other kinds are re-read at
+/// `intervalMint`, or sooner while they are missing.
+pub(crate) fn is_watched(r: &ScaleTargetRef) -> bool {
+    r.is_hpa()
+        || (r.group() == "apps"
+            && matches!(r.kind.as_str(), "Deployment" | "StatefulSet" | "ReplicaSet"))
+}
+
+/// What a request about a target came to: its value, a problem the TDSet reports and waits
+/// out (the object is gone, or RBAC forbids `verb` on `resource` + `subresource`), or an error
+/// the reconcile returns (retried with backoff).
+struct Request<'a> {
+    verb: &'static str,
+    target: &'a ScaleTargetRef,
+    resource: &'a ApiResource,
+    /// "/scale", or "" for the object itself.
+    subresource: &'static str,
+    ns: &'a str,
+}
+
+impl Request<'_> {
+    fn answer<T>(&self, result: kube::Result<T>) -> Answer<T> {
+        let (r, ns) = (self.target, self.ns);
+        let status = match result {
+            Ok(v) => return Ok(Ok(v)),
+            Err(kube::Error::Api(s)) => s,
+            Err(e) => return Err(self.failed(e)),
+        };
+        if status.is_not_found() {
+            return Ok(Err(Problem::TargetNotFound(format!(
+                "{r} does not exist in namespace {ns}; nothing is written until it appears, and the \
+                 TDSet picks it up by itself then"
+            ))));
+        }
+        if status.is_forbidden() {
+            let group = match self.resource.group.as_str() {
+                "" => "\"\"".to_string(),
+                g => g.to_string(),
+            };
+            let resource = format!("{}{}", self.resource.plural, self.subresource);
+            return Ok(Err(Problem::Forbidden(format!(
+                "the operator may not {verb} {resource} (apiGroup {group}) in namespace {ns}: {msg}. \
+                 Grant it with a ClusterRole labelled schedule.rs/aggregate-to-tdset-operator: \"true\" \
+                 (rules: apiGroups [{group}], resources [{resource}], verbs [get, patch]); see the README",
+                verb = self.verb,
+                msg = status.message,
+            ))));
+        }
+        Err(self.failed(kube::Error::Api(status)))
+    }
+
+    fn failed(&self, e: kube::Error) -> Error {
+        Error::kube(format!(
+            "{} {}{} of {} in {}",
+            self.verb, self.resource.plural, self.subresource, self.target, self.ns
+        ))(e)
+    }
+}
+
+/// Reads a target's replica count (and readiness, where the kind reports it). For the
+/// built-in kinds the object itself is read, for its `status.readyReplicas`; others through
+/// `/scale`, which every scalable kind serves the same way.
+async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> Answer<ScaleView> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &res.resource);
+    let request = |subresource| Request {
+        verb: "get",
+        target: r,
+        resource: &res.resource,
+        subresource,
+        ns,
+    };
+    if r.group() == "apps" {
+        return Ok(request("").answer(api.get(&r.name).await)?.map(|o| {
+            let int = |path: &str| {
+                o.data
+                    .pointer(path)
+                    .and_then(serde_json::Value::as_i64)
+                    .map(|v| v as i32)
+            };
+            ScaleView {
+                // The API server defaults an absent spec.replicas to 1.
+                spec_replicas: int("/spec/replicas").unwrap_or(1),
+                status_replicas: int("/status/replicas").unwrap_or(0),
+                ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
+                uid: o.metadata.uid.clone(),
+                replicas_manager: o
+                    .metadata
+                    .managed_fields
+                    .as_deref()
+                    .and_then(|m| contest::replicas_manager(m, FIELD_MANAGER)),
+                requests: o
+                    .data
+                    .pointer("/spec/template")
+                    .map(Requests::of_template)
+                    .unwrap_or_default(),
+                labels: o.metadata.labels.clone().unwrap_or_default(),
+                own_replicas: group::own_replicas(
+                    o.annotations(),
+                    int("/spec/replicas").unwrap_or(1),
+                ),
+            }
+        }));
+    }
+    let view = match request("/scale").answer(api.get_scale(&r.name).await)? {
+        Ok(s) => ScaleView {
+            uid: s.metadata.uid,
+            replicas_manager: None,
+            // `/scale` has no annotations: a group's record on the object is read below, where
+            // a group may hold it.
+            spec_replicas: s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
+            own_replicas: s.spec.and_then(|s| s.replicas).unwrap_or(0),
+            status_replicas: s.status.map_or(0, |s| s.replicas),
+            ready_replicas: None,
+            requests: Requests::default(),
+            labels: Default::default(),
+        },
+        Err(p) => return Ok(Err(p)),
+    };
+    // `/scale` carries no labels; whether a group selects the target needs them, and only a
+    // namespace with a group of this kind pays the extra read.
+    let grouped = ctx.groups.in_namespace(ns).iter().any(|(_, e)| {
+        e.kinds
+            .iter()
+            .any(|k| k.group() == r.group() && k.kind() == r.kind)
+    });
+    if !grouped {
+        return Ok(Ok(view));
+    }
+    Ok(request("")
+        .answer(api.get_metadata(&r.name).await)?
+        .map(|o| ScaleView {
+            own_replicas: group::own_replicas(o.annotations(), view.spec_replicas),
+            labels: o.metadata.labels.unwrap_or_default(),
+            ..view
+        }))
+}
+
+/// Sets `spec.replicas` through `/scale`, under the operator's field manager, which then owns
+/// that field and nothing else. `/scale` never creates an object.
+///
+/// Server-side apply for the kinds built into the API server; a JSON merge patch for custom
+/// resources, whose `/scale` the API server cannot apply to (it answers "request to convert
+/// CR to an invalid group/version: autoscaling/v1").
+pub(crate) async fn write(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    res: &Resolved,
+    replicas: i32,
+) -> Answer<()> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &res.resource);
+    let built_in = matches!(r.group(), "" | "apps");
+    ctx.metrics.write(
+        &format!("{}/scale", res.resource.plural),
+        if built_in { "apply" } else { "patch" },
+    );
+    let body = target::scale_body(&r.name, replicas);
+    let sent = if built_in {
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch_scale(&r.name, &pp, &Patch::Apply(&body)).await
+    } else {
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let merge = serde_json::json!({"spec": {"replicas": replicas}});
+        api.patch_scale(&r.name, &pp, &Patch::Merge(&merge)).await
+    };
+    let request = Request {
+        verb: "patch",
+        target: r,
+        resource: &res.resource,
+        subresource: "/scale",
+        ns,
+    };
+    let produced = sent
+        .as_ref()
+        .ok()
+        .and_then(|s| s.metadata.resource_version.clone());
+    let answer = request.answer(sent)?;
+    if answer.is_ok() {
+        // Its echo through the target watch is then known for ours (see `on_target`).
+        let key = OwnWrites::target_key(ns, r.group(), &r.kind, &r.name);
+        ctx.own_writes
+            .record(&key, OwnWrites::fingerprint(&replicas), produced.as_deref());
+    }
+    Ok(answer.map(|_| ()))
+}
+
+/// Resolves and reads a target, as one step: `Ok(Err)` is a problem to report.
+pub(crate) async fn resolve_and_read(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+) -> Answer<(Resolved, ScaleView)> {
+    let res = match ctx.discovery.resolve(r).await? {
+        Ok(res) => res,
+        Err(p) => return Ok(Err(p)),
+    };
+    if !res.has_scale {
+        return Ok(Err(Problem::ScaleNotSupported(format!(
+            "{} {} has no /scale subresource, so the operator cannot set its replicas; \
+             target a Deployment, StatefulSet, ReplicaSet, HorizontalPodAutoscaler or a custom \
+             resource whose CRD declares subresources.scale",
+            r.api_version, r.kind
+        ))));
+    }
+    Ok(read(ctx, ns, r, &res).await?.map(|view| (res, view)))
+}
+
+/// The HPA (first by name) that scales `r`, from the cache.
+pub(crate) fn hpa_scaling(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Option<String> {
+    target::conflicting_hpa(r, &hpas_in(ctx, ns)).map(|h| h.name.clone())
+}
+
+/// The HPAs of a namespace, from the cache.
+pub(crate) fn hpas_in(ctx: &Context, ns: &str) -> Vec<HpaView> {
+    ctx.hpas
+        .state()
+        .iter()
+        .filter(|h| h.namespace().as_deref() == Some(ns))
+        .filter_map(|h| hpa_view(h))
+        .collect()
+}
+
+pub(crate) fn hpa_view(h: &HorizontalPodAutoscaler) -> Option<HpaView> {
+    let spec = h.spec.as_ref()?;
+    Some(HpaView {
+        name: h.name_any(),
+        min_replicas: spec.min_replicas,
+        max_replicas: spec.max_replicas,
+        target: ScaleTargetRef {
+            api_version: spec
+                .scale_target_ref
+                .api_version
+                .clone()
+                .unwrap_or_default(),
+            kind: spec.scale_target_ref.kind.clone(),
+            name: spec.scale_target_ref.name.clone(),
+        },
+        current_replicas: h.status.as_ref().and_then(|s| s.current_replicas),
+        own_min: group::own_floor(h.annotations(), spec.min_replicas.unwrap_or(1)),
+    })
+}
+
+/// Reads an HPA live (a cache may lag behind the operator's own last write).
+pub(crate) async fn read_hpa(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+) -> Answer<(HpaView, Option<String>)> {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+    let resource = ApiResource::erase::<HorizontalPodAutoscaler>(&());
+    let request = Request {
+        verb: "get",
+        target: r,
+        resource: &resource,
+        subresource: "",
+        ns,
+    };
+    Ok(request
+        .answer(api.get(&r.name).await)?
+        .and_then(|h| match hpa_view(&h) {
+            Some(v) => Ok((v, h.uid())),
+            None => Err(Problem::TargetNotFound(format!("{r} has no spec"))),
+        }))
+}
+
+/// Sets an HPA's `spec.minReplicas` (server-side apply, guarded by the uid it was read with).
+pub(crate) async fn write_min_replicas(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    uid: Option<&str>,
+    min: i32,
+) -> Answer<()> {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+    ctx.metrics.write("horizontalpodautoscalers", "apply");
+    let body = hpa::min_replicas_body(&r.name, uid, min);
+    match api
+        .patch(
+            &r.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+    {
+        Ok(_) => Ok(Ok(())),
+        Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Err(Problem::Forbidden(format!(
+            "the operator may not patch HorizontalPodAutoscaler {} in namespace {ns}: {}; its ClusterRole \
+             needs patch on autoscaling horizontalpodautoscalers",
+            r.name, s.message
+        )))),
+        // Gone, or replaced by another object of that name (the uid no longer matches).
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {
+            Ok(Err(Problem::TargetNotFound(format!(
+                "{r} was deleted (or replaced) while it was being scaled"
+            ))))
+        }
+        Err(e) => Err(Error::kube(format!("setting minReplicas of {r} in {ns}"))(
+            e,
+        )),
+    }
+}

@@ -1,0 +1,385 @@
+//! The watches that feed the controller, each with a cache that keeps only what a reconcile
+//! reads, and the backoff they share.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::api::{Api, WatchEvent, WatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::info;
+
+use crate::api::TDSet;
+use crate::cache::{Cached, Prune, TDSetRef, tdset_ref};
+use crate::controller::state::{
+    CalendarIndex, GroupIndex, Sharding, TargetIndex, Wakeups, api_backoff, claim_of, claimed,
+};
+use crate::memo::StatusMemo;
+use crate::workload::owned::{self, FIELD_MANAGER};
+
+/// How the watches receive their initial lists (and their lists after a watch expired).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitialList {
+    /// Streamed when the API server supports it (probed at start), else in pages.
+    Auto,
+    /// Streamed, one object at a time (`sendInitialEvents`, Kubernetes' WatchList).
+    Stream,
+    /// Listed in pages of 500 objects.
+    Pages,
+}
+
+/// Whether the watches stream their initial lists. A streamed list arrives one object at a
+/// time, so a start against 10 000 TDSets never holds a page of 500 decoded Deployments and
+/// its response body at once (restart peak 64.8 -> 59.6 MiB, BENCHMARKS.md). The API server
+/// refuses `sendInitialEvents` when its WatchList feature is off (the default before 1.32),
+/// and kube-runtime's watcher does not fall back, so `auto` asks once.
+pub(crate) async fn streams_lists(api: Api<TDSet>, wanted: InitialList) -> bool {
+    match wanted {
+        InitialList::Stream => true,
+        InitialList::Pages => false,
+        InitialList::Auto => match probe_streaming_list(api).await {
+            Ok(()) => {
+                info!("initial lists are streamed (the API server supports WatchList)");
+                true
+            }
+            Err(why) => {
+                info!(%why, "initial lists are read in pages");
+                false
+            }
+        },
+    }
+}
+
+/// A streaming list of TDSets with a label nothing carries: a server that supports it answers
+/// at once with the bookmark that ends the (empty) initial list.
+async fn probe_streaming_list(api: Api<TDSet>) -> Result<(), String> {
+    const PROBE: Duration = Duration::from_secs(10);
+    let params = WatchParams::streaming_lists()
+        .labels("schedule.rs/watch-list-probe=none")
+        .timeout(PROBE.as_secs() as u32);
+    let events = api
+        .watch(&params, "0")
+        .await
+        .map_err(|e| format!("the API server refused a streaming list: {e}"))?;
+    let mut events = std::pin::pin!(events);
+    match tokio::time::timeout(PROBE, events.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Bookmark(b))))
+            if b.metadata
+                .annotations
+                .contains_key("k8s.io/initial-events-end") =>
+        {
+            Ok(())
+        }
+        Ok(Ok(Some(WatchEvent::Error(e)))) => Err(format!(
+            "the API server refused a streaming list: {}",
+            e.message
+        )),
+        Ok(Err(e)) => Err(format!("a streaming list failed: {e}")),
+        Ok(Ok(_)) | Err(_) => {
+            Err("the API server did not end a streaming list with its bookmark".into())
+        }
+    }
+}
+
+/// What every watch asks for: bookmarks, and the initial list as decided above.
+fn config(stream: bool) -> watcher::Config {
+    let c = watcher::Config::default();
+    if stream { c.streaming_lists() } else { c }
+}
+
+/// What the TDSet watch keeps up to date besides its cache.
+pub(crate) struct TDSetHooks {
+    /// Which TDSets reference which target: every TDSet, whichever shard reconciles it, so
+    /// one writer per workload holds across shards.
+    pub index: TargetIndex,
+    /// What each group selects: every TDSet, whichever shard reconciles it, too.
+    pub groups: GroupIndex,
+    pub calendars: CalendarIndex,
+    pub statuses: Arc<StatusMemo>,
+    pub wakeups: Arc<Wakeups>,
+    /// When running as a shard: the cache keeps only the TDSets it matches.
+    pub shard: Option<Arc<Sharding>>,
+    /// The TDSets a relist has shown so far (from its Init to its InitDone): one deleted while
+    /// the watch was down sends no Delete, and is forgotten by the indexes at InitDone.
+    pub relisted: Arc<Mutex<Option<HashSet<TDSetRef>>>>,
+}
+
+/// A watch of TDSets, cached compactly (see `Cached`); it also keeps the index of targets up
+/// to date, tells the status memo what the cache has caught up with, and turns each change
+/// into a wakeup (a deletion forgets it). A shard caches only the TDSets it matches: one it
+/// stops matching leaves its cache as if deleted, and is let go of. The stream itself
+/// triggers nothing: it only has to be driven.
+pub(crate) fn tdset_watch(
+    api: Api<TDSet>,
+    hooks: TDSetHooks,
+    stream: bool,
+) -> (
+    Store<Cached<TDSet>>,
+    impl futures::Stream<Item = Result<Cached<TDSet>, watcher::Error>> + Send,
+) {
+    let (reader, writer) = reflector::store();
+    let cached = reader.clone();
+    let stream = watcher(api, config(stream))
+        .backoff(api_backoff())
+        .try_filter_map(move |event| futures::future::ready(Ok(route(&hooks, &cached, event))))
+        .map_ok(compact)
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
+}
+
+/// One TDSet event: the hooks updated, and what the cache is told (a TDSet another shard
+/// reconciles arrives as a deletion, or not at all during a list).
+fn route(
+    hooks: &TDSetHooks,
+    cached: &Store<Cached<TDSet>>,
+    event: watcher::Event<TDSet>,
+) -> Option<watcher::Event<TDSet>> {
+    let TDSetHooks {
+        index,
+        groups,
+        calendars,
+        statuses,
+        wakeups,
+        shard,
+        relisted,
+    } = hooks;
+    let wake = |r: &TDSetRef| {
+        // A shard wakes only what it caches: a wakeup handed over for a TDSet the controller
+        // cannot find would hold its place among the handed ones.
+        if shard.is_none() || cached.get(r).is_some() {
+            wakeups.now(r.namespace.as_deref().unwrap_or_default(), &r.name);
+        }
+    };
+    let (t, listing) = match event {
+        watcher::Event::Apply(t) => (t, false),
+        watcher::Event::InitApply(t) => {
+            if let Ok(mut seen) = relisted.lock()
+                && let Some(seen) = seen.as_mut()
+            {
+                seen.insert(tdset_ref(&t));
+            }
+            (t, true)
+        }
+        watcher::Event::Delete(t) => {
+            let ns = t.namespace().unwrap_or_default();
+            let mut woken = index.remove(&t);
+            woken.extend(groups.remove(&t));
+            // What it held may go to a TDSet of the other form (see below).
+            if t.spec.scale_target_selector.is_some() {
+                let claim = claim_of(&t);
+                woken.extend(index.younger_in_namespace(&ns, &claim));
+            }
+            if !claimed(&t).is_empty() {
+                woken.extend(groups.refs_in_namespace(&ns));
+            }
+            for other in &woken {
+                wake(other);
+            }
+            calendars.remove(&t);
+            statuses.seen(&t, true);
+            wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
+            if let Some(s) = shard {
+                s.forget_wait(&t);
+            }
+            return Some(watcher::Event::Delete(t));
+        }
+        watcher::Event::Init => {
+            if let Ok(mut seen) = relisted.lock() {
+                *seen = Some(HashSet::new());
+            }
+            return Some(event);
+        }
+        watcher::Event::InitDone => {
+            // A claim or a group whose TDSet was deleted while the watch was down would
+            // otherwise hold its workloads forever.
+            let seen = relisted.lock().ok().and_then(|mut s| s.take());
+            if let Some(seen) = seen {
+                let keep = |r: &TDSetRef| seen.contains(r);
+                for other in index.retain(keep).into_iter().chain(groups.retain(keep)) {
+                    wake(&other);
+                }
+            }
+            return Some(event);
+        }
+    };
+    // A claim that moved may hand its old target to another TDSet, or take one. Groups and
+    // scaleTargetRefs of a namespace may hold each other's workloads: a scaleTargetRef that
+    // moved wakes its namespace's groups (a few), a group that changed the TDSets with a
+    // younger claim (only they can have yielded to it). A relist wakes everyone anyway.
+    let ns = t.namespace().unwrap_or_default();
+    let (moved, mut woken) = index.update_moved(&t);
+    let (regrouped, others) = groups.update_changed(&t);
+    woken.extend(others);
+    if moved && !listing {
+        woken.extend(groups.refs_in_namespace(&ns));
+    }
+    if regrouped && !listing {
+        let claim = claim_of(&t);
+        woken.extend(index.younger_in_namespace(&ns, &claim));
+    }
+    for other in woken.iter().filter(|r| r.name != t.name_any()) {
+        wake(other);
+    }
+    if let Some(s) = shard.as_ref().filter(|s| !s.owns(&t)) {
+        calendars.remove(&t);
+        statuses.seen(&t, true);
+        wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
+        s.let_go(&t);
+        // During a list the cache is rebuilt from what it is given: leaving it out is enough.
+        return (!listing).then_some(watcher::Event::Delete(t));
+    }
+    calendars.update(&t);
+    // Our own status write coming back wakes nothing; a relist wakes everything.
+    let echo = statuses.seen(&t, false);
+    if listing || !(echo && status_only(&t)) {
+        wakeups.now(&t.namespace().unwrap_or_default(), &t.name_any());
+    }
+    let mut t = t;
+    if shard.is_none() {
+        // Only a shard reads them (see `Prune for TDSet`).
+        t.metadata.labels = None;
+    }
+    Some(if listing {
+        watcher::Event::InitApply(t)
+    } else {
+        watcher::Event::Apply(t)
+    })
+}
+
+/// Whether nothing but status can have changed since the status on it was computed: the spec
+/// it was computed for, and no deletion. A status apply that changes nothing is not stored,
+/// and its response carries the revision of someone else's change (a spec edit, a deletion)
+/// that came before; that revision must not pass for our write's echo.
+fn status_only(t: &TDSet) -> bool {
+    t.metadata.deletion_timestamp.is_none()
+        && t.metadata.generation.is_some()
+        && t.status.as_ref().and_then(|s| s.observed_generation) == t.metadata.generation
+}
+
+/// A watch event with its object pruned and compacted for the cache.
+fn compact<K>(event: watcher::Event<K>) -> watcher::Event<Cached<K>>
+where
+    K: Resource + Prune + Serialize + DeserializeOwned,
+{
+    match event {
+        watcher::Event::Apply(o) => watcher::Event::Apply(Cached::new(o)),
+        watcher::Event::Delete(o) => watcher::Event::Delete(Cached::new(o)),
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(Cached::new(o)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// HPAs, cached with only what the operator reads (they are small; their scale target is
+/// what conflict detection needs).
+pub(crate) fn hpa_watch(
+    api: Api<HorizontalPodAutoscaler>,
+    stream: bool,
+) -> (
+    Store<HorizontalPodAutoscaler>,
+    impl futures::Stream<Item = Result<HorizontalPodAutoscaler, watcher::Error>> + Send,
+) {
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config(stream))
+        .backoff(api_backoff())
+        .modify(|h: &mut HorizontalPodAutoscaler| h.prune())
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
+}
+
+/// Changes of every object of a built-in scalable kind that the operator does not own,
+/// metadata only and kept nowhere: a trigger for the TDSets that reference one (their
+/// reconcile reads the target live). The operator's own Deployments (and the ReplicaSets that
+/// inherit their pod labels) are left out: the owned watch already sees them, and at a
+/// boundary a second watch of each would double the API server's fan-out for every scale.
+pub(crate) fn target_watch<K>(
+    api: Api<PartialObjectMeta<K>>,
+    stream: bool,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let not_owned = config(stream).labels(&format!("{}!={FIELD_MANAGER}", owned::MANAGED_BY_LABEL));
+    watcher(api, not_owned)
+        .backoff(api_backoff())
+        .touched_objects()
+}
+
+/// A watch of the owned objects of kind `K` (by label), cached compactly (see `Cached`).
+pub(crate) fn owned_watch<K>(
+    api: Api<K>,
+    stream: bool,
+) -> (
+    Store<Cached<K>>,
+    impl futures::Stream<Item = Result<Cached<K>, watcher::Error>> + Send,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Prune
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let owned = config(stream).labels(&format!("{}={FIELD_MANAGER}", owned::MANAGED_BY_LABEL));
+    let stream = watcher(api, owned)
+        .backoff(api_backoff())
+        .map_ok(compact)
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
+}
+
+pub(crate) fn api_for<K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>>(
+    client: &Client,
+    ns: &Option<String>,
+) -> Api<K> {
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+    use crate::api::TDSetStatus;
+    use crate::workload::owned::tests::tdset;
+
+    #[test]
+    fn only_a_tdset_whose_status_is_for_its_spec_and_not_deleted_can_be_an_echo() {
+        let mut t = tdset("web");
+        t.metadata.generation = Some(2);
+        t.status = Some(TDSetStatus {
+            observed_generation: Some(2),
+            ..TDSetStatus::default()
+        });
+        assert!(status_only(&t));
+        // A spec edit the status was not computed for.
+        t.metadata.generation = Some(3);
+        assert!(!status_only(&t));
+        t.metadata.generation = Some(2);
+        // A deletion (a metadata change only).
+        t.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(!status_only(&t));
+        t.metadata.deletion_timestamp = None;
+        t.status = None;
+        assert!(!status_only(&t));
+    }
+}

@@ -1,0 +1,47 @@
+//! The apply stage: the form the spec asks for, given its turn (observe only while suspended);
+//! a form the namespace does not allow runs nothing.
+
+use super::resolve::Resolved;
+use crate::api::TDSet;
+use crate::controller::forms::{Turn, group, hpa_floor, owned, scale_ref};
+use crate::controller::lane::Events;
+use crate::controller::state::{Context, Outcome, Write};
+use crate::error::Result;
+use crate::status::{Missing, Problem, reason};
+use crate::workload::Source;
+
+/// Observes the workload and writes what its form's plan asks for.
+pub(crate) async fn apply(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    resolved: &Resolved<'_>,
+    events: &mut Events,
+) -> Result<Outcome> {
+    let write = if tdset.spec.is_suspended() {
+        Write::Never
+    } else {
+        Write::IfDifferent
+    };
+    let turn = Turn {
+        tdset,
+        ctx,
+        ns,
+        eval: &resolved.eval,
+        write,
+        events,
+    };
+    match resolved.source {
+        source if let Some(refused) = ctx.pod_forms.refuse(source, ns) => Ok(Outcome::missing(
+            Missing {
+                reason: reason::BLOCKED,
+                message: "nothing runs: this form is not allowed in this namespace".into(),
+            },
+            Some(Problem::FormNotAllowed(refused)),
+        )),
+        Source::Container(_) | Source::Template(_) => owned::reconcile(turn).await,
+        Source::Scale(target) => scale_ref::reconcile(turn, target).await,
+        Source::HpaFloor(hpa) => hpa_floor::reconcile(turn, hpa).await,
+        Source::Group(sel) => group::reconcile(turn, sel).await,
+    }
+}

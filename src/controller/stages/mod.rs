@@ -1,0 +1,14 @@
+//! The stages of one reconcile, in the order the driver calls them:
+//!
+//! - `claim`: a shard writes only the TDSets it has claimed;
+//! - `resolve`: the TDSet read once (calendars, schedule, form, the change due);
+//! - `release`: what the TDSet drove before and no longer describes is let go of (a deletion,
+//!   a retarget, a change of form), and its finalizer set as the spec asks;
+//! - `apply`: the form's turn;
+//! - `report`: status, history, lag and the next wait.
+
+pub(crate) mod apply;
+pub(crate) mod claim;
+pub(crate) mod release;
+pub(crate) mod report;
+pub(crate) mod resolve;

@@ -1,0 +1,381 @@
+//! Letting go of a target: when a TDSet is deleted, or stops referencing the object it
+//! scaled (a new `scaleTargetRef`, another form). A group gives every workload that carries
+//! its record its own count back, always. `onDelete: Restore` puts the count recorded
+//! in `status.target` back, onto that very object (kind, name, uid), never onto whatever the
+//! spec names now. An HPA's target that the schedule put to sleep (an HPA cannot hold 0) is
+//! woken whatever `onDelete` says. A finalizer holds the deletion for this; it never blocks
+//! it for a target that is gone or that the operator may not write: it says so in an Event
+//! and lets go.
+
+use kube::ResourceExt;
+use tracing::{info, warn};
+
+use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
+use crate::controller::forms::{claims, group, owned};
+use crate::controller::io::target as scale;
+use crate::controller::io::tdset::{RESTORE_FINALIZER, set_finalizer};
+use crate::controller::lane::{EventType, Events, note};
+use crate::controller::state::{Answer, Context};
+use crate::error::Result;
+use crate::status::Problem;
+use crate::workload::Source;
+
+fn wants_finalizer(tdset: &TDSet) -> bool {
+    tdset.spec.scale_target_selector.is_some()
+        || tdset
+            .spec
+            .scale_target_ref
+            .as_ref()
+            .is_some_and(|r| r.is_hpa() || restores(tdset))
+}
+
+/// Whether the TDSet held a group (its status says so) and may have left records on workloads.
+fn held_group(tdset: &TDSet, ctx: &Context) -> bool {
+    tdset.spec.scale_target_selector.is_some()
+        || ctx
+            .statuses
+            .current(tdset)
+            .is_some_and(|s| s.group.is_some())
+}
+
+/// Gives the group's workloads their own count back; what could not be is said in an Event
+/// and returned (a deletion does not wait for it: the workload is gone, or the operator may
+/// not write it).
+async fn release_group(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    why: &str,
+    events: &mut Events,
+) -> Result<group::Release> {
+    let sel = tdset.spec.scale_target_selector.as_ref();
+    let release = group::release_all(tdset, ctx, ns, sel, events).await?;
+    for p in &release.problems {
+        warn!(problem = %p.message(), why, "could not give a workload its own count back");
+        events.push(note(
+            tdset,
+            EventType::Warning,
+            "RestoreFailed",
+            format!(
+                "a workload of the group was not given its own count back (the TDSet was {why}): {}",
+                p.message()
+            ),
+        ));
+    }
+    Ok(release)
+}
+
+fn restores(tdset: &TDSet) -> bool {
+    tdset.spec.on_delete == Some(OnDelete::Restore)
+}
+
+fn has_finalizer(tdset: &TDSet) -> bool {
+    tdset.finalizers().iter().any(|f| f == RESTORE_FINALIZER)
+}
+
+/// What the TDSet drove before and no longer describes is let go of first (suspended or not:
+/// letting go is not scheduling), so a target's record is never overwritten before it has been
+/// given back: a retargeted or form-changed target, a group's workloads, the owned Deployment
+/// and Service of a TDSet that now references its workload. Then the finalizer is set as the
+/// spec asks.
+///
+/// Returns the group the TDSet still holds when it left the group form and not every
+/// workload could be given back: the status keeps it, so the release is tried again.
+pub(crate) async fn previous(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    source: Source<'_>,
+    events: &mut Events,
+) -> Result<Option<(GroupStatus, Problem)>> {
+    let unreleased = release_previous(tdset, ctx, ns, events).await?;
+    if matches!(
+        source,
+        Source::Scale(_) | Source::HpaFloor(_) | Source::Group(_)
+    ) {
+        owned::remove_owned(tdset, ctx, ns, events).await?;
+    }
+    ensure(tdset, ctx, ns).await?;
+    Ok(unreleased)
+}
+
+/// Adds the finalizer when `onDelete: Restore` asks for it, removes it when it no longer does.
+/// A group left for another form keeps it while its status still holds the group (not every
+/// workload had its own count back): a deletion then still gives them back.
+async fn ensure(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
+    let want = wants_finalizer(tdset) || held_group(tdset, ctx);
+    let have = has_finalizer(tdset);
+    if want != have {
+        set_finalizer(tdset, ctx, ns, want).await?;
+    }
+    Ok(())
+}
+
+/// A TDSet being deleted: let go of its target, then of the TDSet.
+pub(crate) async fn on_delete(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    events: &mut Events,
+) -> Result<()> {
+    if !has_finalizer(tdset) {
+        // Owned objects go with the garbage collector; a target is kept as it is.
+        return Ok(());
+    }
+    if held_group(tdset, ctx) {
+        release_group(tdset, ctx, ns, "deleted", events).await?;
+    }
+    match ctx.statuses.current(tdset).and_then(|s| s.target) {
+        Some(recorded) => let_go(tdset, ctx, ns, &recorded, "deleted", events).await?,
+        None if restores(tdset) => {
+            let what = tdset
+                .spec
+                .scale_target_ref
+                .as_ref()
+                .map_or_else(|| "the target".to_string(), ToString::to_string);
+            events.push(note(tdset, EventType::Warning,
+                "RestoreFailed",
+                format!("no original count of {what} was recorded, so there is nothing to restore; the TDSet is deleted anyway")));
+        }
+        None => {}
+    }
+    set_finalizer(tdset, ctx, ns, false).await
+}
+
+/// The TDSet no longer references the target its status records (a new `scaleTargetRef`,
+/// or another form): that target is let go of as a deletion would, before anything else is
+/// written. The status that names the new target (or none) follows from this reconcile.
+///
+/// Returns the group the TDSet still holds when it left the group form and not every
+/// workload could be given back: the status keeps it, so the release is tried again.
+async fn release_previous(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    events: &mut Events,
+) -> Result<Option<(GroupStatus, Problem)>> {
+    let mut unreleased = None;
+    if tdset.spec.scale_target_selector.is_none() && held_group(tdset, ctx) {
+        // The group form was left: its workloads were held under its old selector, which is
+        // gone, so every kind that can carry a record is looked at.
+        // Kept while a workload was refused its count back, or a kind that may carry records
+        // could not be listed (not granted): until then its workloads may sleep on. A kind
+        // whose CRD is gone does not keep it (its records went with its objects).
+        let release = release_group(tdset, ctx, ns, "given another form", events).await?;
+        if release.stuck
+            && let Some(first) = release.problems.into_iter().next()
+        {
+            let group = ctx.statuses.current(tdset).and_then(|s| s.group);
+            unreleased = group.map(|g| (g, first));
+        }
+    }
+    let Some(recorded) = ctx.statuses.current(tdset).and_then(|s| s.target) else {
+        return Ok(unreleased);
+    };
+    let still = tdset
+        .spec
+        .scale_target_ref
+        .as_ref()
+        .is_some_and(|r| recorded.names(r));
+    if !still {
+        let_go(tdset, ctx, ns, &recorded, "retargeted", events).await?;
+    }
+    Ok(unreleased)
+}
+
+/// Puts `recorded` back as `onDelete` asks (and wakes an HPA's sleeping target), reporting
+/// what was done, or why not, in an Event.
+async fn let_go(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    recorded: &TargetStatus,
+    why: &str,
+    events: &mut Events,
+) -> Result<()> {
+    let r = ScaleTargetRef {
+        api_version: recorded.api_version.clone(),
+        kind: recorded.kind.clone(),
+        name: recorded.name.clone(),
+    };
+    let uid = recorded.uid.as_deref();
+    // Held by another TDSet now (an older claim took it over while this one waited) that
+    // recorded the same own count: its count is that one's to write, and it gives the own
+    // count back when it lets go.
+    if let Some(holder) = recorded
+        .original_replicas
+        .and_then(|original| claims::holder_with_same_original(tdset, ctx, ns, &r, uid, original))
+    {
+        info!(%holder, why, "left the target to its holder");
+        return Ok(());
+    }
+    let (verb, result) = match recorded.original_replicas {
+        Some(original) if restores(tdset) => {
+            let restored = restore(tdset, ctx, ns, &r, original, uid).await;
+            ("restore", refused_on_delete(restored, why)?)
+        }
+        None if restores(tdset) => (
+            "restore",
+            Err(Problem::TargetNotFound(format!(
+                "no original count of {r} was recorded"
+            ))),
+        ),
+        _ if r.is_hpa() => {
+            let woken = wake(ctx, ns, &r, uid).await;
+            ("wake the target of", refused_on_delete(woken, why)?)
+        }
+        _ => return Ok(()),
+    };
+    match result {
+        Ok(Some(done)) => {
+            info!(%done, why, "let go of the target");
+            events.push(note(
+                tdset,
+                EventType::Normal,
+                "Restored",
+                format!(
+                    "{done} (the TDSet was {why}; onDelete: {})",
+                    on_delete_name(tdset)
+                ),
+            ));
+        }
+        Ok(None) => {}
+        Err(p) => {
+            warn!(problem = %p.message(), why, "could not let go of the target as asked");
+            events.push(note(
+                tdset,
+                EventType::Warning,
+                "RestoreFailed",
+                format!(
+                    "could not {verb} {r}: {}; it was not restored (the TDSet was {why})",
+                    p.message()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A deletion is never held up by a refusal (an admission policy, a floor above the HPA's
+/// maximum): it becomes a problem, said in an Event. A retarget retries with backoff, keeping
+/// its claim, so nobody takes the old target over at this TDSet's count.
+fn refused_on_delete(result: Answer<Option<String>>, why: &str) -> Answer<Option<String>> {
+    match result {
+        Err(e) if e.is_refused() && why == "deleted" => Ok(Err(Problem::ApiError(format!(
+            "the API server refused it: {e}"
+        )))),
+        other => other,
+    }
+}
+
+fn on_delete_name(tdset: &TDSet) -> &'static str {
+    if restores(tdset) { "Restore" } else { "Keep" }
+}
+
+/// Whether `seen` is the object whose count was recorded (`recorded`: its uid then).
+fn same_object(
+    r: &ScaleTargetRef,
+    recorded: Option<&str>,
+    seen: Option<&str>,
+) -> Result<(), Problem> {
+    match (recorded, seen) {
+        (Some(a), Some(b)) if a != b => Err(Problem::TargetNotFound(format!(
+            "{r} was deleted and created again since its count was recorded; the new object is left as it is"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Puts a target back to `original`, only onto the object it was recorded from (`uid`).
+/// `Ok(Err)` says why it could not be done (gone, replaced, forbidden): the caller then lets
+/// go rather than block.
+async fn restore(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    original: i32,
+    uid: Option<&str>,
+) -> Answer<Option<String>> {
+    if r.is_hpa() {
+        let (hpa, seen) = match scale::read_hpa(ctx, ns, r).await? {
+            Ok(found) => found,
+            Err(p) => return Ok(Err(p)),
+        };
+        if let Err(p) = same_object(r, uid, seen.as_deref()) {
+            return Ok(Err(p));
+        }
+        // An HPA's maximum lowered since: its floor may not be above it.
+        let original = original.min(hpa.max_replicas);
+        if hpa.min() != original
+            && let Err(p) = scale::write_min_replicas(ctx, ns, r, seen.as_deref(), original).await?
+        {
+            return Ok(Err(p));
+        }
+        // A target the schedule put to sleep is woken to the restored floor.
+        if let Ok((res, view)) = scale::resolve_and_read(ctx, ns, &hpa.target).await?
+            && view.spec_replicas == 0
+            && let Err(p) = scale::write(ctx, ns, &hpa.target, &res, original.max(1)).await?
+        {
+            return Ok(Err(p));
+        }
+        return Ok(Ok(Some(format!(
+            "restored HorizontalPodAutoscaler {} minReplicas to {original}",
+            r.name
+        ))));
+    }
+    let (res, view) = match scale::resolve_and_read(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if let Err(p) = same_object(r, uid, view.uid.as_deref()) {
+        return Ok(Err(p));
+    }
+    // An older group took it over while this TDSet waited, and its record on the object says
+    // the same own count: it is the group's to write, and the group gives it back.
+    if view.own_replicas == original
+        && view.own_replicas != view.spec_replicas
+        && let Some(p) = claims::held_by_group(tdset, ctx, ns, r, &view.labels)
+    {
+        info!(problem = %p.message(), "left the target to its holder");
+        return Ok(Ok(None));
+    }
+    if view.spec_replicas != original
+        && let Err(p) = scale::write(ctx, ns, r, &res, original).await?
+    {
+        return Ok(Err(p));
+    }
+    Ok(Ok(Some(format!("restored {r} to {original} replicas"))))
+}
+
+/// An HPA's target that the schedule put to 0 (which the HPA cannot hold, so it stays there)
+/// is woken to the HPA's floor when the TDSet lets go of the HPA without restoring it.
+async fn wake(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    uid: Option<&str>,
+) -> Answer<Option<String>> {
+    let (hpa, seen) = match scale::read_hpa(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if let Err(p) = same_object(r, uid, seen.as_deref()) {
+        return Ok(Err(p));
+    }
+    let (res, view) = match scale::resolve_and_read(ctx, ns, &hpa.target).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if view.spec_replicas != 0 {
+        return Ok(Ok(None));
+    }
+    let to = hpa.min().max(1);
+    if let Err(p) = scale::write(ctx, ns, &hpa.target, &res, to).await? {
+        return Ok(Err(p));
+    }
+    Ok(Ok(Some(format!(
+        "woke {} to {to} replicas, the floor of HorizontalPodAutoscaler {}",
+        hpa.target, r.name
+    ))))
+}

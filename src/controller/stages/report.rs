@@ -1,0 +1,170 @@
+//! The report stage: what the forms observed and wrote becomes the TDSet's status (pure:
+//! `status::next_status`), its history entry, the transition lag and the savings metrics, and
+//! the wait until the TDSet is looked at again. The status is queued on the lane only when it
+//! differs; a Warning follows a change of `Degraded`.
+
+use std::time::Duration;
+
+use kube::{Resource, ResourceExt};
+use tracing::debug;
+
+use super::resolve::Resolved;
+use crate::api::{HistoryEntry, TDSet, TDSetStatus};
+use crate::controller::io::tdset::queue_status;
+use crate::controller::lane::{EventType, Events, note};
+use crate::controller::state::{Context, Outcome};
+use crate::error::Result;
+use crate::status::{self, DEGRADED, Inputs, Problem};
+
+/// How soon a group that could not give every workload back after a change of form tries again.
+const UNRELEASED_RETRY: Duration = Duration::from_secs(15);
+
+/// When to look at the TDSet again, and whether some of its writes failed (then the driver
+/// backs off as for a failed reconcile).
+pub(crate) struct Next {
+    pub wait: Duration,
+    pub failed: bool,
+}
+
+/// Reports `outcome`, and says when to look again.
+pub(crate) async fn report(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    resolved: Resolved<'_>,
+    outcome: Outcome,
+    events: &mut Events,
+) -> Result<Next> {
+    let Resolved {
+        now,
+        interval,
+        eval,
+        next,
+        warnings,
+        previous,
+        due,
+        calendar_problem,
+        ..
+    } = resolved;
+    if let Some(saved) = outcome.saved {
+        ctx.metrics
+            .saved(&format!("{ns}/{}", tdset.name_any()), saved.replicas, now);
+    }
+    // A calendar that does not exist is reported, unless the workload has a worse problem.
+    let problem = outcome.problem.clone().or(calendar_problem);
+
+    if let Some(due) = due.filter(|_| outcome.scaled.is_some()) {
+        let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
+        ctx.metrics.transition_lag.observe(lag);
+    }
+    // The change, for status.history: at the transition's instant when one was due.
+    let change = outcome.scaled.map(|from| HistoryEntry {
+        at: crate::preview::rfc3339(due.unwrap_or(now)),
+        // Milliseconds: how late a change landed is usually well under a second.
+        applied_at: Some(
+            ctx.clock
+                .now()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        ),
+        from: Some(from),
+        to: eval.count().replicas(),
+        reason: eval.why(),
+        message: None,
+    });
+
+    // Status (pure), written only when it differs.
+    let new_status = status::next_status(&Inputs {
+        previous: previous.as_ref(),
+        generation: tdset.meta().generation,
+        evaluation: Some(&eval),
+        next: next.as_ref(),
+        warnings: &warnings,
+        notices: &outcome.notices,
+        workload: outcome.workload.as_ref(),
+        target: outcome.target.as_ref(),
+        group: outcome.group.as_ref(),
+        saved: outcome.saved,
+        problem: problem.as_ref(),
+        suspended: tdset.spec.is_suspended(),
+        change,
+        shard: ctx.shard.as_ref().map(|s| s.name()),
+        now,
+    });
+    write_status(tdset, ctx, previous.as_ref(), new_status, events).await?;
+
+    let mut wait = match &next {
+        Some(n) => (n.at - now).to_std().unwrap_or_default().min(interval),
+        None => interval,
+    };
+    if let Some(retry) = outcome.retry {
+        wait = wait.min(retry);
+    }
+    debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), ?wait, "reconciled");
+    Ok(Next {
+        wait,
+        failed: outcome.failed,
+    })
+}
+
+/// A group left behind with workloads not yet given back stays in the status (and is tried
+/// again) until every one is.
+pub(crate) fn keep_unreleased(
+    outcome: &mut Outcome,
+    unreleased: Option<(crate::api::GroupStatus, Problem)>,
+) {
+    if let Some((group, problem)) = unreleased {
+        outcome.group.get_or_insert(group);
+        outcome.problem.get_or_insert(problem);
+        outcome.retry = Some(
+            outcome
+                .retry
+                .map_or(UNRELEASED_RETRY, |r| r.min(UNRELEASED_RETRY)),
+        );
+    }
+}
+
+/// Records a failed reconcile: Degraded=True (ReconcileError), the rest of status kept as the
+/// last successful reconcile left it (it is still the best knowledge there is).
+pub(crate) async fn failure(
+    tdset: &TDSet,
+    ctx: &Context,
+    problem: &Problem,
+    events: &mut Events,
+) -> Result<()> {
+    let previous = ctx.statuses.current(tdset);
+    let new_status = status::with_failure(
+        previous.as_ref(),
+        tdset.meta().generation,
+        problem,
+        ctx.clock.now(),
+    );
+    write_status(tdset, ctx, previous.as_ref(), new_status, events).await
+}
+
+/// Patches status only when it differs from `previous` (from `StatusMemo::current`), and
+/// publishes a Warning when Degraded's reason or message changes (so a persisting problem is
+/// reported once, not every reconcile).
+async fn write_status(
+    tdset: &TDSet,
+    ctx: &Context,
+    previous: Option<&TDSetStatus>,
+    new: TDSetStatus,
+    events: &mut Events,
+) -> Result<()> {
+    if previous == Some(&new) {
+        return Ok(());
+    }
+    let old_degraded = status::find(previous, DEGRADED)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    let new_degraded = status::find(Some(&new), DEGRADED)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    debug!(old = ?previous, new = ?new, "status differs; queued");
+    queue_status(tdset, ctx, new).await?;
+    if old_degraded != new_degraded
+        && let Some((state, reason, message)) = new_degraded
+        && (state == "True" || reason != status::reason::AS_EXPECTED)
+    {
+        events.push(note(tdset, EventType::Warning, &reason, message));
+    }
+    Ok(())
+}

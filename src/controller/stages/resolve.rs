@@ -1,0 +1,123 @@
+//! The resolve stage: the TDSet read once into what the later stages need. The named
+//! calendars (found and missing), the schedule compiled with their dates, the level now and the
+//! next change (pure), the workload's form, and the change that was due, if its instant has
+//! passed (what the transition lag and the history are measured from).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tracing::warn;
+
+use crate::api::{TDCalendar, TDSet, TDSetSpec, TDSetStatus};
+use crate::controller::state::{Answer, Context};
+use crate::error::Error;
+use crate::schedule::{Evaluation, Schedule, SharedHolidays, Transition, Warning};
+use crate::status::Problem;
+use crate::workload::Source;
+
+/// A TDSet as the stages after this one see it.
+pub(crate) struct Resolved<'a> {
+    /// The instant the schedule is evaluated at.
+    pub now: DateTime<Utc>,
+    /// The longest wait before the TDSet is looked at again.
+    pub interval: Duration,
+    pub source: Source<'a>,
+    pub eval: Evaluation,
+    pub next: Option<Transition>,
+    pub warnings: Vec<Warning>,
+    /// The status on record before this reconcile (the lane's queued one, if newer).
+    pub previous: Option<TDSetStatus>,
+    /// The change that was due, if its instant has passed.
+    pub due: Option<DateTime<Utc>>,
+    /// Calendars the spec names that do not exist, as the problem reported for them.
+    pub calendar_problem: Option<Problem>,
+}
+
+/// Resolves `tdset` at the context's clock. `Ok(Err)`: the spec cannot be evaluated (the
+/// problem says why); the workload is then left as it is.
+pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a>> {
+    let now = ctx.clock.now();
+    let interval = tdset.spec.check_interval();
+
+    // Schedule: the level now and the next change (pure), with the named calendars' dates.
+    let (found, missing_calendars) = calendars(&ctx.calendars, &tdset.spec);
+    let schedule = match Schedule::compile_with(&tdset.spec, &holidays(&found)) {
+        Ok(s) => s,
+        Err(errors) => {
+            let message = format!(
+                "{}; the workload is left as it is until the spec is fixed",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            warn!(%message, "invalid spec");
+            return Ok(Err(Problem::InvalidSpec(message)));
+        }
+    };
+    let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
+    let eval = schedule.evaluate(now);
+    let next = schedule.next_transition(now);
+    let warnings = schedule.warnings();
+
+    let previous = ctx.statuses.current(tdset);
+    let due = previous
+        .as_ref()
+        .and_then(|s| s.next_transition_time.as_deref())
+        .and_then(crate::preview::parse_rfc3339)
+        .filter(|t| *t <= now);
+    let calendar_problem = (!missing_calendars.is_empty())
+        .then(|| Problem::CalendarNotFound(missing_message(&missing_calendars)));
+    Ok(Ok(Resolved {
+        now,
+        interval,
+        source,
+        eval,
+        next,
+        warnings,
+        previous,
+        due,
+        calendar_problem,
+    }))
+}
+
+/// The calendars a spec names: those found, and the names of those that are not.
+fn calendars(store: &Store<TDCalendar>, spec: &TDSetSpec) -> (Vec<Arc<TDCalendar>>, Vec<String>) {
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for name in &spec.calendars {
+        match store.get(&ObjectRef::new(&name.0)) {
+            Some(c) => found.push(c),
+            None => missing.push(name.0.clone()),
+        }
+    }
+    (found, missing)
+}
+
+/// The holidays of the calendars found, for `Schedule::compile_with`.
+fn holidays(found: &[Arc<TDCalendar>]) -> Vec<SharedHolidays<'_>> {
+    found
+        .iter()
+        .map(|c| SharedHolidays {
+            calendar: c.meta().name.as_deref().unwrap_or_default(),
+            holidays: &c.spec.holidays,
+        })
+        .collect()
+}
+
+/// What a TDSet reports for calendars it names that do not exist.
+fn missing_message(missing: &[String]) -> String {
+    let names = missing.join(", ");
+    let (noun, verb) = if missing.len() == 1 {
+        ("TDCalendar", "does")
+    } else {
+        ("TDCalendars", "do")
+    };
+    format!(
+        "{noun} {names} {verb} not exist; its dates do not apply until it is created (kubectl get tdcalendars)"
+    )
+}

@@ -1,0 +1,91 @@
+//! What every reconcile shares: the clients, the caches, the lane, the memos and the indexes.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Service;
+use kube::Client;
+use kube::runtime::reflector::Store;
+
+use super::group_index::GroupIndex;
+use super::target_index::TargetIndex;
+use super::{discovery, sharding, wakeups};
+use crate::api::TDSet;
+use crate::cache::Cached;
+use crate::clock::Clock;
+use crate::controller::lane;
+use crate::memo::{OwnWrites, StatusMemo};
+use crate::telemetry::Metrics;
+use crate::workload::PodForms;
+use crate::workload::contest::Contest;
+
+/// Everything a reconcile needs, shared by all of them.
+pub struct Context {
+    pub client: Client,
+    pub clock: Arc<dyn Clock>,
+    /// Status writes and Events, sent after the workload writes.
+    pub lane: lane::Lane,
+    /// Which reconciles are writing workloads now (the lane waits for them).
+    pub priority: Arc<lane::Priority>,
+    pub metrics: Arc<Metrics>,
+    /// Owned Deployments and Services (label-selected), pruned and compact.
+    pub deployments: Store<Cached<Deployment>>,
+    pub services: Store<Cached<Service>>,
+    /// HPAs (pruned): what conflict detection and HPA floors look up.
+    pub hpas: Store<HorizontalPodAutoscaler>,
+    /// Target kinds, as discovery describes them.
+    pub discovery: discovery::Discovery,
+    pub statuses: Arc<StatusMemo>,
+    /// Owned objects written and not yet seen back through the watch.
+    pub own_writes: Arc<OwnWrites>,
+    /// Set once every cache holds a full list.
+    pub synced: Arc<AtomicBool>,
+    /// When each TDSet is reconciled next.
+    pub wakeups: Arc<wakeups::Wakeups>,
+    /// Which TDSets reference which target, and which of them holds it.
+    pub index: TargetIndex,
+    /// What each group TDSet selects, in every namespace.
+    pub groups: GroupIndex,
+    /// Every TDCalendar.
+    pub calendars: Store<crate::api::TDCalendar>,
+    /// Consecutive failed reconciles per TDSet ("ns/name"), for the error backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Where `container` and `template` TDSets may run pods.
+    pub pod_forms: PodForms,
+    /// Each TDSet's writes to its target, against another writer ("ns/name").
+    pub contests: std::sync::Mutex<std::collections::HashMap<String, Contest>>,
+    /// The shard this operator is, if it runs as one.
+    pub shard: Option<Arc<sharding::Sharding>>,
+    /// The TDSets this operator reconciles (a shard's own).
+    pub tdsets: Store<Cached<TDSet>>,
+}
+
+impl Context {
+    /// Runs `f` on the TDSet's record of its writes against other writers.
+    pub(crate) fn contest<T>(&self, key: &str, f: impl FnOnce(&mut Contest) -> T) -> T {
+        match self.contests.lock() {
+            Ok(mut contests) => {
+                // Deleted TDSets leave entries behind; one without reverts only costs a revert
+                // counted as a first write, so those go when the map grows.
+                if contests.len() >= 4096 && !contests.contains_key(key) {
+                    contests.retain(|_, c| c.has_reverts());
+                }
+                f(contests.entry(key.to_string()).or_default())
+            }
+            Err(_) => f(&mut Contest::default()),
+        }
+    }
+
+    /// Forgets what is kept per TDSet in memory (it is gone).
+    pub(crate) fn forget(&self, key: &str) {
+        if let Ok(mut c) = self.contests.lock() {
+            c.remove(key);
+        }
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+        self.metrics.forget_saved(key);
+    }
+}

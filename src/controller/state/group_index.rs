@@ -1,0 +1,397 @@
+//! Which group TDSets select what, in every namespace (whichever shard reconciles them), so a
+//! change of a workload wakes the groups it concerns, and one writer per workload holds
+//! between groups: the oldest claim (creationTimestamp, then name) holds a workload.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, RwLock};
+
+use kube::{Resource, ResourceExt};
+
+use crate::api::{GroupKind, TDSet};
+use crate::cache::{TDSetRef, tdset_ref, tdset_ref_named};
+use crate::workload::group::{HELD_BY, Selector};
+
+/// A TDSet's claim, ordered as holding goes: older first, then by name.
+pub type Claim = (String, String);
+
+/// What one group TDSet selects.
+#[derive(Clone, Debug)]
+pub struct GroupEntry {
+    pub kinds: Vec<GroupKind>,
+    /// `None` when the selector is invalid: it selects nothing (the TDSet reports it).
+    pub selector: Option<Selector>,
+    pub exclude: BTreeSet<String>,
+}
+
+impl GroupEntry {
+    /// Whether it selects a workload of this kind, name and labels (the excluded included).
+    pub fn selects(&self, group: &str, kind: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.kinds
+            .iter()
+            .any(|k| k.group() == group && k.kind() == kind)
+            && self.selector.as_ref().is_some_and(|s| s.matches(labels))
+    }
+}
+
+/// The groups of one namespace, by claim.
+type Groups = BTreeMap<Claim, Arc<GroupEntry>>;
+
+#[derive(Clone, Default)]
+pub struct GroupIndex {
+    groups: Arc<RwLock<HashMap<String, Groups>>>,
+    /// What the last event of each workload a group cares about showed.
+    seen: Arc<Mutex<HashMap<WorkloadKey, Seen>>>,
+}
+
+/// (namespace, group, kind, name) of a workload.
+type WorkloadKey = (String, String, String, String);
+
+/// What of a workload's event matters to a group: its spec (generation), its labels (which
+/// group selects it) and whose record it carries. An event that changes none of them (the
+/// workload controller's status updates, several per scale) wakes nobody, so a boundary of a
+/// thousand workloads does not list them a thousand times over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    generation: Option<i64>,
+    labels: u64,
+    holder: Option<String>,
+}
+
+/// Workloads remembered at most; past it the memory starts again (an event then wakes its
+/// groups once more, which is only a list too many).
+const MAX_SEEN: usize = 65_536;
+
+/// A TDSet's claim: its creationTimestamp (as RFC 3339, which sorts in time order) and name.
+pub fn claim_of(tdset: &TDSet) -> Claim {
+    let created = tdset
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| serde_json::to_string(t).ok())
+        .unwrap_or_default();
+    (created, tdset.name_any())
+}
+
+impl GroupIndex {
+    /// Records (or forgets, when it has no group form) the TDSet's group; returns the other
+    /// groups of its namespace, whose holdings may have changed hands.
+    pub fn update(&self, tdset: &TDSet) -> Vec<TDSetRef> {
+        self.update_changed(tdset).1
+    }
+
+    /// `update`, and whether the TDSet's group changed (came, went, or selects otherwise).
+    pub fn update_changed(&self, tdset: &TDSet) -> (bool, Vec<TDSetRef>) {
+        let ns = tdset.namespace().unwrap_or_default();
+        let entry = tdset
+            .spec
+            .scale_target_selector
+            .as_ref()
+            .map(|s| GroupEntry {
+                kinds: s.kinds(),
+                selector: Selector::compile(&s.selector).ok(),
+                exclude: s.exclude.iter().cloned().collect(),
+            });
+        let Ok(mut index) = self.groups.write() else {
+            return (false, vec![]);
+        };
+        let groups = index.entry(ns.clone()).or_default();
+        let claim = claim_of(tdset);
+        let before = groups.remove(&claim);
+        // A TDSet of the same name created again (deleted while the watch was down): its old
+        // claim is a ghost.
+        let name = tdset.name_any();
+        let len = groups.len();
+        groups.retain(|(_, n), _| *n != name);
+        let ghosts = groups.len() != len;
+        let changed = ghosts
+            || match (&before, &entry) {
+                (None, None) => false,
+                (Some(a), Some(b)) => {
+                    !(a.kinds == b.kinds && a.selector == b.selector && a.exclude == b.exclude)
+                }
+                _ => true,
+            };
+        if let Some(e) = entry {
+            groups.insert(claim.clone(), Arc::new(e));
+        }
+        let others = if changed {
+            groups
+                .keys()
+                .filter(|c| **c != claim)
+                .map(|(_, name)| tdset_ref_named(&ns, name))
+                .collect()
+        } else {
+            vec![]
+        };
+        if groups.is_empty() {
+            index.remove(&ns);
+        }
+        (changed, others)
+    }
+
+    /// The group TDSets of a namespace.
+    pub fn refs_in_namespace(&self, ns: &str) -> Vec<TDSetRef> {
+        self.in_namespace(ns)
+            .into_iter()
+            .map(|((_, name), _)| tdset_ref_named(ns, &name))
+            .collect()
+    }
+
+    /// Forgets the TDSet; returns the other groups of its namespace.
+    pub fn remove(&self, tdset: &TDSet) -> Vec<TDSetRef> {
+        let ns = tdset.namespace().unwrap_or_default();
+        let me = tdset_ref(tdset);
+        let Ok(mut index) = self.groups.write() else {
+            return vec![];
+        };
+        let Some(groups) = index.get_mut(&ns) else {
+            return vec![];
+        };
+        groups.retain(|(_, name), _| *name != me.name);
+        let others = groups
+            .keys()
+            .map(|(_, name)| tdset_ref_named(&ns, name))
+            .collect();
+        if groups.is_empty() {
+            index.remove(&ns);
+        }
+        others
+    }
+
+    /// Forgets every group `keep` refuses (not in a relist); returns the other groups of their
+    /// namespaces.
+    pub fn retain(&self, keep: impl Fn(&TDSetRef) -> bool) -> Vec<TDSetRef> {
+        let Ok(mut index) = self.groups.write() else {
+            return vec![];
+        };
+        let mut others = Vec::new();
+        for (ns, groups) in index.iter_mut() {
+            let before = groups.len();
+            groups.retain(|(_, name), _| keep(&tdset_ref_named(ns, name)));
+            if groups.len() != before {
+                others.extend(groups.keys().map(|(_, name)| tdset_ref_named(ns, name)));
+            }
+        }
+        index.retain(|_, groups| !groups.is_empty());
+        others
+    }
+
+    /// The claim of the group TDSet `name`: the index has it from the watch, whose objects
+    /// carry the creationTimestamp the compact cache leaves out.
+    pub fn claim(&self, ns: &str, name: &str) -> Option<Claim> {
+        let index = self.groups.read().ok()?;
+        index.get(ns)?.keys().find(|(_, n)| n == name).cloned()
+    }
+
+    /// The groups of a namespace, oldest claim first.
+    pub fn in_namespace(&self, ns: &str) -> Vec<(Claim, Arc<GroupEntry>)> {
+        self.groups
+            .read()
+            .ok()
+            .and_then(|index| {
+                index
+                    .get(ns)
+                    .map(|g| g.iter().map(|(c, e)| (c.clone(), e.clone())).collect())
+            })
+            .unwrap_or_default()
+    }
+
+    /// The groups a change of this workload concerns: those that select it, and the one whose
+    /// record it carries (it may have to be given back); none when the change is one no group
+    /// acts on (see `Seen`).
+    pub fn affected(
+        &self,
+        (ns, group, kind, name): (&str, &str, &str, &str),
+        generation: Option<i64>,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Vec<TDSetRef> {
+        let holder = annotations.get(HELD_BY);
+        let concerned: Vec<TDSetRef> = self
+            .in_namespace(ns)
+            .into_iter()
+            .filter(|((_, n), e)| holder == Some(n) || e.selects(group, kind, labels))
+            .map(|((_, n), _)| tdset_ref_named(ns, &n))
+            .collect();
+        let key = (
+            ns.to_string(),
+            group.to_string(),
+            kind.to_string(),
+            name.to_string(),
+        );
+        let Ok(mut seen) = self.seen.lock() else {
+            return concerned;
+        };
+        if concerned.is_empty() {
+            // Concerns no group now; a later change that does is then new.
+            seen.remove(&key);
+            return concerned;
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        labels.hash(&mut hasher);
+        let now = Seen {
+            generation,
+            labels: hasher.finish(),
+            holder: holder.cloned(),
+        };
+        if seen.get(&key) == Some(&now) {
+            return vec![];
+        }
+        if seen.len() >= MAX_SEEN {
+            seen.clear();
+        }
+        seen.insert(key, now);
+        concerned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(name: &str, created: &str) -> TDSet {
+        let mut t: TDSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "schedule.rs/v1", "kind": "TDSet",
+            "metadata": {"name": name, "namespace": "dev", "creationTimestamp": created},
+            "spec": {"scaleTargetSelector": {"selector": {"matchLabels": {"env": "dev"}}},
+                     "schedulingConfig": []}
+        }))
+        .unwrap();
+        t.spec.default_replica = None;
+        t
+    }
+
+    fn labels(env: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([("env".to_string(), env.to_string())])
+    }
+
+    #[test]
+    fn only_changes_a_group_acts_on_wake_it() {
+        let index = GroupIndex::default();
+        index.update(&group("night", "2026-01-01T00:00:00Z"));
+        let key = ("dev", "apps", "Deployment", "api");
+        let none = BTreeMap::new();
+        let woken = |g, l: &BTreeMap<_, _>, a: &BTreeMap<_, _>| {
+            index
+                .affected(key, Some(g), l, a)
+                .iter()
+                .map(|r| r.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(woken(1, &labels("dev"), &none), ["night"], "a joiner");
+        assert!(
+            woken(1, &labels("dev"), &none).is_empty(),
+            "a status update"
+        );
+        assert_eq!(
+            woken(2, &labels("dev"), &none),
+            ["night"],
+            "its spec changed"
+        );
+        // Labelled out, still carrying the record: the holder is woken to give it back.
+        let record = BTreeMap::from([(HELD_BY.to_string(), "night".to_string())]);
+        assert_eq!(woken(2, &labels("qa"), &record), ["night"]);
+        assert!(
+            woken(2, &labels("qa"), &BTreeMap::new()).is_empty(),
+            "no group's"
+        );
+        assert_eq!(woken(2, &labels("dev"), &none), ["night"], "back in");
+    }
+
+    #[test]
+    fn the_oldest_claim_comes_first_and_the_others_are_told_when_one_changes() {
+        let index = GroupIndex::default();
+        assert!(index.update(&group("b", "2026-01-02T00:00:00Z")).is_empty());
+        let others = index.update(&group("a", "2026-01-01T00:00:00Z"));
+        assert_eq!(
+            others.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            ["b"]
+        );
+        let order: Vec<String> = index
+            .in_namespace("dev")
+            .into_iter()
+            .map(|((_, n), _)| n)
+            .collect();
+        assert_eq!(order, ["a", "b"]);
+        assert_eq!(
+            index.claim("dev", "b").map(|(_, n)| n).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            index
+                .remove(&group("a", "2026-01-01T00:00:00Z"))
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>(),
+            ["b"]
+        );
+    }
+
+    /// A relist that no longer shows a TDSet (deleted while the watch was down) takes its
+    /// group and its claim out of the indexes, and wakes those they held back.
+    #[test]
+    fn a_tdset_missing_from_a_relist_no_longer_holds_anything() {
+        let groups = GroupIndex::default();
+        groups.update(&group("old", "2026-01-01T00:00:00Z"));
+        groups.update(&group("new", "2026-02-01T00:00:00Z"));
+        let mut by_ref = group("ref", "2026-01-15T00:00:00Z");
+        by_ref.spec.scale_target_selector = None;
+        by_ref.spec.scale_target_ref = Some(crate::api::ScaleTargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "api".into(),
+        });
+        let mut later = by_ref.clone();
+        later.metadata.name = Some("later".into());
+        later.metadata.creation_timestamp = group("x", "2026-03-01T00:00:00Z")
+            .metadata
+            .creation_timestamp;
+        let targets = super::super::target_index::TargetIndex::default();
+        targets.update(&by_ref);
+        targets.update(&later);
+
+        let relisted = |r: &TDSetRef| r.name != "old" && r.name != "ref";
+        let woken: Vec<String> = groups
+            .retain(relisted)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(woken, ["new"]);
+        let names: Vec<String> = groups
+            .in_namespace("dev")
+            .into_iter()
+            .map(|((_, n), _)| n)
+            .collect();
+        assert_eq!(names, ["new"]);
+
+        let woken: Vec<String> = targets
+            .retain(relisted)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(woken, ["later"]);
+        let holder = targets.holder("dev", "apps", "Deployment", "api");
+        assert_eq!(holder.as_deref(), Some("later"));
+        // A relist that shows everything changes nothing.
+        assert!(groups.retain(|_| true).is_empty());
+        assert!(targets.retain(|_| true).is_empty());
+    }
+
+    /// Deleted and created again while the watch was down: the new TDSet's claim replaces
+    /// the old one, which would otherwise hold its workloads as an older claim.
+    #[test]
+    fn a_tdset_created_again_under_its_name_keeps_only_its_new_claim() {
+        let groups = GroupIndex::default();
+        groups.update(&group("night", "2026-01-01T00:00:00Z"));
+        groups.update(&group("night", "2026-03-01T00:00:00Z"));
+        let claims: Vec<Claim> = groups
+            .in_namespace("dev")
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(claims.len(), 1, "{claims:?}");
+        assert_eq!(groups.claim("dev", "night"), claims.first().cloned());
+        assert!(claims[0].0.contains("2026-03-01"), "{claims:?}");
+    }
+}

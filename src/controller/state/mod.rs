@@ -1,0 +1,25 @@
+//! What the operator keeps between reconciles and shares among them: the context (clients,
+//! caches, memos), what a form says it did (`Outcome`), the indexes of who claims and selects
+//! what, the wakeups, the shard, the kinds discovery found, and the backoffs. Nothing here
+//! decides what a TDSet's workload runs.
+
+mod backoff;
+mod calendar_index;
+mod context;
+mod discovery;
+mod group_index;
+mod outcome;
+mod sharding;
+mod target_index;
+mod wakeups;
+
+pub(crate) use backoff::{after as backoff_after, api_backoff, jitter};
+pub use calendar_index::CalendarIndex;
+pub use context::Context;
+pub(crate) use discovery::{Discovery, Resolved};
+pub(crate) use group_index::{Claim, GroupIndex, claim_of};
+pub(crate) use outcome::{Answer, Outcome, Write};
+pub(crate) use sharding::let_go_loop;
+pub use sharding::{ShardOptions, Sharding};
+pub(crate) use target_index::{TargetIndex, claimed};
+pub(crate) use wakeups::Wakeups;

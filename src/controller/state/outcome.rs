@@ -1,0 +1,65 @@
+//! What a form says it did, and whether it may write.
+
+use std::time::Duration;
+
+use crate::api::{GroupStatus, TargetStatus};
+use crate::status::{Missing, Notice, Observed, Problem};
+use crate::workload::savings::Saved;
+
+/// Whether a reconcile may write to the workload (`spec.suspend` says no).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Write {
+    IfDifferent,
+    Never,
+}
+
+/// What observing and applying a workload found, for status and the requeue.
+pub(crate) struct Outcome {
+    pub workload: std::result::Result<Observed, Missing>,
+    pub problem: Option<Problem>,
+    pub notices: Vec<Notice>,
+    pub target: Option<TargetStatus>,
+    /// Look again sooner than the schedule needs (e.g. a target that does not exist yet and
+    /// whose kind is not watched).
+    pub retry: Option<Duration>,
+    /// When this reconcile changed the workload's replica count (or an HPA's floor): the
+    /// count before.
+    pub scaled: Option<i32>,
+    /// With `scaleTargetSelector`: the group's counts.
+    pub group: Option<GroupStatus>,
+    /// Some of its writes failed (others landed, and are reported): looked at again with the
+    /// error policy's backoff, not at a fixed pace.
+    pub failed: bool,
+    /// What the schedule removes now, when the baseline is known.
+    pub saved: Option<Saved>,
+}
+
+impl Outcome {
+    /// The workload as observed, nothing else to say.
+    pub(crate) fn observed(workload: std::result::Result<Observed, Missing>) -> Outcome {
+        Outcome {
+            workload,
+            problem: None,
+            notices: vec![],
+            target: None,
+            retry: None,
+            scaled: None,
+            group: None,
+            failed: false,
+            saved: None,
+        }
+    }
+
+    /// Nothing observed: the workload is missing for `missing`, and `problem` is reported.
+    pub(crate) fn missing(missing: Missing, problem: Option<Problem>) -> Outcome {
+        Outcome {
+            problem,
+            ..Outcome::observed(Err(missing))
+        }
+    }
+}
+
+/// What a request or a stage came to, on two channels: `Err` is an error the reconcile returns
+/// (retried with the error policy's backoff); `Ok(Err(problem))` is a problem the TDSet reports
+/// and waits out (the target is gone, RBAC forbids the write: retrying at once would not help).
+pub(crate) type Answer<T> = crate::error::Result<std::result::Result<T, Problem>>;
