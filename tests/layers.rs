@@ -51,6 +51,10 @@ fn modules(src: &Path) -> BTreeMap<Module, PathBuf> {
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect();
             let file = parts.pop().expect("a file name");
+            // Test modules (`tests.rs`, `tests/`) are left out.
+            if parts.iter().any(|p| p == "tests") {
+                continue;
+            }
             match file.as_str() {
                 // The binary is its own crate; test files are left out.
                 "main.rs" | "tests.rs" => continue,

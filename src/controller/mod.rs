@@ -28,6 +28,8 @@ mod lane;
 mod run;
 mod stages;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use crate::clients::Clients;
 pub use driver::{RECONCILE_DEADLINE, error_policy, reconcile};

@@ -1,0 +1,454 @@
+//! What one reconcile sends, request by request, for each form.
+
+use serde_json::{Value, json};
+
+use super::{ApiServer, Operator, echo, patched, status};
+use crate::api::TDSet;
+
+const NOW: &str = "2026-11-26T10:00:00Z";
+const TDSETS: &str = "/apis/schedule.rs/v1/namespaces/ns/tdsets";
+const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/ns/deployments";
+const HPAS: &str = "/apis/autoscaling/v2/namespaces/ns/horizontalpodautoscalers";
+
+/// TDSet `t` in namespace `ns` with `spec` (no windows unless it says: `defaultReplica`
+/// all day), as the cache holds it, no status yet.
+fn tdset(mut spec: Value) -> TDSet {
+    if spec.get("schedulingConfig").is_none() {
+        spec["schedulingConfig"] = json!([]);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "schedule.rs/v1",
+        "kind": "TDSet",
+        "metadata": {"name": "t", "namespace": "ns", "uid": "uid-t", "resourceVersion": "1",
+                     "generation": 1, "creationTimestamp": "2026-11-01T00:00:00Z"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// Deployment `web` of another owner, running `replicas`.
+fn web(replicas: i32) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-web", "resourceVersion": "10",
+                     "labels": {"app": "web"}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "nginx"}]}}},
+        "status": {"replicas": replicas, "readyReplicas": replicas},
+    })
+}
+
+/// What discovery reads of `apps/v1`: Deployments, with `/scale`.
+fn apps_v1() -> Value {
+    json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "apps/v1",
+        "resources": [
+            {"name": "deployments", "singularName": "deployment", "namespaced": true,
+             "kind": "Deployment", "verbs": ["get", "list", "watch", "patch"]},
+            {"name": "deployments/scale", "singularName": "", "namespaced": true,
+             "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch"]},
+        ],
+    })
+}
+
+/// The `/scale` of Deployment `web` after a write of `replicas`.
+fn scale(replicas: i64, resource_version: &str) -> Value {
+    json!({
+        "apiVersion": "autoscaling/v1", "kind": "Scale",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-web",
+                     "resourceVersion": resource_version},
+        "spec": {"replicas": replicas},
+        "status": {"replicas": replicas},
+    })
+}
+
+/// A Deployment as the API server creates it from `body`.
+fn created(body: &Value) -> Value {
+    let mut created = body.clone();
+    created["metadata"]["uid"] = json!("uid-d");
+    created["metadata"]["resourceVersion"] = json!("2");
+    created
+}
+
+fn lines(expected: &[&str]) -> Vec<String> {
+    expected.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_owned_form_creates_its_deployment_then_queues_its_status() {
+    let server = ApiServer::start();
+    let t = tdset(json!({"container": {"image": "nginx:1.27", "port": 8080}, "defaultReplica": 2}));
+    server.on("POST", DEPLOYMENTS, |body| (201, created(body)));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
+    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
+        (201, b.clone())
+    });
+    let mut operator = Operator::at(&server, NOW);
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(
+        server.requests(),
+        lines(&[
+            "POST /apis/apps/v1/namespaces/ns/deployments",
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+        ])
+    );
+    let sent = server.sent();
+    let created = &sent[0].body;
+    assert_eq!(created["spec"]["replicas"], 2);
+    assert_eq!(created["metadata"]["ownerReferences"][0]["uid"], "uid-t");
+    assert_eq!(
+        created["metadata"]["ownerReferences"][0]["controller"],
+        true
+    );
+    assert!(
+        sent[0].query.contains("fieldManager=tdset-operator"),
+        "{}",
+        sent[0].query
+    );
+    assert_eq!(server.events(), vec!["Created".to_string()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_with_nothing_to_change_sends_nothing() {
+    let server = ApiServer::start();
+    let mut t =
+        tdset(json!({"container": {"image": "nginx:1.27", "port": 8080}, "defaultReplica": 2}));
+    server.on("POST", DEPLOYMENTS, |body| (201, created(body)));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
+    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
+        (201, b.clone())
+    });
+    let mut operator = Operator::at(&server, NOW);
+    operator.reconcile(&t).await.unwrap();
+    // The watches bring back what the first reconcile wrote.
+    let sent = server.sent();
+    operator.deployments(vec![created(&sent[0].body)]);
+    t.status = serde_json::from_value(sent[1].body["status"].clone()).unwrap();
+    t.metadata.resource_version = Some("3".into());
+    server.clear();
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(server.sent().len(), 0, "{:#?}", server.sent());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scale_target_taken_over_has_its_original_made_durable_before_the_scale_write() {
+    let server = ApiServer::start();
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(5));
+    let t = tdset(json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "defaultReplica": 0,
+    }));
+    server.returns(
+        "GET",
+        &format!("{TDSETS}/t"),
+        serde_json::to_value(&t).unwrap(),
+    );
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "11"));
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
+        (200, scale(0, "12"))
+    });
+    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
+        (201, b.clone())
+    });
+    let mut operator = Operator::at(&server, NOW);
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(
+        server.requests(),
+        lines(&[
+            // Discovery: which resource, and whether it has /scale.
+            "GET /apis/apps/v1",
+            "GET /apis/apps/v1/namespaces/ns/deployments/web",
+            // No original on record in the cache: the TDSet is read live before one is taken.
+            "GET /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+            // The original, durable before the write that changes it.
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+            "PATCH /apis/apps/v1/namespaces/ns/deployments/web/scale",
+            // The status of the reconcile, from the lane.
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+        ])
+    );
+    let sent = server.sent();
+    let durable = &sent[3].body["status"];
+    assert_eq!(durable["target"]["originalReplicas"], 5);
+    assert_eq!(durable["target"]["uid"], "uid-web");
+    assert_eq!(durable["desiredReplicas"], 0);
+    assert_eq!(sent[4].body["spec"]["replicas"], 0);
+    assert_eq!(sent[4].body["metadata"]["name"], "web");
+    assert_eq!(sent[5].body["status"]["target"]["originalReplicas"], 5);
+    assert_eq!(server.events(), vec!["ScaledDown".to_string()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_hpa_floor_records_the_hpa_s_own_floor_before_raising_it() {
+    let server = ApiServer::start();
+    let hpa = json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-hpa", "resourceVersion": "20"},
+        "spec": {"minReplicas": 1, "maxReplicas": 10,
+                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
+        "status": {"currentReplicas": 1, "desiredReplicas": 1},
+    });
+    let t = tdset(json!({
+        "scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web"},
+        "defaultReplica": 3,
+    }));
+    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
+    server.returns("GET", &format!("{HPAS}/web"), hpa.clone());
+    server.returns(
+        "GET",
+        &format!("{TDSETS}/t"),
+        serde_json::to_value(&t).unwrap(),
+    );
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(1));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "21"));
+    server.on("PATCH", &format!("{HPAS}/web"), echo("22"));
+    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
+        (201, b.clone())
+    });
+    let mut operator = Operator::at(&server, NOW);
+    operator.hpas(vec![hpa]);
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(
+        server.requests(),
+        lines(&[
+            // The finalizer first: a deletion must find the floor to give back.
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+            "GET /apis/autoscaling/v2/namespaces/ns/horizontalpodautoscalers/web",
+            "GET /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+            // The HPA's own target, for whether it sleeps.
+            "GET /apis/apps/v1",
+            "GET /apis/apps/v1/namespaces/ns/deployments/web",
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+            "PATCH /apis/autoscaling/v2/namespaces/ns/horizontalpodautoscalers/web",
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+        ])
+    );
+    let sent = server.sent();
+    assert_eq!(
+        sent[0].body["metadata"]["finalizers"],
+        json!(["schedule.rs/restore-target"])
+    );
+    let durable = &sent[5].body["status"]["target"];
+    assert_eq!(durable["field"], "spec.minReplicas");
+    assert_eq!(durable["originalReplicas"], 1);
+    assert_eq!(sent[6].body["spec"]["minReplicas"], 3);
+    assert_eq!(sent[6].body["metadata"]["uid"], "uid-hpa");
+    assert_eq!(server.events(), vec!["ScaledUp".to_string()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_tdset_with_restore_gives_the_original_back_then_lets_go() {
+    let server = ApiServer::start();
+    let mut t = tdset(json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "onDelete": "Restore",
+        "defaultReplica": 0,
+    }));
+    t.metadata.finalizers = Some(vec!["schedule.rs/restore-target".into()]);
+    t.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-11-26T09:59:00Z".parse().unwrap(),
+    ));
+    t.status = serde_json::from_value(json!({
+        "target": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                   "uid": "uid-web", "field": "spec.replicas", "originalReplicas": 5},
+        "desiredReplicas": 0,
+    }))
+    .unwrap();
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(0));
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
+        (200, scale(5, "13"))
+    });
+    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "14"));
+    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
+        (201, b.clone())
+    });
+    let mut operator = Operator::at(&server, NOW);
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(
+        server.requests(),
+        lines(&[
+            "GET /apis/apps/v1",
+            "GET /apis/apps/v1/namespaces/ns/deployments/web",
+            "PATCH /apis/apps/v1/namespaces/ns/deployments/web/scale",
+            // Only then is the finalizer taken off.
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+        ])
+    );
+    let sent = server.sent();
+    assert_eq!(sent[2].body["spec"]["replicas"], 5);
+    assert_eq!(sent[3].body["metadata"]["finalizers"], json!([]));
+    assert_eq!(server.events(), vec!["Restored".to_string()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_that_is_gone_is_reported_and_nothing_is_written() {
+    let server = ApiServer::start();
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.on("GET", &format!("{DEPLOYMENTS}/web"), |_| {
+        status(404, "NotFound", "deployments.apps \"web\" not found")
+    });
+    let t = tdset(json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "defaultReplica": 0,
+    }));
+    server.returns(
+        "GET",
+        &format!("{TDSETS}/t"),
+        serde_json::to_value(&t).unwrap(),
+    );
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "11"));
+    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
+        (201, b.clone())
+    });
+    let mut operator = Operator::at(&server, NOW);
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(
+        server.requests(),
+        lines(&[
+            "GET /apis/apps/v1",
+            "GET /apis/apps/v1/namespaces/ns/deployments/web",
+            "GET /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+        ])
+    );
+    let status = &server.sent()[3].body["status"];
+    let degraded = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .unwrap();
+    assert_eq!(degraded["reason"], "TargetNotFound");
+    assert_eq!(server.events(), vec!["TargetNotFound".to_string()]);
+}
+
+/// A list of `items` of `kind`, as the API server answers a list.
+fn list(kind: &str, items: Vec<Value>) -> Value {
+    json!({"apiVersion": "v1", "kind": format!("{kind}List"), "metadata": {"resourceVersion": "30"},
+           "items": items})
+}
+
+/// Deployment `name` of the dev environment, running `replicas`.
+fn dev(name: &str, replicas: i32, resource_version: &str) -> Value {
+    let mut d = web(replicas);
+    d["metadata"]["name"] = json!(name);
+    d["metadata"]["uid"] = json!(format!("uid-{name}"));
+    d["metadata"]["resourceVersion"] = json!(resource_version);
+    d["metadata"]["labels"] = json!({"env": "dev"});
+    d
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on_it() {
+    let server = ApiServer::start();
+    let t = tdset(json!({
+        "scaleTargetSelector": {"selector": {"matchLabels": {"env": "dev"}}},
+        "defaultReplica": 0,
+    }));
+    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
+    server.lists(DEPLOYMENTS, "held-by-uid=uid-t", list("Deployment", vec![]));
+    server.lists(
+        DEPLOYMENTS,
+        "env=dev",
+        list("Deployment", vec![dev("a", 3, "11"), dev("b", 2, "12")]),
+    );
+    let statefulsets = "/apis/apps/v1/namespaces/ns/statefulsets";
+    server.lists(
+        statefulsets,
+        "held-by-uid=uid-t",
+        list("StatefulSet", vec![]),
+    );
+    server.lists(statefulsets, "env=dev", list("StatefulSet", vec![]));
+    let cronjobs = "/apis/batch/v1/namespaces/ns/cronjobs";
+    server.lists(cronjobs, "held-by-uid=uid-t", list("CronJob", vec![]));
+    server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
+    server.on("PATCH", &format!("{DEPLOYMENTS}/a"), echo("13"));
+    server.on("PATCH", &format!("{DEPLOYMENTS}/b"), echo("14"));
+    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
+        (201, b.clone())
+    });
+    let mut operator = Operator::at(&server, NOW);
+
+    operator.reconcile(&t).await.unwrap();
+
+    let requests = server.requests();
+    assert_eq!(
+        requests[..9],
+        lines(&[
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+            // What it holds (its record's label), then what it selects, kind by kind; CronJobs
+            // only for records (a kind it no longer selects may still carry one).
+            "GET /apis/apps/v1/namespaces/ns/deployments",
+            "GET /apis/apps/v1/namespaces/ns/deployments",
+            "GET /apis/apps/v1/namespaces/ns/statefulsets",
+            "GET /apis/apps/v1/namespaces/ns/statefulsets",
+            "GET /apis/batch/v1/namespaces/ns/cronjobs",
+            "GET /apis/autoscaling/v2/namespaces/ns/horizontalpodautoscalers",
+            "GET /apis/autoscaling/v2/namespaces/ns/horizontalpodautoscalers",
+            // status.group, durable before the first workload write.
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+        ])
+    );
+    // The two workload writes go at once (in either order), then the status.
+    let mut writes = requests[9..11].to_vec();
+    writes.sort();
+    assert_eq!(
+        writes,
+        lines(&[
+            "PATCH /apis/apps/v1/namespaces/ns/deployments/a",
+            "PATCH /apis/apps/v1/namespaces/ns/deployments/b",
+        ])
+    );
+    assert_eq!(
+        requests[11..],
+        lines(&["PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status"])
+    );
+    let sent = server.sent();
+    let queries: Vec<&str> = sent[1..8].iter().map(|s| s.query.as_str()).collect();
+    assert!(
+        queries[0].contains("labelSelector=schedule.rs/held-by-uid=uid-t"),
+        "{queries:?}"
+    );
+    assert!(queries[1].contains("labelSelector=env=dev"), "{queries:?}");
+    assert!(sent[8].body["status"]["group"].is_object());
+    for (name, own, revision) in [("a", "3", "11"), ("b", "2", "12")] {
+        let write = sent
+            .iter()
+            .find(|s| s.path.ends_with(&format!("/deployments/{name}")))
+            .unwrap();
+        let meta = &write.body["metadata"];
+        assert_eq!(write.body["spec"]["replicas"], 0, "{name}");
+        assert_eq!(
+            meta["annotations"]["schedule.rs/own-replicas"], own,
+            "{name}"
+        );
+        assert_eq!(meta["annotations"]["schedule.rs/held-by"], "t", "{name}");
+        assert_eq!(meta["labels"]["schedule.rs/held-by-uid"], "uid-t", "{name}");
+        // Guarded: only the object, at the revision, the plan read.
+        assert_eq!(meta["uid"], format!("uid-{name}"));
+        assert_eq!(meta["resourceVersion"], revision);
+    }
+    assert_eq!(
+        sent.last().unwrap().path,
+        "/apis/events.k8s.io/v1/namespaces/ns/events"
+    );
+    assert_eq!(server.events(), vec!["ScaledDown".to_string()]);
+}
