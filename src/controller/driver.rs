@@ -87,10 +87,25 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
         }
         Err(_) => {}
     }
+    count(&ctx, started, &result);
+    if let Err(e) = &result {
+        // Best effort: make the failure visible on the TDSet, then let the error policy back
+        // off. Only Degraded changes: what status said before is still the best knowledge.
+        let problem = Problem::ApiError(e.to_string());
+        if let Err(e2) = report::failure(&tdset, &ctx, &problem, &mut events).await {
+            debug!(error = %e2, "could not record the reconcile error in status");
+        }
+    }
+    ctx.lane.publish_all(events).await;
+    result.map(|_| Action::await_change())
+}
+
+/// The reconcile's duration and outcome, in the metrics.
+fn count(ctx: &Context, started: Instant, result: &Result<Option<Duration>>) {
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
-    match &result {
+    match result {
         Ok(_) => ctx.metrics.reconciles.with_label_values(&["ok"]).inc(),
         Err(e) => {
             ctx.metrics.reconciles.with_label_values(&["error"]).inc();
@@ -98,16 +113,8 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
                 .reconcile_errors
                 .with_label_values(&[e.metric_label()])
                 .inc();
-            // Best effort: make the failure visible on the TDSet, then let the error policy back
-            // off. Only Degraded changes: what status said before is still the best knowledge.
-            let problem = Problem::ApiError(e.to_string());
-            if let Err(e2) = report::failure(&tdset, &ctx, &problem, &mut events).await {
-                debug!(error = %e2, "could not record the reconcile error in status");
-            }
         }
     }
-    ctx.lane.publish_all(events).await;
-    result.map(|_| Action::await_change())
 }
 
 /// Backs off on errors: one broken TDSet is retried on its own schedule (doubling from 5 s

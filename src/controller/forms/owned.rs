@@ -22,14 +22,14 @@ use crate::workload::owned;
 use crate::workload::savings::{self, Saved};
 
 /// The owned mode (`container` or `template`): the Deployment, then the Service.
-pub(crate) async fn reconcile(turn: Turn<'_>) -> Result<Outcome> {
+pub(crate) async fn reconcile(mut turn: Turn<'_>) -> Result<Outcome> {
     let Turn {
         tdset,
         ctx,
         ns,
         eval,
         write,
-        events,
+        ..
     } = turn;
     let name = tdset.name_any();
     let cached = ctx
@@ -70,56 +70,99 @@ pub(crate) async fn reconcile(turn: Turn<'_>) -> Result<Outcome> {
         (Some(_), Some(n)) => n,
         _ => eval.replicas,
     };
+    let (workload, problem, scaled) = deployment(&mut turn, cached.as_ref(), replicas).await?;
+    let problem = problem.or(hpa.map(|h| {
+        Problem::ConflictingAutoscaler(format!(
+            "HorizontalPodAutoscaler {h} scales Deployment {name}, which this TDSet runs; its replicas are \
+             left to the HPA rather than fought over. To schedule the HPA's floor, run the workload \
+             elsewhere and set spec.scaleTargetRef to {{apiVersion: autoscaling/v2, kind: \
+             HorizontalPodAutoscaler, name: {h}}}"
+        ))
+    }));
+    let problem = match ensure_service(tdset, ctx, ns, turn.events).await {
+        Ok(()) => problem,
+        Err(e @ Error::ForeignObject { .. }) => problem.or(Some(foreign_problem(&e))),
+        Err(Error::InvalidSpec(errors)) => {
+            let text = errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            problem.or(Some(Problem::InvalidSpec(text)))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Outcome {
+        problem,
+        scaled,
+        saved: Some(owned_savings(tdset, eval.replicas)),
+        ..Outcome::observed(workload)
+    })
+}
+
+/// The Deployment at `replicas` (the schedule's, or the HPA's): written if it differs from
+/// `cached`; what it is then, a problem with it, and the count before if this scaled it.
+async fn deployment(
+    turn: &mut Turn<'_>,
+    cached: Option<&Deployment>,
+    replicas: i32,
+) -> Result<(
+    std::result::Result<Observed, Missing>,
+    Option<Problem>,
+    Option<i32>,
+)> {
+    let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
+    let name = tdset.name_any();
     let desired =
         owned::desired_deployment(tdset, replicas)?.ok_or(Error::MissingField("spec.container"))?;
-    let template_changed = cached
-        .as_ref()
-        .is_some_and(|c| !owned::only_replicas_differ(&desired, c));
+    let template_changed = cached.is_some_and(|c| !owned::only_replicas_differ(&desired, c));
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     let missing = || Missing {
         reason: reason::DEPLOYMENT_MISSING,
         message: format!("no Deployment {name} of this TDSet exists"),
     };
-    let before = cached_replicas;
-    let mut scaled = None;
+    let before = cached
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.replicas);
     let key = OwnWrites::key(ns, &name);
     let fingerprint = OwnWrites::fingerprint(&desired);
-    let stale_but_written = cached.as_ref().is_some_and(|c| {
+    let stale_but_written = cached.is_some_and(|c| {
         ctx.own_writes
             .in_place(&key, fingerprint, c.meta().resource_version.as_deref())
     });
     let result = if stale_but_written {
         // Our own write is newer than the cache and still what is wanted: nothing to do, and
         // nothing to report twice. Its replica count is the one we wrote.
-        let mut d = cached.clone().unwrap_or_default();
+        let mut d = cached.cloned().unwrap_or_default();
         if let Some(spec) = d.spec.as_mut() {
             spec.replicas = Some(replicas);
         }
         Ok((d, Change::Unchanged))
     } else {
-        ensure(ctx, tdset, &api, "deployments", desired, cached.as_ref()).await
+        ensure(ctx, tdset, &api, "deployments", desired, cached).await
     };
-    let (workload, mut problem) = match result {
+    match result {
         Ok((d, change)) => {
             if change != Change::Unchanged {
                 ctx.own_writes
                     .record(&key, fingerprint, d.meta().resource_version.as_deref());
             }
-            if change == Change::Updated && before != Some(replicas) {
-                scaled = Some(before.unwrap_or(0));
-            }
+            let scaled = (change == Change::Updated && before != Some(replicas))
+                .then(|| before.unwrap_or(0));
             record_deployment_change(
                 tdset,
                 ctx,
                 eval,
-                cached.as_ref(),
+                cached,
                 &change,
                 template_changed,
-                events,
+                turn.events,
             );
-            (Ok(Observed::deployment(&d, eval.replicas)), None)
+            Ok((Ok(Observed::deployment(&d, eval.replicas)), None, scaled))
         }
-        Err(e @ Error::ForeignObject { .. }) => (Err(missing()), Some(foreign_problem(&e))),
+        Err(e @ Error::ForeignObject { .. }) => {
+            Ok((Err(missing()), Some(foreign_problem(&e)), None))
+        }
         // The API server rejected the pod template: say why, keep the Deployment as it is,
         // and look again when the spec changes (no retry storm).
         Err(Error::Kube {
@@ -131,48 +174,15 @@ pub(crate) async fn reconcile(turn: Turn<'_>) -> Result<Outcome> {
                 s.message
             );
             warn!(%message, "invalid pod template");
-            let seen = cached
-                .as_ref()
-                .map(|d| Observed::deployment(d, eval.replicas));
-            (
+            let seen = cached.map(|d| Observed::deployment(d, eval.replicas));
+            Ok((
                 seen.ok_or_else(missing),
                 Some(Problem::InvalidTemplate(message)),
-            )
+                None,
+            ))
         }
-        Err(e) => return Err(e),
-    };
-    if let Some(h) = hpa {
-        problem = problem.or(Some(Problem::ConflictingAutoscaler(format!(
-            "HorizontalPodAutoscaler {h} scales Deployment {name}, which this TDSet runs; its replicas are \
-             left to the HPA rather than fought over. To schedule the HPA's floor, run the workload \
-             elsewhere and set spec.scaleTargetRef to {{apiVersion: autoscaling/v2, kind: \
-             HorizontalPodAutoscaler, name: {h}}}"
-        ))));
+        Err(e) => Err(e),
     }
-    match ensure_service(tdset, ctx, ns, events).await {
-        Ok(()) => {}
-        Err(e @ Error::ForeignObject { .. }) => problem = problem.or(Some(foreign_problem(&e))),
-        Err(Error::InvalidSpec(errors)) => {
-            let text = errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ");
-            problem = problem.or(Some(Problem::InvalidSpec(text)));
-        }
-        Err(e) => return Err(e),
-    }
-    Ok(Outcome {
-        workload,
-        problem,
-        notices: vec![],
-        target: None,
-        retry: None,
-        scaled,
-        group: None,
-        failed: false,
-        saved: Some(owned_savings(tdset, eval.replicas)),
-    })
 }
 
 /// An owned Deployment at `replicas` against the highest count its spec sets.

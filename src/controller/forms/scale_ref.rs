@@ -10,28 +10,26 @@ use kube::ResourceExt;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::target::{ensure_durable, problem_outcome, target_status};
+use super::target::{Record, ensure_durable, problem_outcome, target_status};
 use crate::api::ScaleTargetRef;
 use crate::controller::io::target::{hpas_in, resolve_and_read, write};
-use crate::controller::state::{Outcome, Write};
+use crate::controller::state::{Outcome, Resolved, Write};
 use crate::error::Result;
 use crate::status::{Missing, Observed, Problem, reason};
 use crate::workload::contest::Verdict;
 use crate::workload::savings::Saved;
-use crate::workload::target;
+use crate::workload::target::{self, ScaleView};
 
 /// `scaleTargetRef` to a kind with `/scale`: replicas follow the schedule, unless an HPA
 /// scales the same object (then nothing is written: the two would fight).
-pub(crate) async fn reconcile(turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
+pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
     let Turn {
         tdset,
         ctx,
         ns,
         eval,
-        write: write_,
-        events,
+        ..
     } = turn;
-    const FIELD: &str = "spec.replicas";
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
         return Ok(claims::held_outcome(tdset, ctx, p, r));
     }
@@ -39,29 +37,23 @@ pub(crate) async fn reconcile(turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outc
         // Until the HPA cache holds a full list, a conflicting HPA could be missed: write
         // nothing yet and look again in a moment.
         return Ok(Outcome {
-            workload: Err(Missing {
-                reason: reason::TARGET_MISSING,
-                message: "waiting for the HorizontalPodAutoscaler cache to sync".into(),
-            }),
-            problem: None,
-            notices: vec![],
             // Keep what status remembers (the original count), as every other path does.
             target: Some(target_status(tdset, ctx, ns, r, FIELD, None).await?.status),
             retry: Some(Duration::from_secs(1)),
-            scaled: None,
-            group: None,
-            failed: false,
-            saved: None,
+            ..Outcome::missing(
+                Missing {
+                    reason: reason::TARGET_MISSING,
+                    message: "waiting for the HorizontalPodAutoscaler cache to sync".into(),
+                },
+                None,
+            )
         });
     }
     let (res, view) = match resolve_and_read(ctx, ns, r).await? {
         Ok(found) => found,
         Err(p) => {
-            return Ok(problem_outcome(
-                p,
-                r,
-                target_status(tdset, ctx, ns, r, FIELD, None).await?.status,
-            ));
+            let recorded = target_status(tdset, ctx, ns, r, FIELD, None).await?;
+            return Ok(problem_outcome(p, r, recorded.status));
         }
     };
     if let Some(p) = claims::held_by_group(tdset, ctx, ns, r, &view.labels) {
@@ -77,7 +69,7 @@ pub(crate) async fn reconcile(turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outc
         view.spec_replicas,
         view.own_replicas,
     );
-    let mut record = target_status(tdset, ctx, ns, r, FIELD, Some((own, uid))).await?;
+    let record = target_status(tdset, ctx, ns, r, FIELD, Some((own, uid))).await?;
     if let Some(h) = target::conflicting_hpa(r, &hpas_in(ctx, ns)) {
         let p = Problem::ConflictingAutoscaler(format!(
             "HorizontalPodAutoscaler {} also scales {r}; the operator writes nothing rather than fight it. \
@@ -89,12 +81,27 @@ pub(crate) async fn reconcile(turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outc
         out.workload = Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas));
         return Ok(out);
     }
-    let mut view = view;
+    apply(&mut turn, r, &res, view, record).await
+}
+
+/// The field this form sets.
+const FIELD: &str = "spec.replicas";
+
+/// Writes the schedule's count to the target this TDSet holds, the original made durable
+/// first; held back while another writer keeps setting it back.
+async fn apply(
+    turn: &mut Turn<'_>,
+    r: &ScaleTargetRef,
+    res: &Resolved,
+    mut view: ScaleView,
+    mut record: Record,
+) -> Result<Outcome> {
+    let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
     let mut scaled = None;
     let mut retry = None;
     let key = format!("{ns}/{}", tdset.name_any());
     let now = tokio::time::Instant::now();
-    if write_ == Write::IfDifferent
+    if turn.write == Write::IfDifferent
         && let Some(replicas) = target::scale_write(eval.replicas, &view)
     {
         if let Verdict::Wait(until) = ctx.contest(&key, |c| c.decide(replicas, now)) {
@@ -102,11 +109,11 @@ pub(crate) async fn reconcile(turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outc
             retry = Some(until.duration_since(now));
         } else {
             ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
-            if let Err(p) = write(ctx, ns, r, &res, replicas).await? {
+            if let Err(p) = write(ctx, ns, r, res, replicas).await? {
                 return Ok(problem_outcome(p, r, record.status));
             }
             ctx.contest(&key, |c| c.wrote(replicas, now));
-            events.push(record_scale(
+            turn.events.push(record_scale(
                 ctx,
                 tdset,
                 &format!("scaled {r}"),
@@ -118,30 +125,32 @@ pub(crate) async fn reconcile(turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outc
             view.spec_replicas = replicas;
         }
     }
-    let problem = ctx.contest(&key, |c| c.fight(now)).map(|_| {
-        let who = view
-            .replicas_manager
-            .as_deref()
-            .map_or_else(|| "another writer".to_string(), |m| format!("{m:?}"));
-        Problem::ConflictingWriter(format!(
-            "spec.replicas of {r} keeps being set back by {who}; the operator now puts the \
-             schedule's count back less and less often instead of fighting it. Stop {who} from \
-             managing spec.replicas (leave it out of its manifest, or have it ignore the field)"
-        ))
-    });
+    let problem = ctx
+        .contest(&key, |c| c.fight(now))
+        .map(|_| conflicting_writer(r, &view));
     let saved = record
         .status
         .original_replicas
         .map(|own| Saved::removed(own, view.spec_replicas, view.requests));
     Ok(Outcome {
-        workload: Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas)),
         problem,
-        notices: vec![],
         target: Some(record.status),
         retry,
         scaled,
-        group: None,
-        failed: false,
         saved,
+        ..Outcome::observed(Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas)))
     })
+}
+
+/// Another writer keeps setting the count back (a GitOps tool's self-heal).
+fn conflicting_writer(r: &ScaleTargetRef, view: &ScaleView) -> Problem {
+    let who = view
+        .replicas_manager
+        .as_deref()
+        .map_or_else(|| "another writer".to_string(), |m| format!("{m:?}"));
+    Problem::ConflictingWriter(format!(
+        "spec.replicas of {r} keeps being set back by {who}; the operator now puts the \
+         schedule's count back less and less often instead of fighting it. Stop {who} from \
+         managing spec.replicas (leave it out of its manifest, or have it ignore the field)"
+    ))
 }

@@ -80,19 +80,8 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let kinds = kinds(ctx, sel, &recorded, &mut problems).await?;
     let name = tdset.name_any();
     let uid = tdset.uid().unwrap_or_default();
-    let held = format!("{}={uid}", group::HELD_BY_UID);
-    let selected = selector.to_query();
-    let queries = |kind: &Kind| {
-        let mut q = vec![held.clone()];
-        if kind.selected {
-            q.push(selected.clone());
-        }
-        if is_hpa(kind) {
-            // All of the namespace's (a few): which ones are floors is known once listed.
-            q.push(String::new());
-        }
-        q
-    };
+    let (held, selected) = (format!("{}={uid}", group::HELD_BY_UID), selector.to_query());
+    let queries = |kind: &Kind| queries(kind, &held, &selected);
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &mut problems).await?;
     let (listed, members) = place::all(&placing, &kinds, observed);
     let level = eval.count();
@@ -100,115 +89,204 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     if let Some(p) = conflicts(&members) {
         problems.insert(0, p);
     }
+    let group = Group {
+        tdset,
+        ctx,
+        ns,
+        uid: &uid,
+        kinds: &kinds,
+        listed: &listed,
+        members: &members,
+    };
+    let written = if mode == Mode::Never {
+        Written::suspended(&plan, &members)
+    } else {
+        write_all(&group, &plan).await?
+    };
     let mut status = plan.status.clone();
-    let mut failed: Vec<(usize, Value, String)> = Vec::new();
-    let mut retry = None;
-    let mut done = Vec::new();
-    let mut fights: Vec<(Member, usize)> = Vec::new();
-    let mut first_error = None;
-    if mode == Mode::Never {
-        failed.extend(
-            plan.writes
+    let writes_failed = written.first_error.is_some();
+    let problems = with_write_problems(problems, &written);
+    group::not_reached(&mut status, &members, &written.failed);
+    status.held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
+    // The level has not changed since the last status: a write of it is a workload joining.
+    let previous = ctx.statuses.current(tdset);
+    let joining = previous
+        .as_ref()
+        .is_some_and(|p| p.group.is_some() && p.desired_replicas == level.replicas());
+    report(tdset, ctx, eval, &members, &written.done, joining, events);
+    let mut out = outcome(
+        tdset,
+        &listed,
+        &members,
+        &written.done,
+        status,
+        problems,
+        written.retry,
+    );
+    out.failed = writes_failed;
+    Ok(out)
+}
+
+/// The label selectors a kind is listed with: what the TDSet holds (its record's label), what
+/// it selects, and for the HPAs all of the namespace's (a few: which are floors is known once
+/// listed).
+fn queries(kind: &Kind, held: &str, selected: &str) -> Vec<String> {
+    let mut q = vec![held.to_string()];
+    if kind.selected {
+        q.push(selected.to_string());
+    }
+    if is_hpa(kind) {
+        q.push(String::new());
+    }
+    q
+}
+
+/// The group as one reconcile found it, for its writes.
+struct Group<'a> {
+    tdset: &'a TDSet,
+    ctx: &'a Context,
+    ns: &'a str,
+    uid: &'a str,
+    kinds: &'a [Kind],
+    listed: &'a [(usize, Listed)],
+    members: &'a [Member],
+}
+
+/// What the writes of one reconcile came to.
+#[derive(Default)]
+struct Written {
+    /// The writes that landed.
+    done: Vec<group::Write>,
+    /// Held workloads not at their value: which, the value, and why.
+    failed: Vec<(usize, Value, String)>,
+    /// Workloads another writer keeps setting back, and how often it did.
+    fights: Vec<(Member, usize)>,
+    /// Problems to report (a policy's refusal, a kind forbidden).
+    problems: Vec<Problem>,
+    retry: Option<Duration>,
+    /// The first write that failed outright (a 5xx, a webhook down).
+    first_error: Option<Error>,
+}
+
+impl Written {
+    /// Suspended: nothing is written; every held workload's write is reported as not made.
+    fn suspended(plan: &group::Plan, members: &[Member]) -> Written {
+        Written {
+            failed: plan
+                .writes
                 .iter()
                 .filter(|w| members[w.member].place == Place::Held)
-                .map(|w| (w.member, w.to, "spec.suspend is true".to_string())),
-        );
-    } else {
-        // Boxed: an unboxed future borrowing the plan trips rustc's higher-ranked lifetime
-        // check where the controller requires the reconcile to be Send.
-        let now = tokio::time::Instant::now();
-        let key = |m: &Member| format!("{ns}/{name}/{}/{}", m.kind, m.name);
-        // Someone else keeps setting a held workload back (a GitOps tool's self-heal): its
-        // value is taken as its own each time, and the level applied again less and less
-        // often, as for scaleTargetRef.
-        let mut writes = Vec::new();
-        for w in &plan.writes {
+                .map(|w| (w.member, w.to, "spec.suspend is true".to_string()))
+                .collect(),
+            ..Written::default()
+        }
+    }
+}
+
+/// Sends the plan's writes, at most `WRITES_IN_FLIGHT` at once, each awaited whatever the
+/// others came to (one workload's failure must not keep the rest of the group from its
+/// count). A workload someone else keeps setting back (a GitOps tool's self-heal) has its
+/// value taken as its own each time, and the level applied again less and less often, as
+/// for scaleTargetRef.
+async fn write_all(g: &Group<'_>, plan: &group::Plan) -> Result<Written> {
+    let (ctx, ns, members) = (g.ctx, g.ns, g.members);
+    let name = g.tdset.name_any();
+    let mut out = Written::default();
+    let now = tokio::time::Instant::now();
+    let key = |m: &Member| format!("{ns}/{name}/{}/{}", m.kind, m.name);
+    let mut writes = Vec::new();
+    for w in &plan.writes {
+        let m = &members[w.member];
+        // A writer that replaces the whole object takes the record with it: its reverts
+        // are Schedule writes, and held back the same way (a new level never is).
+        if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule)
+            && let Verdict::Wait(until) = ctx.contest(&key(m), |c| c.decide(w.to.replicas(), now))
+        {
+            out.retry = out
+                .retry
+                .min(Some(until.duration_since(now)))
+                .or(Some(until.duration_since(now)));
+            out.failed.push((w.member, w.to, "someone else keeps setting it; the schedule's count is put back less and less often".into()));
+            continue;
+        }
+        writes.push(w);
+    }
+    if !writes.is_empty() {
+        let writing: Vec<String> = writes
+            .iter()
+            .filter(|w| w.record.is_some() && !g.kinds[g.listed[w.member].0].built_in)
+            .map(|w| g.kinds[g.listed[w.member].0].kind.to_string())
+            .collect();
+        write_group_now(g.tdset, ctx, &writing).await?;
+    }
+    // Boxed: an unboxed future borrowing the plan trips rustc's higher-ranked lifetime
+    // check where the controller requires the reconcile to be Send.
+    let futures: Vec<BoxFuture<'_, (&group::Write, Result<Sent>)>> = writes
+        .into_iter()
+        .map(|w| {
+            let kind = &g.kinds[g.listed[w.member].0];
             let m = &members[w.member];
-            // A writer that replaces the whole object takes the record with it: its reverts
-            // are Schedule writes, and held back the same way (a new level never is).
-            if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule)
-                && let Verdict::Wait(until) =
-                    ctx.contest(&key(m), |c| c.decide(w.to.replicas(), now))
-            {
-                retry = retry
-                    .min(Some(until.duration_since(now)))
-                    .or(Some(until.duration_since(now)));
-                failed.push((w.member, w.to, "someone else keeps setting it; the schedule's count is put back less and less often".into()));
+            async move { (w, send(ctx, ns, kind, m, w, g.uid).await) }.boxed()
+        })
+        .collect();
+    let sends = futures::stream::iter(futures).buffer_unordered(WRITES_IN_FLIGHT);
+    let results: Vec<(&group::Write, Result<Sent>)> = sends.collect().await;
+    for (w, result) in results {
+        let held = members[w.member].place == Place::Held;
+        let sent = match result {
+            Ok(sent) => sent,
+            Err(e) => {
+                if held {
+                    out.failed.push((w.member, w.to, e.to_string()));
+                }
+                out.first_error.get_or_insert(e);
                 continue;
             }
-            writes.push(w);
-        }
-        if !writes.is_empty() {
-            let writing: Vec<String> = writes
-                .iter()
-                .filter(|w| w.record.is_some() && !kinds[listed[w.member].0].built_in)
-                .map(|w| kinds[listed[w.member].0].kind.to_string())
-                .collect();
-            write_group_now(tdset, ctx, &writing).await?;
-        }
-        let futures: Vec<BoxFuture<'_, (&group::Write, Result<Sent>)>> = writes
-            .into_iter()
-            .map(|w| {
-                let kind = &kinds[listed[w.member].0];
-                let m = &members[w.member];
-                let uid = uid.as_str();
-                async move { (w, send(ctx, ns, kind, m, w, uid).await) }.boxed()
-            })
-            .collect();
-        let sends = futures::stream::iter(futures).buffer_unordered(WRITES_IN_FLIGHT);
-        // Every write is awaited, whatever the others came to: one workload's failure must not
-        // keep the rest of the group from its count.
-        let results: Vec<(&group::Write, Result<Sent>)> = sends.collect().await;
-        for (w, result) in results {
-            let sent = match result {
-                Ok(sent) => sent,
-                Err(e) => {
-                    if members[w.member].place == Place::Held {
-                        failed.push((w.member, w.to, e.to_string()));
-                    }
-                    first_error.get_or_insert(e);
-                    continue;
+        };
+        match sent {
+            Sent::Done => {
+                // A record that still names the value before its change is tidied by the
+                // next reconcile, asked for here: nothing else may come to trigger it.
+                if w.record.as_ref().is_some_and(|r| r.previous.is_some()) {
+                    out.retry = Some(out.retry.map_or(TIDY_RETRY, |r| r.min(TIDY_RETRY)));
                 }
-            };
-            match sent {
-                Sent::Done => {
-                    // A record that still names the value before its change is tidied by the
-                    // next reconcile, asked for here: nothing else may come to trigger it.
-                    if w.record.as_ref().is_some_and(|r| r.previous.is_some()) {
-                        retry = Some(retry.map_or(TIDY_RETRY, |r: Duration| r.min(TIDY_RETRY)));
-                    }
-                    if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule) {
-                        ctx.contest(&key(&members[w.member]), |c| c.wrote(w.to.replicas(), now));
-                    }
-                    if let Some(n) = ctx.contest(&key(&members[w.member]), |c| c.fight(now)) {
-                        fights.push((members[w.member].clone(), n));
-                    }
-                    done.push(w.clone())
+                if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule) {
+                    ctx.contest(&key(&members[w.member]), |c| c.wrote(w.to.replicas(), now));
                 }
-                Sent::Stale(why) | Sent::Gone(why) => {
-                    debug!(%why, "group write refused; looking again");
-                    retry = Some(STALE_RETRY);
-                    if members[w.member].place == Place::Held {
-                        failed.push((w.member, w.to, why));
-                    }
+                if let Some(n) = ctx.contest(&key(&members[w.member]), |c| c.fight(now)) {
+                    out.fights.push((members[w.member].clone(), n));
                 }
-                Sent::Problem(p) => {
-                    if members[w.member].place == Place::Held {
-                        failed.push((w.member, w.to, p.message().to_string()));
-                    }
-                    problems.push(p);
+                out.done.push(w.clone())
+            }
+            Sent::Stale(why) | Sent::Gone(why) => {
+                debug!(%why, "group write refused; looking again");
+                out.retry = Some(STALE_RETRY);
+                if held {
+                    out.failed.push((w.member, w.to, why));
                 }
+            }
+            Sent::Problem(p) => {
+                if held {
+                    out.failed.push((w.member, w.to, p.message().to_string()));
+                }
+                out.problems.push(p);
             }
         }
     }
-    let writes_failed = first_error.is_some();
-    if let Some(e) = first_error {
-        // Looked at again with the error policy's backoff; the writes that landed are
-        // reported below anyway.
+    Ok(out)
+}
+
+/// The reconcile's problems with what its writes came to: refusals after what was found
+/// before them, a write that failed outright after those (looked at again with the error
+/// policy's backoff; the writes that landed are reported anyway), and another writer that
+/// keeps setting workloads back first of all.
+fn with_write_problems(mut problems: Vec<Problem>, written: &Written) -> Vec<Problem> {
+    problems.extend(written.problems.iter().cloned());
+    if let Some(e) = &written.first_error {
         warn!(error = %e, "a group write failed");
         problems.push(Problem::ApiError(e.to_string()));
     }
-    if let Some((m, n)) = fights.first() {
+    if let Some((m, n)) = written.fights.first() {
         problems.insert(
             0,
             Problem::ConflictingWriter(format!(
@@ -218,21 +296,11 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
                  on /spec/replicas)",
                 m.kind,
                 m.name,
-                fights.len() - 1
+                written.fights.len() - 1
             )),
         );
     }
-    group::not_reached(&mut status, &members, &failed);
-    status.held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
-    // The level has not changed since the last status: a write of it is a workload joining.
-    let previous = ctx.statuses.current(tdset);
-    let joining = previous
-        .as_ref()
-        .is_some_and(|p| p.group.is_some() && p.desired_replicas == level.replicas());
-    report(tdset, ctx, eval, &members, &done, joining, events);
-    let mut out = outcome(tdset, &listed, &members, &done, status, problems, retry);
-    out.failed = writes_failed;
-    Ok(out)
+    problems
 }
 
 /// The custom kinds that may still carry this TDSet's record: those where a workload does (or
@@ -351,6 +419,19 @@ fn report(
             }
         }
     }
+    together(tdset, ctx, eval, &scheduled, &restored, events);
+}
+
+/// One Event for the workloads set to the schedule's level together, one for those given
+/// their own count back.
+fn together(
+    tdset: &TDSet,
+    ctx: &Context,
+    eval: &Evaluation,
+    scheduled: &[String],
+    restored: &[String],
+    events: &mut Events,
+) {
     let list = |items: &[String]| {
         let shown: Vec<_> = items.iter().take(5).cloned().collect();
         let more = items.len().saturating_sub(shown.len());
@@ -378,7 +459,7 @@ fn report(
                 "set {} workloads to the level {}: {} ({})",
                 scheduled.len(),
                 eval.count(),
-                list(&scheduled),
+                list(scheduled),
                 eval.why()
             ),
         ));
@@ -395,7 +476,7 @@ fn report(
             format!(
                 "gave {} workloads their own count back: {} ({})",
                 restored.len(),
-                list(&restored),
+                list(restored),
                 eval.why()
             ),
         ));

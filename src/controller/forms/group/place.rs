@@ -164,6 +164,57 @@ pub(super) struct Listed {
     pub(super) floor_elsewhere: Option<String>,
 }
 
+/// One listed object placed, with what the status needs of it.
+fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> Listed {
+    let placed = if is_hpa(kind) {
+        Place::Outside
+    } else {
+        place(placing, kind, o)
+    };
+    let mut member = member_of(kind, o, value, placed);
+    if member.record.is_none() && member.place == Place::Held {
+        member.record = taken_over(placing, kind, &member);
+    } else if member.record.is_some() && member.place != Place::Held {
+        member.handed_to = handed_to(placing.ctx, placing.ns, kind, o, &member, &placing.me.1);
+    }
+    if is_hpa(kind) {
+        member.floor_of = Some((
+            o.data
+                .pointer("/spec/scaleTargetRef/name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            int_at(o, "/spec/maxReplicas").unwrap_or(i32::MAX),
+        ));
+    }
+    member.autoscaled_by = crate::controller::io::target::hpa_scaling(
+        placing.ctx,
+        placing.ns,
+        &ScaleTargetRef {
+            api_version: kind.resource.api_version.clone(),
+            kind: kind.resource.kind.clone(),
+            name: member.name.clone(),
+        },
+    );
+    let requests = match kind.kind {
+        GroupKind::Named(NamedKind::CronJob) => Requests::default(),
+        _ => o
+            .data
+            .pointer("/spec/template")
+            .map(Requests::of_template)
+            .unwrap_or_default(),
+    };
+    Listed {
+        requests,
+        running: int_at(o, "/status/replicas"),
+        ready: int_at(o, "/status/readyReplicas"),
+        floor_elsewhere: is_hpa(kind)
+            .then(|| hpa_held_elsewhere(placing, o))
+            .flatten(),
+        member,
+    }
+}
+
 /// Places every listed object (index of its kind, the object, its value) for the plan, with
 /// what the status needs besides: the listed workloads, and the plan's members in that order.
 pub(super) fn all(
@@ -173,58 +224,7 @@ pub(super) fn all(
 ) -> (Vec<(usize, Listed)>, Vec<Member>) {
     let listed: Vec<(usize, Listed)> = observed
         .into_iter()
-        .map(|(k, o, value)| {
-            let kind = &kinds[k];
-            let placed = if is_hpa(kind) {
-                Place::Outside
-            } else {
-                place(placing, kind, &o)
-            };
-            let mut member = member_of(kind, &o, value, placed);
-            if member.record.is_none() && member.place == Place::Held {
-                member.record = taken_over(placing, kind, &member);
-            } else if member.record.is_some() && member.place != Place::Held {
-                member.handed_to =
-                    handed_to(placing.ctx, placing.ns, kind, &o, &member, &placing.me.1);
-            }
-            if is_hpa(kind) {
-                member.floor_of = Some((
-                    o.data
-                        .pointer("/spec/scaleTargetRef/name")
-                        .and_then(serde_json::Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                    int_at(&o, "/spec/maxReplicas").unwrap_or(i32::MAX),
-                ));
-            }
-            member.autoscaled_by = crate::controller::io::target::hpa_scaling(
-                placing.ctx,
-                placing.ns,
-                &ScaleTargetRef {
-                    api_version: kind.resource.api_version.clone(),
-                    kind: kind.resource.kind.clone(),
-                    name: member.name.clone(),
-                },
-            );
-            let requests = match kind.kind {
-                GroupKind::Named(NamedKind::CronJob) => Requests::default(),
-                _ => o
-                    .data
-                    .pointer("/spec/template")
-                    .map(Requests::of_template)
-                    .unwrap_or_default(),
-            };
-            let listed = Listed {
-                requests,
-                running: int_at(&o, "/status/replicas"),
-                ready: int_at(&o, "/status/readyReplicas"),
-                floor_elsewhere: is_hpa(kind)
-                    .then(|| hpa_held_elsewhere(placing, &o))
-                    .flatten(),
-                member,
-            };
-            (k, listed)
-        })
+        .map(|(k, o, value)| (k, one(placing, &kinds[k], &o, value)))
         .collect();
     let mut members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
     // A workload whose HPA someone else schedules or manages is theirs: put to sleep by this

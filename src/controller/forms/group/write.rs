@@ -83,44 +83,29 @@ async fn write(
     holder_uid: &str,
 ) -> Result<Answer> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let answer = |result: kube::Result<()>, verb: &str, sub: &str| -> Result<Answer> {
-        match result {
-            Ok(()) => Ok(Answer::Sent(Sent::Done)),
-            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Answer::Sent(Sent::Stale(format!(
-                "{} {} changed since it was read ({})",
-                m.kind, m.name, s.message
-            )))),
-            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Answer::Sent(Sent::Gone(format!(
-                "{} {} was deleted meanwhile",
-                m.kind, m.name
-            )))),
-            // Refused as invalid: an admission policy or the kind's own rules (an apply to a
-            // deleted object, which would create it, fails so too: `refused` tells them apart).
-            // 400 too: an admission webhook that denies without a code.
-            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
-                Ok(Answer::Invalid(s.message))
-            }
-            Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Answer::Sent(Sent::Problem(
-                forbidden(verb, &kind.resource, sub, ns, &s.message),
-            ))),
-            // Anything else (a webhook down, a 5xx) fails this write only: the others still land,
-            // and the reconcile reports it and is retried.
-            Err(e) => Err(Error::kube(format!(
-                "{verb} {}{sub} {} in {ns}",
-                kind.resource.plural, m.name
-            ))(e)),
-        }
-    };
-    let mut body = w.body(m, holder_uid);
-    if kind.built_in {
-        ctx.metrics.write(&kind.resource.plural, "apply");
-        let sent = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
-        return answer(sent.map(|_| ()), "patch", "");
+    let body = w.body(m, holder_uid);
+    if !kind.built_in {
+        return write_custom(ctx, &api, ns, kind, m, w, body).await;
     }
-    // The count through /scale (its path is the CRD's), the record by apply of the object:
-    // the record first when holding, last when releasing, so a crash in between leaves the
-    // own count recorded or already back.
+    ctx.metrics.write(&kind.resource.plural, "apply");
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let sent = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
+    answer(sent.map(|_| ()), "patch", "", ns, kind, m)
+}
+
+/// A custom kind: the count through /scale (its path is the CRD's), the record by apply of
+/// the object: the record first when holding, last when releasing, so a crash in between
+/// leaves the own count recorded or already back.
+async fn write_custom(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    ns: &str,
+    kind: &Kind,
+    m: &Member,
+    w: &group::Write,
+    mut body: serde_json::Value,
+) -> Result<Answer> {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
     if let Some(o) = body.as_object_mut() {
         o.remove("spec");
     }
@@ -136,11 +121,12 @@ async fn write(
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
     };
+    let answer = |result: kube::Result<()>, sub: &str| answer(result, "patch", sub, ns, kind, m);
     if w.record.is_some() {
         ctx.metrics.write(&kind.resource.plural, "apply");
         let recorded = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
         let rv = recorded.as_ref().ok().and_then(|o| o.resource_version());
-        match answer(recorded.map(|_| ()), "patch", "")? {
+        match answer(recorded.map(|_| ()), "")? {
             Answer::Sent(Sent::Done) => {}
             other => return Ok(other),
         }
@@ -149,7 +135,7 @@ async fn write(
         let scaled = api
             .patch_scale(&m.name, &scale_params, &Patch::Merge(&merge(rv)))
             .await;
-        answer(scaled.map(|_| ()), "patch", "/scale")
+        answer(scaled.map(|_| ()), "/scale")
     } else {
         ctx.metrics
             .write(&format!("{}/scale", kind.resource.plural), "patch");
@@ -160,7 +146,7 @@ async fn write(
                 &Patch::Merge(&merge(m.resource_version.clone())),
             )
             .await;
-        match answer(scaled.map(|_| ()), "patch", "/scale")? {
+        match answer(scaled.map(|_| ()), "/scale")? {
             Answer::Sent(Sent::Done) => {}
             other => return Ok(other),
         }
@@ -170,6 +156,47 @@ async fn write(
         }
         ctx.metrics.write(&kind.resource.plural, "apply");
         let released = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
-        answer(released.map(|_| ()), "patch", "")
+        answer(released.map(|_| ()), "")
+    }
+}
+
+/// What the API server's answer to one request (`verb` on `sub`) of a write means.
+fn answer(
+    result: kube::Result<()>,
+    verb: &str,
+    sub: &str,
+    ns: &str,
+    kind: &Kind,
+    m: &Member,
+) -> Result<Answer> {
+    match result {
+        Ok(()) => Ok(Answer::Sent(Sent::Done)),
+        Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Answer::Sent(Sent::Stale(format!(
+            "{} {} changed since it was read ({})",
+            m.kind, m.name, s.message
+        )))),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Answer::Sent(Sent::Gone(format!(
+            "{} {} was deleted meanwhile",
+            m.kind, m.name
+        )))),
+        // Refused as invalid: an admission policy or the kind's own rules (an apply to a
+        // deleted object, which would create it, fails so too: `refused` tells them apart).
+        // 400 too: an admission webhook that denies without a code.
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
+            Ok(Answer::Invalid(s.message))
+        }
+        Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Answer::Sent(Sent::Problem(forbidden(
+            verb,
+            &kind.resource,
+            sub,
+            ns,
+            &s.message,
+        )))),
+        // Anything else (a webhook down, a 5xx) fails this write only: the others still land,
+        // and the reconcile reports it and is retried.
+        Err(e) => Err(Error::kube(format!(
+            "{verb} {}{sub} {} in {ns}",
+            kind.resource.plural, m.name
+        ))(e)),
     }
 }
