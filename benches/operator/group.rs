@@ -1,0 +1,265 @@
+//! The group form (issue 21): one TDSet holding N Deployments at a boundary, workloads joining
+//! a sleeping group, and 100 groups holding 10 000 workloads in memory.
+
+use super::*;
+
+/// `n` Deployments `prefix{i}` at `replicas`, labelled `env: bench` and `grp: g{i % groups}`.
+pub(crate) fn group_deployments(
+    prefix: &str,
+    n: usize,
+    replicas: i32,
+    groups: usize,
+) -> Vec<Deployment> {
+    let mut objs = app_deployments(prefix, n, replicas);
+    for (i, d) in objs.iter_mut().enumerate() {
+        let labels = d.metadata.labels.get_or_insert_default();
+        labels.insert("env".into(), "bench".into());
+        labels.insert("grp".into(), format!("g{}", i % groups.max(1)));
+    }
+    objs
+}
+
+/// A group TDSet over `selector` (matchLabels), with `windows` and no defaultReplica (own).
+pub(crate) fn group_tdset(
+    name: &str,
+    selector: serde_json::Value,
+    windows: serde_json::Value,
+) -> TDSet {
+    tdset(
+        name,
+        json!({
+            "scaleTargetSelector": {"kinds": ["Deployment"], "selector": {"matchLabels": selector}},
+            "schedulingConfig": windows
+        }),
+    )
+}
+
+impl Bench {
+    pub(crate) async fn group_lag(&mut self, n: usize) {
+        let ns = self.namespace(&format!("grp{n}")).await;
+        let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+        create_all(&deploys, group_deployments("g", n, 1, 1)).await;
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        let t = group_tdset(
+            "group",
+            json!({"env": "bench"}),
+            json!([{"startTime": 9, "endTime": 17, "replica": 3}]),
+        );
+        api.create(&PostParams::default(), &t).await.unwrap();
+        let boundary: DateTime<Utc> = "2026-05-01T09:00:00Z".parse().unwrap();
+        let lead = Duration::from_secs(if n <= 2000 { 20 } else { 60 });
+        let spawned = Utc::now();
+        let op = operator_with(
+            &self.sa_kubeconfig,
+            Some(&ns.name),
+            Some(boundary - chrono::Duration::from_std(lead).unwrap()),
+            &self.logs.join(format!("group-lag-{n}.log")),
+            &[],
+        );
+        let boundary_real = spawned + chrono::Duration::from_std(lead).unwrap();
+        // The profile of the boundary, and of the direct patches below, for comparison.
+        let probes = vec![(op.addr.clone(), op.pid())];
+        let at_boundary = {
+            let (probes, client, logs) = (probes.clone(), self.client.clone(), self.logs.clone());
+            let wait = (boundary_real - Utc::now() - chrono::Duration::seconds(3))
+                .to_std()
+                .unwrap_or_default();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                Snapshot::take(&probes, &client, &logs).await
+            })
+        };
+        let (seen, before) = watch_replicas(
+            deploys.clone(),
+            n,
+            3,
+            Some((1, boundary_real)),
+            lead + Duration::from_secs(300),
+        )
+        .await;
+        let scaled = Snapshot::take(&probes, &self.client, &self.logs).await;
+        let operator_profile = at_boundary.await.unwrap().phase(
+            &scaled,
+            "boundary - 3 s to the last scale seen",
+            n as f64 / 100.0,
+        );
+        let errors = op.metric("tdset_reconcile_errors_total");
+        let lists = op.metric("tdset_reconciles_total");
+        op.stop();
+        let lags = lags_from(&seen, boundary_real);
+        let early = lags.iter().filter(|l| **l < 0.0).count();
+        // The floor: the same identity patching the same Deployments, 16 in flight.
+        let sa_deploys: Api<Deployment> = Api::namespaced(self.sa_client.clone(), &ns.name);
+        let watch = tokio::spawn(watch_replicas(
+            deploys.clone(),
+            n,
+            5,
+            None,
+            Duration::from_secs(600),
+        ));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let t0 = Utc::now();
+        let before_direct = Snapshot::take(&[], &self.client, &self.logs).await;
+        stream::iter((0..n).map(|i| format!("g{i}")))
+            .for_each_concurrent(16, |name| {
+                let api = sa_deploys.clone();
+                async move {
+                    api.patch(
+                        &name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(json!({"spec": {"replicas": 5}})),
+                    )
+                    .await
+                    .unwrap();
+                }
+            })
+            .await;
+        let (direct_seen, _) = watch.await.unwrap();
+        let direct_profile = before_direct.phase(
+            &Snapshot::take(&[], &self.client, &self.logs).await,
+            "direct patches to the last seen",
+            n as f64 / 100.0,
+        );
+        let direct = lags_from(&direct_seen, t0);
+        let (p50, p99, max) = summary(&lags);
+        let (d50, d99, dmax) = summary(&direct);
+        let ratio = p99 / d99;
+        let _ = writeln!(
+            self.report,
+            "| boundary lag, group form (one TDSet holding N Deployments), as a ServiceAccount | N = {n} | operator p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s; direct patches p50 {d50:.3} s, p99 {d99:.3} s, max {dmax:.3} s; p99 ratio {ratio:.2} (target <= 1.3: {}) | {} of {n} scaled; {before} seen at their own 1 before the boundary; {early} scaled early; reconciles {lists:.0}; reconcile errors {errors:.0}; profile: {operator_profile}; {direct_profile} |",
+            if ratio <= 1.3 { "met" } else { "MISSED" },
+            seen.len(),
+        );
+        println!("profile: {operator_profile}; {direct_profile}");
+        println!(
+            "group lag N={n}: p50 {p50:.3} p99 {p99:.3}; direct p99 {d99:.3}; ratio {ratio:.2}; early {early}; errors {errors}"
+        );
+        ns.cleanup().await;
+    }
+
+    /// Workloads created with a sleeping group's labels: from each create to its Deployment at
+    /// the group's 0.
+    pub(crate) async fn group_joins(&mut self, n: usize) {
+        let ns = self.namespace(&format!("join{n}")).await;
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        let t = group_tdset(
+            "group",
+            json!({"env": "bench"}),
+            json!([{"startTime": "00:00", "endTime": "23:59", "replica": 0}]),
+        );
+        api.create(&PostParams::default(), &t).await.unwrap();
+        let op = operator_with(
+            &self.sa_kubeconfig,
+            Some(&ns.name),
+            Some("2026-05-01T12:00:00Z".parse().unwrap()),
+            &self.logs.join(format!("group-joins-{n}.log")),
+            &[],
+        );
+        all_where(api.clone(), 1, |t: &TDSet| {
+            t.status.as_ref().is_some_and(|s| s.group.is_some())
+        })
+        .await;
+        let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+        let watch = tokio::spawn(watch_replicas(
+            deploys.clone(),
+            n,
+            0,
+            None,
+            Duration::from_secs(300),
+        ));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // One at a time, a quarter second apart: joins as they happen, not a storm.
+        let mut created = HashMap::new();
+        for d in group_deployments("j", n, 2, 1) {
+            let name = d.name_any();
+            created.insert(name, Utc::now());
+            deploys.create(&PostParams::default(), &d).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let (seen, _) = watch.await.unwrap();
+        let errors = op.metric("tdset_reconcile_errors_total");
+        op.stop();
+        let mut lat: Vec<f64> = seen
+            .iter()
+            .filter_map(|(name, at)| {
+                Some((*at - *created.get(name)?).num_microseconds()? as f64 / 1e6)
+            })
+            .collect();
+        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let (p50, p99, max) = summary(&lat);
+        let _ = writeln!(
+            self.report,
+            "| joining a sleeping group (created with its labels, 4 a second) | N = {n} | create to asleep p50 {p50:.3} s, p99 {p99:.3} s, max {max:.3} s | {} of {n} put to sleep; reconcile errors {errors:.0} |",
+            seen.len()
+        );
+        println!("group joins N={n}: p50 {p50:.3} p99 {p99:.3} max {max:.3}");
+        ns.cleanup().await;
+    }
+
+    /// 100 group TDSets holding 100 Deployments each: peak RSS converging (every workload put
+    /// to sleep) and restarted against them.
+    pub(crate) async fn group_memory(&mut self, groups: usize, per: usize) {
+        let n = groups * per;
+        let ns = self.namespace(&format!("grpmem{n}")).await;
+        let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+        create_all(&deploys, group_deployments("m", n, 1, groups)).await;
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        let objs = (0..groups)
+            .map(|g| {
+                group_tdset(
+                    &format!("group{g}"),
+                    json!({"grp": format!("g{g}")}),
+                    json!([{"startTime": "00:00", "endTime": "23:59", "replica": 0}]),
+                )
+            })
+            .collect();
+        create_all(&api, objs).await;
+        let at = Some("2026-05-01T12:00:00Z".parse().unwrap());
+        let started = std::time::Instant::now();
+        let first = operator_with(
+            &self.kubeconfig,
+            Some(&ns.name),
+            at,
+            &self.logs.join(format!("group-memory-{n}.log")),
+            &[],
+        );
+        all_where(deploys.clone(), n, |d: &Deployment| {
+            d.spec.as_ref().and_then(|s| s.replicas) == Some(0)
+        })
+        .await;
+        let converged = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let converge_peak = first.proc_status("VmHWM:") as f64 / 1024.0;
+        first.stop();
+        let started = std::time::Instant::now();
+        let op = operator_with(
+            &self.kubeconfig,
+            Some(&ns.name),
+            at,
+            &self.logs.join(format!("group-restart-{n}.log")),
+            &[],
+        );
+        while op.metric("tdset_reconciles_total") < groups as f64 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let reconciled = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let peak = op.proc_status("VmHWM:") as f64 / 1024.0;
+        let writes = op.metric("tdset_api_writes_total");
+        op.stop();
+        let verdict = |p: f64| if p < 100.0 { "met" } else { "MISSED" };
+        let _ = writeln!(
+            self.report,
+            "| group memory | {groups} group TDSets holding {per} Deployments each (N = {n}) | peak RSS converging {converge_peak:.1} MiB (target < 100 MiB: {}), restarted {peak:.1} MiB (target < 100 MiB: {}) | every workload asleep {:.1} s after the start; restarted: each group reconciled after {:.2} s, {writes:.0} writes |",
+            verdict(converge_peak),
+            verdict(peak),
+            converged.as_secs_f64(),
+            reconciled.as_secs_f64(),
+        );
+        println!(
+            "group memory N={n}: converge {converge_peak:.1} MiB in {:.1}s, restart {peak:.1} MiB, writes {writes}",
+            converged.as_secs_f64()
+        );
+        ns.cleanup().await;
+    }
+}

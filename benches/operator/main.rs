@@ -1,0 +1,231 @@
+//! Benchmarks against a real local control plane (etcd + kube-apiserver, no controller
+//! manager, so pods do not add load that is not the operator's). The operator runs as a
+//! separate release process, so its RSS and CPU are its own.
+//!
+//!   cargo bench --bench operator                 all scenarios, writes BENCHMARKS.md
+//!   cargo bench --bench operator -- converge lag  some of them (converge, lag, steady, memory,
+//!                                                ref: only the scaleTargetRef scenarios,
+//!                                                lag10k: the boundary lag at N = 10 000,
+//!                                                shards: at N = 10 000 (TDSET_BENCH_SHARDS_N), one
+//!                                                operator and two shards,
+//!                                                restart: memory of a restarted operator,
+//!                                                history: the same with every history full,
+//!                                                writes: a scale's cost by write kind,
+//!                                                group: the group form at a boundary of 1000,
+//!                                                100 joins, 100 groups x 100 in memory)
+//!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
+//!
+//! Rooms: this file (the run, its report in BENCHMARKS.md), `fixtures` (what the scenarios
+//! create; the operator through the test support's launcher), `measure` (CPU, memory, the API
+//! server's counters, lags), and the scenarios: `boundary`, `steady`, `group`.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use support::*;
+use tdset_operator::api::TDSet;
+
+mod boundary;
+mod fixtures;
+mod group;
+mod measure;
+mod steady;
+
+use fixtures::*;
+use measure::*;
+
+const CONCURRENCY: usize = 32;
+
+struct Bench {
+    client: Client,
+    kubeconfig: std::path::PathBuf,
+    /// A ServiceAccount bound to the operator's ClusterRole: requests as a deployed operator
+    /// makes them, subject to API Priority and Fairness (the admin is exempt from it).
+    sa_kubeconfig: std::path::PathBuf,
+    sa_client: Client,
+    logs: std::path::PathBuf,
+    report: String,
+}
+
+impl Bench {
+    async fn namespace(&self, prefix: &str) -> TestNamespace {
+        TestNamespace::new(&self.client, prefix).await
+    }
+
+    /// The bench's ServiceAccount may hold Leases in `ns` (the chart's leader-election Role).
+    async fn grant_leases(&self, ns: &str) {
+        use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": "tdset-bench-leases"},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]}]
+        }))
+        .unwrap();
+        Api::<Role>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "tdset-bench-leases"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tdset-bench-leases"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tdset-bench", "namespace": "default"}]
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+
+    /// A fresh namespace with an operator process (real clock) reconciling it.
+    async fn watched_namespace(
+        &self,
+        prefix: &str,
+        log: impl AsRef<std::path::Path>,
+    ) -> (TestNamespace, OperatorProcess) {
+        let ns = self.namespace(prefix).await;
+        let op = operator(&self.kubeconfig, Some(&ns.name), None, &self.logs.join(log));
+        (ns, op)
+    }
+
+    /// Waits until `n` Deployments carry `replicas` and `n` TDSets report it in status.
+    /// Watched, not polled: a poll adds its interval to the figure and, listing every object
+    /// several times a second, loads the API server the operator is measured against.
+    async fn converged(&self, ns: &str, n: usize, replicas: i32) {
+        let deployments = all_where(
+            Api::<Deployment>::namespaced(self.client.clone(), ns),
+            n,
+            move |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas) == Some(replicas),
+        );
+        let tdsets = all_where(
+            Api::<TDSet>::namespaced(self.client.clone(), ns),
+            n,
+            move |t: &TDSet| {
+                t.status.as_ref().is_some_and(|s| {
+                    s.desired_replicas == Some(replicas)
+                        && s.observed_generation == t.metadata.generation
+                })
+            },
+        );
+        futures::join!(deployments, tdsets);
+    }
+
+    async fn converged_status(&self, ns: &str, n: usize, replicas: i32) {
+        all_where(
+            Api::<TDSet>::namespaced(self.client.clone(), ns),
+            n,
+            move |t: &TDSet| {
+                t.status
+                    .as_ref()
+                    .is_some_and(|s| s.desired_replicas == Some(replicas))
+            },
+        )
+        .await;
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = std::env::temp_dir().join(format!("tdset-bench-{}", std::process::id()));
+        // Without kube-controller-manager: no ReplicaSets or pods, only the operator's load.
+        let bins = std::path::PathBuf::from(String::from_utf8_lossy(&Command::new(script()).arg("bin-dir").output().unwrap().stdout).trim());
+        assert!(bins.join("kube-apiserver").exists(), "run scripts/control-plane.sh install first");
+        let out = Command::new(script()).arg("start").arg(&dir).args(["--watch", &std::process::id().to_string()]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let kubeconfig = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let client = client_for(&kubeconfig).await;
+        for (file, name) in [("crds/tdset.yaml", "tdsets.schedule.rs"), ("crds/tdcalendar.yaml", "tdcalendars.schedule.rs")] {
+            let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+            let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+            Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
+                .patch(name, &kube::api::PatchParams::apply("bench").force(), &kube::api::Patch::Apply(&crd))
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let logs = dir.join("logs");
+        let (sa_client, sa_kubeconfig) = operator_role_account(&client, &kubeconfig).await;
+        let mut b = Bench { client, kubeconfig, sa_kubeconfig, sa_client, logs, report: String::new() };
+        if want("converge") {
+            b.converge(100, Form::Owned).await;
+            b.converge(1000, Form::Owned).await;
+        }
+        if want("converge") || want("ref") {
+            b.converge(1000, Form::Ref).await;
+        }
+        if want("lag") {
+            b.lag(100, Form::Owned).await;
+            b.lag(1000, Form::Owned).await;
+        }
+        if want("lag10k") {
+            b.lag(10_000, Form::Owned).await;
+        }
+        if want("lag") || want("ref") {
+            b.lag(1000, Form::Ref).await;
+        }
+        if want("shards") {
+            let n = std::env::var("TDSET_BENCH_SHARDS_N").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+            b.lag_in_shards(n, Form::Owned, 1).await;
+            b.lag_in_shards(n, Form::Owned, 2).await;
+        }
+        if want("calendar") {
+            b.calendar(1000).await;
+        }
+        if want("writes") {
+            b.writes(1000).await;
+        }
+        if want("steady") {
+            let secs = std::env::var("TDSET_BENCH_STEADY_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+            b.steady(1000, secs).await;
+        }
+        if want("memory") {
+            b.memory(1000, 0).await;
+            b.memory(10_000, 0).await;
+        }
+        if want("memory") || want("ref") {
+            b.memory(10_000, 10_000).await;
+        }
+        if want("group") {
+            b.group_lag(1000).await;
+            b.group_joins(100).await;
+            b.group_memory(100, 100).await;
+        }
+        if want("history") {
+            b.restart_with(10_000, true).await;
+        }
+        if want("memory") || want("restart") {
+            b.restart(1000).await;
+            b.restart(10_000).await;
+        }
+        let _ = Command::new(script()).arg("stop").arg(&dir).status();
+        let mut md = String::new();
+        let _ = writeln!(md, "## Run of {} (`cargo bench --bench operator{}`)\n", Utc::now().format("%Y-%m-%d %H:%M UTC"), if args.is_empty() { String::new() } else { format!(" -- {}", args.join(" ")) });
+        let _ = writeln!(md, "Machine: {}. Control plane: etcd 3.6.16 (--unsafe-no-fsync) + kube-apiserver v1.34.4 on the same machine, no controller manager. Operator: release build, separate process; --concurrency 64 as admin for converge, steady and memory; the operator's default flags (concurrency 16) under a ServiceAccount bound to its ClusterRole for the boundary lag. Bench client concurrency {CONCURRENCY}.\n", machine());
+        let _ = writeln!(md, "| scenario | size | result | detail |\n|---|---|---|---|\n{}", b.report);
+        println!("\n{md}");
+        let path = repo_root().join("BENCHMARKS.md");
+        let old = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\nProduced by `cargo bench --bench operator` (see benches/operator.rs); newest run first.\n\n".into());
+        let (head, rest) = old.split_once("\n## ").map(|(h, r)| (h.to_string() + "\n", format!("## {r}"))).unwrap_or((old.clone(), String::new()));
+        std::fs::write(&path, format!("{head}{md}\n{rest}")).unwrap();
+    });
+}

@@ -1,0 +1,219 @@
+//! The one TDSet builder, and the objects tests create, read and refuse.
+
+use super::*;
+
+/// Changes a TDSet's `spec.container` (a merge patch, as `kubectl patch` would).
+pub async fn set_container(
+    tdsets: &Api<tdset_operator::api::TDSet>,
+    name: &str,
+    image: &str,
+    port: i32,
+) {
+    tdsets
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"container": {"image": image, "port": port}}}),
+            ),
+        )
+        .await
+        .expect("patching spec.container");
+}
+
+pub fn utc(s: &str) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .expect("an RFC 3339 time")
+        .with_timezone(&chrono::Utc)
+}
+
+/// The one TDSet builder: a TDSet named `name` with the given spec (as JSON).
+pub fn tdset(name: &str, spec: serde_json::Value) -> tdset_operator::api::TDSet {
+    serde_json::from_value(serde_json::json!({"apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": name}, "spec": spec}))
+        .expect("test TDSet")
+}
+
+pub async fn create_tdset(
+    client: &Client,
+    ns: &str,
+    t: &tdset_operator::api::TDSet,
+) -> tdset_operator::api::TDSet {
+    Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), t)
+        .await
+        .expect("creating TDSet")
+}
+
+/// Any namespaced object, created as is (the way Helm or GitOps would have created it).
+pub async fn create_object<K>(client: &Client, ns: &str, object: serde_json::Value) -> K
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(object).expect("test object");
+    Api::<K>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams {
+                field_manager: Some("helm".into()),
+                ..PostParams::default()
+            },
+            &object,
+        )
+        .await
+        .expect("creating test object")
+}
+
+/// A Deployment of someone else's (as Helm or GitOps would have created it), as JSON.
+pub fn app_deployment(name: &str, replicas: i32) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": name, "team": "payments"}, "annotations": {"owner": "gitops"}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "app", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]}]}}}
+    })
+}
+
+/// Deletes TDSet `name` and waits until it is gone (its finalizer done).
+pub async fn delete_tdset_and_wait(client: &Client, ns: &str, name: &str) {
+    Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("deleting the TDSet");
+    tdset_gone(client, ns, name).await;
+}
+
+/// The condition of `type_` on a TDSet, if its status has one.
+pub fn condition<'a>(
+    t: &'a tdset_operator::api::TDSet,
+    type_: &str,
+) -> Option<&'a tdset_operator::api::Condition> {
+    t.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// A Deployment's `spec.replicas`.
+pub fn replicas(d: &k8s_openapi::api::apps::v1::Deployment) -> Option<i32> {
+    d.spec.as_ref()?.replicas
+}
+
+/// A small CRD with a scale subresource, like an Argo Rollout.
+pub async fn install_widget_crd(client: &Client) -> kube::api::ApiResource {
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.test.schedule.rs"},
+        "spec": {"group": "test.schedule.rs", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                     "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
+                     "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                         "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
+                         "status": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}}}]}
+    }))
+    .unwrap();
+    let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "widgets.test.schedule.rs",
+        &kube::api::PatchParams::apply("tdset-tests").force(),
+        &kube::api::Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        GUARD,
+        kube::runtime::wait::await_condition(
+            api,
+            "widgets.test.schedule.rs",
+            kube::runtime::wait::conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("test.schedule.rs", "v1", "Widget"),
+        "widgets",
+    )
+}
+
+/// Refuses a scale of Deployments in `ns` to `replicas`, as an admission policy would.
+pub struct RefuseScale {
+    client: kube::Client,
+    name: String,
+}
+
+impl RefuseScale {
+    pub async fn new(client: &kube::Client, ns: &str, replicas: i32) -> RefuseScale {
+        let name = format!("refuse-scale-{}", unique_suffix());
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["apps"], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["deployments", "deployments/scale"]
+                }]},
+                "validations": [{
+                    "expression": format!("!has(object.spec.replicas) || object.spec.replicas != {replicas}"),
+                    "message": format!("the test refuses {replicas} replicas")
+                }]
+            }
+        }))
+        .unwrap();
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+            }
+        }))
+        .unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("creating the policy");
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("creating the binding");
+        // The API server takes policies up asynchronously: a dry-run scale of a Deployment of
+        // no replicas (no pods, selected by no test's TDSet) says when this one is in force.
+        let probe = format!("{name}-probe");
+        let _: k8s_openapi::api::apps::v1::Deployment =
+            create_object(client, ns, app_deployment(&probe, 0)).await;
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), ns);
+        let dry_run = PatchParams {
+            dry_run: true,
+            ..PatchParams::default()
+        };
+        let patch = serde_json::json!({"spec": {"replicas": replicas}});
+        eventually(GUARD, "the admission policy in force", || async {
+            deployments
+                .patch(&probe, &dry_run, &Patch::Merge(&patch))
+                .await
+                .is_err()
+                .then_some(())
+        })
+        .await;
+        RefuseScale {
+            client: client.clone(),
+            name,
+        }
+    }
+
+    pub async fn lift(&self) {
+        let _ = Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        let _ = Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+    }
+}

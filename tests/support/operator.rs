@@ -1,0 +1,342 @@
+//! The one operator launcher: in-process (`Operator`) or as the built binary
+//! (`OperatorProcess`, for tests and benchmarks that kill, scrape or measure it), and the
+//! `kubectl tdset` plugin.
+
+use super::*;
+
+/// The operator, in-process, watching one namespace with an injected clock.
+pub struct Operator {
+    pub metrics: std::sync::Arc<tdset_operator::telemetry::Metrics>,
+    pub health: std::sync::Arc<tdset_operator::http::Health>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<tdset_operator::Result<()>>>,
+}
+
+impl Operator {
+    pub fn start(
+        client: &Client,
+        namespace: &str,
+        clock: tdset_operator::clock::SystemClock,
+        lease: Option<tdset_operator::controller::LeaseOptions>,
+        instance: &str,
+    ) -> Operator {
+        Self::start_with(client, Some(namespace), clock, lease, instance)
+    }
+
+    /// `namespace: None` watches all namespaces, as the deployed operator does.
+    pub fn start_with(
+        client: &Client,
+        namespace: Option<&str>,
+        clock: tdset_operator::clock::SystemClock,
+        lease: Option<tdset_operator::controller::LeaseOptions>,
+        instance: &str,
+    ) -> Operator {
+        Operator::launch(
+            client,
+            namespace,
+            clock,
+            lease,
+            instance,
+            Default::default(),
+            namespace.is_none(),
+        )
+    }
+
+    /// Watching one namespace, with `container`/`template` allowed only where `pod_forms` says.
+    pub fn start_allowing(
+        client: &Client,
+        ns: &str,
+        clock: tdset_operator::clock::SystemClock,
+        pod_forms: &str,
+    ) -> Operator {
+        let pod_forms = pod_forms.parse().expect("a --pod-forms-in value");
+        Operator::launch(client, Some(ns), clock, None, "test", pod_forms, false)
+    }
+
+    /// Watching one namespace, and writing every TDCalendar's usage as if it saw every TDSet
+    /// (the deployed operator does when it watches all namespaces).
+    pub fn start_reporting_calendars(
+        client: &Client,
+        ns: &str,
+        clock: tdset_operator::clock::SystemClock,
+    ) -> Operator {
+        let all = tdset_operator::workload::PodForms::default();
+        Operator::launch(client, Some(ns), clock, None, "test", all, true)
+    }
+
+    fn launch(
+        client: &Client,
+        namespace: Option<&str>,
+        clock: tdset_operator::clock::SystemClock,
+        lease: Option<tdset_operator::controller::LeaseOptions>,
+        instance: &str,
+        pod_forms: tdset_operator::workload::PodForms,
+        report_calendar_usage: bool,
+    ) -> Operator {
+        use std::sync::Arc;
+        let metrics = Arc::new(tdset_operator::telemetry::Metrics::new().expect("metrics"));
+        let health = Arc::new(tdset_operator::http::Health::default());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let opts = tdset_operator::controller::RunOptions {
+            namespace: namespace.map(str::to_string),
+            concurrency: 8,
+            instance: instance.to_string(),
+            initial_list: tdset_operator::controller::InitialList::Auto,
+            pod_forms,
+            report_calendar_usage,
+            shard: None,
+        };
+        let task = tokio::spawn(tdset_operator::controller::run(
+            tdset_operator::controller::Clients::same(client.clone()),
+            opts,
+            lease,
+            Arc::new(clock),
+            metrics.clone(),
+            health.clone(),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Operator {
+            metrics,
+            health,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Graceful stop: in-flight reconciles finish, a held lease is released.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await
+                .expect("operator task panicked")
+                .expect("operator returned an error");
+        }
+    }
+
+    /// Abrupt stop, as when the process dies: nothing is released.
+    pub fn kill(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    /// Write requests this operator sent (from its `tdset_api_writes_total`).
+    pub fn writes(&self) -> u64 {
+        self.counter("tdset_api_writes_total") as u64
+    }
+
+    /// `writes` once the bookkeeping lane has sent everything queued (statuses and Events are
+    /// counted when sent, which may be after the status a test waited for): the baseline for
+    /// "nothing more is written".
+    pub async fn writes_when_idle(&self) -> u64 {
+        eventually(
+            std::time::Duration::from_secs(120),
+            "the bookkeeping lane empty",
+            || async { (self.counter("tdset_bookkeeping_pending") == 0.0).then_some(()) },
+        )
+        .await;
+        self.writes()
+    }
+
+    pub fn counter(&self, name: &str) -> f64 {
+        let text = self.metrics.render();
+        text.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+            // An empty f64 sum is -0.0, which would print as "-0".
+            + 0.0
+    }
+}
+
+/// The operator as a real process (the built binary), for tests that kill it or scrape it.
+/// Its output goes to a log file in the temp dir.
+pub struct OperatorProcess {
+    child: std::process::Child,
+    pub addr: String,
+}
+
+/// How the built binary is started (`tdset-operator run`).
+pub struct Launch<'a> {
+    pub kubeconfig: &'a Path,
+    /// The namespace it watches; `None`: all of them, as deployed.
+    pub namespace: Option<&'a str>,
+    /// Where its output goes.
+    pub log: PathBuf,
+    pub log_level: String,
+    /// Its clock reads this instant when it starts (`TDSET_FAKE_NOW`), then runs at real speed.
+    pub fake_now: Option<chrono::DateTime<chrono::Utc>>,
+    /// More flags for `tdset-operator run`.
+    pub extra: &'a [&'a str],
+    /// A command the binary runs under (a profiler: `heaptrack -o /tmp/ht`).
+    pub wrap: Option<String>,
+}
+
+impl<'a> Launch<'a> {
+    /// The binary against `kubeconfig`'s cluster, all namespaces, logging at info (or
+    /// `TDSET_TEST_OPERATOR_LOG`) to `log` in the temp dir.
+    pub fn new(kubeconfig: &'a Path, log: &str) -> Launch<'a> {
+        Launch {
+            kubeconfig,
+            namespace: None,
+            log: std::env::temp_dir().join(format!("{}-{log}", unique_suffix())),
+            log_level: std::env::var("TDSET_TEST_OPERATOR_LOG").unwrap_or_else(|_| "info".into()),
+            fake_now: None,
+            extra: &[],
+            wrap: None,
+        }
+    }
+}
+
+impl OperatorProcess {
+    /// The binary watching `ns`, with `extra` flags; its output in `log` (in the temp dir).
+    pub fn start(kubeconfig: &Path, ns: &str, extra: &[&str], log: &str) -> OperatorProcess {
+        OperatorProcess::launch(Launch {
+            namespace: Some(ns),
+            extra,
+            ..Launch::new(kubeconfig, log)
+        })
+    }
+
+    pub fn launch(l: Launch<'_>) -> OperatorProcess {
+        let port = free_port();
+        let log = std::fs::File::create(&l.log).unwrap();
+        let mut wrap = l.wrap.as_deref().unwrap_or_default().split_whitespace();
+        let mut cmd = match wrap.next() {
+            Some(tool) => {
+                let mut c = Command::new(tool);
+                c.args(wrap).arg(env!("CARGO_BIN_EXE_tdset-operator"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_tdset-operator")),
+        };
+        cmd.args(["run", "--kubeconfig", l.kubeconfig.to_str().unwrap()])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(["--log-level", &l.log_level]);
+        if let Some(ns) = l.namespace {
+            cmd.args(["--namespace", ns]);
+        }
+        if let Some(t) = l.fake_now {
+            cmd.env("TDSET_FAKE_NOW", t.to_rfc3339());
+        }
+        let child = cmd
+            .args(l.extra)
+            .stdout(std::process::Stdio::from(log.try_clone().unwrap()))
+            .stderr(std::process::Stdio::from(log))
+            .spawn()
+            .unwrap();
+        OperatorProcess {
+            child,
+            addr: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// Waits until `/readyz` says ready (its caches hold a full list), for at most `limit`
+    /// (which only stops a hung run).
+    pub fn wait_ready(&self, limit: Duration, log: &Path) {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if self
+                .get("/readyz")
+                .is_some_and(|(code, body)| code == 200 && body.starts_with("ready"))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("operator did not become ready; log: {}", log.display());
+    }
+
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-m",
+                "2",
+                "-w",
+                "\n%{http_code}",
+                &format!("{}{path}", self.addr),
+            ])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n')?;
+        Some((code.parse().ok()?, body.to_string()))
+    }
+
+    pub fn metric(&self, name: &str) -> f64 {
+        self.get("/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+            // An empty f64 sum is -0.0, which would print as "-0".
+            + 0.0
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn sigkill(self) {
+        drop(self);
+    }
+
+    pub fn sigterm(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().unwrap()
+    }
+}
+
+/// A test that fails must not leave its operator running.
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory holding `kubectl-tdset` -> the built binary.
+pub fn plugin_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tdset-plugin-{}", unique_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_tdset-operator"),
+        dir.join("kubectl-tdset"),
+    )
+    .unwrap();
+    dir
+}
+
+/// `kubectl tdset ARGS`: (success, stdout, stderr).
+pub fn kubectl_tdset(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(kubectl_path())
+        .env("PATH", path)
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .arg("tdset")
+        .args(args)
+        .output()
+        .expect("running kubectl tdset");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
