@@ -1,7 +1,7 @@
 //! Shards, the pure part: which TDSets a shard reconciles (a label selector, as kubectl
 //! writes them), whose claim a TDSet carries, and when another shard's claim may be taken
 //! over. The controller's side (claiming, letting go, reading the other shard's Lease) is
-//! `controller/shards.rs`.
+//! `controller/state/sharding.rs` (and the claim stage, `controller/stages/claim.rs`).
 //!
 //! The rule: a shard writes a TDSet (its workload, its status) only while `status.shard`
 //! names it. It claims a TDSet whose claim is empty with the TDSet's resourceVersion as a

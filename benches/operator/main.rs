@@ -224,7 +224,7 @@ fn main() {
         let _ = writeln!(md, "| scenario | size | result | detail |\n|---|---|---|---|\n{}", b.report);
         println!("\n{md}");
         let path = repo_root().join("BENCHMARKS.md");
-        let old = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\nProduced by `cargo bench --bench operator` (see benches/operator.rs); newest run first.\n\n".into());
+        let old = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\nProduced by `cargo bench --bench operator` (see benches/operator/); newest run first.\n\n".into());
         let (head, rest) = old.split_once("\n## ").map(|(h, r)| (h.to_string() + "\n", format!("## {r}"))).unwrap_or((old.clone(), String::new()));
         std::fs::write(&path, format!("{head}{md}\n{rest}")).unwrap();
     });

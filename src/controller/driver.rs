@@ -63,7 +63,7 @@ pub async fn reconcile(cached: Arc<Cached<TDSet>>, ctx: Arc<Context>) -> Result<
         Ok(result) => result,
         Err(_) => Err(Error::Deadline(RECONCILE_DEADLINE)),
     };
-    // The next look is kept by `wakeups`, not by kube-runtime's requeue (see wakeups.rs); a
+    // The next look is kept by `wakeups`, not by kube-runtime's requeue (see state/wakeups.rs); a
     // failed reconcile keeps the wakeup it had and is retried by the error policy.
     if result.is_ok()
         && !failed_partly

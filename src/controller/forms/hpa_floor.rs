@@ -35,7 +35,8 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         ctx,
         ns,
         eval,
-        ..
+        write: _,
+        events: _,
     } = turn;
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
         return Ok(claims::held_outcome(tdset, ctx, p, r));

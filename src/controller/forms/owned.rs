@@ -29,7 +29,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>) -> Result<Outcome> {
         ns,
         eval,
         write,
-        ..
+        events: _,
     } = turn;
     let name = tdset.name_any();
     let cached = ctx

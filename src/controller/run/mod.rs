@@ -299,7 +299,7 @@ pub(crate) async fn run_controller(
             out
         }
     };
-    // A TDSet's own changes reach the controller as wakeups (see wakeups.rs): a start against
+    // A TDSet's own changes reach the controller as wakeups (see state/wakeups.rs): a start against
     // 10 000 TDSets would otherwise queue all of them in kube-runtime at once.
     let on_calendar = calendars::on_calendar(&calendar_index, &wakeups);
     let drive_tdset_watch = tdset_stream.filter_map(|_| futures::future::ready(None::<TDSetRef>));

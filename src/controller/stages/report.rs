@@ -44,7 +44,7 @@ pub(crate) async fn report(
         previous,
         due,
         calendar_problem,
-        ..
+        source: _,
     } = resolved;
     if let Some(saved) = outcome.saved {
         ctx.metrics
