@@ -114,6 +114,8 @@ pub(crate) async fn ensure_durable(
     Ok(())
 }
 
+/// A target that cannot be read or scaled: the problem reported, what status records of it
+/// kept, and a look again soon where no watch would report its change.
 pub(crate) fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStatus) -> Outcome {
     let retry = match &p {
         Problem::Forbidden(_) => Some(LOOK_AGAIN),
@@ -121,18 +123,13 @@ pub(crate) fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStat
         _ => None,
     };
     debug!(problem = %p.message(), "target not usable");
+    let missing = Missing {
+        reason: reason::TARGET_MISSING,
+        message: format!("{r} cannot be read or scaled: {}", p.reason()),
+    };
     Outcome {
-        workload: Err(Missing {
-            reason: reason::TARGET_MISSING,
-            message: format!("{r} cannot be read or scaled: {}", p.reason()),
-        }),
-        problem: Some(p),
-        notices: vec![],
         target: Some(target),
         retry,
-        scaled: None,
-        group: None,
-        failed: false,
-        saved: None,
+        ..Outcome::missing(missing, Some(p))
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use kube::Client;
 use kube::api::{ApiResource, GroupVersionKind};
 
+use super::outcome::Answer;
 use crate::api::ScaleTargetRef;
 use crate::error::{Error, Result};
 use crate::status::Problem;
@@ -42,7 +43,7 @@ impl Discovery {
     }
 
     /// `Ok(Err(problem))` when the kind is not served; `Err` when discovery itself failed.
-    pub(crate) async fn resolve(&self, r: &ScaleTargetRef) -> Result<Result<Resolved, Problem>> {
+    pub(crate) async fn resolve(&self, r: &ScaleTargetRef) -> Answer<Resolved> {
         let key = format!("{}/{}", r.api_version, r.kind);
         if let Ok(kinds) = self.kinds.lock()
             && let Some((at, found)) = kinds.get(&key)
@@ -78,11 +79,7 @@ impl Discovery {
     }
 
     /// A kind of a group, in the group's preferred version (a group's `Kind.group`).
-    pub(crate) async fn resolve_kind(
-        &self,
-        group: &str,
-        kind: &str,
-    ) -> Result<Result<Resolved, Problem>> {
+    pub(crate) async fn resolve_kind(&self, group: &str, kind: &str) -> Answer<Resolved> {
         let key = format!("{group}/*/{kind}");
         if let Some(found) = self.remembered(&key) {
             return Ok(found);

@@ -542,25 +542,23 @@ fn outcome(
     if !problems.is_empty() {
         warn!(problems = problems.len(), first = %problems[0].message(), "group problems");
     }
+    let observed = Observed {
+        what: format!("the group's {} workloads", held.len()),
+        current,
+        ready,
+        wanted,
+        settled,
+        hint: Some(format!(
+            "see `kubectl get tdset {} -o jsonpath='{{.status.group}}'`",
+            tdset.name_any()
+        )),
+    };
     Outcome {
-        workload: Ok(Observed {
-            what: format!("the group's {} workloads", held.len()),
-            current,
-            ready,
-            wanted,
-            settled,
-            hint: Some(format!(
-                "see `kubectl get tdset {} -o jsonpath='{{.status.group}}'`",
-                tdset.name_any()
-            )),
-        }),
         problem: problems.into_iter().next(),
-        notices: vec![],
-        target: None,
         retry,
         scaled,
         group: Some(status),
-        failed: false,
         saved: Some(saved),
+        ..Outcome::observed(Ok(observed))
     }
 }

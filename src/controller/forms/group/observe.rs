@@ -4,7 +4,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 
 use crate::api::{GroupKind, NamedKind, ScaleTargetSelector, TDSet};
-use crate::controller::state::Context;
+use crate::controller::state::{Answer, Context};
 use crate::error::{Error, Result};
 use crate::status::Problem;
 use crate::workload::group::{Member, Place, Record, Value};
@@ -148,12 +148,7 @@ pub(super) fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg:
 }
 
 /// Lists one kind in the namespace, page by page, keeping only what the plan reads.
-async fn list(
-    ctx: &Context,
-    ns: &str,
-    kind: &Kind,
-    labels: &str,
-) -> Result<Result<Vec<DynamicObject>, Problem>> {
+async fn list(ctx: &Context, ns: &str, kind: &Kind, labels: &str) -> Answer<Vec<DynamicObject>> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
     let mut out = Vec::new();
     let mut params = ListParams::default().labels(labels).limit(PAGE);
@@ -205,12 +200,7 @@ pub(super) fn int_at(o: &DynamicObject, path: &str) -> Option<i32> {
 }
 
 /// What a listed object runs now.
-async fn value_of(
-    ctx: &Context,
-    ns: &str,
-    kind: &Kind,
-    o: &DynamicObject,
-) -> Result<Result<Value, Problem>> {
+async fn value_of(ctx: &Context, ns: &str, kind: &Kind, o: &DynamicObject) -> Answer<Value> {
     if matches!(kind.kind, GroupKind::Named(NamedKind::CronJob)) {
         let suspended = o
             .data
