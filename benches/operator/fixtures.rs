@@ -161,6 +161,9 @@ pub(crate) fn operator_with(
         fake_now,
         extra,
         wrap: std::env::var("TDSET_BENCH_WRAP").ok(),
+        // Its /metrics at N = 10 000 is large, and read while it works: a hung run is the
+        // only thing this stops.
+        scrape_timeout: Duration::from_secs(120),
         ..Launch::new(kubeconfig, "bench.log")
     });
     op.wait_ready(Duration::from_secs(120), log);

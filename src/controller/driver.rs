@@ -184,12 +184,14 @@ async fn reconcile_inner(
     drop(turn);
     report::keep_unreleased(&mut outcome, unreleased);
     let next = report::report(tdset, ctx, &ns, resolved, outcome, events).await?;
-    if !next.failed {
-        return Ok(Some(next.wait));
+    let mut wait = next.wait;
+    if next.failed {
+        // Some writes failed and others landed: reported as a success (the status says what
+        // landed), but retried as a failure is, backing off.
+        *failed_partly = true;
+        let attempt = count_failure(ctx, &format!("{ns}/{}", tdset.name_any()));
+        wait = wait.min(backoff_after(attempt, jitter()));
     }
-    // Some writes failed and others landed: reported as a success (the status says what
-    // landed), but retried as a failure is, backing off.
-    *failed_partly = true;
-    let attempt = count_failure(ctx, &format!("{ns}/{}", tdset.name_any()));
-    Ok(Some(next.wait.min(backoff_after(attempt, jitter()))))
+    debug!(?wait, "next look");
+    Ok(Some(wait))
 }

@@ -158,6 +158,8 @@ impl Operator {
 pub struct OperatorProcess {
     child: std::process::Child,
     pub addr: String,
+    /// The longest a request to its HTTP endpoints may take (`curl -m`).
+    scrape_timeout: Duration,
 }
 
 /// How the built binary is started (`tdset-operator run`).
@@ -174,6 +176,9 @@ pub struct Launch<'a> {
     pub extra: &'a [&'a str],
     /// A command the binary runs under (a profiler: `heaptrack -o /tmp/ht`).
     pub wrap: Option<String>,
+    /// The longest a request to its HTTP endpoints may take: short for a test that probes a
+    /// process it may have killed, long for a benchmark reading a large `/metrics`.
+    pub scrape_timeout: Duration,
 }
 
 impl<'a> Launch<'a> {
@@ -188,6 +193,7 @@ impl<'a> Launch<'a> {
             fake_now: None,
             extra: &[],
             wrap: None,
+            scrape_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -232,6 +238,7 @@ impl OperatorProcess {
         OperatorProcess {
             child,
             addr: format!("http://127.0.0.1:{port}"),
+            scrape_timeout: l.scrape_timeout,
         }
     }
 
@@ -256,7 +263,7 @@ impl OperatorProcess {
             .args([
                 "-s",
                 "-m",
-                "2",
+                &self.scrape_timeout.as_secs().to_string(),
                 "-w",
                 "\n%{http_code}",
                 &format!("{}{path}", self.addr),

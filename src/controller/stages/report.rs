@@ -99,7 +99,8 @@ pub(crate) async fn report(
     if let Some(retry) = outcome.retry {
         wait = wait.min(retry);
     }
-    debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), ?wait, "reconciled");
+    // The wait is logged by the driver, which may shorten it (some writes failed).
+    debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), "reconciled");
     Ok(Next {
         wait,
         failed: outcome.failed,

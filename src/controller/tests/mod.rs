@@ -141,24 +141,28 @@ impl ApiServer {
         self.on(method, path, move |_| (200, object.clone()))
     }
 
-    /// Everything sent so far, in order.
-    pub fn sent(&self) -> Vec<Sent> {
+    /// Everything sent so far, in order, Events included.
+    pub fn all(&self) -> Vec<Sent> {
         self.log.lock().unwrap().clone()
     }
 
-    /// What was sent, in order, as "METHOD path" lines, Events left out (the lane sends them
-    /// beside the statuses, in no fixed order with them; see `events`).
-    pub fn requests(&self) -> Vec<String> {
-        self.sent()
-            .iter()
+    /// What was sent, in order, Events left out: the lane sends them beside the statuses, in
+    /// no fixed order with them (see `events`).
+    pub fn sent(&self) -> Vec<Sent> {
+        self.all()
+            .into_iter()
             .filter(|s| !s.path.starts_with("/apis/events.k8s.io/"))
-            .map(Sent::line)
             .collect()
+    }
+
+    /// `sent`, as "METHOD path" lines.
+    pub fn requests(&self) -> Vec<String> {
+        self.sent().iter().map(Sent::line).collect()
     }
 
     /// The reasons of the Events sent.
     pub fn events(&self) -> Vec<String> {
-        self.sent()
+        self.all()
             .iter()
             .filter(|s| s.path.starts_with("/apis/events.k8s.io/"))
             .map(|s| s.body["reason"].as_str().unwrap_or_default().to_string())
