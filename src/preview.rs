@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::api::{TDCalendar, TDSet};
 use crate::error::{Error, Result};
-use crate::schedule::{Count, OWN, Schedule, SharedHolidays};
+use crate::schedule::{Count, OWN, Schedule, SharedHolidays, unreadable};
 
 /// Reads one TDSet manifest (YAML or JSON) and checks it as the API server and the
 /// controller would, reporting every problem with its field path.
@@ -49,6 +49,12 @@ pub fn compile(
             .iter()
             .find(|c| c.metadata.name.as_deref() == Some(name.0.as_str()))
         {
+            // As in the controller: a calendar whose dates cannot be read is left out.
+            Some(c) if !unreadable(&c.spec.holidays).is_empty() => missing.push(format!(
+                "{} (dates it cannot read: {})",
+                name.0,
+                unreadable(&c.spec.holidays).join("; ")
+            )),
             Some(c) => found.push(SharedHolidays {
                 calendar: &name.0,
                 holidays: &c.spec.holidays,

@@ -44,6 +44,7 @@ pub mod reason {
     pub const CONFLICTING_WRITER: &str = "ConflictingWriter";
     pub const FORM_NOT_ALLOWED: &str = "FormNotAllowed";
     pub const CALENDAR_NOT_FOUND: &str = "CalendarNotFound";
+    pub const CALENDAR_INVALID: &str = "CalendarInvalid";
 }
 
 /// Why the operator could not do its job this time (Degraded=True).
@@ -73,6 +74,9 @@ pub enum Problem {
     FormNotAllowed(String),
     /// A calendar the TDSet names does not exist.
     CalendarNotFound(String),
+    /// A calendar the TDSet names has dates the operator cannot read (stored before the
+    /// schema checked them): its dates do not apply, as if it did not exist.
+    CalendarInvalid(String),
 }
 
 impl Problem {
@@ -90,13 +94,17 @@ impl Problem {
             Problem::ConflictingWriter(_) => reason::CONFLICTING_WRITER,
             Problem::FormNotAllowed(_) => reason::FORM_NOT_ALLOWED,
             Problem::CalendarNotFound(_) => reason::CALENDAR_NOT_FOUND,
+            Problem::CalendarInvalid(_) => reason::CALENDAR_INVALID,
         }
     }
 
-    /// Whether the workload's changes wait for it: a missing calendar does not stop the
-    /// schedule (its dates just do not apply), every other problem does.
+    /// Whether the workload's changes wait for it: a missing or unreadable calendar does not
+    /// stop the schedule (its dates just do not apply), every other problem does.
     pub fn blocks(&self) -> bool {
-        !matches!(self, Problem::CalendarNotFound(_))
+        !matches!(
+            self,
+            Problem::CalendarNotFound(_) | Problem::CalendarInvalid(_)
+        )
     }
 
     pub fn message(&self) -> &str {
@@ -112,7 +120,8 @@ impl Problem {
             | Problem::ConflictingTDSet(m)
             | Problem::ConflictingWriter(m)
             | Problem::FormNotAllowed(m)
-            | Problem::CalendarNotFound(m) => m,
+            | Problem::CalendarNotFound(m)
+            | Problem::CalendarInvalid(m) => m,
         }
     }
 }

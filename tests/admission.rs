@@ -96,6 +96,10 @@ async fn valid_manifests_are_accepted() {
             "",
             "  overrides:\n  - {start: \"2026-11-27T08:00:00+01:00\", end: \"2026-11-27T20:00:00+01:00\", replica: 12, reason: product launch}\n  - {start: \"2026-11-28T00:00:00Z\", end: \"2026-11-28T00:01:00Z\", replica: 0}",
         ),
+        variant(
+            "",
+            "  holidays: [\"2028-02-29\", \"2028-02-28/2028-03-01\"]",
+        ),
         variant("", "  suspend: true"),
         variant("", "  ramp: {step: 2, every: 15m, direction: Both}"),
         variant("", "  ramp: {step: 1, every: 1h30m, direction: Down}"),
@@ -148,6 +152,16 @@ async fn invalid_manifests_are_rejected_naming_the_field() {
             "holiday range backwards",
             variant("", "  holidays: [\"2026-12-26/2026-12-24\"]"),
             "spec.holidays[0]",
+        ),
+        (
+            "holiday that does not exist",
+            variant("", "  holidays: [\"2026-12-24\", \"2027-02-29\"]"),
+            "spec.holidays[1]: Invalid value: \"string\": not a real date",
+        ),
+        (
+            "holiday range ending on a day that does not exist",
+            variant("", "  holidays: [\"2026-04-01/2026-04-31\"]"),
+            "spec.holidays[0]: Invalid value: \"string\": not a real date",
         ),
         (
             "too many holidays",
@@ -615,4 +629,35 @@ async fn the_group_form_is_checked_at_admission() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     ns.cleanup().await;
+}
+
+/// A TDCalendar's dates are checked as a TDSet's: one that does not exist is refused at
+/// `kubectl apply`, naming it (stored, it would leave every TDSet naming the calendar without
+/// its dates).
+#[tokio::test]
+async fn a_calendar_with_a_date_that_does_not_exist_is_rejected() {
+    let client = client().await;
+    install_crd(&client).await;
+    let calendar = |holidays: &str| {
+        format!(
+            "apiVersion: schedule.rs/v1\nkind: TDCalendar\nmetadata:\n  name: adm-{}\nspec:\n  holidays: {holidays}\n",
+            unique_suffix()
+        )
+    };
+    let (ok, out) = apply(&calendar(
+        "[\"2026-12-24\", \"2028-02-29\", \"2026-12-30/2027-01-02\"]",
+    ));
+    assert!(ok, "{out}");
+    for (holidays, field) in [
+        ("[\"2026-12-24\", \"2027-02-29\"]", "spec.holidays[1]"),
+        ("[\"2026-06-31\"]", "spec.holidays[0]"),
+        ("[\"2026-12-30/2027-02-30\"]", "spec.holidays[0]"),
+    ] {
+        let (ok, out) = apply(&calendar(holidays));
+        assert!(!ok, "{holidays} was accepted");
+        assert!(
+            out.contains(field) && out.contains("not a real date"),
+            "{holidays}: {out}"
+        );
+    }
 }

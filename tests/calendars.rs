@@ -205,3 +205,113 @@ async fn one_calendar_is_read_in_each_tdsets_own_zone() {
     calendar.delete().await;
     ns.cleanup().await;
 }
+
+/// A calendar stored before the schema checked its dates (an operator upgraded over it): the
+/// operator leaves it out as it would a missing one, says why on the calendar and on every
+/// TDSet that names it, and the TDSets keep scheduling; fixed, its dates apply at once.
+#[tokio::test]
+async fn a_calendar_stored_with_a_date_that_does_not_exist_freezes_no_tdset() {
+    // A control plane of its own: the TDCalendar CRD is swapped for an older one here.
+    let dir = std::env::temp_dir().join(format!("tdset-calendar-cp-{}", unique_suffix()));
+    let cp = start_control_plane(&dir);
+    let client = client_for(&cp.kubeconfig).await;
+    install_crd(&client).await;
+    let current: serde_json::Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo_root().join("crds/tdcalendar.yaml")).unwrap(),
+    )
+    .unwrap();
+    // The CRD of before: the same without the rule that each date exists.
+    let mut older = current.clone();
+    let holiday = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/holidays/items/x-kubernetes-validations";
+    let rules = older.pointer_mut(holiday).unwrap().as_array_mut().unwrap();
+    let before = rules.len();
+    rules.retain(|r| !r["rule"].as_str().unwrap().contains("format.date()"));
+    assert_eq!(
+        rules.len(),
+        before - 1,
+        "the rule is in crds/tdcalendar.yaml"
+    );
+    let crds = Api::<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >::all(client.clone());
+    let apply_crd = |crd: serde_json::Value| {
+        let crds = crds.clone();
+        async move {
+            crds.patch(
+                "tdcalendars.schedule.rs",
+                &PatchParams::apply("tdset-tests").force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .expect("applying the TDCalendar CRD");
+        }
+    };
+    apply_crd(older).await;
+    let calendar = Calendar::new(&client, "stored");
+    // Thursday 2026-12-03 is in it, next to a date that does not exist.
+    eventually(GUARD, "the older CRD to take the calendar", || async {
+        let c: TDCalendar = serde_json::from_value(json!({
+            "apiVersion": "schedule.rs/v1", "kind": "TDCalendar",
+            "metadata": {"name": calendar.name},
+            "spec": {"holidays": ["2026-12-03", "2027-02-29"]},
+        }))
+        .unwrap();
+        calendar
+            .api
+            .patch(
+                &calendar.name,
+                &PatchParams::apply("tdset-tests").force(),
+                &Patch::Apply(&c),
+            )
+            .await
+            .ok()
+    })
+    .await;
+    // The operator's version installed: stored objects stay as they are.
+    apply_crd(current).await;
+
+    let ns = TestNamespace::new(&client, "calendar-stored").await;
+    let clock = SystemClock::starting_at(utc("2026-12-03T10:00:00Z"));
+    let _op = Operator::start_reporting_calendars(&client, &ns.name, clock);
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset("web", weekdays("UTC", &calendar.name)),
+    )
+    .await;
+
+    // Not frozen: the window's count, none of the calendar's dates applied (today's neither).
+    deployment_at(&client, &ns.name, "web", 3).await;
+    let t = tdset_with_reason(&client, &ns.name, "web", "Degraded", "CalendarInvalid").await;
+    let degraded = condition(&t, "Degraded").unwrap();
+    assert!(
+        degraded.message.contains(&calendar.name)
+            && degraded
+                .message
+                .contains("spec.holidays[1]: \"2027-02-29\""),
+        "{degraded:?}"
+    );
+    assert_ne!(condition(&t, "Progressing").unwrap().reason, "Blocked");
+    wait_for_event(&client, &ns.name, "web", |(kind, reason, _)| {
+        kind == "Warning" && reason == "CalendarInvalid"
+    })
+    .await;
+    // The calendar says so itself (`kubectl get tdcalendars -o wide`).
+    eventually(GUARD, "the calendar's problem in its status", || async {
+        let c = calendar.api.get_status(&calendar.name).await.ok()?;
+        let problem = c.status?.problem?;
+        problem.contains("spec.holidays[1]").then_some(())
+    })
+    .await;
+
+    // Fixed: its dates apply at once (today is one), and both say nothing is wrong.
+    calendar.set(&["2026-12-03", "2027-02-28"]).await;
+    deployment_at(&client, &ns.name, "web", 1).await;
+    tdset_with_reason(&client, &ns.name, "web", "Degraded", "AsExpected").await;
+    eventually(GUARD, "the calendar's problem gone", || async {
+        let c = calendar.api.get_status(&calendar.name).await.ok()?;
+        c.status?.problem.is_none().then_some(())
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -200,6 +200,7 @@ pub struct CalendarName(
     status = "TDCalendarStatus",
     printcolumn = r#"{"name":"Days","type":"integer","jsonPath":".status.days","description":"Days the calendar's dates and ranges cover"}"#,
     printcolumn = r#"{"name":"Used-By","type":"integer","jsonPath":".status.usedBy","description":"TDSets that name it (of those the operator watches)"}"#,
+    printcolumn = r#"{"name":"Problem","type":"string","jsonPath":".status.problem","description":"Dates the operator cannot read; its TDSets schedule without them","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -221,6 +222,11 @@ pub struct TDCalendarStatus {
     /// How many TDSets name it, of those the operator watches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_by: Option<i64>,
+    /// Dates the operator cannot read (stored before the schema checked them): until they
+    /// are fixed, the TDSets that name this calendar schedule without any of its dates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub problem: Option<String>,
 }
 
 /// A holiday: a date, or an inclusive range of dates, in the TDSet's time zone.
@@ -233,6 +239,12 @@ pub struct Holiday(
         extend("x-kubernetes-validations" = [{
             "rule": "self.size() != 21 || self.substring(11, 21) >= self.substring(0, 10)",
             "message": "a date range must not end before it starts (YYYY-MM-DD/YYYY-MM-DD, both inclusive)",
+            "reason": "FieldValueInvalid"
+        }, {
+            // The pattern lets 2027-02-29 or 2026-04-31 through; a date the operator cannot
+            // read would otherwise be found only when a TDSet evaluates it.
+            "rule": "self.size() < 10 || (!format.date().validate(self.substring(0, 10)).hasValue() && (self.size() != 21 || !format.date().validate(self.substring(11, 21)).hasValue()))",
+            "message": "not a real date: every date must exist (YYYY-MM-DD; there is no 2027-02-29 or 2026-04-31)",
             "reason": "FieldValueInvalid"
         }])
     )]

@@ -31,6 +31,24 @@ pub fn holiday_days(holidays: &[Holiday]) -> i64 {
         .sum()
 }
 
+/// What the operator cannot read in a calendar's dates ("spec.holidays[3]: \"2027-02-29\"
+/// is not a date ..."), each entry; empty when it reads them all.
+pub fn unreadable(holidays: &[Holiday]) -> Vec<String> {
+    let shared = [SharedHolidays {
+        calendar: "",
+        holidays,
+    }];
+    let mut errors = vec![];
+    Holidays::compile(&TDSetSpec::default(), &shared, &mut errors);
+    errors
+        .into_iter()
+        .map(|e| {
+            let field = e.field.trim_start_matches("TDCalendar : ");
+            format!("{field}: {}", e.message)
+        })
+        .collect()
+}
+
 impl Holidays {
     pub(super) fn compile(
         spec: &TDSetSpec,
@@ -176,6 +194,23 @@ mod tests {
         };
         let mut errors = vec![];
         (Holidays::compile(&spec, &[], &mut errors), errors)
+    }
+
+    #[test]
+    fn a_calendar_s_unreadable_dates_are_named_by_their_place_in_it() {
+        let list = |l: &[&str]| l.iter().map(|h| Holiday(h.to_string())).collect::<Vec<_>>();
+        assert!(unreadable(&list(&["2028-02-29", "2026-12-24/2026-12-26"])).is_empty());
+        let bad = unreadable(&list(&[
+            "2026-12-24",
+            "2027-02-29",
+            "2026-12-30/2026-04-31",
+        ]));
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(
+            bad[0].starts_with("spec.holidays[1]: \"2027-02-29\""),
+            "{bad:?}"
+        );
+        assert!(bad[1].starts_with("spec.holidays[2]: "), "{bad:?}");
     }
 
     fn d(s: &str) -> NaiveDate {

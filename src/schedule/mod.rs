@@ -27,7 +27,7 @@ use crate::api::{Day, TDSetSpec};
 use calendar::{CompiledOverride, Holidays};
 use ramp::{CompiledRamp, LevelChange};
 
-pub use calendar::{MAX_HOLIDAYS, MAX_OVERRIDES, SharedHolidays, holiday_days};
+pub use calendar::{MAX_HOLIDAYS, MAX_OVERRIDES, SharedHolidays, holiday_days, unreadable};
 pub use ramp::{RampPhase, parse_duration};
 pub use validate::validate;
 

@@ -71,7 +71,8 @@ impl EventNote {
     }
 }
 
-fn truncate(mut s: String, max: usize) -> String {
+/// At most `max` bytes of `s`, cut at a character boundary.
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut cut = max;
         while !s.is_char_boundary(cut) {

@@ -41,7 +41,7 @@ use crate::telemetry::Metrics;
 use crate::workload::owned::FIELD_MANAGER;
 
 mod event;
-pub(crate) use event::{EventNote, EventType, Events, note};
+pub(crate) use event::{EventNote, EventType, Events, note, truncate};
 
 /// Events waiting at most; past it `publish` waits for room. A boundary sends one per TDSet,
 /// so this is the largest boundary whose Events all wait for its scaling (about 0.6 KB each:

@@ -13,8 +13,9 @@ use tracing::debug;
 
 use crate::api::{TDCalendar, TDCalendarStatus};
 use crate::cache::TDSetRef;
+use crate::controller::lane::truncate;
 use crate::controller::state::{CalendarIndex, Wakeups, api_backoff};
-use crate::schedule::holiday_days;
+use crate::schedule::{holiday_days, unreadable};
 use crate::workload::owned::FIELD_MANAGER;
 
 /// Every `TDCalendar`, cluster-wide.
@@ -63,9 +64,17 @@ pub(crate) async fn report_usage(client: Client, store: Store<TDCalendar>, index
         }
         for calendar in store.state() {
             let name = calendar.name_any();
+            let bad = unreadable(&calendar.spec.holidays);
             let status = TDCalendarStatus {
                 days: Some(holiday_days(&calendar.spec.holidays)),
                 used_by: Some(index.users(&name).len() as i64),
+                problem: (!bad.is_empty()).then(|| {
+                    let text = format!(
+                        "{}; the TDSets that name this calendar schedule without its dates until it is fixed",
+                        bad.join("; ")
+                    );
+                    truncate(text, 4096)
+                }),
             };
             if calendar.status.as_ref() == Some(&status) {
                 continue;

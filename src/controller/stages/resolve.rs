@@ -14,7 +14,7 @@ use tracing::warn;
 use crate::api::{TDCalendar, TDSet, TDSetSpec, TDSetStatus};
 use crate::controller::state::{Answer, Context};
 use crate::error::Error;
-use crate::schedule::{Evaluation, Schedule, SharedHolidays, Transition, Warning};
+use crate::schedule::{Evaluation, Schedule, SharedHolidays, Transition, Warning, unreadable};
 use crate::status::Problem;
 use crate::workload::Source;
 
@@ -44,6 +44,16 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
 
     // Schedule: the level now and the next change (pure), with the named calendars' dates.
     let (found, missing_calendars) = calendars(&ctx.calendars, &tdset.spec);
+    // A calendar with a date the operator cannot read (stored before the schema checked its
+    // dates) is left out, as a missing one is: it must not freeze every TDSet that names it.
+    let (found, unreadable): (Vec<_>, Vec<_>) = found
+        .into_iter()
+        .map(|c| {
+            let bad = unreadable(&c.spec.holidays);
+            (c, bad)
+        })
+        .partition(|(_, bad)| bad.is_empty());
+    let found: Vec<Arc<TDCalendar>> = found.into_iter().map(|(c, _)| c).collect();
     let schedule = match Schedule::compile_with(&tdset.spec, &holidays(&found)) {
         Ok(s) => s,
         Err(errors) => {
@@ -70,8 +80,7 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
         .and_then(|s| s.next_transition_time.as_deref())
         .and_then(crate::preview::parse_rfc3339)
         .filter(|t| *t <= now);
-    let calendar_problem = (!missing_calendars.is_empty())
-        .then(|| Problem::CalendarNotFound(missing_message(&missing_calendars)));
+    let calendar_problem = calendar_problem(&unreadable, &missing_calendars);
     Ok(Ok(Resolved {
         now,
         interval,
@@ -107,6 +116,33 @@ fn holidays(found: &[Arc<TDCalendar>]) -> Vec<SharedHolidays<'_>> {
             holidays: &c.spec.holidays,
         })
         .collect()
+}
+
+/// What a TDSet reports for the calendars it names that cannot be used: unreadable ones first
+/// (a fix is due in them), then missing ones.
+fn calendar_problem(
+    unreadable: &[(Arc<TDCalendar>, Vec<String>)],
+    missing: &[String],
+) -> Option<Problem> {
+    if unreadable.is_empty() {
+        return (!missing.is_empty()).then(|| Problem::CalendarNotFound(missing_message(missing)));
+    }
+    let mut message = unreadable
+        .iter()
+        .map(|(c, bad)| {
+            let name = c.meta().name.as_deref().unwrap_or_default();
+            format!(
+                "TDCalendar {name} has dates the operator cannot read ({}); none of its dates apply \
+                 until it is fixed (kubectl get tdcalendar {name} -o wide)",
+                bad.join("; ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(". ");
+    if !missing.is_empty() {
+        message = format!("{message}. {}", missing_message(missing));
+    }
+    Some(Problem::CalendarInvalid(message))
 }
 
 /// What a TDSet reports for calendars it names that do not exist.

@@ -256,12 +256,13 @@ pub(super) struct Operator {
     pub ctx: Arc<Context>,
     deployments: Writer<Cached<k8s_openapi::api::apps::v1::Deployment>>,
     hpas: Writer<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>,
+    calendars: Writer<crate::api::TDCalendar>,
     tdsets: Writer<Cached<TDSet>>,
 }
 
 impl Operator {
-    /// The operator at `now`, every cache listed and empty (no Service or calendar is ever
-    /// added: their writers go).
+    /// The operator at `now`, every cache listed and empty (no Service is ever added: its
+    /// writer goes).
     pub fn at(server: &ApiServer, now: &str) -> Operator {
         let client = server.client.clone();
         let now = DateTime::parse_from_rfc3339(now)
@@ -317,6 +318,7 @@ impl Operator {
             ctx,
             deployments: dw,
             hpas: hw,
+            calendars: cw,
             tdsets: tw,
         }
     }
@@ -336,6 +338,17 @@ impl Operator {
     pub fn hpas(&mut self, objects: Vec<Value>) {
         listed(
             &mut self.hpas,
+            objects
+                .into_iter()
+                .map(|o| serde_json::from_value(o).unwrap())
+                .collect(),
+        );
+    }
+
+    /// The TDCalendar cache now holds `objects`.
+    pub fn calendars(&mut self, objects: Vec<Value>) {
+        listed(
+            &mut self.calendars,
             objects
                 .into_iter()
                 .map(|o| serde_json::from_value(o).unwrap())
