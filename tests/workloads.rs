@@ -581,6 +581,59 @@ async fn a_scheduled_zero_puts_the_hpa_target_to_sleep_and_the_next_window_wakes
     ns.cleanup().await;
 }
 
+/// An HPA's target the schedule put to sleep is never left at 0 because the HPA went: deleted
+/// first, then the TDSet, the target gets the HPA's own floor back.
+#[tokio::test]
+async fn a_sleeping_hpa_target_is_woken_when_its_hpa_is_deleted_before_the_tdset() {
+    let (client, ns) = setup("wl-hpa-gone").await;
+    web_with_hpa(&client, &ns.name, "web").await;
+    create_tdset(&client, &ns.name, &floor_of("web", 0)).await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T20:00:00Z"));
+    let op = Operator::start(&client, &ns.name, clock, None, "test");
+    deployment_at(&client, &ns.name, "web", 0).await;
+
+    Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), &ns.name)
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    delete_tdset_and_wait(&client, &ns.name, "sched").await;
+    // The HPA's own floor (2), on the very Deployment it scaled.
+    deployment_at(&client, &ns.name, "web", 2).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// An HPA pointed at another workload while its target sleeps: the one it left is woken to the
+/// HPA's own floor, never left at 0 by nobody; the schedule then applies to the new one.
+#[tokio::test]
+async fn a_sleeping_hpa_target_is_woken_when_the_hpa_is_pointed_elsewhere() {
+    let (client, ns) = setup("wl-hpa-moved").await;
+    web_with_hpa(&client, &ns.name, "web").await;
+    let _: Deployment = create_object(&client, &ns.name, app_deployment("api", 3)).await;
+    create_tdset(&client, &ns.name, &floor_of("web", 0)).await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T20:00:00Z"));
+    let op = Operator::start(&client, &ns.name, clock, None, "test");
+    deployment_at(&client, &ns.name, "web", 0).await;
+
+    Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), &ns.name)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "api"}}})),
+        )
+        .await
+        .unwrap();
+    deployment_at(&client, &ns.name, "web", 2).await;
+    // The HPA's new target follows the schedule (0 at night).
+    deployment_at(&client, &ns.name, "api", 0).await;
+    // Deleted, the TDSet wakes the one asleep now (to the HPA's floor), and only that one.
+    delete_tdset_and_wait(&client, &ns.name, "sched").await;
+    deployment_at(&client, &ns.name, "api", 2).await;
+    deployment_at(&client, &ns.name, "web", 2).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_deployment_an_hpa_scales_is_not_fought_over() {
     let (client, ns) = setup("wl-conflict").await;

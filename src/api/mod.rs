@@ -690,6 +690,22 @@ pub struct TargetStatus {
     /// deletion with `onDelete: Restore`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_replicas: Option<i32>,
+    /// With an HPA's floor: the HPA's workload this TDSet put to sleep (an HPA cannot hold 0),
+    /// recorded before it was; woken to the HPA's own floor when the TDSet lets go, or when the
+    /// HPA goes or points at another workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asleep: Option<Asleep>,
+}
+
+/// A workload put to sleep through its HPA: which one, and the very object (its uid).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Asleep {
+    #[serde(flatten)]
+    pub target: ScaleTargetRef,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub uid: Option<String>,
 }
 
 impl TargetStatus {

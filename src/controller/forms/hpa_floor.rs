@@ -7,9 +7,10 @@ use super::Turn;
 use super::claims;
 use super::events::record_scale;
 use super::target::{Record, ensure_durable, problem_outcome, target_status};
-use crate::api::ScaleTargetRef;
+use crate::api::{Asleep, ScaleTargetRef};
 use crate::controller::io::target::{read_hpa, resolve_and_read, write, write_min_replicas};
-use crate::controller::state::{Outcome, Resolved, Write};
+use crate::controller::lane::{EventType, note};
+use crate::controller::state::{Answer, Context, Outcome, Resolved, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::hpa::{self, HpaView};
@@ -21,6 +22,7 @@ const FIELD: &str = "spec.minReplicas";
 /// The HPA's own target, as read for its count: a floor of 0 is the target asleep.
 struct HpaTarget {
     reference: ScaleTargetRef,
+    uid: Option<String>,
     resource: Option<Resolved>,
     replicas: Option<i32>,
     /// Why its count could not be read.
@@ -56,6 +58,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
     let target = match resolve_and_read(ctx, ns, &reference).await? {
         Ok((res, view)) => HpaTarget {
             reference,
+            uid: view.uid,
             resource: Some(res),
             replicas: Some(view.spec_replicas),
             unreadable: None,
@@ -65,6 +68,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             debug!(problem = %p.message(), "the HPA's target cannot be read");
             HpaTarget {
                 reference,
+                uid: None,
                 resource: None,
                 replicas: None,
                 unreadable: Some(p),
@@ -72,6 +76,33 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             }
         }
     };
+    // The HPA points at another workload than the one this TDSet put to sleep through it (or
+    // that one was replaced): it is woken to the HPA's own floor first, suspended or not
+    // (letting go is not scheduling); nobody else would.
+    let mut record = record;
+    if let Some(left) = record
+        .status
+        .asleep
+        .clone()
+        .filter(|a| !asleep_is(a, &target.reference, target.uid.as_deref()))
+    {
+        let to = record.status.original_replicas.unwrap_or(1).max(1);
+        match wake_asleep(ctx, ns, &left, to).await? {
+            Ok(Some(done)) => turn.events.push(note(
+                tdset,
+                EventType::Normal,
+                "Restored",
+                format!(
+                    "{done}: HorizontalPodAutoscaler {} no longer scales it",
+                    r.name
+                ),
+            )),
+            Ok(None) => {}
+            // Gone, or not ours to write: nothing is left asleep by this TDSet.
+            Err(p) => debug!(problem = %p.message(), "the workload left asleep cannot be woken"),
+        }
+        record.status.asleep = None;
+    }
     let mut plan = hpa::plan(eval.replicas, &hpa, target.replicas);
     if turn.write == Write::Never {
         plan.min_replicas = None;
@@ -92,6 +123,18 @@ async fn apply(
     plan: hpa::FloorPlan,
 ) -> Result<Outcome> {
     let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
+    if plan.scale_target == Some(0) {
+        // Which workload this TDSet puts to sleep, durable before it does: whatever happens
+        // to the HPA (deleted, pointed elsewhere), the workload is woken.
+        let asleep = Some(Asleep {
+            target: target.reference.clone(),
+            uid: target.uid.clone(),
+        });
+        if record.status.asleep != asleep {
+            record.status.asleep = asleep;
+            record.durable = false;
+        }
+    }
     if plan.min_replicas.is_some() || plan.scale_target.is_some() {
         ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
     }
@@ -117,6 +160,9 @@ async fn apply(
         turn.events
             .push(record_scale(ctx, tdset, &change, from, n, eval));
         target.replicas = Some(n);
+        if n > 0 {
+            record.status.asleep = None;
+        }
     }
     // The count before: the target's when it was put to sleep or woken, else the floor's.
     let scaled = plan
@@ -174,4 +220,35 @@ fn outcome(
         saved,
         ..Outcome::observed(Ok(Observed::hpa(hpa, plan.floor, target.replicas)))
     }
+}
+
+/// Whether `asleep` is the workload `reference` (object `uid`).
+fn asleep_is(asleep: &Asleep, reference: &ScaleTargetRef, uid: Option<&str>) -> bool {
+    asleep.target == *reference
+        && match (asleep.uid.as_deref(), uid) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+}
+
+/// Wakes a workload this TDSet put to sleep through an HPA to `to` replicas: only that very
+/// object (its uid), and only while it is still at 0 (someone who woke it meanwhile is left
+/// alone). What was done, if anything.
+pub(crate) async fn wake_asleep(
+    ctx: &Context,
+    ns: &str,
+    asleep: &Asleep,
+    to: i32,
+) -> Answer<Option<String>> {
+    let (res, view) = match resolve_and_read(ctx, ns, &asleep.target).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if !asleep_is(asleep, &asleep.target, view.uid.as_deref()) || view.spec_replicas != 0 {
+        return Ok(Ok(None));
+    }
+    if let Err(p) = write(ctx, ns, &asleep.target, &res, to).await? {
+        return Ok(Err(p));
+    }
+    Ok(Ok(Some(format!("woke {} to {to} replicas", asleep.target))))
 }

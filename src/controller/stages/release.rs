@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
-use crate::controller::forms::{claims, group, owned};
+use crate::controller::forms::{claims, group, hpa_floor, owned};
 use crate::controller::io::target as scale;
 use crate::controller::io::tdset::{RESTORE_FINALIZER, set_finalizer};
 use crate::controller::lane::{EventType, Events, note};
@@ -209,6 +209,15 @@ async fn let_go(
         info!(%holder, why, "left the target to its holder");
         return Ok(());
     }
+    // A workload put to sleep through the HPA is woken first, to the HPA's own floor,
+    // whatever became of the HPA since (deleted, pointed at another workload).
+    let woke = match &recorded.asleep {
+        Some(asleep) if r.is_hpa() => {
+            let to = recorded.original_replicas.unwrap_or(1).max(1);
+            refused_on_delete(hpa_floor::wake_asleep(ctx, ns, asleep, to).await, why)?
+        }
+        _ => Ok(None),
+    };
     let (verb, result) = match recorded.original_replicas {
         Some(original) if restores(tdset) => {
             let restored = restore(tdset, ctx, ns, &r, original, uid).await;
@@ -226,6 +235,7 @@ async fn let_go(
         }
         _ => return Ok(()),
     };
+    let result = with_asleep_woken(woke, result, &r);
     match result {
         Ok(Some(done)) => {
             info!(%done, why, "let go of the target");
@@ -254,6 +264,24 @@ async fn let_go(
         }
     }
     Ok(())
+}
+
+/// What letting go of an HPA came to, with the workload asleep through it woken first: an HPA
+/// that is gone leaves nothing more to do once that workload is awake.
+fn with_asleep_woken(
+    woke: std::result::Result<Option<String>, Problem>,
+    result: std::result::Result<Option<String>, Problem>,
+    r: &ScaleTargetRef,
+) -> std::result::Result<Option<String>, Problem> {
+    match (woke, result) {
+        (Ok(None), result) => result,
+        (Ok(Some(woke)), Err(Problem::TargetNotFound(_))) => {
+            Ok(Some(format!("{woke} ({r} is gone)")))
+        }
+        (Ok(Some(woke)), Ok(Some(done))) => Ok(Some(format!("{woke}; {done}"))),
+        (Ok(Some(woke)), Ok(None)) => Ok(Some(woke)),
+        (Ok(Some(_)), Err(p)) | (Err(p), _) => Err(p),
+    }
 }
 
 /// A deletion is never held up by a refusal (an admission policy, a floor above the HPA's

@@ -508,3 +508,62 @@ async fn a_calendar_with_a_date_it_cannot_read_is_left_out_and_the_schedule_goes
         vec!["CalendarInvalid".to_string(), "Created".to_string()]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_hpa_floor_of_zero_records_the_workload_it_puts_to_sleep_before_it_does() {
+    let server = ApiServer::start();
+    let hpa = json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-hpa", "resourceVersion": "20"},
+        "spec": {"minReplicas": 2, "maxReplicas": 10,
+                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
+    });
+    let t = tdset(json!({
+        "scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web"},
+        "defaultReplica": 0,
+    }));
+    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
+    server.returns("GET", &format!("{HPAS}/web"), hpa.clone());
+    server.returns(
+        "GET",
+        &format!("{TDSETS}/t"),
+        serde_json::to_value(&t).unwrap(),
+    );
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(2));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "21"));
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
+        (200, scale(0, "22"))
+    });
+    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
+        (201, b.clone())
+    });
+    let mut operator = Operator::at(&server, NOW);
+    operator.hpas(vec![hpa]);
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(
+        server.requests(),
+        lines(&[
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+            "GET /apis/autoscaling/v2/namespaces/ns/horizontalpodautoscalers/web",
+            "GET /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+            "GET /apis/apps/v1",
+            "GET /apis/apps/v1/namespaces/ns/deployments/web",
+            // The HPA's floor and the workload about to sleep, durable first.
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+            "PATCH /apis/apps/v1/namespaces/ns/deployments/web/scale",
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+        ])
+    );
+    let sent = server.sent();
+    let durable = &sent[5].body["status"]["target"];
+    assert_eq!(durable["originalReplicas"], 2);
+    assert_eq!(
+        durable["asleep"],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web"})
+    );
+    assert_eq!(sent[6].body["spec"]["replicas"], 0);
+    assert_eq!(sent[7].body["status"]["target"]["asleep"]["name"], "web");
+}
