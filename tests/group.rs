@@ -1282,3 +1282,98 @@ async fn a_group_left_for_another_form_is_kept_while_a_kind_it_holds_cannot_be_l
     op.stop().await;
     ns.cleanup().await;
 }
+
+/// Woken by hand four times in ten minutes (an override to `own`, as `kubectl tdset wake
+/// --for` writes): each sleep after a wake-up is the schedule coming back, not a revert of
+/// someone else's change, so no `ConflictingWriter` is said and no sleep is held back.
+#[tokio::test]
+async fn repeated_wake_ups_are_not_taken_for_another_writer() {
+    let (client, ns) = setup("group-wakes").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 3), "dev")).await;
+    create_deployment_group(&client, n, "night", -60, 3600).await;
+    let started = std::time::Instant::now();
+    let _op = Operator::start(&client, n, clock(), None, "test");
+    deployment_at(&client, n, "web", 0).await;
+    let api: Api<TDSet> = Api::namespaced(client.clone(), n);
+    for wake in 0..4 {
+        // Awake for 4 s from now, by the operator's clock.
+        let now = started.elapsed().as_secs() as i64 + 1;
+        // The first active override wins: the wake-up goes before the night.
+        let overrides = json!([
+            {"start": at(now), "end": at(now + 4), "reason": format!("wake {wake}")},
+            {"start": at(-60), "end": at(3600), "replica": 0, "reason": "night"},
+        ]);
+        api.patch(
+            "night",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"overrides": overrides}})),
+        )
+        .await
+        .unwrap();
+        deployment_at(&client, n, "web", 3).await;
+        deployment_at(&client, n, "web", 0).await;
+    }
+    let t = tdset_with_reason(&client, n, "night", "Degraded", "AsExpected").await;
+    let group = t.status.and_then(|s| s.group).unwrap();
+    assert!(group.not_at_schedule.is_empty(), "{group:?}");
+    let events = events_for(&client, n, "night").await;
+    assert!(
+        events
+            .iter()
+            .all(|(_, reason, _)| reason != "ConflictingWriter"),
+        "{events:?}"
+    );
+    ns.cleanup().await;
+}
+
+/// A `scaleTargetRef` TDSet (onDelete: Keep) has put `web` (its own count 5) to sleep; at
+/// night it is switched to the group form, selecting `web`. The own count goes with it: the
+/// group records 5 on `web`, and when the night ends `web` runs 5 again.
+#[tokio::test]
+async fn a_switch_from_scale_target_ref_to_the_group_form_at_night_keeps_the_own_count() {
+    let (client, ns) = setup("group-switch").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 5), "dev")).await;
+    let night = json!([{"start": at(-60), "end": at(40), "replica": 0, "reason": "night"}]);
+    let spec = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "schedulingConfig": [],
+        "defaultReplica": 5,
+        "overrides": night,
+        "intervalMint": 60
+    });
+    create_tdset(&client, n, &tdset("night", spec)).await;
+    let _op = Operator::start(&client, n, clock(), None, "test");
+    deployment_at(&client, n, "web", 0).await;
+    assert_eq!(original_recorded(&client, n, "night", "web").await, 5);
+
+    // The group form, still at night: scaleTargetRef and defaultReplica gone (own by day).
+    Api::<TDSet>::namespaced(client.clone(), n)
+        .patch(
+            "night",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "scaleTargetRef": null,
+                "defaultReplica": null,
+                "scaleTargetSelector": {"kinds": ["Deployment"], "selector": {"matchLabels": {"env": "dev"}}},
+            }})),
+        )
+        .await
+        .unwrap();
+    let web: Deployment = object_where(&client, n, "web", "the group's record on web", |d| {
+        annotations(d).contains_key("schedule.rs/own-replicas")
+    })
+    .await;
+    assert_eq!(
+        annotations(&web)
+            .get("schedule.rs/own-replicas")
+            .map(String::as_str),
+        Some("5"),
+        "{:?}",
+        annotations(&web)
+    );
+    // The night ends: its own count again.
+    deployment_at(&client, n, "web", 5).await;
+    ns.cleanup().await;
+}

@@ -65,6 +65,13 @@ impl Contest {
         self.forget_before(now);
     }
 
+    /// The workload was given back its own count (a wake-up to `own`, or letting go): the
+    /// count is ours too, and the schedule's count that follows is a change, not a revert of
+    /// someone else's.
+    pub fn gave_back(&mut self, own: i32) {
+        self.last_set = Some(own);
+    }
+
     /// How many reverts the window holds when that makes a fight, for the report.
     pub fn fight(&mut self, now: Instant) -> Option<usize> {
         self.forget_before(now);
@@ -138,6 +145,21 @@ mod tests {
         // Ten quiet minutes later, the fight is forgotten.
         assert_eq!(c.fight(s(1300)), None);
         assert_eq!(c.decide(2, s(1300)), Verdict::Write);
+    }
+
+    #[test]
+    fn sleeping_again_after_a_wake_up_to_the_own_count_is_not_a_revert() {
+        let t0 = Instant::now();
+        let mut c = Contest::default();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        c.wrote(0, s(0));
+        for wake in 1..=6 {
+            // Woken to its own count by the operator itself, then asleep again.
+            c.gave_back(3);
+            assert_eq!(c.decide(0, s(wake * 60)), Verdict::Write, "wake-up {wake}");
+            c.wrote(0, s(wake * 60));
+        }
+        assert_eq!(c.fight(s(400)), None);
     }
 
     #[test]

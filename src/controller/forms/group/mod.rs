@@ -124,7 +124,34 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         written.retry,
     );
     out.failed = writes_failed;
+    out.target = left_target(tdset, ctx, &kinds, &listed, &members, &written.done);
     Ok(out)
+}
+
+/// The target this TDSet recorded in the form it left (`scaleTargetRef`), kept in its status
+/// until that workload no longer needs it: until the group's record, carrying the same own
+/// count, is on it (or it runs its own count again). A write that failed must not lose the
+/// count.
+fn left_target(
+    tdset: &TDSet,
+    ctx: &Context,
+    kinds: &[Kind],
+    listed: &[(usize, Listed)],
+    members: &[Member],
+    done: &[group::Write],
+) -> Option<crate::api::TargetStatus> {
+    let t = ctx.statuses.current(tdset)?.target?;
+    let i = (0..members.len()).find(|i| {
+        members[*i].place == Place::Held
+            && place::left_record_names(&t, &kinds[listed[*i].0], &members[*i])
+    })?;
+    let m = &members[i];
+    let recorded = m
+        .record
+        .as_ref()
+        .is_some_and(|r| r.holder == tdset.name_any());
+    let settled = recorded || m.value == m.own() || done.iter().any(|w| w.member == i);
+    (!settled).then_some(t)
 }
 
 /// The label selectors a kind is listed with: what the TDSet holds (its record's label), what
@@ -250,8 +277,15 @@ async fn write_all(g: &Group<'_>, plan: &group::Plan) -> Result<Written> {
                 if w.record.as_ref().is_some_and(|r| r.previous.is_some()) {
                     out.retry = Some(out.retry.map_or(TIDY_RETRY, |r| r.min(TIDY_RETRY)));
                 }
-                if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule) {
-                    ctx.contest(&key(&members[w.member]), |c| c.wrote(w.to.replicas(), now));
+                match w.why {
+                    Why::ChangedElsewhere { .. } | Why::Schedule => {
+                        ctx.contest(&key(&members[w.member]), |c| c.wrote(w.to.replicas(), now));
+                    }
+                    // Its own count, given back by this TDSet: the sleep that follows is the
+                    // schedule's change, not a revert of another writer's.
+                    Why::Own | Why::Left(_) => {
+                        ctx.contest(&key(&members[w.member]), |c| c.gave_back(w.to.replicas()));
+                    }
                 }
                 if let Some(n) = ctx.contest(&key(&members[w.member]), |c| c.fight(now)) {
                     out.fights.push((members[w.member].clone(), n));

@@ -84,10 +84,11 @@ pub(super) fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
 /// TDSet's status records for it (as if it were a record on the workload).
 fn taken_over(p: &Placing<'_>, kind: &Kind, m: &Member) -> Option<group::Record> {
     let key = (p.ns, kind.kind.group(), kind.kind.kind(), m.name.as_str());
-    let (holder, original) =
+    let (holder, original) = left_by_me(p, kind, m).or_else(|| {
         p.ctx
             .index
-            .original_elsewhere(key, &m.uid, &p.me.1, m.value.replicas())?;
+            .original_elsewhere(key, &m.uid, &p.me.1, m.value.replicas())
+    })?;
     let own = match m.value {
         Value::Replicas(_) => Value::Replicas(original),
         Value::Floor(_) => Value::Floor(original),
@@ -99,6 +100,27 @@ fn taken_over(p: &Placing<'_>, kind: &Kind, m: &Member) -> Option<group::Record>
         scheduled: m.value,
         previous: None,
     })
+}
+
+/// This TDSet's own record of the form it left (`scaleTargetRef`, whose `onDelete: Keep`
+/// left the workload at the count it set): while the workload runs that count, the original
+/// it recorded is the workload's own count.
+pub(super) fn left_by_me(p: &Placing<'_>, kind: &Kind, m: &Member) -> Option<(String, i32)> {
+    let status = p.ctx.statuses.current(p.tdset)?;
+    let t = status.target.as_ref()?;
+    let same = left_record_names(t, kind, m)
+        && t.field == "spec.replicas"
+        && status.desired_replicas == Some(m.value.replicas());
+    // No holder's name: the record is not on the workload yet (see `left_target`).
+    same.then_some((String::new(), t.original_replicas?))
+}
+
+/// Whether a target recorded in status is this listed workload (its kind, name and uid).
+pub(super) fn left_record_names(t: &crate::api::TargetStatus, kind: &Kind, m: &Member) -> bool {
+    t.group() == kind.kind.group()
+        && t.kind == kind.kind.kind()
+        && t.name == m.name
+        && t.uid.as_deref().is_none_or(|u| u == m.uid)
 }
 
 /// The `scaleTargetRef` TDSet that holds a workload this group lets go of, once that TDSet's
