@@ -1377,3 +1377,59 @@ async fn a_switch_from_scale_target_ref_to_the_group_form_at_night_keeps_the_own
     deployment_at(&client, n, "web", 5).await;
     ns.cleanup().await;
 }
+
+/// What a group reads costs what the plan keeps, not what a tenant stores: 30 Deployments of
+/// ~1 MB each (a pod template with a long `env` list, 200 KB of annotations), selected by one
+/// group and edited six times, keep the operator's peak memory far under the chart's limit
+/// (256 MiB).
+#[tokio::test]
+async fn large_workloads_in_a_group_do_not_cost_their_size_in_memory() {
+    let (client, ns) = setup("group-large").await;
+    let n = &ns.name;
+    let env: Vec<Value> = (0..9000)
+        .map(|i| json!({"name": format!("SETTING_{i:05}"), "value": "x".repeat(60)}))
+        .collect();
+    for i in 0..30 {
+        let mut d = labelled(app_deployment(&format!("big-{i}"), 0), "dev");
+        d["spec"]["template"]["spec"]["containers"][0]["env"] = json!(env);
+        // Annotations may hold 256 KiB in all.
+        d["metadata"]["annotations"] = json!({"example.com/notes": "n".repeat(200_000)});
+        let _: Deployment = create_object(&client, n, d).await;
+    }
+    create_deployment_group(&client, n, "night", -60, 3600).await;
+    let kubeconfig = control_plane().kubeconfig.clone();
+    let op = OperatorProcess::start(&kubeconfig, n, &[], "group-large.log");
+    let api: Api<Deployment> = Api::namespaced(client.clone(), n);
+    object_where(&client, n, "night", "all 30 matched", |t: &TDSet| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.group.as_ref())
+            .is_some_and(|g| g.matched == 30)
+    })
+    .await;
+    // Six label edits, each waking the group to list them all again.
+    for edit in 0..6 {
+        let patch = json!({"metadata": {"labels": {"edit": edit.to_string()}}});
+        api.patch("big-0", &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
+        let reconciles = op.metric("tdset_reconciles_total");
+        eventually(GUARD, "the group reconciled after the edit", || async {
+            (op.metric("tdset_reconciles_total") > reconciles).then_some(())
+        })
+        .await;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", op.pid())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    eprintln!("peak RSS {} MiB for 30 large workloads", peak_kib / 1024);
+    assert!(
+        peak_kib < 96 * 1024,
+        "peak RSS {} MiB for 30 large workloads",
+        peak_kib / 1024
+    );
+    ns.cleanup().await;
+}

@@ -1,7 +1,13 @@
 //! Which kinds a group looks at, and what each listed workload runs and carries.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
 
 use crate::api::{GroupKind, NamedKind, ScaleTargetSelector, TDSet};
 use crate::controller::state::{Answer, Context};
@@ -9,7 +15,12 @@ use crate::error::{Error, Result};
 use crate::status::Problem;
 use crate::workload::group::{Member, Place, Record, Value};
 
-/// Objects per page when listing a kind: what one list holds in memory at once.
+/// Bytes a page of a list aims at: one page's response is held whole while it is decoded
+/// (the decoded objects only as `Lean`), so a page is sized by what its objects weigh.
+const PAGE_BYTES: usize = 4 << 20;
+/// Objects on a list's first page, before their size is known (one may be up to 1.5 MB).
+const FIRST_PAGE: u32 = 8;
+/// The most objects a page asks for.
 const PAGE: u32 = 250;
 
 /// A kind a group selects, resolved to its resource.
@@ -149,11 +160,12 @@ pub(super) fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg:
 
 /// Lists one kind in the namespace, page by page, keeping only what the plan reads.
 async fn list(ctx: &Context, ns: &str, kind: &Kind, labels: &str) -> Answer<Vec<DynamicObject>> {
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
+    let request =
+        kube::core::Request::new(<Lean as kube::Resource>::url_path(&kind.resource, Some(ns)));
     let mut out = Vec::new();
-    let mut params = ListParams::default().labels(labels).limit(PAGE);
+    let mut params = ListParams::default().labels(labels).limit(FIRST_PAGE);
     loop {
-        let page = match api.list(&params).await {
+        let page = match fetch(ctx, &request, &params).await {
             Ok(page) => page,
             Err(kube::Error::Api(s)) if s.is_forbidden() => {
                 return Ok(Err(forbidden("list", &kind.resource, "", ns, &s.message)));
@@ -179,17 +191,41 @@ async fn list(ctx: &Context, ns: &str, kind: &Kind, labels: &str) -> Answer<Vec<
                 ))(e));
             }
         };
+        let (page, bytes) = page;
         let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        out.extend(page.items.into_iter().map(|mut o| {
-            // Only what the plan and status read is kept.
-            o.metadata.managed_fields = None;
-            o
-        }));
+        // The next page is sized by what this one's objects weigh.
+        let each = bytes / page.items.len().max(1);
+        let limit = (PAGE_BYTES / each.max(1)).clamp(FIRST_PAGE as usize, PAGE as usize);
+        params = params.limit(limit as u32);
+        out.extend(
+            page.items
+                .into_iter()
+                .map(|o| o.into_dynamic(&kind.resource)),
+        );
         match next {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(Ok(out)),
         }
     }
+}
+
+/// One page of a list, and its size in bytes (read whole, then decoded as `Lean`).
+async fn fetch(
+    ctx: &Context,
+    request: &kube::core::Request,
+    params: &ListParams,
+) -> kube::Result<(kube::core::ObjectList<Lean>, usize)> {
+    use futures::AsyncReadExt;
+    let http = request.list(params).map_err(kube::Error::BuildRequest)?;
+    let mut body = Vec::new();
+    ctx.client
+        .request_stream(http)
+        .await?
+        .read_to_end(&mut body)
+        .await
+        .map_err(kube::Error::ReadEvents)?;
+    let page = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+    Ok((page, body.len()))
 }
 
 pub(super) fn int_at(o: &DynamicObject, path: &str) -> Option<i32> {
@@ -300,5 +336,187 @@ pub(super) fn member_of(kind: &Kind, o: &DynamicObject, value: Value, place: Pla
         floor_of: None,
         two_step: !kind.built_in,
         handed_to: None,
+    }
+}
+
+/// A listed workload as the plan reads it. Decoding skips the rest (a pod template's `env`, a
+/// tenant's annotations, managed fields) without keeping it, so a tenant's large objects cost
+/// what the plan keeps, not what they store.
+#[derive(Clone, Debug, Deserialize)]
+struct Lean {
+    #[serde(deserialize_with = "lean_meta")]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: LeanSpec,
+    #[serde(default)]
+    status: LeanStatus,
+}
+
+/// What the plan reads of a spec: the count (or a CronJob's `suspend`, an HPA's bounds and
+/// target), and each container's requests, for the savings.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanSpec {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suspend: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_replicas: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_replicas: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale_target_ref: Option<LeanRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    template: Option<LeanTemplate>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+struct LeanRef {
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+struct LeanTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spec: Option<LeanPodSpec>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+struct LeanPodSpec {
+    #[serde(default)]
+    containers: Vec<LeanContainer>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+struct LeanContainer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resources: Option<LeanResources>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+struct LeanResources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    requests: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanStatus {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ready_replicas: Option<i64>,
+}
+
+/// The metadata the placing and the record read; of the annotations only the operator's own
+/// (`schedule.rs/`), each other one dropped as it is read.
+fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        name: Option<String>,
+        namespace: Option<String>,
+        uid: Option<String>,
+        resource_version: Option<String>,
+        generation: Option<i64>,
+        labels: Option<BTreeMap<String, String>>,
+        #[serde(default, deserialize_with = "own_annotations")]
+        annotations: Option<BTreeMap<String, String>>,
+        owner_references: Option<Vec<OwnerReference>>,
+    }
+    let m = Meta::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        generation: m.generation,
+        labels: m.labels,
+        annotations: m.annotations,
+        owner_references: m.owner_references,
+        ..ObjectMeta::default()
+    })
+}
+
+fn own_annotations<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Own;
+    impl<'de> Visitor<'de> for Own {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("annotations")
+        }
+        fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<A: MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            let mut own = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if key.starts_with("schedule.rs/") {
+                    own.insert(key, map.next_value::<String>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(Some(own))
+        }
+    }
+    d.deserialize_option(Own)
+}
+
+impl Lean {
+    /// The object as the rest of the group form reads it (the paths of the full object).
+    fn into_dynamic(self, resource: &ApiResource) -> DynamicObject {
+        let data = serde_json::json!({"spec": self.spec, "status": self.status});
+        DynamicObject {
+            types: Some(kube::core::TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            }),
+            metadata: self.metadata,
+            data,
+        }
+    }
+}
+
+impl kube::Resource for Lean {
+    type DynamicType = ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
