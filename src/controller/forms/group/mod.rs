@@ -208,6 +208,65 @@ impl Written {
             ..Written::default()
         }
     }
+
+    /// What one write came to, taken into account.
+    fn take(
+        &mut self,
+        ctx: &Context,
+        key: &str,
+        m: &Member,
+        w: &group::Write,
+        result: Result<Sent>,
+        now: tokio::time::Instant,
+    ) {
+        let held = m.place == Place::Held;
+        let sent = match result {
+            Ok(sent) => sent,
+            Err(e) => {
+                if held {
+                    self.failed.push((w.member, w.to, e.to_string()));
+                }
+                self.first_error.get_or_insert(e);
+                return;
+            }
+        };
+        match sent {
+            Sent::Done => {
+                // A record that still names the value before its change is tidied by the
+                // next reconcile, asked for here: nothing else may come to trigger it.
+                if w.record.as_ref().is_some_and(|r| r.previous.is_some()) {
+                    self.retry = Some(self.retry.map_or(TIDY_RETRY, |r| r.min(TIDY_RETRY)));
+                }
+                match w.why {
+                    Why::ChangedElsewhere { .. } | Why::Schedule => {
+                        ctx.contest(key, |c| c.wrote(w.to.replicas(), now));
+                    }
+                    // Its own count, given back by this TDSet: the sleep that follows is the
+                    // schedule's change, not a revert of another writer's.
+                    Why::Own | Why::Left(_) => {
+                        ctx.contest(key, |c| c.gave_back(w.to.replicas()));
+                    }
+                }
+                if let Some(n) = ctx.contest(key, |c| c.fight(now)) {
+                    self.fights.push((m.clone(), n));
+                }
+                self.done.push(w.clone())
+            }
+            Sent::Stale(why) | Sent::Gone(why) => {
+                debug!(%why, "group write refused; looking again");
+                self.retry = Some(STALE_RETRY);
+                if held {
+                    self.failed.push((w.member, w.to, why));
+                }
+            }
+            Sent::Problem(p) => {
+                if held {
+                    self.failed.push((w.member, w.to, p.message().to_string()));
+                }
+                self.problems.push(p);
+            }
+        }
+    }
 }
 
 /// Sends the plan's writes, at most `WRITES_IN_FLIGHT` at once, each awaited whatever the
@@ -259,53 +318,14 @@ async fn write_all(g: &Group<'_>, plan: &group::Plan) -> Result<Written> {
     let sends = futures::stream::iter(futures).buffer_unordered(WRITES_IN_FLIGHT);
     let results: Vec<(&group::Write, Result<Sent>)> = sends.collect().await;
     for (w, result) in results {
-        let held = members[w.member].place == Place::Held;
-        let sent = match result {
-            Ok(sent) => sent,
-            Err(e) => {
-                if held {
-                    out.failed.push((w.member, w.to, e.to_string()));
-                }
-                out.first_error.get_or_insert(e);
-                continue;
-            }
-        };
-        match sent {
-            Sent::Done => {
-                // A record that still names the value before its change is tidied by the
-                // next reconcile, asked for here: nothing else may come to trigger it.
-                if w.record.as_ref().is_some_and(|r| r.previous.is_some()) {
-                    out.retry = Some(out.retry.map_or(TIDY_RETRY, |r| r.min(TIDY_RETRY)));
-                }
-                match w.why {
-                    Why::ChangedElsewhere { .. } | Why::Schedule => {
-                        ctx.contest(&key(&members[w.member]), |c| c.wrote(w.to.replicas(), now));
-                    }
-                    // Its own count, given back by this TDSet: the sleep that follows is the
-                    // schedule's change, not a revert of another writer's.
-                    Why::Own | Why::Left(_) => {
-                        ctx.contest(&key(&members[w.member]), |c| c.gave_back(w.to.replicas()));
-                    }
-                }
-                if let Some(n) = ctx.contest(&key(&members[w.member]), |c| c.fight(now)) {
-                    out.fights.push((members[w.member].clone(), n));
-                }
-                out.done.push(w.clone())
-            }
-            Sent::Stale(why) | Sent::Gone(why) => {
-                debug!(%why, "group write refused; looking again");
-                out.retry = Some(STALE_RETRY);
-                if held {
-                    out.failed.push((w.member, w.to, why));
-                }
-            }
-            Sent::Problem(p) => {
-                if held {
-                    out.failed.push((w.member, w.to, p.message().to_string()));
-                }
-                out.problems.push(p);
-            }
-        }
+        out.take(
+            ctx,
+            &key(&members[w.member]),
+            &members[w.member],
+            w,
+            result,
+            now,
+        );
     }
     Ok(out)
 }
