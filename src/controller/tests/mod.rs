@@ -105,7 +105,12 @@ impl ApiServer {
             }
         });
         let client = Client::new(service, "default");
-        ApiServer { rules, log, client }
+        let server = ApiServer { rules, log, client };
+        // Every Event is taken (tests read them with `events`).
+        server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
+            (201, b.clone())
+        });
+        server
     }
 
     /// Answers `method path` with `respond(request body)`.

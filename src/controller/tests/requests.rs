@@ -72,6 +72,37 @@ fn created(body: &Value) -> Value {
     created
 }
 
+/// TDSet `t` whose default count (`default`) is the floor of HPA `web` (its own floor `min`,
+/// scaling Deployment `web` at `min`), and the API server answering the reads and the
+/// TDSet's writes of that form.
+fn hpa_floor(default: i32, min: i32) -> (ApiServer, Operator, TDSet) {
+    let server = ApiServer::start();
+    let hpa = json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-hpa", "resourceVersion": "20"},
+        "spec": {"minReplicas": min, "maxReplicas": 10,
+                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
+        "status": {"currentReplicas": min, "desiredReplicas": min},
+    });
+    let t = tdset(json!({
+        "scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web"},
+        "defaultReplica": default,
+    }));
+    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
+    server.returns("GET", &format!("{HPAS}/web"), hpa.clone());
+    server.returns(
+        "GET",
+        &format!("{TDSETS}/t"),
+        serde_json::to_value(&t).unwrap(),
+    );
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(min));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "21"));
+    let mut operator = Operator::at(&server, NOW);
+    operator.hpas(vec![hpa]);
+    (server, operator, t)
+}
+
 fn lines(expected: &[&str]) -> Vec<String> {
     expected.iter().map(|s| s.to_string()).collect()
 }
@@ -82,9 +113,6 @@ async fn the_owned_form_creates_its_deployment_then_queues_its_status() {
     let t = tdset(json!({"container": {"image": "nginx:1.27", "port": 8080}, "defaultReplica": 2}));
     server.on("POST", DEPLOYMENTS, |body| (201, created(body)));
     server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
-    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
-        (201, b.clone())
-    });
     let mut operator = Operator::at(&server, NOW);
 
     operator.reconcile(&t).await.unwrap();
@@ -119,9 +147,6 @@ async fn a_reconcile_with_nothing_to_change_sends_nothing() {
         tdset(json!({"container": {"image": "nginx:1.27", "port": 8080}, "defaultReplica": 2}));
     server.on("POST", DEPLOYMENTS, |body| (201, created(body)));
     server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
-    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
-        (201, b.clone())
-    });
     let mut operator = Operator::at(&server, NOW);
     operator.reconcile(&t).await.unwrap();
     // The watches bring back what the first reconcile wrote.
@@ -153,9 +178,6 @@ async fn a_scale_target_taken_over_has_its_original_made_durable_before_the_scal
     server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "11"));
     server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
         (200, scale(0, "12"))
-    });
-    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
-        (201, b.clone())
     });
     let mut operator = Operator::at(&server, NOW);
 
@@ -189,34 +211,8 @@ async fn a_scale_target_taken_over_has_its_original_made_durable_before_the_scal
 
 #[tokio::test(start_paused = true)]
 async fn an_hpa_floor_records_the_hpa_s_own_floor_before_raising_it() {
-    let server = ApiServer::start();
-    let hpa = json!({
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-hpa", "resourceVersion": "20"},
-        "spec": {"minReplicas": 1, "maxReplicas": 10,
-                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
-        "status": {"currentReplicas": 1, "desiredReplicas": 1},
-    });
-    let t = tdset(json!({
-        "scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web"},
-        "defaultReplica": 3,
-    }));
-    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
-    server.returns("GET", &format!("{HPAS}/web"), hpa.clone());
-    server.returns(
-        "GET",
-        &format!("{TDSETS}/t"),
-        serde_json::to_value(&t).unwrap(),
-    );
-    server.returns("GET", "/apis/apps/v1", apps_v1());
-    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(1));
-    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "21"));
+    let (server, mut operator, t) = hpa_floor(3, 1);
     server.on("PATCH", &format!("{HPAS}/web"), echo("22"));
-    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
-        (201, b.clone())
-    });
-    let mut operator = Operator::at(&server, NOW);
-    operator.hpas(vec![hpa]);
 
     operator.reconcile(&t).await.unwrap();
 
@@ -272,9 +268,6 @@ async fn a_deleted_tdset_with_restore_gives_the_original_back_then_lets_go() {
         (200, scale(5, "13"))
     });
     server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "14"));
-    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
-        (201, b.clone())
-    });
     let mut operator = Operator::at(&server, NOW);
 
     operator.reconcile(&t).await.unwrap();
@@ -312,9 +305,6 @@ async fn a_target_that_is_gone_is_reported_and_nothing_is_written() {
         serde_json::to_value(&t).unwrap(),
     );
     server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "11"));
-    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
-        (201, b.clone())
-    });
     let mut operator = Operator::at(&server, NOW);
 
     operator.reconcile(&t).await.unwrap();
@@ -382,9 +372,6 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
     server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
     server.on("PATCH", &format!("{DEPLOYMENTS}/a"), echo("13"));
     server.on("PATCH", &format!("{DEPLOYMENTS}/b"), echo("14"));
-    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
-        (201, b.clone())
-    });
     let mut operator = Operator::at(&server, NOW);
 
     operator.reconcile(&t).await.unwrap();
@@ -462,9 +449,6 @@ async fn a_calendar_with_a_date_it_cannot_read_is_left_out_and_the_schedule_goes
     }));
     server.on("POST", DEPLOYMENTS, |body| (201, created(body)));
     server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
-    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
-        (201, b.clone())
-    });
     let mut operator = Operator::at(&server, NOW);
     operator.calendars(vec![json!({
         "apiVersion": "schedule.rs/v1", "kind": "TDCalendar",
@@ -511,35 +495,10 @@ async fn a_calendar_with_a_date_it_cannot_read_is_left_out_and_the_schedule_goes
 
 #[tokio::test(start_paused = true)]
 async fn an_hpa_floor_of_zero_records_the_workload_it_puts_to_sleep_before_it_does() {
-    let server = ApiServer::start();
-    let hpa = json!({
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-hpa", "resourceVersion": "20"},
-        "spec": {"minReplicas": 2, "maxReplicas": 10,
-                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
-    });
-    let t = tdset(json!({
-        "scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web"},
-        "defaultReplica": 0,
-    }));
-    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
-    server.returns("GET", &format!("{HPAS}/web"), hpa.clone());
-    server.returns(
-        "GET",
-        &format!("{TDSETS}/t"),
-        serde_json::to_value(&t).unwrap(),
-    );
-    server.returns("GET", "/apis/apps/v1", apps_v1());
-    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(2));
-    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "21"));
+    let (server, mut operator, t) = hpa_floor(0, 2);
     server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
         (200, scale(0, "22"))
     });
-    server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
-        (201, b.clone())
-    });
-    let mut operator = Operator::at(&server, NOW);
-    operator.hpas(vec![hpa]);
 
     operator.reconcile(&t).await.unwrap();
 
