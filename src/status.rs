@@ -68,6 +68,9 @@ pub enum Problem {
     ConflictingAutoscaler(String),
     /// Another TDSet holds the workload (the older claim, or its owner).
     ConflictingTDSet(String),
+    /// Some of a group's workloads are held elsewhere (another TDSet, their own controller):
+    /// left alone, while the rest of the group is written.
+    PartlyHeldElsewhere(String),
     /// Someone else keeps setting the count the operator sets (e.g. a GitOps tool).
     ConflictingWriter(String),
     /// The platform does not allow this form here (`--pod-forms-in`).
@@ -90,7 +93,9 @@ impl Problem {
             Problem::ScaleNotSupported(_) => reason::SCALE_NOT_SUPPORTED,
             Problem::Forbidden(_) => reason::FORBIDDEN,
             Problem::ConflictingAutoscaler(_) => reason::CONFLICTING_AUTOSCALER,
-            Problem::ConflictingTDSet(_) => reason::CONFLICTING_TDSET,
+            Problem::ConflictingTDSet(_) | Problem::PartlyHeldElsewhere(_) => {
+                reason::CONFLICTING_TDSET
+            }
             Problem::ConflictingWriter(_) => reason::CONFLICTING_WRITER,
             Problem::FormNotAllowed(_) => reason::FORM_NOT_ALLOWED,
             Problem::CalendarNotFound(_) => reason::CALENDAR_NOT_FOUND,
@@ -99,11 +104,14 @@ impl Problem {
     }
 
     /// Whether the workload's changes wait for it: a missing or unreadable calendar does not
-    /// stop the schedule (its dates just do not apply), every other problem does.
+    /// stop the schedule (its dates just do not apply), nor do a group's workloads held
+    /// elsewhere (the rest of the group is written); every other problem does.
     pub fn blocks(&self) -> bool {
         !matches!(
             self,
-            Problem::CalendarNotFound(_) | Problem::CalendarInvalid(_)
+            Problem::CalendarNotFound(_)
+                | Problem::CalendarInvalid(_)
+                | Problem::PartlyHeldElsewhere(_)
         )
     }
 
@@ -118,6 +126,7 @@ impl Problem {
             | Problem::Forbidden(m)
             | Problem::ConflictingAutoscaler(m)
             | Problem::ConflictingTDSet(m)
+            | Problem::PartlyHeldElsewhere(m)
             | Problem::ConflictingWriter(m)
             | Problem::FormNotAllowed(m)
             | Problem::CalendarNotFound(m)

@@ -1433,3 +1433,43 @@ async fn large_workloads_in_a_group_do_not_cost_their_size_in_memory() {
     );
     ns.cleanup().await;
 }
+
+/// A selected workload that its own controller holds (an operator's Deployment) is left alone
+/// and counted as conflicting; the rest of the group is written, so the TDSet says it is
+/// progressing (not "on hold"), and a real failure beside it is what Degraded names.
+#[tokio::test]
+async fn a_workload_held_by_its_own_controller_does_not_put_the_group_on_hold() {
+    let (client, ns) = setup("group-partly").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 3), "dev")).await;
+    let owner: k8s_openapi::api::core::v1::ConfigMap =
+        create_object(&client, n, json!({"metadata": {"name": "some-operator"}})).await;
+    let mut db = labelled(app_deployment("db", 1), "dev");
+    db["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "some-operator",
+        "uid": owner.metadata.uid, "controller": true,
+    }]);
+    let _: Deployment = create_object(&client, n, db).await;
+    create_deployment_group(&client, n, "night", -60, 3600).await;
+    let _op = Operator::start(&client, n, clock(), None, "test");
+
+    deployment_at(&client, n, "web", 0).await;
+    let t = object_where(&client, n, "night", "the group's status", |t: &TDSet| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.group.as_ref())
+            .is_some_and(|g| g.conflicting == 1 && g.at_schedule == 1)
+    })
+    .await;
+    let progressing = condition(&t, "Progressing").unwrap();
+    assert_ne!(progressing.reason, "Blocked", "{progressing:?}");
+    let degraded = condition(&t, "Degraded").unwrap();
+    assert!(
+        degraded.reason == "ConflictingTDSet" && degraded.message.contains("db"),
+        "{degraded:?}"
+    );
+    let db: Deployment = Api::namespaced(client.clone(), n).get("db").await.unwrap();
+    assert_eq!(replicas(&db), Some(1));
+    assert!(annotations(&db).is_empty(), "{:?}", annotations(&db));
+    ns.cleanup().await;
+}

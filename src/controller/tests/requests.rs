@@ -526,3 +526,49 @@ async fn an_hpa_floor_of_zero_records_the_workload_it_puts_to_sleep_before_it_do
     assert_eq!(sent[6].body["spec"]["replicas"], 0);
     assert_eq!(sent[7].body["status"]["target"]["asleep"]["name"], "web");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_group_says_its_own_failure_before_the_workloads_held_elsewhere() {
+    let server = ApiServer::start();
+    let t = tdset(json!({
+        "scaleTargetSelector": {"kinds": ["Deployment"], "selector": {"matchLabels": {"env": "dev"}}},
+        "defaultReplica": 0,
+    }));
+    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
+    let mut held = dev("db", 1, "12");
+    held["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "some-operator", "uid": "uid-op",
+        "controller": true,
+    }]);
+    server.lists(DEPLOYMENTS, "held-by-uid=uid-t", list("Deployment", vec![]));
+    server.lists(
+        DEPLOYMENTS,
+        "env=dev",
+        list("Deployment", vec![dev("a", 3, "11"), held]),
+    );
+    for kind in ["statefulsets", "cronjobs"] {
+        let group = if kind == "cronjobs" { "batch" } else { "apps" };
+        let path = format!("/apis/{group}/v1/namespaces/ns/{kind}");
+        server.lists(&path, "", list("List", vec![]));
+    }
+    server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
+    server.on("PATCH", &format!("{DEPLOYMENTS}/a"), |_| {
+        status(403, "Forbidden", "deployments.apps \"a\" is forbidden: no")
+    });
+    let mut operator = Operator::at(&server, NOW);
+
+    operator.reconcile(&t).await.unwrap();
+
+    let last = server.sent().last().unwrap().body["status"].clone();
+    let conditions = last["conditions"].as_array().unwrap();
+    let degraded = conditions.iter().find(|c| c["type"] == "Degraded").unwrap();
+    assert_eq!(degraded["reason"], "Forbidden", "{degraded}");
+    let progressing = conditions
+        .iter()
+        .find(|c| c["type"] == "Progressing")
+        .unwrap();
+    assert_eq!(last["group"]["conflicting"], 1, "{last}");
+    // Its own failure is Degraded's; the workload held elsewhere alone would not hold it back.
+    assert_eq!(progressing["reason"], "Blocked", "{progressing}");
+}

@@ -86,9 +86,6 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let (listed, members) = place::all(&placing, &kinds, observed);
     let level = eval.count();
     let plan = group::plan(&name, level, &members);
-    if let Some(p) = conflicts(&members) {
-        problems.insert(0, p);
-    }
     let group = Group {
         tdset,
         ctx,
@@ -105,7 +102,9 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     };
     let mut status = plan.status.clone();
     let writes_failed = written.first_error.is_some();
-    let problems = with_write_problems(problems, &written);
+    let mut problems = with_write_problems(problems, &written);
+    // Workloads held elsewhere are said last: a failure of this TDSet's own comes first.
+    problems.extend(conflicts(&members));
     group::not_reached(&mut status, &members, &written.failed);
     status.held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
     // The level has not changed since the last status: a write of it is a workload joining.
@@ -407,7 +406,7 @@ fn conflicts(members: &[Member]) -> Option<Problem> {
         n => format!(" and {n} more"),
     };
     (!held.is_empty()).then(|| {
-        Problem::ConflictingTDSet(format!(
+        Problem::PartlyHeldElsewhere(format!(
             "{} selected workloads are held elsewhere, and this TDSet writes nothing to them: {first}{more}",
             held.len()
         ))
