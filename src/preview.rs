@@ -45,21 +45,26 @@ pub fn compile(
     let mut found = Vec::new();
     let mut missing = Vec::new();
     for name in &tdset.spec.calendars {
-        match calendars
+        let calendar = calendars
             .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(name.0.as_str()))
-        {
-            // As in the controller: a calendar whose dates cannot be read is left out.
-            Some(c) if !unreadable(&c.spec.holidays).is_empty() => missing.push(format!(
-                "{} (dates it cannot read: {})",
-                name.0,
-                unreadable(&c.spec.holidays).join("; ")
-            )),
-            Some(c) => found.push(SharedHolidays {
+            .find(|c| c.metadata.name.as_deref() == Some(name.0.as_str()));
+        let Some(c) = calendar else {
+            missing.push(name.0.clone());
+            continue;
+        };
+        // As in the controller: a calendar whose dates cannot be read is left out.
+        let bad = unreadable(&c.spec.holidays);
+        if bad.is_empty() {
+            found.push(SharedHolidays {
                 calendar: &name.0,
                 holidays: &c.spec.holidays,
-            }),
-            None => missing.push(name.0.clone()),
+            });
+        } else {
+            missing.push(format!(
+                "{} (dates it cannot read: {})",
+                name.0,
+                bad.join("; ")
+            ));
         }
     }
     let schedule =
