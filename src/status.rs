@@ -338,7 +338,7 @@ pub fn failed_transition(
 }
 
 /// At most `MAX_HISTORY_MESSAGE` characters: ten entries must stay small in every status write.
-fn clipped(message: &str) -> String {
+pub fn clipped(message: &str) -> String {
     const MAX_HISTORY_MESSAGE: usize = 512;
     if message.chars().count() <= MAX_HISTORY_MESSAGE {
         return message.to_string();

@@ -7,11 +7,12 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::CronJob;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use support::*;
@@ -1471,5 +1472,254 @@ async fn a_workload_held_by_its_own_controller_does_not_put_the_group_on_hold() 
     let db: Deployment = Api::namespaced(client.clone(), n).get("db").await.unwrap();
     assert_eq!(replicas(&db), Some(1));
     assert!(annotations(&db).is_empty(), "{:?}", annotations(&db));
+    ns.cleanup().await;
+}
+
+/// A group over `env: dev` whose night is an hour away: it holds what it selects and writes
+/// nothing, and is looked at again only when something wakes it.
+fn idle_group() -> Value {
+    let mut spec = sleep_group(json!(["Deployment"]), json!([]), 3600, 7200);
+    spec["intervalMint"] = json!(1440);
+    spec
+}
+
+/// Eight groups select `web`; the oldest holds it. A change of `web` (a rollout restart)
+/// wakes that one, not the seven that hold nothing of it: 300 groups over a namespace must
+/// not list it 300 times.
+#[tokio::test]
+async fn a_workloads_change_wakes_only_the_group_that_holds_it() {
+    let (client, ns) = setup("group-fanout").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 1), "dev")).await;
+    let groups: Vec<String> = (0..8).map(|i| format!("g{i}")).collect();
+    for g in &groups {
+        create_tdset(&client, n, &tdset(g, idle_group())).await;
+    }
+    let op = Operator::start(&client, n, clock(), None, "test");
+    for g in &groups {
+        object_where(&client, n, g, "the group's status", |t: &TDSet| {
+            t.status.as_ref().is_some_and(|s| s.group.is_some())
+        })
+        .await;
+    }
+    let before = op.reconciles_when_quiet().await;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), n);
+    for restart in 0..3 {
+        let template = json!({"spec": {"template": {"metadata": {"annotations": {"restartedAt": restart.to_string()}}}}});
+        let d = api
+            .patch("web", &PatchParams::default(), &Patch::Merge(template))
+            .await
+            .unwrap();
+        object_where(
+            &client,
+            n,
+            "web",
+            "the restart seen by its controller",
+            |x: &Deployment| {
+                x.status.as_ref().and_then(|s| s.observed_generation) == d.metadata.generation
+            },
+        )
+        .await;
+    }
+    let woken = op.reconciles_when_quiet().await - before;
+    assert!(
+        woken <= 6.0,
+        "3 changes of one workload under 8 groups woke {woken} reconciles"
+    );
+    ns.cleanup().await;
+}
+
+/// `night` put `web` to sleep, and the Deployment controller copied its record to web's
+/// ReplicaSet. Labelled out of the group, `web` gets its count back and its record off; the
+/// ReplicaSet keeps the copy for good. Its changes wake no one.
+#[tokio::test]
+async fn a_replica_sets_copy_of_a_record_wakes_no_former_holder() {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    let (client, ns) = setup("group-rs-copy").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 3), "dev")).await;
+    create_deployment_group(&client, n, "night", -60, 3600).await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+    deployment_at(&client, n, "web", 0).await;
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), n);
+    let copied = || async {
+        let list = sets
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap();
+        list.items
+            .iter()
+            .any(|rs| annotations(rs).contains_key("schedule.rs/held-by"))
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the record copied to the ReplicaSet",
+        || async { copied().await.then_some(()) },
+    )
+    .await;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), n);
+    let qa = json!({"metadata": {"labels": {"env": "qa"}}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(qa))
+        .await
+        .unwrap();
+    let web = object_where(
+        &client,
+        n,
+        "web",
+        "web given back, its record off",
+        |d: &Deployment| {
+            replicas(d) == Some(3) && !annotations(d).contains_key("schedule.rs/held-by")
+        },
+    )
+    .await;
+    drop(web);
+    assert!(copied().await, "the ReplicaSet keeps the copy");
+    let before = op.reconciles_when_quiet().await;
+    for count in [4, 5, 2] {
+        let scale = json!({"spec": {"replicas": count}});
+        api.patch("web", &PatchParams::default(), &Patch::Merge(scale))
+            .await
+            .unwrap();
+        eventually(Duration::from_secs(60), "the ReplicaSet scaled", || async {
+            let list = sets
+                .list(&ListParams::default().labels("app=web"))
+                .await
+                .unwrap();
+            list.items
+                .iter()
+                .any(|rs| rs.spec.as_ref().and_then(|s| s.replicas) == Some(count))
+                .then_some(())
+        })
+        .await;
+    }
+    let woken = op.reconciles_when_quiet().await - before;
+    assert_eq!(
+        woken, 0.0,
+        "the ReplicaSet's changes woke {woken} reconciles"
+    );
+    ns.cleanup().await;
+}
+
+/// Suspended at night, `night` still gives back what it lets go of: letting go is not
+/// scheduling. `api`, excluded, gets its own count back; `web`, still held, stays asleep.
+#[tokio::test]
+async fn a_suspended_group_still_gives_back_what_it_lets_go_of() {
+    let (client, ns) = setup("group-suspended").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 3), "dev")).await;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 2), "dev")).await;
+    create_deployment_group(&client, n, "night", -60, 3600).await;
+    let _op = Operator::start(&client, n, clock(), None, "test");
+    deployment_at(&client, n, "web", 0).await;
+    deployment_at(&client, n, "api", 0).await;
+    let api: Api<TDSet> = Api::namespaced(client.clone(), n);
+    let suspend = json!({"spec": {"suspend": true}});
+    api.patch("night", &PatchParams::default(), &Patch::Merge(suspend))
+        .await
+        .unwrap();
+    tdset_with_reason(&client, n, "night", "Progressing", "Suspended").await;
+    let exclude = json!({"spec": {"scaleTargetSelector": {"exclude": ["api"]}}});
+    api.patch("night", &PatchParams::default(), &Patch::Merge(exclude))
+        .await
+        .unwrap();
+    let given_back = deployment_at(&client, n, "api", 2).await;
+    assert!(
+        annotations(&given_back).is_empty(),
+        "{:?}",
+        annotations(&given_back)
+    );
+    let t = object_where(
+        &client,
+        n,
+        "night",
+        "api counted as excluded",
+        |t: &TDSet| {
+            t.status
+                .as_ref()
+                .and_then(|s| s.group.as_ref())
+                .is_some_and(|g| g.excluded == 1)
+        },
+    )
+    .await;
+    assert_eq!(condition(&t, "Progressing").unwrap().reason, "Suspended");
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(replicas(&web), Some(0));
+    ns.cleanup().await;
+}
+
+/// A group's history counts its workloads in one unit: the held workloads' total before and
+/// after (5 -> 0 at night, 0 -> 5 in the morning, whether the level is a count or `own`). A
+/// wake-up that could not be written is recorded too, with why, and not as applied.
+#[tokio::test]
+async fn a_groups_history_is_in_one_unit_and_records_a_wake_up_that_failed() {
+    let (client, ns) = setup("group-history").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 3), "dev")).await;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("api", 2), "dev")).await;
+    // Every own count refused: the morning's writes all fail.
+    let refuse = [
+        RefuseScale::new(&client, n, 3).await,
+        RefuseScale::new(&client, n, 2).await,
+    ];
+    create_deployment_group(&client, n, "night", -60, 15).await;
+    let _op = Operator::start(&client, n, clock(), None, "test");
+    deployment_at(&client, n, "web", 0).await;
+    let failed = object_where(
+        &client,
+        n,
+        "night",
+        "the failed wake-up in history",
+        |t: &TDSet| t.status.as_ref().is_some_and(|s| s.history.len() == 2),
+    )
+    .await;
+    let history = failed.status.unwrap().history;
+    let (wake, sleep) = (&history[0], &history[1]);
+    assert_eq!((sleep.from, sleep.to), (Some(5), Some(0)), "{history:?}");
+    assert_eq!((wake.from, wake.to), (Some(0), Some(5)), "{history:?}");
+    assert!(wake.applied_at.is_none(), "{history:?}");
+    assert!(
+        wake.message
+            .as_deref()
+            .is_some_and(|m| m.contains("2 of 2 workloads") && m.contains("the test refuses")),
+        "{history:?}"
+    );
+    for r in &refuse {
+        r.lift().await;
+    }
+    // A label change wakes the group now, rather than after the error policy's backoff (the
+    // API server may apply the policies for a moment after their deletion).
+    let deployments = Api::<Deployment>::namespaced(client.clone(), n);
+    let mut touches = 0;
+    eventually(GUARD, "web woken", || {
+        touches += 1;
+        let touch = json!({"metadata": {"labels": {"touched": touches.to_string()}}});
+        let deployments = &deployments;
+        async move {
+            let web = deployments
+                .patch("web", &PatchParams::default(), &Patch::Merge(&touch))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            (replicas(&web) == Some(3)).then_some(())
+        }
+    })
+    .await;
+    deployment_at(&client, n, "api", 2).await;
+    let woken = object_where(
+        &client,
+        n,
+        "night",
+        "the wake-up in history",
+        |t: &TDSet| {
+            t.status.as_ref().is_some_and(|s| {
+                s.history
+                    .first()
+                    .is_some_and(|h| h.applied_at.is_some() && h.to == Some(5))
+            })
+        },
+    )
+    .await;
+    let history = woken.status.unwrap().history;
+    assert_eq!(history[0].from, Some(0), "{history:?}");
     ns.cleanup().await;
 }

@@ -142,6 +142,25 @@ impl Operator {
         self.writes()
     }
 
+    /// Reconciles run so far, once none has run for two seconds: those a change woke are
+    /// done. A baseline for "this change woke so many".
+    pub async fn reconciles_when_quiet(&self) -> f64 {
+        let last = std::cell::Cell::new(-1.0);
+        eventually(
+            Duration::from_secs(120),
+            "no reconcile for two seconds",
+            || {
+                let last = &last;
+                async move {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    let now = self.counter("tdset_reconciles_total");
+                    (now == last.replace(now)).then_some(now)
+                }
+            },
+        )
+        .await
+    }
+
     pub fn counter(&self, name: &str) -> f64 {
         let text = self.metrics.render();
         text.lines()

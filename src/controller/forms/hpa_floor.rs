@@ -10,7 +10,7 @@ use super::target::{Record, ensure_durable, problem_outcome, target_status};
 use crate::api::{Asleep, ScaleTargetRef};
 use crate::controller::io::target::{read_hpa, resolve_and_read, write, write_min_replicas};
 use crate::controller::lane::{EventType, note};
-use crate::controller::state::{Answer, Context, Outcome, Resolved, Write};
+use crate::controller::state::{Answer, Context, Outcome, Resolved, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::hpa::{self, HpaView};
@@ -169,7 +169,14 @@ async fn apply(
         .scale_target
         .map(|_| target_before.unwrap_or(0))
         .or(plan.min_replicas.map(|_| floor_before));
-    Ok(outcome(r, &hpa, record, target, &plan, scaled))
+    Ok(outcome(
+        r,
+        &hpa,
+        record,
+        target,
+        &plan,
+        scaled.map(Scaled::from_count),
+    ))
 }
 
 /// What the form observed and wrote.
@@ -179,7 +186,7 @@ fn outcome(
     record: Record,
     target: HpaTarget,
     plan: &hpa::FloorPlan,
-    scaled: Option<i32>,
+    scaled: Option<Scaled>,
 ) -> Outcome {
     let notices = plan
         .clamped_from

@@ -14,7 +14,7 @@ use crate::api::{ScaleTargetRef, TDSet};
 use crate::controller::io::owned::{Change, delete_owned, ensure};
 use crate::controller::io::target::hpa_scaling;
 use crate::controller::lane::{EventType, Events, note};
-use crate::controller::state::{Context, Outcome, Write};
+use crate::controller::state::{Context, Outcome, Scaled, Write};
 use crate::error::{Error, Result};
 use crate::memo::OwnWrites;
 use crate::status::{Missing, Observed, Problem, reason};
@@ -71,6 +71,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>) -> Result<Outcome> {
         _ => eval.replicas,
     };
     let (workload, problem, scaled) = deployment(&mut turn, cached.as_ref(), replicas).await?;
+    let scaled = scaled.map(Scaled::from_count);
     let problem = problem.or(hpa.map(|h| {
         Problem::ConflictingAutoscaler(format!(
             "HorizontalPodAutoscaler {h} scales Deployment {name}, which this TDSet runs; its replicas are \

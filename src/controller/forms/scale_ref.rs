@@ -13,7 +13,7 @@ use super::events::record_scale;
 use super::target::{Record, ensure_durable, problem_outcome, target_status};
 use crate::api::ScaleTargetRef;
 use crate::controller::io::target::{hpas_in, resolve_and_read, write};
-use crate::controller::state::{Outcome, Resolved, Write};
+use crate::controller::state::{Outcome, Resolved, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Missing, Observed, Problem, reason};
 use crate::workload::contest::Verdict;
@@ -122,7 +122,7 @@ async fn apply(
                 replicas,
                 eval,
             ));
-            scaled = Some(view.spec_replicas);
+            scaled = Some(Scaled::from_count(view.spec_replicas));
             view.spec_replicas = replicas;
         }
     }

@@ -78,6 +78,12 @@ fn on_target<K: Resource<DynamicType = ()>>(
             return Vec::new();
         }
         let mut out = affected(&index, &hpas, &ns, &group, &kind, &o.name_any());
+        // The Deployment controller copies a Deployment's annotations, a group's record
+        // included, to its ReplicaSets, and never takes them off: a ReplicaSet is its
+        // Deployment's, never a group's, and its changes must not wake a former holder.
+        if copies_its_deployment(&o) {
+            return out;
+        }
         let generation = o.metadata.generation;
         let key = (ns.as_str(), group.as_ref(), kind.as_ref(), o.name_any());
         out.extend(groups.affected(
@@ -88,6 +94,14 @@ fn on_target<K: Resource<DynamicType = ()>>(
         ));
         out
     }
+}
+
+/// Whether an object is controlled by a Deployment (a ReplicaSet), whose annotations it
+/// copies.
+fn copies_its_deployment<K: Resource>(o: &K) -> bool {
+    o.owner_references()
+        .iter()
+        .any(|r| r.controller == Some(true) && r.kind == "Deployment" && r.api_version == "apps/v1")
 }
 
 /// Maps a change of an owned Deployment to its TDSet, and to any TDSet that references it

@@ -53,24 +53,29 @@ pub(crate) async fn report(
     // A calendar that does not exist is reported, unless the workload has a worse problem.
     let problem = outcome.problem.clone().or(calendar_problem);
 
-    if let Some(due) = due.filter(|_| outcome.scaled.is_some()) {
+    let landed = outcome.scaled.as_ref().is_some_and(|s| s.landed);
+    if let Some(due) = due.filter(|_| landed) {
         let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
         ctx.metrics.transition_lag.observe(lag);
     }
     // The change, for status.history: at the transition's instant when one was due.
-    let change = outcome.scaled.map(|from| HistoryEntry {
-        at: crate::preview::rfc3339(due.unwrap_or(now)),
-        // Milliseconds: how late a change landed is usually well under a second.
-        applied_at: Some(
-            ctx.clock
-                .now()
-                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        ),
-        from: Some(from),
-        to: eval.count().replicas(),
-        reason: eval.why(),
-        message: None,
-    });
+    // A change that did not land at all is recorded only when one was due (a workload that
+    // keeps refusing writes would otherwise add an entry every reconcile).
+    let change = (outcome.scaled.clone())
+        .filter(|s| s.landed || due.is_some())
+        .map(|s| HistoryEntry {
+            at: crate::preview::rfc3339(due.unwrap_or(now)),
+            // Milliseconds: how late a change landed is usually well under a second.
+            applied_at: s.landed.then(|| {
+                ctx.clock
+                    .now()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            }),
+            from: Some(s.from),
+            to: s.to.or(eval.count().replicas()),
+            reason: eval.why(),
+            message: s.failed.map(|m| status::clipped(&m)),
+        });
 
     // Status (pure), written only when it differs.
     let new_status = status::next_status(&Inputs {

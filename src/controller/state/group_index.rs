@@ -197,9 +197,12 @@ impl GroupIndex {
             .unwrap_or_default()
     }
 
-    /// The groups a change of this workload concerns: those that select it, and the one whose
-    /// record it carries (it may have to be given back); none when the change is one no group
-    /// acts on (see `Seen`).
+    /// The groups a change of this workload concerns: the one whose record it carries (it
+    /// may have to be given back), and the one next in line, the oldest claim that selects it
+    /// and does not exclude it (it holds it, or takes it once the holder lets go). Younger
+    /// groups that select it are not woken: they hold nothing of it, and a `rollout restart`
+    /// of a namespace under 300 groups would otherwise list it 300 times. None when the
+    /// change is one no group acts on (see `Seen`).
     pub fn affected(
         &self,
         (ns, group, kind, name): (&str, &str, &str, &str),
@@ -208,12 +211,23 @@ impl GroupIndex {
         annotations: &BTreeMap<String, String>,
     ) -> Vec<TDSetRef> {
         let holder = annotations.get(HELD_BY);
-        let concerned: Vec<TDSetRef> = self
-            .in_namespace(ns)
-            .into_iter()
-            .filter(|((_, n), e)| holder == Some(n) || e.selects(group, kind, labels))
-            .map(|((_, n), _)| tdset_ref_named(ns, &n))
-            .collect();
+        let concerned: Vec<TDSetRef> = {
+            let Ok(index) = self.groups.read() else {
+                return vec![];
+            };
+            let groups = index.get(ns);
+            let next = groups.and_then(|g| {
+                g.iter()
+                    .find(|(_, e)| e.selects(group, kind, labels) && !e.exclude.contains(name))
+                    .map(|((_, n), _)| n)
+            });
+            let holding = groups
+                .zip(holder)
+                .and_then(|(g, h)| g.keys().find(|(_, n)| n == h).map(|(_, n)| n));
+            let mut names: Vec<&String> = holding.into_iter().chain(next).collect();
+            names.dedup();
+            names.into_iter().map(|n| tdset_ref_named(ns, n)).collect()
+        };
         let key = (
             ns.to_string(),
             group.to_string(),
@@ -297,6 +311,48 @@ mod tests {
             "no group's"
         );
         assert_eq!(woken(2, &labels("dev"), &none), ["night"], "back in");
+    }
+
+    /// Of the groups that select a workload only the oldest (which holds it) is woken by its
+    /// changes, with the holder its record names; a younger one only once the older ones
+    /// exclude it.
+    #[test]
+    fn a_workloads_change_wakes_its_holder_and_the_next_in_line_only() {
+        let index = GroupIndex::default();
+        for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
+            index.update(&group(name, &format!("2026-01-0{}T00:00:00Z", i + 1)));
+        }
+        let key = ("dev", "apps", "Deployment", "api");
+        let mut generation = 0;
+        let mut woken = |a: &BTreeMap<String, String>| {
+            generation += 1;
+            let mut names: Vec<String> = index
+                .affected(key, Some(generation), &labels("dev"), a)
+                .into_iter()
+                .map(|r| r.name)
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(woken(&BTreeMap::new()), ["a"]);
+        let record = |h: &str| BTreeMap::from([(HELD_BY.to_string(), h.to_string())]);
+        assert_eq!(woken(&record("a")), ["a"]);
+        assert_eq!(
+            woken(&record("c")),
+            ["a", "c"],
+            "a holder younger than the next in line"
+        );
+        assert_eq!(woken(&record("gone")), ["a"], "a holder that is no group");
+        let mut a = group("a", "2026-01-01T00:00:00Z");
+        if let Some(s) = a.spec.scale_target_selector.as_mut() {
+            s.exclude = vec!["api".into()];
+        }
+        index.update(&a);
+        assert_eq!(
+            woken(&record("a")),
+            ["a", "b"],
+            "the holder excludes it: b is next"
+        );
     }
 
     #[test]

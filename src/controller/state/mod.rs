@@ -18,7 +18,7 @@ pub use calendar_index::CalendarIndex;
 pub use context::Context;
 pub(crate) use discovery::{Discovery, Resolved};
 pub(crate) use group_index::{Claim, GroupIndex, claim_of};
-pub(crate) use outcome::{Answer, Outcome, Write};
+pub(crate) use outcome::{Answer, Outcome, Scaled, Write};
 pub(crate) use sharding::let_go_loop;
 pub use sharding::{ShardOptions, Sharding};
 pub(crate) use target_index::{TargetIndex, claimed};

@@ -22,9 +22,9 @@ pub(crate) struct Outcome {
     /// Look again sooner than the schedule needs (e.g. a target that does not exist yet and
     /// whose kind is not watched).
     pub retry: Option<Duration>,
-    /// When this reconcile changed the workload's replica count (or an HPA's floor): the
-    /// count before.
-    pub scaled: Option<i32>,
+    /// When this reconcile changed the workload's replica count (or an HPA's floor, a
+    /// group's workloads), or a group's change failed: what, for `status.history`.
+    pub scaled: Option<Scaled>,
     /// With `scaleTargetSelector`: the group's counts.
     pub group: Option<GroupStatus>,
     /// Some of its writes failed (others landed, and are reported): looked at again with the
@@ -32,6 +32,32 @@ pub(crate) struct Outcome {
     pub failed: bool,
     /// What the schedule removes now, when the baseline is known.
     pub saved: Option<Saved>,
+}
+
+/// A change of the count, for `status.history`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Scaled {
+    /// The count before.
+    pub from: i32,
+    /// The count after; `None`: the schedule's level. A group's are its held workloads'
+    /// totals (before and after the writes that landed), one unit for both.
+    pub to: Option<i32>,
+    /// Some of it did not land: why (a group, whose writes go one per workload).
+    pub failed: Option<String>,
+    /// Whether any of it landed.
+    pub landed: bool,
+}
+
+impl Scaled {
+    /// The one write of a single workload's form landed, from `from` to the schedule's level.
+    pub(crate) fn from_count(from: i32) -> Scaled {
+        Scaled {
+            from,
+            to: None,
+            failed: None,
+            landed: true,
+        }
+    }
 }
 
 impl Outcome {

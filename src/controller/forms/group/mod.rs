@@ -22,9 +22,10 @@ use tracing::{debug, info, warn};
 
 use super::Turn;
 use crate::api::{GroupKind, GroupStatus, ScaleTargetSelector, TDSet};
+use crate::controller::io::target::hpas_in;
 use crate::controller::io::tdset::write_group_now;
 use crate::controller::lane::{EventType, Events, note};
-use crate::controller::state::{Context, Outcome, Write as Mode, claim_of};
+use crate::controller::state::{Context, Outcome, Scaled, Write as Mode, claim_of};
 use crate::error::{Error, Result};
 use crate::schedule::{Count, Evaluation};
 use crate::status::{Observed, Problem};
@@ -74,6 +75,7 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         sel,
         selector: &selector,
         me,
+        hpas: &hpas_in(ctx, ns),
     };
     let mut problems = Vec::new();
     let recorded = recorded_kinds(tdset, ctx);
@@ -96,9 +98,19 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         members: &members,
     };
     let written = if mode == Mode::Never {
-        Written::suspended(&plan, &members)
+        // Letting go is not scheduling: a workload excluded or no longer selected gets its own
+        // count back while suspended too, and those still held are left as they are.
+        let leaving: Vec<group::Write> = (plan.writes.iter())
+            .filter(|w| matches!(w.why, Why::Left(_)))
+            .cloned()
+            .collect();
+        let mut written = write_all(&group, &leaving).await?;
+        written
+            .failed
+            .extend(Written::suspended(&plan, &members).failed);
+        written
     } else {
-        write_all(&group, &plan).await?
+        write_all(&group, &plan.writes).await?
     };
     let mut status = plan.status.clone();
     let writes_failed = written.first_error.is_some();
@@ -113,6 +125,9 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         .as_ref()
         .is_some_and(|p| p.group.is_some() && p.desired_replicas == level.replicas());
     report(tdset, ctx, eval, &members, &written.done, joining, events);
+    let unreached = (mode != Mode::Never)
+        .then(|| unreached(&members, &written.failed))
+        .flatten();
     let mut out = outcome(
         tdset,
         &listed,
@@ -122,6 +137,7 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         problems,
         written.retry,
     );
+    out.scaled = scaled(&members, &plan.writes, &written.done, unreached);
     out.failed = writes_failed;
     out.target = left_target(tdset, ctx, &kinds, &listed, &members, &written.done);
     Ok(out)
@@ -273,14 +289,14 @@ impl Written {
 /// count). A workload someone else keeps setting back (a GitOps tool's self-heal) has its
 /// value taken as its own each time, and the level applied again less and less often, as
 /// for scaleTargetRef.
-async fn write_all(g: &Group<'_>, plan: &group::Plan) -> Result<Written> {
+async fn write_all(g: &Group<'_>, planned: &[group::Write]) -> Result<Written> {
     let (ctx, ns, members) = (g.ctx, g.ns, g.members);
     let name = g.tdset.name_any();
     let mut out = Written::default();
     let now = tokio::time::Instant::now();
     let key = |m: &Member| format!("{ns}/{name}/{}/{}", m.kind, m.name);
     let mut writes = Vec::new();
-    for w in &plan.writes {
+    for w in planned {
         let m = &members[w.member];
         // A writer that replaces the whole object takes the record with it: its reverts
         // are Schedule writes, and held back the same way (a new level never is).
@@ -536,6 +552,56 @@ fn together(
     }
 }
 
+/// The change of the group's total this reconcile made (a scheduled level, own counts given
+/// back, someone else's change taken), or tried and could not, for `status.history`: the held
+/// workloads' total before and the total the plan asks for (their HPAs not counted), in one
+/// unit whether the level is a count or `own`.
+fn scaled(
+    members: &[Member],
+    planned: &[group::Write],
+    done: &[group::Write],
+    unreached: Option<String>,
+) -> Option<Scaled> {
+    let landed = done.iter().any(|w| {
+        matches!(
+            w.why,
+            Why::Schedule | Why::Own | Why::ChangedElsewhere { .. }
+        )
+    });
+    let held = |i: &usize| members[*i].place == Place::Held && members[*i].floor_of.is_none();
+    let mut after: Vec<i32> = members.iter().map(|m| m.value.replicas()).collect();
+    for w in planned {
+        after[w.member] = w.to.replicas();
+    }
+    let from = (0..members.len())
+        .filter(held)
+        .map(|i| members[i].value.replicas())
+        .sum();
+    let to = (0..members.len()).filter(held).map(|i| after[i]).sum();
+    (landed || unreached.is_some()).then_some(Scaled {
+        from,
+        to: Some(to),
+        failed: unreached,
+        landed,
+    })
+}
+
+/// The held workloads whose writes did not land, in a few words: how many, and the first.
+fn unreached(members: &[Member], failed: &[(usize, Value, String)]) -> Option<String> {
+    let (first, _, why) = failed.first()?;
+    let m = &members[*first];
+    let held = members
+        .iter()
+        .filter(|m| m.place == Place::Held && m.floor_of.is_none());
+    Some(format!(
+        "{} of {} workloads not at their count; {} {}: {why}",
+        failed.len(),
+        held.count(),
+        m.kind,
+        m.name
+    ))
+}
+
 fn outcome(
     tdset: &TDSet,
     listed: &[(usize, Listed)],
@@ -579,19 +645,6 @@ fn outcome(
             Saved::removed(own, value[*i].replicas(), listed[*i].1.requests)
         })
         .fold(Saved::default(), Saved::plus);
-    let scaled = done
-        .iter()
-        .any(|w| {
-            matches!(
-                w.why,
-                Why::Schedule | Why::Own | Why::ChangedElsewhere { .. }
-            )
-        })
-        .then(|| {
-            held.iter()
-                .map(|i| members[*i].value.replicas())
-                .sum::<i32>()
-        });
     if !problems.is_empty() {
         warn!(problems = problems.len(), first = %problems[0].message(), "group problems");
     }
@@ -609,7 +662,6 @@ fn outcome(
     Outcome {
         problem: problems.into_iter().next(),
         retry,
-        scaled,
         group: Some(status),
         saved: Some(saved),
         ..Outcome::observed(Ok(observed))

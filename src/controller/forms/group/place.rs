@@ -8,7 +8,9 @@ use crate::api::{ScaleTargetSelector, TDSet};
 use crate::controller::state::Claim;
 use crate::controller::state::Context;
 use crate::workload::group::{self, Member, Place, Value};
+use crate::workload::hpa::HpaView;
 use crate::workload::savings::Requests;
+use crate::workload::target::conflicting_hpa;
 
 use super::observe::{Kind, int_at, is_hpa, member_of};
 
@@ -21,6 +23,8 @@ pub(super) struct Placing<'a> {
     pub(super) selector: &'a group::Selector,
     /// This TDSet's claim (creationTimestamp, name).
     pub(super) me: Claim,
+    /// The namespace's HPAs, read once for every workload placed.
+    pub(super) hpas: &'a [HpaView],
 }
 
 /// Where a selected (or recorded) workload stands: excluded, held by something else (its
@@ -33,6 +37,7 @@ pub(super) fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
         sel,
         selector,
         me,
+        ..
     } = p;
     let labels = o.labels();
     let name = o.name_any();
@@ -209,15 +214,12 @@ fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> L
             int_at(o, "/spec/maxReplicas").unwrap_or(i32::MAX),
         ));
     }
-    member.autoscaled_by = crate::controller::io::target::hpa_scaling(
-        placing.ctx,
-        placing.ns,
-        &ScaleTargetRef {
-            api_version: kind.resource.api_version.clone(),
-            kind: kind.resource.kind.clone(),
-            name: member.name.clone(),
-        },
-    );
+    let target = ScaleTargetRef {
+        api_version: kind.resource.api_version.clone(),
+        kind: kind.resource.kind.clone(),
+        name: member.name.clone(),
+    };
+    member.autoscaled_by = conflicting_hpa(&target, placing.hpas).map(|h| h.name.clone());
     let requests = match kind.kind {
         GroupKind::Named(NamedKind::CronJob) => Requests::default(),
         _ => o
