@@ -129,7 +129,12 @@ impl Prune for HorizontalPodAutoscaler {
 /// is not a shard drops them before they reach the cache, see `watches::route`.)
 impl Prune for TDSet {
     fn prune(&mut self) {
+        // Its creationTimestamp is its claim on what it selects (the oldest claim holds):
+        // a reconcile reads it from the cached spec it runs on, never from an index that
+        // may have moved past that spec.
+        let created = self.metadata.creation_timestamp.take();
         prune_meta(&mut self.metadata);
+        self.metadata.creation_timestamp = created;
     }
 }
 
@@ -156,6 +161,7 @@ where
             resource_version: m.resource_version.take(),
             generation: m.generation.take(),
             deletion_timestamp: m.deletion_timestamp.take(),
+            creation_timestamp: m.creation_timestamp.take(),
             owner_references: m.owner_references.take(),
             ..ObjectMeta::default()
         };
@@ -183,6 +189,8 @@ where
         m.generation = self.metadata.generation;
         m.deletion_timestamp
             .clone_from(&self.metadata.deletion_timestamp);
+        m.creation_timestamp
+            .clone_from(&self.metadata.creation_timestamp);
         m.owner_references
             .clone_from(&self.metadata.owner_references);
         Ok(obj)

@@ -536,7 +536,41 @@ async fn the_group_form_is_checked_at_admission() {
         let (ok, out) = apply(&manifest(&ns.name, spec));
         assert!(ok, "valid group case {i} was rejected:\n{spec}\n{out}");
     }
+    // A selector is matched against every event of what it may select: its size is bounded.
+    let labels: Vec<String> = (0..33).map(|i| format!("k{i}: v")).collect();
+    let many_labels = format!("    selector: {{matchLabels: {{{}}}}}\n", labels.join(", "));
+    let expressions: Vec<&str> = vec!["{key: k, operator: Exists}"; 17];
+    let many_expressions = format!(
+        "    selector: {{matchExpressions: [{}]}}\n",
+        expressions.join(", ")
+    );
+    let values: Vec<String> = (0..65).map(|i| format!("v{i}")).collect();
+    let many_values = format!(
+        "    selector: {{matchExpressions: [{{key: k, operator: In, values: [{}]}}]}}\n",
+        values.join(", ")
+    );
+    let long_value = format!("    selector: {{matchLabels: {{k: {}}}}}\n", "v".repeat(64));
     let rejected: Vec<(&str, String, &str)> = vec![
+        (
+            "33 labels in a selector",
+            group(&many_labels, ""),
+            "spec.scaleTargetSelector.selector.matchLabels",
+        ),
+        (
+            "17 expressions in a selector",
+            group(&many_expressions, ""),
+            "spec.scaleTargetSelector.selector.matchExpressions",
+        ),
+        (
+            "65 values in an expression",
+            group(&many_values, ""),
+            "spec.scaleTargetSelector.selector.matchExpressions[0].values",
+        ),
+        (
+            "a label value longer than a label may be",
+            group(&long_value, ""),
+            "spec.scaleTargetSelector.selector.matchLabels.k",
+        ),
         (
             "unknown kind",
             group("    kinds: [Pod]\n    selector: {}\n", ""),

@@ -783,6 +783,9 @@ pub fn crd() -> crate::Result<
     let mut crd = serde_json::to_value(TDSet::crd()).map_err(serialize)?;
     for version in crd["spec"]["versions"].as_array_mut().into_iter().flatten() {
         let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        if let Some(group) = spec.get_mut("scaleTargetSelector") {
+            bound_selector(&mut group["properties"]["selector"]);
+        }
         if let Some(template) = spec.get_mut("template") {
             tighten_pod_template(template);
             template["description"] = serde_json::Value::String(
@@ -801,6 +804,31 @@ pub fn calendar_crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     use kube::CustomResourceExt;
     TDCalendar::crd()
+}
+
+/// The most labels a group's selector may name, and the most expressions: it is matched
+/// against every change of every workload it may select, and sent with every list.
+pub const MAX_SELECTOR_LABELS: usize = 32;
+pub const MAX_SELECTOR_EXPRESSIONS: usize = 16;
+/// The most values one expression may list.
+pub const MAX_SELECTOR_VALUES: usize = 64;
+
+/// Bounds on a group's label selector (k8s-openapi's `LabelSelector` has none): a label value
+/// is at most 63 characters and a key at most 317 (a 253-character prefix, `/`, 63), as the
+/// API server checks labels.
+fn bound_selector(selector: &mut serde_json::Value) {
+    use serde_json::json;
+    let props = &mut selector["properties"];
+    let labels = &mut props["matchLabels"];
+    labels["maxProperties"] = json!(MAX_SELECTOR_LABELS);
+    labels["additionalProperties"]["maxLength"] = json!(63);
+    let exprs = &mut props["matchExpressions"];
+    exprs["maxItems"] = json!(MAX_SELECTOR_EXPRESSIONS);
+    let item = &mut exprs["items"]["properties"];
+    item["key"]["maxLength"] = json!(317);
+    item["operator"]["maxLength"] = json!(16);
+    item["values"]["maxItems"] = json!(MAX_SELECTOR_VALUES);
+    item["values"]["items"]["maxLength"] = json!(63);
 }
 
 fn tighten_pod_template(template: &mut serde_json::Value) {

@@ -177,8 +177,8 @@ impl GroupIndex {
         others
     }
 
-    /// The claim of the group TDSet `name`: the index has it from the watch, whose objects
-    /// carry the creationTimestamp the compact cache leaves out.
+    /// The claim of the group TDSet `name`, as the index has it.
+    #[cfg(test)]
     pub fn claim(&self, ns: &str, name: &str) -> Option<Claim> {
         let index = self.groups.read().ok()?;
         index.get(ns)?.keys().find(|(_, n)| n == name).cloned()

@@ -363,10 +363,21 @@ impl Operator {
 
     /// One reconcile of `tdset`, then whatever it queued on the lane sent.
     pub async fn reconcile(&mut self, tdset: &TDSet) -> crate::Result<()> {
-        // What the TDSet watch does before a reconcile: the cache and the indexes hold it.
-        listed(&mut self.tdsets, vec![Cached::new(tdset.clone())]);
+        // What the TDSet watch does before a reconcile: the indexes hold it.
         self.ctx.groups.update(tdset);
         self.ctx.index.update(tdset);
+        self.reconcile_as_cached(tdset).await
+    }
+
+    /// The index of groups now holds `tdset` (another TDSet, not reconciled here).
+    pub fn group(&self, tdset: &TDSet) {
+        self.ctx.groups.update(tdset);
+    }
+
+    /// One reconcile of `tdset` as the cache holds it, the indexes left as they are (they may
+    /// have moved past it: the watch updates them before the cache).
+    pub async fn reconcile_as_cached(&mut self, tdset: &TDSet) -> crate::Result<()> {
+        listed(&mut self.tdsets, vec![Cached::new(tdset.clone())]);
         let result = super::reconcile(Arc::new(Cached::new(tdset.clone())), self.ctx.clone()).await;
         self.ctx.lane.drain(Duration::from_secs(10)).await;
         result.map(|_| ())

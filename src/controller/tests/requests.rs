@@ -572,3 +572,51 @@ async fn a_group_says_its_own_failure_before_the_workloads_held_elsewhere() {
     // Its own failure is Degraded's; the workload held elsewhere alone would not hold it back.
     assert_eq!(progressing["reason"], "Blocked", "{progressing}");
 }
+
+/// The watch updates the indexes before the cache: the index already knows `t` as no group
+/// (its form was changed) while the cache still holds its group spec. A reconcile on that
+/// spec takes `t`'s own claim (its creationTimestamp), not the oldest possible one, and
+/// writes nothing to a workload the older group `a` holds.
+#[tokio::test(start_paused = true)]
+async fn a_group_reconciled_on_a_stale_spec_takes_nothing_from_an_older_group() {
+    let server = ApiServer::start();
+    let spec = json!({
+        "scaleTargetSelector": {"kinds": ["Deployment"], "selector": {"matchLabels": {"env": "dev"}}},
+        "defaultReplica": 0,
+    });
+    let t = tdset(spec.clone());
+    let mut older = tdset(spec);
+    older.metadata.name = Some("a".into());
+    older.metadata.creation_timestamp = tdset_created("2026-10-01T00:00:00Z");
+    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
+    let mut held = dev("web", 0, "11");
+    held["metadata"]["annotations"] = json!({
+        "schedule.rs/held-by": "a", "schedule.rs/own-replicas": "3",
+        "schedule.rs/scheduled-replicas": "0",
+    });
+    server.lists(DEPLOYMENTS, "held-by-uid=uid-t", list("Deployment", vec![]));
+    server.lists(DEPLOYMENTS, "env=dev", list("Deployment", vec![held]));
+    for kind in ["statefulsets", "cronjobs"] {
+        let group = if kind == "cronjobs" { "batch" } else { "apps" };
+        let path = format!("/apis/{group}/v1/namespaces/ns/{kind}");
+        server.lists(&path, "", list("List", vec![]));
+    }
+    server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web"), echo("12"));
+    let mut operator = Operator::at(&server, NOW);
+    operator.group(&older);
+
+    operator.reconcile_as_cached(&t).await.unwrap();
+
+    let writes: Vec<String> = (server.requests().into_iter())
+        .filter(|r| r.contains("/deployments/"))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    let last = server.sent().last().unwrap().body["status"].clone();
+    assert_eq!(last["group"]["conflicting"], 1, "{last}");
+}
+
+fn tdset_created(at: &str) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    serde_json::from_value(json!(at)).unwrap()
+}

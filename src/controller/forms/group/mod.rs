@@ -57,11 +57,8 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         write: mode,
         events,
     } = turn;
-    // The cached TDSet has no creationTimestamp; the index, fed by the watch, has its claim.
-    let me = ctx
-        .groups
-        .claim(ns, &tdset.name_any())
-        .unwrap_or_else(|| claim_of(tdset));
+    // The claim of the spec this reconcile runs on (the index may have moved past it).
+    let me = claim_of(tdset);
     let selector = group::Selector::compile(&sel.selector).map_err(|e| {
         Error::InvalidSpec(vec![crate::schedule::SpecError {
             field: "spec.scaleTargetSelector.selector".into(),
