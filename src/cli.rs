@@ -71,6 +71,11 @@ pub struct RunArgs {
     /// TDSet is Degraded (FormNotAllowed) and nothing is created.
     #[arg(long, env = "TDSET_POD_FORMS_IN", default_value = "*")]
     pub pod_forms_in: crate::workload::PodForms,
+    /// The most workloads (HPAs included) one group TDSet reads per reconcile, past those it
+    /// holds: a selector that picks more schedules the first ones (by kind, then name) and is
+    /// Degraded (TooManyWorkloads). Bounds the memory and the requests of one reconcile.
+    #[arg(long, env = "TDSET_GROUP_MAX_WORKLOADS", default_value_t = 2000)]
+    pub group_max_workloads: usize,
     /// Run as this shard: reconcile only the TDSets `--shard-selector` matches, holding the
     /// Lease `<lease-name>-<shard>` (leader election is always on for a shard: its Lease is
     /// how the other shards know whether it is alive).

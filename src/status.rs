@@ -45,6 +45,7 @@ pub mod reason {
     pub const FORM_NOT_ALLOWED: &str = "FormNotAllowed";
     pub const CALENDAR_NOT_FOUND: &str = "CalendarNotFound";
     pub const CALENDAR_INVALID: &str = "CalendarInvalid";
+    pub const TOO_MANY_WORKLOADS: &str = "TooManyWorkloads";
 }
 
 /// Why the operator could not do its job this time (Degraded=True).
@@ -80,6 +81,9 @@ pub enum Problem {
     /// A calendar the TDSet names has dates the operator cannot read (stored before the
     /// schema checked them): its dates do not apply, as if it did not exist.
     CalendarInvalid(String),
+    /// A group selects more workloads than one reconcile reads (`--group-max-workloads`):
+    /// the first are scheduled, the rest left as they are.
+    TooManyWorkloads(String),
 }
 
 impl Problem {
@@ -100,6 +104,7 @@ impl Problem {
             Problem::FormNotAllowed(_) => reason::FORM_NOT_ALLOWED,
             Problem::CalendarNotFound(_) => reason::CALENDAR_NOT_FOUND,
             Problem::CalendarInvalid(_) => reason::CALENDAR_INVALID,
+            Problem::TooManyWorkloads(_) => reason::TOO_MANY_WORKLOADS,
         }
     }
 
@@ -112,6 +117,7 @@ impl Problem {
             Problem::CalendarNotFound(_)
                 | Problem::CalendarInvalid(_)
                 | Problem::PartlyHeldElsewhere(_)
+                | Problem::TooManyWorkloads(_)
         )
     }
 
@@ -130,7 +136,8 @@ impl Problem {
             | Problem::ConflictingWriter(m)
             | Problem::FormNotAllowed(m)
             | Problem::CalendarNotFound(m)
-            | Problem::CalendarInvalid(m) => m,
+            | Problem::CalendarInvalid(m)
+            | Problem::TooManyWorkloads(m) => m,
         }
     }
 }

@@ -86,6 +86,18 @@ impl Selector {
             .join(",")
     }
 
+    /// The label keys it reads: of a workload's labels, only these decide whether it matches.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.labels
+            .keys()
+            .map(String::as_str)
+            .chain(self.exprs.iter().map(|e| match e {
+                Expr::In(k, _) | Expr::NotIn(k, _) | Expr::Exists(k) | Expr::DoesNotExist(k) => {
+                    k.as_str()
+                }
+            }))
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
             && self.exprs.iter().all(|e| match e {

@@ -31,15 +31,7 @@ impl Operator {
         lease: Option<tdset_operator::controller::LeaseOptions>,
         instance: &str,
     ) -> Operator {
-        Operator::launch(
-            client,
-            namespace,
-            clock,
-            lease,
-            instance,
-            Default::default(),
-            namespace.is_none(),
-        )
+        Operator::launch(client, clock, lease, Operator::options(namespace, instance))
     }
 
     /// Watching one namespace, with `container`/`template` allowed only where `pod_forms` says.
@@ -49,8 +41,11 @@ impl Operator {
         clock: tdset_operator::clock::SystemClock,
         pod_forms: &str,
     ) -> Operator {
-        let pod_forms = pod_forms.parse().expect("a --pod-forms-in value");
-        Operator::launch(client, Some(ns), clock, None, "test", pod_forms, false)
+        let opts = tdset_operator::controller::RunOptions {
+            pod_forms: pod_forms.parse().expect("a --pod-forms-in value"),
+            ..Operator::options(Some(ns), "test")
+        };
+        Operator::launch(client, clock, None, opts)
     }
 
     /// Watching one namespace, and writing every TDCalendar's usage as if it saw every TDSet
@@ -60,32 +55,52 @@ impl Operator {
         ns: &str,
         clock: tdset_operator::clock::SystemClock,
     ) -> Operator {
-        let all = tdset_operator::workload::PodForms::default();
-        Operator::launch(client, Some(ns), clock, None, "test", all, true)
+        let opts = tdset_operator::controller::RunOptions {
+            report_calendar_usage: true,
+            ..Operator::options(Some(ns), "test")
+        };
+        Operator::launch(client, clock, None, opts)
+    }
+
+    /// Watching one namespace, a group reading at most `cap` workloads per reconcile
+    /// (`--group-max-workloads`).
+    pub fn start_capping_groups(
+        client: &Client,
+        ns: &str,
+        clock: tdset_operator::clock::SystemClock,
+        cap: usize,
+    ) -> Operator {
+        let opts = tdset_operator::controller::RunOptions {
+            group_max_workloads: cap,
+            ..Operator::options(Some(ns), "test")
+        };
+        Operator::launch(client, clock, None, opts)
+    }
+
+    /// The options the binary runs with by default, watching `namespace` (all: `None`).
+    fn options(namespace: Option<&str>, instance: &str) -> tdset_operator::controller::RunOptions {
+        tdset_operator::controller::RunOptions {
+            namespace: namespace.map(str::to_string),
+            concurrency: 8,
+            instance: instance.to_string(),
+            initial_list: tdset_operator::controller::InitialList::Auto,
+            pod_forms: Default::default(),
+            group_max_workloads: 2000,
+            report_calendar_usage: namespace.is_none(),
+            shard: None,
+        }
     }
 
     fn launch(
         client: &Client,
-        namespace: Option<&str>,
         clock: tdset_operator::clock::SystemClock,
         lease: Option<tdset_operator::controller::LeaseOptions>,
-        instance: &str,
-        pod_forms: tdset_operator::workload::PodForms,
-        report_calendar_usage: bool,
+        opts: tdset_operator::controller::RunOptions,
     ) -> Operator {
         use std::sync::Arc;
         let metrics = Arc::new(tdset_operator::telemetry::Metrics::new().expect("metrics"));
         let health = Arc::new(tdset_operator::http::Health::default());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let opts = tdset_operator::controller::RunOptions {
-            namespace: namespace.map(str::to_string),
-            concurrency: 8,
-            instance: instance.to_string(),
-            initial_list: tdset_operator::controller::InitialList::Auto,
-            pod_forms,
-            report_calendar_usage,
-            shard: None,
-        };
         let task = tokio::spawn(tdset_operator::controller::run(
             tdset_operator::controller::Clients::same(client.clone()),
             opts,

@@ -49,6 +49,8 @@ pub struct RunOptions {
     pub initial_list: InitialList,
     /// Where `container` and `template` TDSets may run pods.
     pub pod_forms: PodForms,
+    /// The most workloads one group reads per reconcile, past those it holds.
+    pub group_max_workloads: usize,
     /// Write each TDCalendar's usage to its status. Only an operator that sees every TDSet
     /// can count them: with several (one per namespace, shards), each would write its own count.
     pub report_calendar_usage: bool,
@@ -237,6 +239,7 @@ pub(crate) async fn run_controller(
         failures: Default::default(),
         contests: Default::default(),
         pod_forms: opts.pod_forms.clone(),
+        group_max_workloads: opts.group_max_workloads,
         shard: shard.clone(),
         tdsets: tdsets.clone(),
     });

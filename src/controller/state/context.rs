@@ -54,6 +54,8 @@ pub struct Context {
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Where `container` and `template` TDSets may run pods.
     pub pod_forms: PodForms,
+    /// The most workloads one group reads per reconcile, past those it holds.
+    pub group_max_workloads: usize,
     /// Each TDSet's writes to its target, against another writer ("ns/name").
     pub contests: std::sync::Mutex<std::collections::HashMap<String, Contest>>,
     /// The shard this operator is, if it runs as one.

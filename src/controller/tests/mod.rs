@@ -315,6 +315,7 @@ impl Operator {
             calendars,
             failures: Default::default(),
             pod_forms: PodForms::Anywhere,
+            group_max_workloads: 2000,
             contests: Default::default(),
             shard: None,
             tdsets,

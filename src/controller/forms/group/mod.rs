@@ -33,7 +33,7 @@ use crate::workload::contest::Verdict;
 use crate::workload::group::{self, LeaveReason, Member, Place, Value, Why};
 use crate::workload::savings::Saved;
 
-use observe::{Kind, is_hpa, kinds, observe, recorded_kinds};
+use observe::{Keep, Kind, is_hpa, kinds, observe, recorded_kinds};
 use place::{Listed, Placing};
 pub(crate) use release::{Release, release_all};
 use write::{Sent, send};
@@ -81,7 +81,8 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let uid = tdset.uid().unwrap_or_default();
     let (held, selected) = (format!("{}={uid}", group::HELD_BY_UID), selector.to_query());
     let queries = |kind: &Kind| queries(kind, &held, &selected);
-    let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &mut problems).await?;
+    let keep = Keep::labels_read(ctx, ns, Some(&selector));
+    let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
     let (listed, members) = place::all(&placing, &kinds, observed);
     let level = eval.count();
     let plan = group::plan(&name, level, &members);

@@ -1,7 +1,10 @@
 //! Which kinds a group looks at, and what each listed workload runs and carries.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
@@ -13,7 +16,8 @@ use crate::api::{GroupKind, NamedKind, ScaleTargetSelector, TDSet};
 use crate::controller::state::{Answer, Context};
 use crate::error::{Error, Result};
 use crate::status::Problem;
-use crate::workload::group::{Member, Place, Record, Value};
+use crate::workload::group::{self, Member, Place, Record, Value};
+use crate::workload::savings::Requests;
 
 /// Bytes a page of a list aims at: one page's response is held whole while it is decoded
 /// (the decoded objects only as `Lean`), so a page is sized by what its objects weigh.
@@ -158,11 +162,51 @@ pub(super) fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg:
     ))
 }
 
+/// The label keys a listed workload keeps: those the namespace's group selectors name (this
+/// TDSet's and the groups it yields to or takes from). No selector reads any other, and
+/// labels, unlike annotations, have no bound in all: a tenant's workload may carry 1 MB.
+pub(super) struct Keep {
+    pub(super) label_keys: BTreeSet<String>,
+    /// Objects still to be read past the first query of each kind (what the TDSet holds,
+    /// bounded by its own writes): `--group-max-workloads`.
+    pub(super) budget: std::sync::atomic::AtomicUsize,
+}
+
+impl Keep {
+    /// The keys this TDSet's selector (if any) and its namespace's groups' name: placing
+    /// reads whether they select a workload, and which other group takes it over.
+    pub(super) fn labels_read(ctx: &Context, ns: &str, mine: Option<&group::Selector>) -> Keep {
+        let others = ctx.groups.in_namespace(ns);
+        let label_keys = (others.iter())
+            .filter_map(|(_, e)| e.selector.as_ref())
+            .flat_map(|s| s.keys())
+            .chain(mine.into_iter().flat_map(|s| s.keys()))
+            .map(str::to_string)
+            .collect();
+        Keep {
+            label_keys,
+            budget: ctx.group_max_workloads.into(),
+        }
+    }
+}
+
+/// The longest value of the operator's own annotations kept: a holder's name (at most 253
+/// characters) or a count. A longer one is no record of this operator's.
+const MAX_RECORD_VALUE: usize = 253;
+
 /// Lists one kind in the namespace, page by page, keeping only what the plan reads.
-async fn list(ctx: &Context, ns: &str, kind: &Kind, labels: &str) -> Answer<Vec<DynamicObject>> {
+async fn list(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    labels: &str,
+    keep: &Keep,
+    bounded: bool,
+) -> Answer<Listing> {
     let request =
         kube::core::Request::new(<Lean as kube::Resource>::url_path(&kind.resource, Some(ns)));
     let mut out = Vec::new();
+    let mut truncated = false;
     let mut params = ListParams::default().labels(labels).limit(FIRST_PAGE);
     loop {
         let page = match fetch(ctx, &request, &params).await {
@@ -191,8 +235,22 @@ async fn list(ctx: &Context, ns: &str, kind: &Kind, labels: &str) -> Answer<Vec<
                 ))(e));
             }
         };
-        let (page, bytes) = page;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        let (mut page, bytes) = page;
+        let mut next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        if bounded {
+            use std::sync::atomic::Ordering::Relaxed;
+            let left = keep.budget.load(Relaxed);
+            if page.items.len() > left {
+                page.items.truncate(left);
+                next = None;
+                truncated = true;
+            }
+            keep.budget.store(left - page.items.len(), Relaxed);
+            if left == page.items.len() && next.is_some() {
+                next = None;
+                truncated = true;
+            }
+        }
         // The next page is sized by what this one's objects weigh.
         let each = bytes / page.items.len().max(1);
         let limit = (PAGE_BYTES / each.max(1)).clamp(FIRST_PAGE as usize, PAGE as usize);
@@ -200,13 +258,24 @@ async fn list(ctx: &Context, ns: &str, kind: &Kind, labels: &str) -> Answer<Vec<
         out.extend(
             page.items
                 .into_iter()
-                .map(|o| o.into_dynamic(&kind.resource)),
+                .map(|o| o.into_dynamic(&kind.resource, keep)),
         );
         match next {
             Some(token) => params = params.continue_token(&token),
-            None => return Ok(Ok(out)),
+            None => {
+                return Ok(Ok(Listing {
+                    objects: out,
+                    truncated,
+                }));
+            }
         }
     }
+}
+
+/// What a list kept, and whether it stopped at the budget.
+struct Listing {
+    objects: Vec<DynamicObject>,
+    truncated: bool,
 }
 
 /// One page of a list, and its size in bytes (read whole, then decoded as `Lean`).
@@ -226,6 +295,18 @@ async fn fetch(
         .map_err(kube::Error::ReadEvents)?;
     let page = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
     Ok((page, body.len()))
+}
+
+/// Where a listed object keeps what one replica requests (its pod template is not kept).
+const REQUESTS: &str = "requestsOfOneReplica";
+
+/// What one replica of a listed workload requests.
+pub(super) fn requests_of(o: &DynamicObject) -> Requests {
+    let at = |k: &str| o.data.get(REQUESTS).and_then(|r| r.get(k)?.as_i64());
+    Requests {
+        cpu_nanos: at("cpuNanos").unwrap_or(0).into(),
+        memory_bytes: at("memoryBytes").unwrap_or(0).into(),
+    }
 }
 
 pub(super) fn int_at(o: &DynamicObject, path: &str) -> Option<i32> {
@@ -282,25 +363,44 @@ async fn value_of(ctx: &Context, ns: &str, kind: &Kind, o: &DynamicObject) -> An
     }
 }
 
+/// `/scale` reads of a custom kind in flight at once: a group of a few thousand is read well
+/// inside the reconcile's deadline, without one TDSet taking every connection.
+const READS_IN_FLIGHT: usize = 16;
+
 /// Lists every kind with each of its label selectors (`queries`; what the API server filters
 /// never crosses the wire), once per object, and reads what each runs: (index of its kind,
-/// the object, its value), and for each kind whether all of it was listed. A kind that cannot
-/// be listed or read is a problem to report.
+/// the object, its value), and for each kind whether all of it was listed. The first query of
+/// every kind (what the TDSet holds) is read whole, before any other: what it holds is always
+/// given back. The others stop at `keep`'s budget, which is then a problem to report, as is a
+/// kind that cannot be listed or read.
 pub(super) async fn observe(
     ctx: &Context,
     ns: &str,
     kinds: &[Kind],
     queries: impl Fn(&Kind) -> Vec<String>,
+    keep: &Keep,
     problems: &mut Vec<Problem>,
 ) -> Result<(Vec<(usize, DynamicObject, Value)>, Vec<bool>)> {
-    let mut out = Vec::new();
     let mut listed = vec![true; kinds.len()];
-    for (k, kind) in kinds.iter().enumerate() {
-        let mut objects: std::collections::BTreeMap<String, DynamicObject> = Default::default();
-        for labels in queries(kind) {
-            match list(ctx, ns, kind, &labels).await? {
+    let mut objects: Vec<BTreeMap<String, DynamicObject>> =
+        kinds.iter().map(|_| BTreeMap::new()).collect();
+    let queries: Vec<Vec<String>> = kinds.iter().map(queries).collect();
+    let rounds = queries.iter().map(Vec::len).max().unwrap_or(0);
+    let mut truncated = false;
+    for round in 0..rounds {
+        for (k, kind) in kinds.iter().enumerate() {
+            let Some(labels) = queries[k].get(round) else {
+                continue;
+            };
+            match list(ctx, ns, kind, labels, keep, round > 0).await? {
                 Ok(found) => {
-                    objects.extend(found.into_iter().map(|o| (o.uid().unwrap_or_default(), o)))
+                    truncated |= found.truncated;
+                    listed[k] &= !found.truncated;
+                    let by_uid = found
+                        .objects
+                        .into_iter()
+                        .map(|o| (o.uid().unwrap_or_default(), o));
+                    objects[k].extend(by_uid);
                 }
                 Err(p) => {
                     listed[k] = false;
@@ -308,8 +408,34 @@ pub(super) async fn observe(
                 }
             }
         }
-        for o in objects.into_values() {
-            match value_of(ctx, ns, kind, &o).await? {
+    }
+    if truncated {
+        problems.push(Problem::TooManyWorkloads(format!(
+            "spec.scaleTargetSelector selects more than the {} workloads one reconcile reads \
+             (--group-max-workloads, HPAs included): the first (by kind, then name) are scheduled, \
+             the rest are left as they are. Narrow the selector or split the group",
+            ctx.group_max_workloads
+        )));
+    }
+    let mut out = Vec::new();
+    for (k, kind) in kinds.iter().enumerate() {
+        let reads: Vec<BoxFuture<'_, (DynamicObject, Answer<Value>)>> =
+            std::mem::take(&mut objects[k])
+                .into_values()
+                .map(|o| {
+                    async move {
+                        let v = value_of(ctx, ns, kind, &o).await;
+                        (o, v)
+                    }
+                    .boxed()
+                })
+                .collect();
+        let values: Vec<_> = futures::stream::iter(reads)
+            .buffered(READS_IN_FLIGHT)
+            .collect()
+            .await;
+        for (o, v) in values {
+            match v? {
                 Ok(v) => out.push((k, o, v)),
                 Err(p) => {
                     listed[k] = false;
@@ -468,7 +594,10 @@ fn own_annotations<'de, D: Deserializer<'de>>(
             let mut own = BTreeMap::new();
             while let Some(key) = map.next_key::<String>()? {
                 if key.starts_with("schedule.rs/") {
-                    own.insert(key, map.next_value::<String>()?);
+                    let value = map.next_value::<String>()?;
+                    if value.len() <= MAX_RECORD_VALUE {
+                        own.insert(key, value);
+                    }
                 } else {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -480,9 +609,26 @@ fn own_annotations<'de, D: Deserializer<'de>>(
 }
 
 impl Lean {
-    /// The object as the rest of the group form reads it (the paths of the full object).
-    fn into_dynamic(self, resource: &ApiResource) -> DynamicObject {
-        let data = serde_json::json!({"spec": self.spec, "status": self.status});
+    /// The object as the rest of the group form reads it (the paths of the full object), with
+    /// only what the plan reads: the labels `keep` names, the controller's ownerReference, and
+    /// of the pod template the requests of one replica, summed (`requests_of`).
+    fn into_dynamic(mut self, resource: &ApiResource, keep: &Keep) -> DynamicObject {
+        if let Some(labels) = self.metadata.labels.as_mut() {
+            labels.retain(|k, _| keep.label_keys.contains(k));
+        }
+        if let Some(refs) = self.metadata.owner_references.as_mut() {
+            refs.retain(|r| r.controller == Some(true));
+        }
+        let requests = (self.spec.template.take())
+            .and_then(|t| serde_json::to_value(t).ok())
+            .map(|t| Requests::of_template(&t))
+            .unwrap_or_default();
+        let clamp = |n: i128| i64::try_from(n).unwrap_or(i64::MAX);
+        let data = serde_json::json!({
+            "spec": self.spec,
+            "status": self.status,
+            REQUESTS: {"cpuNanos": clamp(requests.cpu_nanos), "memoryBytes": clamp(requests.memory_bytes)},
+        });
         DynamicObject {
             types: Some(kube::core::TypeMeta {
                 api_version: resource.api_version.clone(),

@@ -12,7 +12,7 @@ use crate::workload::hpa::HpaView;
 use crate::workload::savings::Requests;
 use crate::workload::target::conflicting_hpa;
 
-use super::observe::{Kind, int_at, is_hpa, member_of};
+use super::observe::{Kind, int_at, is_hpa, member_of, requests_of};
 
 /// What placing a workload needs to know about the TDSet.
 pub(super) struct Placing<'a> {
@@ -222,11 +222,7 @@ fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> L
     member.autoscaled_by = conflicting_hpa(&target, placing.hpas).map(|h| h.name.clone());
     let requests = match kind.kind {
         GroupKind::Named(NamedKind::CronJob) => Requests::default(),
-        _ => o
-            .data
-            .pointer("/spec/template")
-            .map(Requests::of_template)
-            .unwrap_or_default(),
+        _ => requests_of(o),
     };
     Listed {
         requests,

@@ -11,7 +11,7 @@ use crate::schedule::Count;
 use crate::status::Problem;
 use crate::workload::group::{self, LeaveReason, Place, Why};
 
-use super::observe::{Kind, kinds, member_of, observe, recorded_kinds};
+use super::observe::{Keep, Kind, kinds, member_of, observe, recorded_kinds};
 use super::place::handed_to;
 use super::write::{Sent, send};
 
@@ -48,7 +48,8 @@ pub(crate) async fn release_all(
         // Each round's own: a kind that cannot be listed is said once, not once a round.
         let mut problems = unlisted.clone();
         let mut refused = Vec::new();
-        let (found, listed) = observe(ctx, ns, &kinds, mine, &mut problems).await?;
+        let keep = Keep::labels_read(ctx, ns, None);
+        let (found, listed) = observe(ctx, ns, &kinds, mine, &keep, &mut problems).await?;
         // A kind that exists but could not be listed (not granted, the API server failing)
         // may still hold records: the group is not done with. One whose CRD is gone is not
         // among `kinds`, and its records went with its objects.
