@@ -22,6 +22,9 @@ pub mod reason {
     pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
     pub const DEPLOYMENT_MISSING: &str = "DeploymentMissing";
     pub const TARGET_MISSING: &str = "TargetMissing";
+    /// The target exists, and another TDSet (or a group) holds it: this one does not
+    /// schedule it.
+    pub const TARGET_HELD_ELSEWHERE: &str = "TargetHeldElsewhere";
     pub const SCHEDULE_UNKNOWN: &str = "ScheduleUnknown";
     // Progressing
     pub const SCALING: &str = "Scaling";

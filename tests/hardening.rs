@@ -197,6 +197,17 @@ async fn two_tdsets_on_one_deployment_the_older_holds_it_and_hands_it_over_when_
         ty == "Warning" && r == "ConflictingTDSet"
     })
     .await;
+    // Not "missing": the Deployment is there, held by the other TDSet.
+    let t = tdset_with_reason(
+        &client,
+        &ns.name,
+        "younger",
+        "Available",
+        "TargetHeldElsewhere",
+    )
+    .await;
+    let available = condition(&t, "Available").unwrap();
+    assert!(available.message.contains("older"), "{available:?}");
     // No flip-flop: over 30 s the Deployment's spec is not written at all.
     let changes = spec_changes_over(&client, &ns.name, "web", Duration::from_secs(30)).await;
     assert_eq!(

@@ -72,6 +72,31 @@ async fn pod_forms_outside_the_allowed_namespaces_create_nothing_and_say_why() {
     ns.cleanup().await;
 }
 
+/// A `container` TDSet that ran before `--pod-forms-in` left its namespace out: nothing is
+/// changed, and status says its Deployment keeps running (not "nothing runs").
+#[tokio::test]
+async fn a_pod_form_refused_after_it_ran_says_its_deployment_keeps_running() {
+    let (client, ns) = setup("trust-before").await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    let web = spec(json!({"container": {"image": "nginx:1.27", "port": 8080}}));
+    create_tdset(&client, &ns.name, &tdset("web", web)).await;
+    deployment_at(&client, &ns.name, "web", 3).await;
+    op.stop().await;
+    let op = Operator::start_allowing(&client, &ns.name, noon(), "platform");
+    let refused = tdset_with_reason(&client, &ns.name, "web", "Degraded", "FormNotAllowed").await;
+    let degraded = condition(&refused, "Degraded").unwrap();
+    assert!(degraded.message.contains("keeps running"), "{degraded:?}");
+    let available = condition(&refused, "Available").unwrap();
+    assert!(
+        !available.message.contains("nothing runs") && available.reason != "Blocked",
+        "{available:?}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    assert_eq!(replicas(&deployments.get("web").await.unwrap()), Some(3));
+    op.stop().await;
+    ns.cleanup().await;
+}
+
 /// A client for the shared control plane acting as `user` in `groups` (impersonation by the
 /// admin), as a real user of the cluster would be authenticated.
 async fn as_user(user: &str, groups: &[&str]) -> Client {

@@ -8,7 +8,7 @@ use kube::{Resource, ResourceExt};
 use super::target::problem_outcome;
 use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::state::{Context, Outcome};
-use crate::status::Problem;
+use crate::status::{Problem, reason};
 
 /// Another TDSet that holds `r`: one that owns it (it runs that Deployment), or an older
 /// claim on it (see `TargetIndex::holder`). Such a TDSet is the only one that writes it.
@@ -132,5 +132,14 @@ pub(crate) fn held_outcome(
         .filter(|t| t.names(r));
     let mut out = problem_outcome(p, r, TargetStatus::default());
     out.target = recorded;
+    // It is there; another TDSet schedules it.
+    if let Err(missing) = &mut out.workload {
+        missing.reason = reason::TARGET_HELD_ELSEWHERE;
+        missing.message = out
+            .problem
+            .as_ref()
+            .map(|p| p.message().to_string())
+            .unwrap_or_default();
+    }
     out
 }

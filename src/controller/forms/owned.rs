@@ -22,6 +22,39 @@ use crate::workload::owned;
 use crate::workload::savings::{self, Saved};
 
 /// The owned mode (`container` or `template`): the Deployment, then the Service.
+/// The form is not allowed in this namespace (`--pod-forms-in`): nothing is created or
+/// changed. A Deployment of this TDSet's from before (the flag set since) keeps running as
+/// it is, and status says so rather than "nothing runs".
+pub(crate) fn refused(turn: Turn<'_>, why: String) -> Result<Outcome> {
+    let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
+    let name = tdset.name_any();
+    let running = ctx
+        .deployments
+        .get(&ObjectRef::new(&name).within(ns))
+        .map(|c| c.object())
+        .transpose()?
+        .filter(|d| owned::is_owned_by(d, tdset));
+    Ok(match running {
+        Some(d) => {
+            let problem = Problem::FormNotAllowed(format!(
+                "{why}. Its Deployment {name}, created before, keeps running as it is (the operator \
+                 no longer scales it; delete the TDSet to remove it)"
+            ));
+            Outcome {
+                problem: Some(problem),
+                ..Outcome::observed(Ok(Observed::deployment(&d, eval.replicas)))
+            }
+        }
+        None => Outcome::missing(
+            Missing {
+                reason: reason::BLOCKED,
+                message: "nothing runs: this form is not allowed in this namespace".into(),
+            },
+            Some(Problem::FormNotAllowed(why)),
+        ),
+    })
+}
+
 pub(crate) async fn reconcile(mut turn: Turn<'_>) -> Result<Outcome> {
     let Turn {
         tdset,

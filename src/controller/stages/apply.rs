@@ -7,7 +7,6 @@ use crate::controller::forms::{Turn, group, hpa_floor, owned, scale_ref};
 use crate::controller::lane::Events;
 use crate::controller::state::{Context, Outcome, Write};
 use crate::error::Result;
-use crate::status::{Missing, Problem, reason};
 use crate::workload::Source;
 
 /// Observes the workload and writes what its form's plan asks for.
@@ -32,13 +31,9 @@ pub(crate) async fn apply(
         events,
     };
     match resolved.source {
-        source if let Some(refused) = ctx.pod_forms.refuse(source, ns) => Ok(Outcome::missing(
-            Missing {
-                reason: reason::BLOCKED,
-                message: "nothing runs: this form is not allowed in this namespace".into(),
-            },
-            Some(Problem::FormNotAllowed(refused)),
-        )),
+        source if let Some(refused) = ctx.pod_forms.refuse(source, ns) => {
+            owned::refused(turn, refused)
+        }
         Source::Container(_) | Source::Template(_) => owned::reconcile(turn).await,
         Source::Scale(target) => scale_ref::reconcile(turn, target).await,
         Source::HpaFloor(hpa) => hpa_floor::reconcile(turn, hpa).await,
