@@ -1814,3 +1814,50 @@ async fn a_group_selecting_more_than_one_reconcile_reads_schedules_the_first_and
     }
     ns.cleanup().await;
 }
+
+/// A custom kind whose `spec.replicas` is not set reads as 0 through `/scale`, while its
+/// controller runs its own default. The group leaves it alone and says why, rather than
+/// counting it asleep (and "waking" it to 0).
+#[tokio::test]
+async fn a_custom_workload_without_a_count_is_left_alone_and_said_so() {
+    let (client, ns) = setup("group-unset").await;
+    let n = &ns.name;
+    let api = dev_widget(&client, n).await;
+    let unset: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.schedule.rs/v1", "kind": "Widget",
+        "metadata": {"name": "defaulted", "labels": {"env": "dev"}}, "spec": {}
+    }))
+    .unwrap();
+    api.create(&Default::default(), &unset).await.unwrap();
+    let kinds = json!(["Widget.test.schedule.rs"]);
+    create_tdset(
+        &client,
+        n,
+        &tdset("night", sleep_group(kinds, json!([]), -60, 3600)),
+    )
+    .await;
+    let _op = Operator::start(&client, n, clock(), None, "test");
+    let t = object_where(
+        &client,
+        n,
+        "night",
+        "w asleep, the other left alone",
+        |t: &TDSet| {
+            t.status
+                .as_ref()
+                .and_then(|s| s.group.as_ref())
+                .is_some_and(|g| g.at_schedule == 1 && g.conflicting == 1)
+        },
+    )
+    .await;
+    let degraded = condition(&t, "Degraded").unwrap();
+    assert!(
+        degraded.message.contains("defaulted")
+            && degraded.message.contains("spec.replicas is not set"),
+        "{degraded:?}"
+    );
+    let left = api.get("defaulted").await.unwrap();
+    assert!(annotations(&left).is_empty(), "{:?}", annotations(&left));
+    assert_eq!(left.data.pointer("/spec/replicas"), None);
+    ns.cleanup().await;
+}

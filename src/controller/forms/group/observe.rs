@@ -350,6 +350,12 @@ async fn value_of(ctx: &Context, ns: &str, kind: &Kind, o: &DynamicObject) -> An
             ns,
             &s.message,
         ))),
+        // Its count is not set (the API server says so with a 500): it runs its controller's
+        // default. Read as 0, which placing leaves alone (see `place::count_unset`); one such
+        // object must not fail the whole group's reconcile.
+        Err(kube::Error::Api(s)) if s.code == 500 && s.message.contains("does not exist") => {
+            Ok(Ok(Value::Replicas(0)))
+        }
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Err(Problem::TargetNotFound(format!(
             "{} {} was deleted meanwhile",
             kind.kind,

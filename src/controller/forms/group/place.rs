@@ -191,12 +191,23 @@ pub(super) struct Listed {
     pub(super) floor_elsewhere: Option<String>,
 }
 
+/// A custom kind whose `/scale` reads 0 with no `spec.replicas` set: the API server reads an
+/// unset count as 0, while its controller runs its own default. Held, it would be reported
+/// asleep while running, and woken to 0.
+fn count_unset(kind: &Kind, o: &DynamicObject, value: Value) -> bool {
+    !kind.built_in && value == Value::Replicas(0) && o.data.pointer("/spec/replicas").is_none()
+}
+
 /// One listed object placed, with what the status needs of it.
 fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> Listed {
-    let placed = if is_hpa(kind) {
-        Place::Outside
-    } else {
-        place(placing, kind, o)
+    let placed = match place(placing, kind, o) {
+        _ if is_hpa(kind) => Place::Outside,
+        Place::Held if count_unset(kind, o, value) => Place::HeldElsewhere(
+            "its controller: spec.replicas is not set, so it runs its controller's default, \
+             which the operator could not give back; set spec.replicas to schedule it"
+                .into(),
+        ),
+        placed => placed,
     };
     let mut member = member_of(kind, o, value, placed);
     if member.record.is_none() && member.place == Place::Held {
