@@ -1861,3 +1861,124 @@ async fn a_custom_workload_without_a_count_is_left_alone_and_said_so() {
     assert_eq!(left.data.pointer("/spec/replicas"), None);
     ns.cleanup().await;
 }
+
+/// The switch above with the operator killed at the worst instant: the group's record (own
+/// count 5) is on `web`, and the status that would drop `status.target` (the original 5) was
+/// never written (a policy refuses every status write that drops it, until the kill). The operator
+/// that comes next finds both, keeps the count, and wakes `web` at 5.
+#[tokio::test]
+async fn a_switch_to_the_group_form_killed_before_its_status_keeps_the_own_count() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let (client, ns) = setup("group-switch-kill").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 5), "dev")).await;
+    let night = json!([{"start": at(-60), "end": at(40), "replica": 0, "reason": "night"}]);
+    let spec = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "schedulingConfig": [], "defaultReplica": 5, "overrides": night, "intervalMint": 60
+    });
+    create_tdset(&client, n, &tdset("night", spec)).await;
+    let op = Operator::start(&client, n, clock(), None, "test");
+    deployment_at(&client, n, "web", 0).await;
+    assert_eq!(original_recorded(&client, n, "night", "web").await, 5);
+
+    // From here the TDSet's status cannot drop its target.
+    let name = format!("refuse-status-{n}");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{"apiGroups": ["schedule.rs"], "apiVersions": ["*"],
+                     "operations": ["UPDATE"], "resources": ["tdsets/status"]}]},
+                 "validations": [{
+                     "expression": "!(has(oldObject.status) && has(oldObject.status.target)) || (has(object.status) && has(object.status.target))",
+                     "message": "the test refuses to drop status.target"}]}
+    }))
+    .unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}}
+    }))
+    .unwrap();
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    policies.create(&Default::default(), &policy).await.unwrap();
+    bindings
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), n);
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let touch = json!({"status": {"target": null}});
+    eventually(GUARD, "the status policy in force", || async {
+        (tdsets
+            .patch_status("night", &dry_run, &Patch::Merge(&touch))
+            .await)
+            .is_err()
+            .then_some(())
+    })
+    .await;
+
+    tdsets
+        .patch(
+            "night",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "scaleTargetRef": null,
+                "defaultReplica": null,
+                "scaleTargetSelector": {"kinds": ["Deployment"], "selector": {"matchLabels": {"env": "dev"}}},
+            }})),
+        )
+        .await
+        .unwrap();
+    let web: Deployment = object_where(&client, n, "web", "the group's record on web", |d| {
+        annotations(d).contains_key("schedule.rs/own-replicas")
+    })
+    .await;
+    op.kill();
+    assert_eq!(
+        annotations(&web)
+            .get("schedule.rs/own-replicas")
+            .map(String::as_str),
+        Some("5")
+    );
+    // The crash left both: the record on web, and status.target with the original.
+    assert_eq!(original_recorded(&client, n, "night", "web").await, 5);
+    bindings.delete(&name, &Default::default()).await.unwrap();
+    policies.delete(&name, &Default::default()).await.unwrap();
+    eventually(GUARD, "the status policy lifted", || async {
+        (tdsets
+            .patch_status("night", &dry_run, &Patch::Merge(&touch))
+            .await)
+            .is_ok()
+            .then_some(())
+    })
+    .await;
+
+    // The next operator: asleep until the night ends, then its own count again.
+    let _op = Operator::start(&client, n, clock(), None, "test");
+    let t = object_where(&client, n, "night", "status.target dropped", |t: &TDSet| {
+        t.status
+            .as_ref()
+            .is_some_and(|s| s.group.is_some() && s.target.is_none())
+    })
+    .await;
+    drop(t);
+    assert_eq!(
+        replicas(
+            &Api::<Deployment>::namespaced(client.clone(), n)
+                .get("web")
+                .await
+                .unwrap()
+        ),
+        Some(0)
+    );
+    let web = deployment_at(&client, n, "web", 5).await;
+    assert!(annotations(&web).is_empty(), "{:?}", annotations(&web));
+    ns.cleanup().await;
+}

@@ -17,6 +17,9 @@ pub struct ScaleView {
     pub ready_replicas: Option<i32>,
     /// The object's uid (`/scale` carries its object's).
     pub uid: Option<String>,
+    /// The revision it was read at (`/scale` carries its object's): a write that must not
+    /// land over someone else's newer one is guarded by it.
+    pub resource_version: Option<String>,
     /// Who else last set `spec.replicas` (from managedFields, where the object was read).
     pub replicas_manager: Option<String>,
     /// What one replica's pod requests, where the object was read (its `spec.template`).
@@ -96,6 +99,7 @@ mod tests {
             requests: Default::default(),
             labels: Default::default(),
             own_replicas: 3,
+            resource_version: None,
         };
         assert_eq!(scale_write(3, &seen), None);
         assert_eq!(scale_write(0, &seen), Some(0));

@@ -8,7 +8,9 @@ use super::claims;
 use super::events::record_scale;
 use super::target::{Record, ensure_durable, problem_outcome, target_status};
 use crate::api::{Asleep, ScaleTargetRef};
-use crate::controller::io::target::{read_hpa, resolve_and_read, write, write_min_replicas};
+use crate::controller::io::target::{
+    read_hpa, resolve_and_read, write, write_if_unchanged, write_min_replicas,
+};
 use crate::controller::lane::{EventType, note};
 use crate::controller::state::{Answer, Context, Outcome, Resolved, Scaled, Write};
 use crate::error::Result;
@@ -254,7 +256,8 @@ pub(crate) async fn wake_asleep(
     if !asleep_is(asleep, &asleep.target, view.uid.as_deref()) || view.spec_replicas != 0 {
         return Ok(Ok(None));
     }
-    if let Err(p) = write(ctx, ns, &asleep.target, &res, to).await? {
+    let read_at = view.resource_version.as_deref();
+    if let Err(p) = write_if_unchanged(ctx, ns, &asleep.target, &res, to, read_at).await? {
         return Ok(Err(p));
     }
     Ok(Ok(Some(format!("woke {} to {to} replicas", asleep.target))))

@@ -105,6 +105,7 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
                 status_replicas: int("/status/replicas").unwrap_or(0),
                 ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
                 uid: o.metadata.uid.clone(),
+                resource_version: o.metadata.resource_version.clone(),
                 replicas_manager: o
                     .metadata
                     .managed_fields
@@ -126,6 +127,7 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
     let view = match request("/scale").answer(api.get_scale(&r.name).await)? {
         Ok(s) => ScaleView {
             uid: s.metadata.uid,
+            resource_version: s.metadata.resource_version,
             replicas_manager: None,
             // `/scale` has no annotations: a group's record on the object is read below, where
             // a group may hold it.
@@ -170,13 +172,41 @@ pub(crate) async fn write(
     res: &Resolved,
     replicas: i32,
 ) -> Answer<()> {
+    write_scale(ctx, ns, r, res, replicas, None).await
+}
+
+/// `write`, refused by the API server (409) if the target changed since it was read at
+/// `read_at`: for a write decided by what it was then (a workload woken because it was at 0),
+/// never over someone else's newer count.
+pub(crate) async fn write_if_unchanged(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    res: &Resolved,
+    replicas: i32,
+    read_at: Option<&str>,
+) -> Answer<()> {
+    write_scale(ctx, ns, r, res, replicas, read_at).await
+}
+
+async fn write_scale(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    res: &Resolved,
+    replicas: i32,
+    read_at: Option<&str>,
+) -> Answer<()> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &res.resource);
     let built_in = matches!(r.group(), "" | "apps");
     ctx.metrics.write(
         &format!("{}/scale", res.resource.plural),
         if built_in { "apply" } else { "patch" },
     );
-    let body = target::scale_body(&r.name, replicas);
+    let mut body = target::scale_body(&r.name, replicas);
+    if let Some(rv) = read_at {
+        body["metadata"]["resourceVersion"] = serde_json::json!(rv);
+    }
     let sent = if built_in {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         api.patch_scale(&r.name, &pp, &Patch::Apply(&body)).await
@@ -185,7 +215,10 @@ pub(crate) async fn write(
             field_manager: Some(FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
-        let merge = serde_json::json!({"spec": {"replicas": replicas}});
+        let mut merge = serde_json::json!({"spec": {"replicas": replicas}});
+        if let Some(rv) = read_at {
+            merge["metadata"] = serde_json::json!({"resourceVersion": rv});
+        }
         api.patch_scale(&r.name, &pp, &Patch::Merge(&merge)).await
     };
     let request = Request {

@@ -399,7 +399,8 @@ async fn wake(
         return Ok(Ok(None));
     }
     let to = hpa.min().max(1);
-    if let Err(p) = scale::write(ctx, ns, &hpa.target, &res, to).await? {
+    let read_at = view.resource_version.as_deref();
+    if let Err(p) = scale::write_if_unchanged(ctx, ns, &hpa.target, &res, to, read_at).await? {
         return Ok(Err(p));
     }
     Ok(Ok(Some(format!(

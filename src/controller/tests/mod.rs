@@ -141,6 +141,20 @@ impl ApiServer {
         self
     }
 
+    /// Answers `method path` with `object`, before any answer given so far.
+    pub fn first(&self, method: &'static str, path: &str, object: Value) -> &Self {
+        self.rules.lock().unwrap().insert(
+            0,
+            Rule {
+                method,
+                path: path.into(),
+                query: None,
+                respond: Box::new(move |_| (200, object.clone())),
+            },
+        );
+        self
+    }
+
     /// Answers `method path` with `object`, whatever was sent.
     pub fn returns(&self, method: &'static str, path: &str, object: Value) -> &Self {
         self.on(method, path, move |_| (200, object.clone()))

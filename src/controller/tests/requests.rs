@@ -623,3 +623,61 @@ async fn a_group_reconciled_on_a_stale_spec_takes_nothing_from_an_older_group() 
 fn tdset_created(at: &str) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
     serde_json::from_value(json!(at)).unwrap()
 }
+
+/// The HPA that put `web` to sleep scales `api` now: `web` is woken to the HPA's own floor,
+/// by a write guarded by the revision it was read at 0. Someone else's write in between (a
+/// 409 here) is never overwritten: the reconcile fails, keeps its record of `web`, and reads
+/// again.
+#[tokio::test(start_paused = true)]
+async fn a_workload_left_asleep_is_woken_only_if_nobody_wrote_it_since_it_was_read() {
+    let (server, mut operator, mut t) = hpa_floor(0, 2);
+    let retargeted = json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-hpa", "resourceVersion": "25"},
+        "spec": {"minReplicas": 2, "maxReplicas": 10,
+                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"}},
+    });
+    t.status = serde_json::from_value(json!({
+        "desiredReplicas": 0,
+        "target": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web",
+                   "uid": "uid-hpa", "field": "spec.minReplicas", "originalReplicas": 2,
+                   "asleep": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web"}},
+    }))
+    .unwrap();
+    let mut api = web(2);
+    api["metadata"]["name"] = json!("api");
+    api["metadata"]["uid"] = json!("uid-api");
+    let mut asleep = web(0);
+    asleep["metadata"]["resourceVersion"] = json!("30");
+    // Before the fixture's answers.
+    server.first("GET", &format!("{HPAS}/web"), retargeted.clone());
+    server.first("GET", &format!("{DEPLOYMENTS}/web"), asleep);
+    server.first("GET", &format!("{DEPLOYMENTS}/api"), api);
+    operator.hpas(vec![retargeted]);
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
+        status(409, "Conflict", "Operation cannot be fulfilled on deployments.apps \"web\": the object has been modified")
+    });
+
+    let result = operator.reconcile(&t).await;
+
+    assert!(result.is_err(), "{result:?}");
+    let sent = server.sent();
+    let wake = sent
+        .iter()
+        .find(|s| s.path.ends_with("/deployments/web/scale"))
+        .expect("a wake write");
+    assert_eq!(wake.body["spec"]["replicas"], 2);
+    assert_eq!(
+        wake.body["metadata"]["resourceVersion"], "30",
+        "{}",
+        wake.body
+    );
+    // Nothing says web is awake: its record stays until a read shows it is not at 0.
+    for s in sent.iter().filter(|s| s.path.ends_with("/tdsets/t/status")) {
+        assert!(
+            !s.body["status"]["target"]["asleep"].is_null(),
+            "{}",
+            s.body
+        );
+    }
+}
