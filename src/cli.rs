@@ -19,6 +19,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the operator.
@@ -70,7 +72,13 @@ pub struct RunArgs {
     /// operator's identity: `*` (all), `none`, or a comma-separated list. Elsewhere such a
     /// TDSet is Degraded (FormNotAllowed) and nothing is created.
     #[arg(long, env = "TDSET_POD_FORMS_IN", default_value = "*")]
-    pub pod_forms_in: crate::workload::PodForms,
+    pub pod_forms_in: crate::workload::AllowedIn,
+    /// Namespaces where group TDSets (`scaleTargetSelector`) may write the workloads their
+    /// selector picks: `*` (all), `none`, or a comma-separated list. Elsewhere such a TDSet is
+    /// Degraded (FormNotAllowed) and writes nothing. The chart grants `patch` on StatefulSets
+    /// and CronJobs only when this is not `none`.
+    #[arg(long, env = "TDSET_GROUP_FORM_IN", default_value = "*")]
+    pub group_form_in: crate::workload::AllowedIn,
     /// The most workloads (HPAs included) one group TDSet reads per reconcile, past those it
     /// holds: a selector that picks more schedules the first ones (by kind, then name) and is
     /// Degraded (TooManyWorkloads). Bounds the memory and the requests of one reconcile.

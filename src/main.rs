@@ -139,6 +139,7 @@ async fn operate(args: RunArgs) -> Result<()> {
         instance,
         initial_list: args.initial_list,
         pod_forms: args.pod_forms_in.clone(),
+        group_form: args.group_form_in.clone(),
         group_max_workloads: args.group_max_workloads,
         // Only an operator that sees every TDSet can count a calendar's users.
         report_calendar_usage: args.namespace.is_none() && shard.is_none(),

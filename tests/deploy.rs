@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use support::*;
@@ -84,6 +84,31 @@ async fn deploy_dir_applies_and_the_operator_works_as_its_service_account() {
     )
     .await;
     wait_for_event(&client, &ns.name, "web", |(_, r, _)| r == "Created").await;
+    // The group form, as deployed: its StatefulSet patch comes from tdset-operator-group-form.
+    let _: StatefulSet = create_object(
+        &client,
+        &ns.name,
+        json!({
+            "metadata": {"name": "db", "labels": {"app": "db", "env": "dev"}},
+            "spec": {"replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": {"containers": [{"name": "db", "image": "redis:7"}]}}}
+        }),
+    )
+    .await;
+    let night: TDSet = serde_json::from_value(json!({
+        "apiVersion": "schedule.rs/v1", "kind": "TDSet", "metadata": {"name": "night"},
+        "spec": {"scaleTargetSelector": {"kinds": ["StatefulSet"], "selector": {"matchLabels": {"env": "dev"}}},
+                 "schedulingConfig": [], "defaultReplica": 0}
+    }))
+    .unwrap();
+    tdsets.create(&PostParams::default(), &night).await.unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    eventually(Duration::from_secs(60), "StatefulSet db asleep", || async {
+        let db = sets.get("db").await.ok()?;
+        (db.spec.as_ref()?.replicas == Some(0)).then_some(())
+    })
+    .await;
     assert_eq!(
         op.counter("tdset_reconcile_errors_total"),
         0.0,

@@ -1790,7 +1790,7 @@ async fn a_group_selecting_more_than_one_reconcile_reads_schedules_the_first_and
             create_object(&client, n, labelled(app_deployment(name, 2), "dev")).await;
     }
     create_deployment_group(&client, n, "night", -60, 25).await;
-    let _op = Operator::start_capping_groups(&client, n, clock(), 3);
+    let _op = Operator::start_configured(&client, n, clock(), |o| o.group_max_workloads = 3);
     for name in ["a", "b", "c"] {
         deployment_at(&client, n, name, 0).await;
     }

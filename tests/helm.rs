@@ -120,6 +120,66 @@ fn rbac_is_least_privilege_in_every_rendering() {
     }
 }
 
+/// `patch` on StatefulSets and CronJobs is the group form's alone, bound only where
+/// `groupFormIn` allows the form: cluster-wide for "*", a RoleBinding per listed namespace,
+/// nowhere for "none" (and no other rule grants it).
+#[test]
+fn the_group_forms_grant_is_bound_only_where_the_form_is_allowed() {
+    let patches_workloads = |doc: &Value| {
+        doc["rules"].as_array().into_iter().flatten().any(|r| {
+            let has = |k: &str, v: &str| r[k].as_array().is_some_and(|a| a.iter().any(|x| x == v));
+            has("verbs", "patch")
+                && (has("resources", "statefulsets") || has("resources", "cronjobs"))
+        })
+    };
+    let bindings = |docs: &[Value]| -> Vec<String> {
+        docs.iter()
+            .filter(|d| d["roleRef"]["name"] == "tdset-operator-group-form")
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["namespace"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    let granting = |docs: &[Value]| -> Vec<String> {
+        docs.iter()
+            .filter(|d| patches_workloads(d))
+            .map(|d| d["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let defaults = documents(&render("tdset-system", &[]));
+    assert_eq!(granting(&defaults), ["tdset-operator-group-form"]);
+    assert_eq!(bindings(&defaults), ["ClusterRoleBinding/"]);
+    let listed = documents(&render(
+        "tdset-system",
+        &["--set", "groupFormIn={team-a,team-b}"],
+    ));
+    assert_eq!(granting(&listed), ["tdset-operator-group-form"]);
+    assert_eq!(
+        bindings(&listed),
+        ["RoleBinding/team-a", "RoleBinding/team-b"]
+    );
+    let env = |docs: &[Value]| {
+        docs.iter()
+            .find(|d| d["kind"] == "Deployment")
+            .and_then(|d| {
+                d["spec"]["template"]["spec"]["containers"][0]["env"]
+                    .as_array()?
+                    .iter()
+                    .find(|e| e["name"] == "TDSET_GROUP_FORM_IN")
+                    .map(|e| e["value"].clone())
+            })
+    };
+    assert_eq!(env(&listed), Some(json!("team-a,team-b")));
+    let none = documents(&render("tdset-system", &["--set", "groupFormIn={none}"]));
+    assert!(granting(&none).is_empty(), "{:?}", granting(&none));
+    assert!(bindings(&none).is_empty());
+    assert_eq!(env(&none), Some(json!("none")));
+}
+
 #[tokio::test]
 async fn every_option_renders_objects_the_api_server_accepts() {
     let (client, ns) = setup("helm-dry").await;
@@ -578,9 +638,11 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-calendars",
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-core",
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-edit",
+            "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-group-form",
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-view",
             "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator",
             "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator-calendars",
+            "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator-group-form",
             "customresourcedefinition.apiextensions.k8s.io/tdcalendars.schedule.rs",
             "customresourcedefinition.apiextensions.k8s.io/tdsets.schedule.rs",
         ]

@@ -7,7 +7,7 @@ mod support;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::{Client, Config, ResourceExt};
 use serde_json::{Value, json};
 use support::*;
 use tdset_operator::api::TDSet;
@@ -217,5 +217,39 @@ async fn the_shipped_admission_policy_lets_only_template_authors_run_pods() {
         )),
     );
     let _ = bindings.delete(&binding_name, &Default::default()).await;
+    ns.cleanup().await;
+}
+
+/// `--group-form-in` leaves this namespace out: a group TDSet writes nothing to what it
+/// selects and says why.
+#[tokio::test]
+async fn a_group_outside_the_allowed_namespaces_writes_nothing_and_says_why() {
+    let (client, ns) = setup("trust-group").await;
+    let mut web = app_deployment("web", 2);
+    web["metadata"]["labels"]["env"] = json!("dev");
+    let _: Deployment = create_object(&client, &ns.name, web).await;
+    let op = Operator::start_configured(&client, &ns.name, noon(), |o| {
+        o.group_form = "platform".parse().unwrap();
+    });
+    let night = json!({
+        "scaleTargetSelector": {"selector": {"matchLabels": {"env": "dev"}}},
+        "schedulingConfig": [], "defaultReplica": 0,
+    });
+    create_tdset(&client, &ns.name, &tdset("night", night)).await;
+    let refused = tdset_with_reason(&client, &ns.name, "night", "Degraded", "FormNotAllowed").await;
+    let message = &condition(&refused, "Degraded").unwrap().message;
+    assert!(
+        message.contains("scaleTargetSelector") && message.contains("--group-form-in"),
+        "{message}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let web = deployments.get("web").await.unwrap();
+    assert_eq!(replicas(&web), Some(2));
+    assert!(
+        web.annotations()
+            .keys()
+            .all(|k| !k.starts_with("schedule.rs/"))
+    );
+    op.stop().await;
     ns.cleanup().await;
 }

@@ -18,12 +18,18 @@ pub mod target;
 
 pub use crate::api::Source;
 
-/// Where the forms that run pods (`container`, `template`) are allowed. They run any pod spec
-/// (any ServiceAccount of the namespace) under the operator's identity, which admission
-/// policies keyed on the requesting user do not see; a platform team can limit them to some
-/// namespaces, or none. The other forms only scale what already runs.
+/// The namespaces where a form a platform team may limit is allowed:
+///
+/// - the forms that run pods (`container`, `template`, `--pod-forms-in`) run any pod spec (any
+///   ServiceAccount of the namespace) under the operator's identity, which admission policies
+///   keyed on the requesting user do not see;
+/// - the group form (`scaleTargetSelector`, `--group-form-in`) writes, under the operator's
+///   identity, every Deployment, StatefulSet and CronJob of the namespace a selector picks
+///   (their count, and its record on them), which needs `patch` on those kinds themselves.
+///
+/// The other forms only scale one named object through `/scale`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum PodForms {
+pub enum AllowedIn {
     /// Everywhere (the default).
     #[default]
     Anywhere,
@@ -31,15 +37,15 @@ pub enum PodForms {
     In(std::collections::BTreeSet<String>),
 }
 
-impl std::str::FromStr for PodForms {
+impl std::str::FromStr for AllowedIn {
     type Err = String;
 
     /// `*` (anywhere), `none` (nowhere) or a comma-separated list of namespaces.
-    fn from_str(s: &str) -> Result<PodForms, String> {
+    fn from_str(s: &str) -> Result<AllowedIn, String> {
         match s.trim() {
-            "*" => Ok(PodForms::Anywhere),
-            "" | "none" => Ok(PodForms::In(Default::default())),
-            list => Ok(PodForms::In(
+            "*" => Ok(AllowedIn::Anywhere),
+            "" | "none" => Ok(AllowedIn::In(Default::default())),
+            list => Ok(AllowedIn::In(
                 list.split(',')
                     .map(str::trim)
                     .filter(|n| !n.is_empty())
@@ -50,26 +56,44 @@ impl std::str::FromStr for PodForms {
     }
 }
 
-impl PodForms {
-    /// Why `source` may not run in `ns`, if it may not.
-    pub fn refuse(&self, source: Source<'_>, ns: &str) -> Option<String> {
-        let PodForms::In(allowed) = self else {
+impl AllowedIn {
+    /// Why a group may not run in `ns`, if it may not.
+    pub fn refuse_group(&self, ns: &str) -> Option<String> {
+        let where_ = self.where_(ns)?;
+        Some(format!(
+            "this operator runs TDSets with spec.scaleTargetSelector (which write every workload \
+             a selector picks) {where_} (--group-form-in); nothing is written. Use \
+             spec.scaleTargetRef to schedule one workload"
+        ))
+    }
+
+    /// Where it is allowed, in words, if not in `ns`.
+    fn where_(&self, ns: &str) -> Option<String> {
+        let AllowedIn::In(allowed) = self else {
             return None;
         };
-        if !source.is_owned() || allowed.contains(ns) {
+        if allowed.contains(ns) {
             return None;
         }
-        let form = match source {
-            Source::Template(_) => "spec.template",
-            _ => "spec.container",
-        };
-        let where_ = if allowed.is_empty() {
+        Some(if allowed.is_empty() {
             "in no namespace".to_string()
         } else {
             format!(
                 "only in namespaces {}",
                 allowed.iter().cloned().collect::<Vec<_>>().join(", ")
             )
+        })
+    }
+
+    /// Why `source` may not run in `ns`, if it may not.
+    pub fn refuse(&self, source: Source<'_>, ns: &str) -> Option<String> {
+        if !source.is_owned() {
+            return None;
+        }
+        let where_ = self.where_(ns)?;
+        let form = match source {
+            Source::Template(_) => "spec.template",
+            _ => "spec.container",
         };
         Some(format!(
             "this operator runs TDSets with {form} (which run pods under its identity) {where_} \
@@ -90,17 +114,17 @@ mod tests {
         let mut t = tdset("web");
         let container = Source::of(&t.spec).unwrap();
         assert_eq!(
-            "*".parse::<PodForms>().unwrap().refuse(container, "a"),
+            "*".parse::<AllowedIn>().unwrap().refuse(container, "a"),
             None
         );
-        let some: PodForms = "team-a, team-b".parse().unwrap();
+        let some: AllowedIn = "team-a, team-b".parse().unwrap();
         assert_eq!(some.refuse(container, "team-b"), None);
         let refused = some.refuse(container, "team-c").unwrap();
         assert!(
             refused.contains("spec.container") && refused.contains("team-a, team-b"),
             "{refused}"
         );
-        let none: PodForms = "none".parse().unwrap();
+        let none: AllowedIn = "none".parse().unwrap();
         assert!(
             none.refuse(container, "team-a")
                 .unwrap()

@@ -62,18 +62,16 @@ impl Operator {
         Operator::launch(client, clock, None, opts)
     }
 
-    /// Watching one namespace, a group reading at most `cap` workloads per reconcile
-    /// (`--group-max-workloads`).
-    pub fn start_capping_groups(
+    /// Watching one namespace, with the options `configure` sets (the flags of the binary:
+    /// `group_max_workloads` is `--group-max-workloads`, `group_form` `--group-form-in`).
+    pub fn start_configured(
         client: &Client,
         ns: &str,
         clock: tdset_operator::clock::SystemClock,
-        cap: usize,
+        configure: impl FnOnce(&mut tdset_operator::controller::RunOptions),
     ) -> Operator {
-        let opts = tdset_operator::controller::RunOptions {
-            group_max_workloads: cap,
-            ..Operator::options(Some(ns), "test")
-        };
+        let mut opts = Operator::options(Some(ns), "test");
+        configure(&mut opts);
         Operator::launch(client, clock, None, opts)
     }
 
@@ -85,6 +83,7 @@ impl Operator {
             instance: instance.to_string(),
             initial_list: tdset_operator::controller::InitialList::Auto,
             pod_forms: Default::default(),
+            group_form: Default::default(),
             group_max_workloads: 2000,
             report_calendar_usage: namespace.is_none(),
             shard: None,

@@ -35,7 +35,7 @@ use crate::error::Result;
 use crate::http::Health;
 use crate::memo::{OwnWrites, StatusMemo};
 use crate::telemetry::Metrics;
-use crate::workload::PodForms;
+use crate::workload::AllowedIn;
 use watches::{InitialList, api_for, hpa_watch, owned_watch, target_watch, tdset_watch};
 
 #[derive(Clone, Debug)]
@@ -48,7 +48,9 @@ pub struct RunOptions {
     /// How the watches receive their initial lists.
     pub initial_list: InitialList,
     /// Where `container` and `template` TDSets may run pods.
-    pub pod_forms: PodForms,
+    pub pod_forms: AllowedIn,
+    /// Where group TDSets may write what they select.
+    pub group_form: AllowedIn,
     /// The most workloads one group reads per reconcile, past those it holds.
     pub group_max_workloads: usize,
     /// Write each TDCalendar's usage to its status. Only an operator that sees every TDSet
@@ -239,6 +241,7 @@ pub(crate) async fn run_controller(
         failures: Default::default(),
         contests: Default::default(),
         pod_forms: opts.pod_forms.clone(),
+        group_form: opts.group_form.clone(),
         group_max_workloads: opts.group_max_workloads,
         shard: shard.clone(),
         tdsets: tdsets.clone(),

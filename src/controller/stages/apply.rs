@@ -7,6 +7,7 @@ use crate::controller::forms::{Turn, group, hpa_floor, owned, scale_ref};
 use crate::controller::lane::Events;
 use crate::controller::state::{Context, Outcome, Write};
 use crate::error::Result;
+use crate::status::{Missing, Problem, reason};
 use crate::workload::Source;
 
 /// Observes the workload and writes what its form's plan asks for.
@@ -33,6 +34,16 @@ pub(crate) async fn apply(
     match resolved.source {
         source if let Some(refused) = ctx.pod_forms.refuse(source, ns) => {
             owned::refused(turn, refused)
+        }
+        Source::Group(_) if let Some(refused) = ctx.group_form.refuse_group(ns) => {
+            Ok(Outcome::missing(
+                Missing {
+                    reason: reason::BLOCKED,
+                    message: "this form is not allowed in this namespace: nothing is written"
+                        .into(),
+                },
+                Some(Problem::FormNotAllowed(refused)),
+            ))
         }
         Source::Container(_) | Source::Template(_) => owned::reconcile(turn).await,
         Source::Scale(target) => scale_ref::reconcile(turn, target).await,

@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::controller::lane;
 use crate::memo::{OwnWrites, StatusMemo};
 use crate::telemetry::Metrics;
-use crate::workload::PodForms;
+use crate::workload::AllowedIn;
 use crate::workload::contest::Contest;
 
 /// Everything a reconcile needs, shared by all of them.
@@ -53,7 +53,9 @@ pub struct Context {
     /// Consecutive failed reconciles per TDSet ("ns/name"), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Where `container` and `template` TDSets may run pods.
-    pub pod_forms: PodForms,
+    pub pod_forms: AllowedIn,
+    /// Where group TDSets may write what they select.
+    pub group_form: AllowedIn,
     /// The most workloads one group reads per reconcile, past those it holds.
     pub group_max_workloads: usize,
     /// Each TDSet's writes to its target, against another writer ("ns/name").

@@ -25,7 +25,7 @@ use crate::cache::Cached;
 use crate::clock::Clock;
 use crate::memo::{OwnWrites, StatusMemo};
 use crate::telemetry::Metrics;
-use crate::workload::PodForms;
+use crate::workload::AllowedIn;
 
 /// A request the operator sent, as the server saw it.
 #[derive(Clone, Debug)]
@@ -328,7 +328,8 @@ impl Operator {
             groups: GroupIndex::default(),
             calendars,
             failures: Default::default(),
-            pod_forms: PodForms::Anywhere,
+            pod_forms: AllowedIn::Anywhere,
+            group_form: AllowedIn::Anywhere,
             group_max_workloads: 2000,
             contests: Default::default(),
             shard: None,
