@@ -262,4 +262,94 @@ impl Bench {
         );
         ns.cleanup().await;
     }
+
+    /// The worst case the schema and the default flags allow for what groups hold in memory:
+    /// `groups` groups (the default --concurrency, so all reconcile at once after a restart),
+    /// each in its own namespace over --group-max-workloads Deployments with 253-character
+    /// names (what a group keeps grows with the count and the names), the first `big` of them
+    /// (by name: the first pages listed) carrying ~1.4 MB of labels each (what a page weighs
+    /// while it is decoded). Peak RSS after a restart, when every group lists all of them.
+    pub(crate) async fn group_worst(&mut self, groups: usize, per: usize, big: usize) {
+        let labels: std::collections::BTreeMap<String, String> = (0..10_500)
+            .map(|i| {
+                (
+                    format!("t.example.com/l{i:05}-{}", "x".repeat(44)),
+                    "v".repeat(63),
+                )
+            })
+            .collect();
+        let mut namespaces = Vec::new();
+        let started = std::time::Instant::now();
+        for g in 0..groups {
+            let ns = self.namespace(&format!("grpworst{g}")).await;
+            let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+            let mut objs = group_deployments("w", per, 0, 1);
+            for (i, d) in objs.iter_mut().enumerate() {
+                let name = format!("{}{i:06}", "w".repeat(247));
+                d.metadata.name = Some(name);
+                if i < big {
+                    d.metadata
+                        .labels
+                        .get_or_insert_default()
+                        .extend(labels.clone());
+                }
+            }
+            create_all(&deploys, objs).await;
+            let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+            let t = group_tdset(
+                "group",
+                json!({"env": "bench"}),
+                json!([{"startTime": "00:00", "endTime": "23:59", "replica": 0}]),
+            );
+            api.create(&PostParams::default(), &t).await.unwrap();
+            namespaces.push(ns);
+        }
+        let created = started.elapsed();
+        let at = Some("2026-05-01T12:00:00Z".parse().unwrap());
+        // Converged once (every group's first reconcile), then the restart measured.
+        let first = operator_with(
+            &self.kubeconfig,
+            None,
+            at,
+            &self.logs.join("group-worst-first.log"),
+            &[],
+        );
+        while first.metric("tdset_reconciles_total") < groups as f64 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let first_peak = first.proc_status("VmHWM:") as f64 / 1024.0;
+        first.stop();
+        let started = std::time::Instant::now();
+        let op = operator_with(
+            &self.kubeconfig,
+            None,
+            at,
+            &self.logs.join("group-worst.log"),
+            &[],
+        );
+        while op.metric("tdset_reconciles_total") < groups as f64 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let reconciled = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let peak = op.proc_status("VmHWM:") as f64 / 1024.0;
+        op.stop();
+        let n = groups * per;
+        let verdict = if peak < 256.0 {
+            "under the chart's 256Mi limit"
+        } else {
+            "OVER the chart's 256Mi limit"
+        };
+        let _ = writeln!(
+            self.report,
+            "| group worst case | {groups} groups (one per namespace, all reconciling at once) x {per} Deployments (N = {n}, names of 253 characters; the first {big} of each with 1.4 MB of labels) | peak RSS after a restart {peak:.1} MiB ({verdict}); first run {first_peak:.1} MiB | created in {:.0} s; every group reconciled {:.1} s after the restart |",
+            created.as_secs_f64(),
+            reconciled.as_secs_f64(),
+        );
+        println!("group worst N={n}: restart peak {peak:.1} MiB, first {first_peak:.1} MiB");
+        for ns in namespaces {
+            ns.cleanup().await;
+        }
+    }
 }

@@ -210,6 +210,9 @@ fn main() {
             b.group_joins(100).await;
             b.group_memory(100, 100).await;
         }
+        if want("groupworst") {
+            b.group_worst(16, 2000, 16).await;
+        }
         if want("history") {
             b.restart_with(10_000, true).await;
         }

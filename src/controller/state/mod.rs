@@ -17,7 +17,7 @@ pub(crate) use backoff::{after as backoff_after, api_backoff, jitter};
 pub use calendar_index::CalendarIndex;
 pub use context::Context;
 pub(crate) use discovery::{Discovery, Resolved};
-pub(crate) use group_index::{Claim, GroupIndex, claim_of};
+pub(crate) use group_index::{Claim, GroupEntry, GroupIndex, claim_of};
 pub(crate) use outcome::{Answer, Outcome, Scaled, Write};
 pub(crate) use sharding::let_go_loop;
 pub use sharding::{ShardOptions, Sharding};

@@ -36,11 +36,8 @@ use crate::workload::savings::Saved;
 use observe::{Keep, Kind, is_hpa, kinds, observe, recorded_kinds};
 use place::{Listed, Placing};
 pub(crate) use release::{Release, release_all};
-use write::{Sent, send};
+use write::{Sent, WRITES_IN_FLIGHT, send};
 
-/// Workload writes of one group in flight at once: the API server's pace at a boundary of a
-/// thousand, without one TDSet taking every connection.
-const WRITES_IN_FLIGHT: usize = 16;
 /// How soon to drop, once its count is there, what a custom kind's record says of the value
 /// before (see `group::Record::previous`).
 const TIDY_RETRY: Duration = Duration::from_secs(1);
@@ -70,7 +67,6 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         ctx,
         ns,
         sel,
-        selector: &selector,
         me,
         hpas: &hpas_in(ctx, ns),
     };
@@ -81,7 +77,7 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let uid = tdset.uid().unwrap_or_default();
     let (held, selected) = (format!("{}={uid}", group::HELD_BY_UID), selector.to_query());
     let queries = |kind: &Kind| queries(kind, &held, &selected);
-    let keep = Keep::labels_read(ctx, ns, Some(&selector));
+    let keep = Keep::new(ctx, ns, &tdset.name_any(), Some(&selector));
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
     let (listed, members) = place::all(&placing, &kinds, observed);
     let level = eval.count();

@@ -1,7 +1,7 @@
 //! Which kinds a group looks at, and what each listed workload runs and carries.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -13,7 +13,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{GroupKind, NamedKind, ScaleTargetSelector, TDSet};
-use crate::controller::state::{Answer, Context};
+use crate::controller::state::{Answer, Claim, Context, GroupEntry};
 use crate::error::{Error, Result};
 use crate::status::Problem;
 use crate::workload::group::{self, Member, Place, Record, Value};
@@ -162,32 +162,64 @@ pub(super) fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg:
     ))
 }
 
-/// The label keys a listed workload keeps: those the namespace's group selectors name (this
-/// TDSet's and the groups it yields to or takes from). No selector reads any other, and
-/// labels, unlike annotations, have no bound in all: a tenant's workload may carry 1 MB.
+/// What placing reads of a listed workload's labels, decided as each page is decoded so that
+/// no label is kept: whether this TDSet's selector picks it, and the oldest other group of the
+/// namespace that selects it without excluding it. Labels, unlike annotations, have no bound
+/// in all (a workload may carry 1 MB of them), and a namespace may hold many groups, each
+/// naming other keys.
 pub(super) struct Keep {
-    pub(super) label_keys: BTreeSet<String>,
+    /// This TDSet's name and selector (none when only its records are listed).
+    me: String,
+    mine: Option<group::Selector>,
+    /// The namespace's groups, oldest claim first (from the index).
+    groups: Vec<(Claim, std::sync::Arc<GroupEntry>)>,
     /// Objects still to be read past the first query of each kind (what the TDSet holds,
     /// bounded by its own writes): `--group-max-workloads`.
     pub(super) budget: std::sync::atomic::AtomicUsize,
 }
 
 impl Keep {
-    /// The keys this TDSet's selector (if any) and its namespace's groups' name: placing
-    /// reads whether they select a workload, and which other group takes it over.
-    pub(super) fn labels_read(ctx: &Context, ns: &str, mine: Option<&group::Selector>) -> Keep {
-        let others = ctx.groups.in_namespace(ns);
-        let label_keys = (others.iter())
-            .filter_map(|(_, e)| e.selector.as_ref())
-            .flat_map(|s| s.keys())
-            .chain(mine.into_iter().flat_map(|s| s.keys()))
-            .map(str::to_string)
-            .collect();
+    pub(super) fn new(ctx: &Context, ns: &str, me: &str, mine: Option<&group::Selector>) -> Keep {
         Keep {
-            label_keys,
+            me: me.to_string(),
+            mine: mine.cloned(),
+            groups: ctx.groups.in_namespace(ns),
             budget: ctx.group_max_workloads.into(),
         }
     }
+
+    /// What placing needs of `labels` (of workload `name` of `kind`).
+    fn placing(&self, kind: &GroupKind, name: &str, labels: &BTreeMap<String, String>) -> Placed {
+        let (g, k) = (kind.group(), kind.kind());
+        Placed {
+            selected: self.mine.as_ref().is_some_and(|s| s.matches(labels)),
+            oldest_other: (self.groups.iter())
+                .find(|((_, n), e)| {
+                    *n != self.me && e.selects(g, k, labels) && !e.exclude.contains(name)
+                })
+                .map(|(c, _)| c.clone()),
+        }
+    }
+}
+
+/// What placing reads of a listed workload, instead of its labels.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Placed {
+    /// This TDSet's selector picks it.
+    pub(super) selected: bool,
+    /// The oldest other group that selects it and does not exclude it.
+    pub(super) oldest_other: Option<Claim>,
+}
+
+/// Where a listed object keeps `Placed`.
+const PLACED: &str = "placedByLabels";
+
+/// What placing reads of a listed object (see `Keep`).
+pub(super) fn placed(o: &DynamicObject) -> Placed {
+    (o.data.get(PLACED).cloned())
+        .and_then(|p| serde_json::from_value(p).ok())
+        .unwrap_or_default()
 }
 
 /// The longest value of the operator's own annotations kept: a holder's name (at most 253
@@ -255,11 +287,7 @@ async fn list(
         let each = bytes / page.items.len().max(1);
         let limit = (PAGE_BYTES / each.max(1)).clamp(FIRST_PAGE as usize, PAGE as usize);
         params = params.limit(limit as u32);
-        out.extend(
-            page.items
-                .into_iter()
-                .map(|o| o.into_dynamic(&kind.resource, keep)),
-        );
+        out.extend(page.items.into_iter().map(|o| o.into_dynamic(kind, keep)));
         match next {
             Some(token) => params = params.continue_token(&token),
             None => {
@@ -616,12 +644,15 @@ fn own_annotations<'de, D: Deserializer<'de>>(
 
 impl Lean {
     /// The object as the rest of the group form reads it (the paths of the full object), with
-    /// only what the plan reads: the labels `keep` names, the controller's ownerReference, and
-    /// of the pod template the requests of one replica, summed (`requests_of`).
-    fn into_dynamic(mut self, resource: &ApiResource, keep: &Keep) -> DynamicObject {
-        if let Some(labels) = self.metadata.labels.as_mut() {
-            labels.retain(|k, _| keep.label_keys.contains(k));
-        }
+    /// only what the plan reads: of its labels what placing reads (`placed`), the controller's
+    /// ownerReference, and of the pod template the requests of one replica, summed
+    /// (`requests_of`).
+    fn into_dynamic(mut self, kind: &Kind, keep: &Keep) -> DynamicObject {
+        let resource = &kind.resource;
+        let labels = self.metadata.labels.take().unwrap_or_default();
+        let name = self.metadata.name.as_deref().unwrap_or_default();
+        let placed = keep.placing(&kind.kind, name, &labels);
+        drop(labels);
         if let Some(refs) = self.metadata.owner_references.as_mut() {
             refs.retain(|r| r.controller == Some(true));
         }
@@ -634,6 +665,7 @@ impl Lean {
             "spec": self.spec,
             "status": self.status,
             REQUESTS: {"cpuNanos": clamp(requests.cpu_nanos), "memoryBytes": clamp(requests.memory_bytes)},
+            PLACED: placed,
         });
         DynamicObject {
             types: Some(kube::core::TypeMeta {

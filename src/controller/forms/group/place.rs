@@ -12,7 +12,7 @@ use crate::workload::hpa::HpaView;
 use crate::workload::savings::Requests;
 use crate::workload::target::conflicting_hpa;
 
-use super::observe::{Kind, int_at, is_hpa, member_of, requests_of};
+use super::observe::{Kind, int_at, is_hpa, member_of, placed, requests_of};
 
 /// What placing a workload needs to know about the TDSet.
 pub(super) struct Placing<'a> {
@@ -20,7 +20,6 @@ pub(super) struct Placing<'a> {
     pub(super) ctx: &'a Context,
     pub(super) ns: &'a str,
     pub(super) sel: &'a ScaleTargetSelector,
-    pub(super) selector: &'a group::Selector,
     /// This TDSet's claim (creationTimestamp, name).
     pub(super) me: Claim,
     /// The namespace's HPAs, read once for every workload placed.
@@ -35,14 +34,13 @@ pub(super) fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
         ctx,
         ns,
         sel,
-        selector,
         me,
         ..
     } = p;
-    let labels = o.labels();
     let name = o.name_any();
+    let placed = placed(o);
     // The spec decides, not the index (which may not have caught up with it yet).
-    if !kind.selected || !selector.matches(labels) {
+    if !kind.selected || !placed.selected {
         return Place::Outside;
     }
     if sel.exclude.contains(&name) {
@@ -64,17 +62,14 @@ pub(super) fn place(p: &Placing<'_>, kind: &Kind, o: &DynamicObject) -> Place {
     }
     // The oldest claim holds it: older groups that select it (and do not exclude it), and
     // TDSets that name it in scaleTargetRef.
-    let groups = ctx.groups.in_namespace(ns);
     let (group, kind) = (kind.kind.group(), kind.kind.kind());
-    let older_group = groups
-        .iter()
-        .find(|(c, e)| c < me && e.selects(group, kind, labels) && !e.exclude.contains(&name));
+    let older_group = placed.oldest_other.filter(|c| c < me);
     let older_ref = ctx
         .index
         .claims(ns, group, kind, &name)
         .into_iter()
         .find(|c| c < me);
-    let holder = match (older_group.map(|(c, _)| c.clone()), older_ref) {
+    let holder = match (older_group, older_ref) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
@@ -139,13 +134,10 @@ pub(super) fn handed_to(
     kind: &Kind,
     o: &DynamicObject,
     m: &Member,
-    me: &str,
 ) -> Option<String> {
     let (group, kind_name) = (kind.kind.group(), kind.kind.kind());
-    let other_group = ctx.groups.in_namespace(ns).iter().any(|((_, n), e)| {
-        n != me && e.selects(group, kind_name, o.labels()) && !e.exclude.contains(&m.name)
-    });
-    if other_group {
+    // Another group selects it: it gives the own count back itself.
+    if placed(o).oldest_other.is_some() {
         return None;
     }
     let holder = ctx.index.holder(ns, group, kind_name, &m.name)?;
@@ -213,7 +205,7 @@ fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> L
     if member.record.is_none() && member.place == Place::Held {
         member.record = taken_over(placing, kind, &member);
     } else if member.record.is_some() && member.place != Place::Held {
-        member.handed_to = handed_to(placing.ctx, placing.ns, kind, o, &member, &placing.me.1);
+        member.handed_to = handed_to(placing.ctx, placing.ns, kind, o, &member);
     }
     if is_hpa(kind) {
         member.floor_of = Some((

@@ -1,5 +1,7 @@
 //! Letting go of a group: every workload carrying the TDSet's record gets its own count back.
 
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use kube::ResourceExt;
 use tracing::info;
 
@@ -13,7 +15,7 @@ use crate::workload::group::{self, LeaveReason, Place, Why};
 
 use super::observe::{Keep, Kind, kinds, member_of, observe, recorded_kinds};
 use super::place::handed_to;
-use super::write::{Sent, send};
+use super::write::{Sent, WRITES_IN_FLIGHT, send};
 
 /// What letting go of a group came to.
 pub(crate) struct Release {
@@ -48,36 +50,73 @@ pub(crate) async fn release_all(
         // Each round's own: a kind that cannot be listed is said once, not once a round.
         let mut problems = unlisted.clone();
         let mut refused = Vec::new();
-        let keep = Keep::labels_read(ctx, ns, None);
+        let keep = Keep::new(ctx, ns, &name, None);
         let (found, listed) = observe(ctx, ns, &kinds, mine, &keep, &mut problems).await?;
         // A kind that exists but could not be listed (not granted, the API server failing)
         // may still hold records: the group is not done with. One whose CRD is gone is not
         // among `kinds`, and its records went with its objects.
         let unlisted_kind = listed.iter().any(|l| !l);
+        let mut writes = Vec::new();
         for (k, o, value) in found {
             let kind = &kinds[k];
             let mut m = member_of(kind, &o, value, Place::Outside);
-            m.handed_to = handed_to(ctx, ns, kind, &o, &m, &name);
+            m.handed_to = handed_to(ctx, ns, kind, &o, &m);
             for mut w in group::plan(&name, Count::Own, std::slice::from_ref(&m)).writes {
                 w.why = Why::Left(LeaveReason::Released);
-                match send(ctx, ns, kind, &m, &w, &uid).await? {
-                    Sent::Done => {
-                        info!(workload = %format!("{} {}", m.kind, m.name), to = %w.to, "released");
-                        events.push(note(
-                            tdset,
-                            EventType::Normal,
-                            "Released",
-                            format!(
-                                "{} {} got its own count back ({}): the TDSet let go of its group",
-                                m.kind, m.name, w.to
-                            ),
-                        ));
-                    }
-                    Sent::Stale(why) => changed = Some(why),
-                    Sent::Gone(_) => {}
-                    Sent::Problem(p) => refused.push(p),
+                writes.push((kind, m.clone(), w));
+            }
+        }
+        // As a boundary's writes: a few at a time, each awaited whatever the others came to.
+        let uid = uid.as_str();
+        let sends: Vec<BoxFuture<'_, (String, group::Write, Result<Sent>)>> = (writes.iter())
+            .map(|(kind, m, w)| {
+                async move {
+                    let what = format!("{} {}", m.kind, m.name);
+                    (what, w.clone(), send(ctx, ns, kind, m, w, uid).await)
+                }
+                .boxed()
+            })
+            .collect();
+        let sent: Vec<_> = futures::stream::iter(sends)
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut released = Vec::new();
+        let mut failed = None;
+        for (what, w, result) in sent {
+            match result {
+                Ok(Sent::Done) => {
+                    info!(workload = %what, to = %w.to, "released");
+                    released.push(format!("{what} ({})", w.to));
+                }
+                Ok(Sent::Stale(why)) => changed = Some(why),
+                Ok(Sent::Gone(_)) => {}
+                Ok(Sent::Problem(p)) => refused.push(p),
+                Err(e) => {
+                    failed.get_or_insert(e);
                 }
             }
+        }
+        if !released.is_empty() {
+            let shown: Vec<&str> = released.iter().take(5).map(String::as_str).collect();
+            let more = match released.len() - shown.len() {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            events.push(note(
+                tdset,
+                EventType::Normal,
+                "Released",
+                format!(
+                    "{} workloads got their own count back: {}{more}: the TDSet let go of its group",
+                    released.len(),
+                    shown.join(", ")
+                ),
+            ));
+        }
+        // Those that landed are said; the first that failed outright fails the reconcile.
+        if let Some(e) = failed {
+            return Err(e);
         }
         match changed {
             Some(why) if attempt == RELEASE_ATTEMPTS => return Err(Error::Contended(why)),

@@ -11,6 +11,10 @@ use crate::workload::owned::FIELD_MANAGER;
 
 use super::observe::{Kind, forbidden};
 
+/// Workload writes of one group in flight at once: the API server's pace at a boundary of a
+/// thousand, without one TDSet taking every connection.
+pub(super) const WRITES_IN_FLIGHT: usize = 16;
+
 /// What one write came to.
 pub(super) enum Sent {
     Done,
