@@ -79,9 +79,10 @@ pub struct RunArgs {
     /// and CronJobs only when this is not `none`.
     #[arg(long, env = "TDSET_GROUP_FORM_IN", default_value = "*")]
     pub group_form_in: crate::workload::AllowedIn,
-    /// The most workloads (HPAs included) one group TDSet reads per reconcile, past those it
-    /// holds: a selector that picks more schedules the first ones (by kind, then name) and is
-    /// Degraded (TooManyWorkloads). Bounds the memory and the requests of one reconcile.
+    /// The most workloads one group TDSet reads per reconcile of what it selects (and as many
+    /// of what carries its label): a selector that picks more schedules the first ones (by
+    /// kind, then name) and is Degraded (TooManyWorkloads). Bounds the memory and the
+    /// requests of one reconcile.
     #[arg(long, env = "TDSET_GROUP_MAX_WORKLOADS", default_value_t = 2000)]
     pub group_max_workloads: usize,
     /// Run as this shard: reconcile only the TDSets `--shard-selector` matches, holding the

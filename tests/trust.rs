@@ -253,3 +253,39 @@ async fn a_group_outside_the_allowed_namespaces_writes_nothing_and_says_why() {
     op.stop().await;
     ns.cleanup().await;
 }
+
+/// A group that put `web` to sleep, then left out of `--group-form-in` (the platform's change
+/// at night): it writes nothing, forgets nothing (status.group stays), and its deletion gives
+/// `web` its own count back.
+#[tokio::test]
+async fn a_group_refused_after_it_held_workloads_keeps_them_and_gives_them_back_when_deleted() {
+    let (client, ns) = setup("trust-group-after").await;
+    let mut web = app_deployment("web", 2);
+    web["metadata"]["labels"]["env"] = json!("dev");
+    let _: Deployment = create_object(&client, &ns.name, web).await;
+    let night = json!({
+        "scaleTargetSelector": {"selector": {"matchLabels": {"env": "dev"}}},
+        "schedulingConfig": [], "defaultReplica": 0,
+    });
+    create_tdset(&client, &ns.name, &tdset("night", night)).await;
+    let op = Operator::start(&client, &ns.name, noon(), None, "test");
+    deployment_at(&client, &ns.name, "web", 0).await;
+    op.stop().await;
+    let op = Operator::start_configured(&client, &ns.name, noon(), |o| {
+        o.group_form = "none".parse().unwrap();
+    });
+    let refused = tdset_with_reason(&client, &ns.name, "night", "Degraded", "FormNotAllowed").await;
+    let group = refused.status.as_ref().and_then(|s| s.group.as_ref());
+    assert!(group.is_some_and(|g| g.at_schedule == 1), "{group:?}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    assert_eq!(replicas(&deployments.get("web").await.unwrap()), Some(0));
+    delete_tdset_and_wait(&client, &ns.name, "night").await;
+    let web = deployment_at(&client, &ns.name, "web", 2).await;
+    assert!(
+        web.annotations()
+            .keys()
+            .all(|k| !k.starts_with("schedule.rs/"))
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}

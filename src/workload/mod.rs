@@ -45,6 +45,8 @@ impl std::str::FromStr for AllowedIn {
         match s.trim() {
             "*" => Ok(AllowedIn::Anywhere),
             "" | "none" => Ok(AllowedIn::In(Default::default())),
+            // As the chart reads a list: `*` anywhere in it allows every namespace.
+            list if list.split(',').any(|n| n.trim() == "*") => Ok(AllowedIn::Anywhere),
             list => Ok(AllowedIn::In(
                 list.split(',')
                     .map(str::trim)
@@ -108,6 +110,14 @@ mod tests {
     use super::*;
     use crate::api::ScaleTargetRef;
     use crate::workload::owned::tests::tdset;
+
+    #[test]
+    fn a_star_anywhere_in_the_list_allows_every_namespace_as_the_chart_reads_it() {
+        assert_eq!("a, *".parse::<AllowedIn>().unwrap(), AllowedIn::Anywhere);
+        let none: AllowedIn = "none".parse().unwrap();
+        assert!(none.refuse_group("a").is_some());
+        assert_eq!("*".parse::<AllowedIn>().unwrap().refuse_group("a"), None);
+    }
 
     #[test]
     fn pod_forms_are_refused_outside_the_listed_namespaces() {

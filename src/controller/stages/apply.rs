@@ -36,14 +36,22 @@ pub(crate) async fn apply(
             owned::refused(turn, refused)
         }
         Source::Group(_) if let Some(refused) = ctx.group_form.refuse_group(ns) => {
-            Ok(Outcome::missing(
-                Missing {
-                    reason: reason::BLOCKED,
-                    message: "this form is not allowed in this namespace: nothing is written"
-                        .into(),
-                },
-                Some(Problem::FormNotAllowed(refused)),
-            ))
+            // Nothing written, and nothing forgotten: what the group holds (status.group, its
+            // kinds), and a target it took over, stay in status for when it is allowed again,
+            // deleted, or given another form (each gives back what it holds).
+            let previous = ctx.statuses.current(tdset).unwrap_or_default();
+            Ok(Outcome {
+                group: previous.group,
+                target: previous.target,
+                ..Outcome::missing(
+                    Missing {
+                        reason: reason::BLOCKED,
+                        message: "this form is not allowed in this namespace: nothing is written"
+                            .into(),
+                    },
+                    Some(Problem::FormNotAllowed(refused)),
+                )
+            })
         }
         Source::Container(_) | Source::Template(_) => owned::reconcile(turn).await,
         Source::Scale(target) => scale_ref::reconcile(turn, target).await,

@@ -109,7 +109,9 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let mut status = plan.status.clone();
     let writes_failed = written.first_error.is_some();
     let mut problems = with_write_problems(problems, &written);
-    // Workloads held elsewhere are said last: a failure of this TDSet's own comes first.
+    // A cap reached, then workloads held elsewhere, are said last: a failure of this TDSet's
+    // own comes first (only the first problem is Degraded's).
+    problems.sort_by_key(|p| matches!(p, Problem::TooManyWorkloads(_)));
     problems.extend(conflicts(&members));
     group::not_reached(&mut status, &members, &written.failed);
     status.held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
@@ -133,7 +135,14 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     );
     out.scaled = scaled(&members, &plan.writes, &written.done, unreached);
     out.failed = writes_failed;
-    out.target = left_target(tdset, ctx, &kinds, &listed, &members, &written.done);
+    out.target = left_target(
+        tdset,
+        ctx,
+        (&kinds, &all_listed),
+        &listed,
+        &members,
+        &written.done,
+    );
     Ok(out)
 }
 
@@ -144,16 +153,25 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
 fn left_target(
     tdset: &TDSet,
     ctx: &Context,
-    kinds: &[Kind],
+    (kinds, all_listed): (&[Kind], &[bool]),
     listed: &[(usize, Listed)],
     members: &[Member],
     done: &[group::Write],
 ) -> Option<crate::api::TargetStatus> {
     let t = ctx.statuses.current(tdset)?.target?;
-    let i = (0..members.len()).find(|i| {
+    let found = (0..members.len()).find(|i| {
         members[*i].place == Place::Held
             && place::left_record_names(&t, &kinds[listed[*i].0], &members[*i])
-    })?;
+    });
+    // Not among what was listed: kept while its kind was not listed whole (past
+    // --group-max-workloads, or not readable), where it may be.
+    let unread = || {
+        (kinds.iter().zip(all_listed))
+            .any(|(k, whole)| !whole && k.kind.group() == t.group() && k.kind.kind() == t.kind)
+    };
+    let Some(i) = found else {
+        return unread().then_some(t);
+    };
     let m = &members[i];
     let recorded = m
         .record
@@ -572,7 +590,9 @@ fn scaled(
         .map(|i| members[i].value.replicas())
         .sum();
     let to = (0..members.len()).filter(held).map(|i| after[i]).sum();
-    (landed || unreached.is_some()).then_some(Scaled {
+    // A write that changed no count (a custom kind's record tidied, an HPA's floor alone) is
+    // no change of the group's.
+    ((landed && from != to) || unreached.is_some()).then_some(Scaled {
         from,
         to: Some(to),
         failed: unreached,

@@ -173,9 +173,11 @@ pub(super) struct Keep {
     mine: Option<group::Selector>,
     /// The namespace's groups, oldest claim first (from the index).
     groups: Vec<(Claim, std::sync::Arc<GroupEntry>)>,
-    /// Objects still to be read past the first query of each kind (what the TDSet holds,
-    /// bounded by its own writes): `--group-max-workloads`.
+    /// Objects still to be read of what the TDSet selects, and of what carries its label
+    /// (which anyone who can read the TDSet's uid can put on anything): each
+    /// `--group-max-workloads`.
     pub(super) budget: std::sync::atomic::AtomicUsize,
+    pub(super) held_budget: std::sync::atomic::AtomicUsize,
 }
 
 impl Keep {
@@ -185,6 +187,7 @@ impl Keep {
             mine: mine.cloned(),
             groups: ctx.groups.in_namespace(ns),
             budget: ctx.group_max_workloads.into(),
+            held_budget: ctx.group_max_workloads.into(),
         }
     }
 
@@ -233,7 +236,7 @@ async fn list(
     kind: &Kind,
     labels: &str,
     keep: &Keep,
-    bounded: bool,
+    budget: Option<&std::sync::atomic::AtomicUsize>,
 ) -> Answer<Listing> {
     let request =
         kube::core::Request::new(<Lean as kube::Resource>::url_path(&kind.resource, Some(ns)));
@@ -269,15 +272,15 @@ async fn list(
         };
         let (mut page, bytes) = page;
         let mut next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        if bounded {
+        if let Some(budget) = budget {
             use std::sync::atomic::Ordering::Relaxed;
-            let left = keep.budget.load(Relaxed);
+            let left = budget.load(Relaxed);
             if page.items.len() > left {
                 page.items.truncate(left);
                 next = None;
                 truncated = true;
             }
-            keep.budget.store(left - page.items.len(), Relaxed);
+            budget.store(left - page.items.len(), Relaxed);
             if left == page.items.len() && next.is_some() {
                 next = None;
                 truncated = true;
@@ -344,6 +347,17 @@ pub(super) fn int_at(o: &DynamicObject, path: &str) -> Option<i32> {
         .map(|v| v as i32)
 }
 
+/// `value_of`'s answer for a count that is not set (no count is negative).
+const COUNT_UNSET: i32 = -1;
+/// Where a listed object says its count is not set.
+const UNSET: &str = "countUnset";
+
+/// Whether a listed object's count is not set: its `/scale` cannot be read (the API server's
+/// 500: "the spec replicas field ... does not exist"); it runs its controller's default.
+pub(super) fn count_unset(o: &DynamicObject) -> bool {
+    o.data.get(UNSET).and_then(serde_json::Value::as_bool) == Some(true)
+}
+
 /// What a listed object runs now.
 async fn value_of(ctx: &Context, ns: &str, kind: &Kind, o: &DynamicObject) -> Answer<Value> {
     if matches!(kind.kind, GroupKind::Named(NamedKind::CronJob)) {
@@ -379,10 +393,10 @@ async fn value_of(ctx: &Context, ns: &str, kind: &Kind, o: &DynamicObject) -> An
             &s.message,
         ))),
         // Its count is not set (the API server says so with a 500): it runs its controller's
-        // default. Read as 0, which placing leaves alone (see `place::count_unset`); one such
-        // object must not fail the whole group's reconcile.
+        // default. Marked, and read as 0, which placing leaves alone (see
+        // `place::count_unset`); one such object must not fail the whole group's reconcile.
         Err(kube::Error::Api(s)) if s.code == 500 && s.message.contains("does not exist") => {
-            Ok(Ok(Value::Replicas(0)))
+            Ok(Ok(Value::Replicas(COUNT_UNSET)))
         }
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Err(Problem::TargetNotFound(format!(
             "{} {} was deleted meanwhile",
@@ -421,12 +435,21 @@ pub(super) async fn observe(
     let queries: Vec<Vec<String>> = kinds.iter().map(queries).collect();
     let rounds = queries.iter().map(Vec::len).max().unwrap_or(0);
     let mut truncated = false;
+    // What it holds first, for every kind: read before anything else may use up the budget.
     for round in 0..rounds {
         for (k, kind) in kinds.iter().enumerate() {
             let Some(labels) = queries[k].get(round) else {
                 continue;
             };
-            match list(ctx, ns, kind, labels, keep, round > 0).await? {
+            // What it holds (round 0) and what it selects each have the budget; the HPAs of
+            // the namespace are read whole (the operator's HPA cache holds them all anyway,
+            // and a workload whose HPA another holds must never be missed).
+            let budget = match round {
+                _ if is_hpa(kind) => None,
+                0 => Some(&keep.held_budget),
+                _ => Some(&keep.budget),
+            };
+            match list(ctx, ns, kind, labels, keep, budget).await? {
                 Ok(found) => {
                     truncated |= found.truncated;
                     listed[k] &= !found.truncated;
@@ -458,7 +481,18 @@ pub(super) async fn observe(
                 .into_values()
                 .map(|o| {
                     async move {
+                        let mut o = o;
                         let v = value_of(ctx, ns, kind, &o).await;
+                        // The mark of a count the API server could not read (see `value_of`).
+                        let v = v.map(|v| {
+                            v.map(|v| match v {
+                                Value::Replicas(COUNT_UNSET) => {
+                                    o.data[UNSET] = serde_json::Value::Bool(true);
+                                    Value::Replicas(0)
+                                }
+                                v => v,
+                            })
+                        });
                         (o, v)
                     }
                     .boxed()

@@ -12,7 +12,7 @@ use crate::workload::hpa::HpaView;
 use crate::workload::savings::Requests;
 use crate::workload::target::conflicting_hpa;
 
-use super::observe::{Kind, int_at, is_hpa, member_of, placed, requests_of};
+use super::observe::{Kind, count_unset, int_at, is_hpa, member_of, placed, requests_of};
 
 /// What placing a workload needs to know about the TDSet.
 pub(super) struct Placing<'a> {
@@ -183,18 +183,11 @@ pub(super) struct Listed {
     pub(super) floor_elsewhere: Option<String>,
 }
 
-/// A custom kind whose `/scale` reads 0 with no `spec.replicas` set: the API server reads an
-/// unset count as 0, while its controller runs its own default. Held, it would be reported
-/// asleep while running, and woken to 0.
-fn count_unset(kind: &Kind, o: &DynamicObject, value: Value) -> bool {
-    !kind.built_in && value == Value::Replicas(0) && o.data.pointer("/spec/replicas").is_none()
-}
-
 /// One listed object placed, with what the status needs of it.
 fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> Listed {
     let placed = match place(placing, kind, o) {
         _ if is_hpa(kind) => Place::Outside,
-        Place::Held if count_unset(kind, o, value) => Place::HeldElsewhere(
+        Place::Held if !kind.built_in && count_unset(o) => Place::HeldElsewhere(
             "its controller: spec.replicas is not set, so it runs its controller's default, \
              which the operator could not give back; set spec.replicas to schedule it"
                 .into(),
