@@ -1328,14 +1328,10 @@ async fn repeated_wake_ups_are_not_taken_for_another_writer() {
     ns.cleanup().await;
 }
 
-/// A `scaleTargetRef` TDSet (onDelete: Keep) has put `web` (its own count 5) to sleep; at
-/// night it is switched to the group form, selecting `web`. The own count goes with it: the
-/// group records 5 on `web`, and when the night ends `web` runs 5 again.
-#[tokio::test]
-async fn a_switch_from_scale_target_ref_to_the_group_form_at_night_keeps_the_own_count() {
-    let (client, ns) = setup("group-switch").await;
-    let n = &ns.name;
-    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 5), "dev")).await;
+/// `web` (its own count 5) put to sleep by `scaleTargetRef` TDSet `night` (onDelete: Keep),
+/// whose night ends at `T0+40`; its original recorded in status.
+async fn web_asleep_under_a_scale_target_ref(client: &Client, n: &str) -> Operator {
+    let _: Deployment = create_object(client, n, labelled(app_deployment("web", 5), "dev")).await;
     let night = json!([{"start": at(-60), "end": at(40), "replica": 0, "reason": "night"}]);
     let spec = json!({
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
@@ -1344,12 +1340,17 @@ async fn a_switch_from_scale_target_ref_to_the_group_form_at_night_keeps_the_own
         "overrides": night,
         "intervalMint": 60
     });
-    create_tdset(&client, n, &tdset("night", spec)).await;
-    let _op = Operator::start(&client, n, clock(), None, "test");
-    deployment_at(&client, n, "web", 0).await;
-    assert_eq!(original_recorded(&client, n, "night", "web").await, 5);
+    create_tdset(client, n, &tdset("night", spec)).await;
+    let op = Operator::start(client, n, clock(), None, "test");
+    deployment_at(client, n, "web", 0).await;
+    assert_eq!(original_recorded(client, n, "night", "web").await, 5);
+    op
+}
 
-    // The group form, still at night: scaleTargetRef and defaultReplica gone (own by day).
+/// `night` switched to the group form over `env: dev`, still at night (scaleTargetRef and
+/// defaultReplica gone: own by day), until the group's record is on `web`, carrying the own
+/// count 5.
+async fn switched_to_the_group_form(client: &Client, n: &str) {
     Api::<TDSet>::namespaced(client.clone(), n)
         .patch(
             "night",
@@ -1362,18 +1363,23 @@ async fn a_switch_from_scale_target_ref_to_the_group_form_at_night_keeps_the_own
         )
         .await
         .unwrap();
-    let web: Deployment = object_where(&client, n, "web", "the group's record on web", |d| {
+    let web: Deployment = object_where(client, n, "web", "the group's record on web", |d| {
         annotations(d).contains_key("schedule.rs/own-replicas")
     })
     .await;
-    assert_eq!(
-        annotations(&web)
-            .get("schedule.rs/own-replicas")
-            .map(String::as_str),
-        Some("5"),
-        "{:?}",
-        annotations(&web)
-    );
+    let own = annotations(&web).get("schedule.rs/own-replicas").cloned();
+    assert_eq!(own.as_deref(), Some("5"), "{:?}", annotations(&web));
+}
+
+/// A `scaleTargetRef` TDSet (onDelete: Keep) has put `web` (its own count 5) to sleep; at
+/// night it is switched to the group form, selecting `web`. The own count goes with it: the
+/// group records 5 on `web`, and when the night ends `web` runs 5 again.
+#[tokio::test]
+async fn a_switch_from_scale_target_ref_to_the_group_form_at_night_keeps_the_own_count() {
+    let (client, ns) = setup("group-switch").await;
+    let n = &ns.name;
+    let _op = web_asleep_under_a_scale_target_ref(&client, n).await;
+    switched_to_the_group_form(&client, n).await;
     // The night ends: its own count again.
     deployment_at(&client, n, "web", 5).await;
     ns.cleanup().await;
@@ -1889,16 +1895,7 @@ async fn a_switch_to_the_group_form_killed_before_its_status_keeps_the_own_count
     };
     let (client, ns) = setup("group-switch-kill").await;
     let n = &ns.name;
-    let _: Deployment = create_object(&client, n, labelled(app_deployment("web", 5), "dev")).await;
-    let night = json!([{"start": at(-60), "end": at(40), "replica": 0, "reason": "night"}]);
-    let spec = json!({
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-        "schedulingConfig": [], "defaultReplica": 5, "overrides": night, "intervalMint": 60
-    });
-    create_tdset(&client, n, &tdset("night", spec)).await;
-    let op = Operator::start(&client, n, clock(), None, "test");
-    deployment_at(&client, n, "web", 0).await;
-    assert_eq!(original_recorded(&client, n, "night", "web").await, 5);
+    let op = web_asleep_under_a_scale_target_ref(&client, n).await;
 
     // From here the TDSet's status cannot drop its target.
     let name = format!("refuse-status-{n}");
@@ -1940,29 +1937,8 @@ async fn a_switch_to_the_group_form_killed_before_its_status_keeps_the_own_count
     })
     .await;
 
-    tdsets
-        .patch(
-            "night",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {
-                "scaleTargetRef": null,
-                "defaultReplica": null,
-                "scaleTargetSelector": {"kinds": ["Deployment"], "selector": {"matchLabels": {"env": "dev"}}},
-            }})),
-        )
-        .await
-        .unwrap();
-    let web: Deployment = object_where(&client, n, "web", "the group's record on web", |d| {
-        annotations(d).contains_key("schedule.rs/own-replicas")
-    })
-    .await;
+    switched_to_the_group_form(&client, n).await;
     op.kill();
-    assert_eq!(
-        annotations(&web)
-            .get("schedule.rs/own-replicas")
-            .map(String::as_str),
-        Some("5")
-    );
     // The crash left both: the record on web, and status.target with the original.
     assert_eq!(original_recorded(&client, n, "night", "web").await, 5);
     bindings.delete(&name, &Default::default()).await.unwrap();

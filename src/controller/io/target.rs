@@ -172,24 +172,13 @@ pub(crate) async fn write(
     res: &Resolved,
     replicas: i32,
 ) -> Answer<()> {
-    write_scale(ctx, ns, r, res, replicas, None).await
+    write_if_unchanged(ctx, ns, r, res, replicas, None).await
 }
 
 /// `write`, refused by the API server (409) if the target changed since it was read at
 /// `read_at`: for a write decided by what it was then (a workload woken because it was at 0),
 /// never over someone else's newer count.
 pub(crate) async fn write_if_unchanged(
-    ctx: &Context,
-    ns: &str,
-    r: &ScaleTargetRef,
-    res: &Resolved,
-    replicas: i32,
-    read_at: Option<&str>,
-) -> Answer<()> {
-    write_scale(ctx, ns, r, res, replicas, read_at).await
-}
-
-async fn write_scale(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
