@@ -58,9 +58,11 @@ pub(crate) fn held_by_group(
         .claims(ns, r.group(), &r.kind, &r.name)
         .into_iter()
         .find(|(_, n)| *n == me)?;
-    let ((_, holder), _) = ctx.groups.in_namespace(ns).into_iter().find(|(c, e)| {
-        *c < mine && e.selects(r.group(), &r.kind, labels) && !e.exclude.contains(&r.name)
-    })?;
+    let ((_, holder), _) = ctx
+        .groups
+        .in_namespace(ns)
+        .into_iter()
+        .find(|(c, e)| *c < mine && e.would_hold((r.group(), &r.kind, &r.name), labels))?;
     Some(Problem::ConflictingTDSet(format!(
         "{r} is selected by TDSet {holder} (a group), the older claim on it; this TDSet writes \
          nothing to it until {holder} lets go of it (excludes it, or is deleted)"

@@ -32,6 +32,16 @@ impl GroupEntry {
             .any(|k| k.group() == group && k.kind() == kind)
             && self.selector.as_ref().is_some_and(|s| s.matches(labels))
     }
+
+    /// Whether it would hold workload `name` if it were the oldest claim on it: it selects
+    /// it and does not exclude it.
+    pub fn would_hold(
+        &self,
+        (group, kind, name): (&str, &str, &str),
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        self.selects(group, kind, labels) && !self.exclude.contains(name)
+    }
 }
 
 /// The groups of one namespace, by claim.
@@ -218,7 +228,7 @@ impl GroupIndex {
             let groups = index.get(ns);
             let next = groups.and_then(|g| {
                 g.iter()
-                    .find(|(_, e)| e.selects(group, kind, labels) && !e.exclude.contains(name))
+                    .find(|(_, e)| e.would_hold((group, kind, name), labels))
                     .map(|((_, n), _)| n)
             });
             let holding = groups

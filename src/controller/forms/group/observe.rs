@@ -199,9 +199,7 @@ impl Keep {
         Placed {
             selected: self.mine.as_ref().is_some_and(|s| s.matches(labels)),
             oldest_other: (self.groups.iter())
-                .find(|((_, n), e)| {
-                    *n != self.me && e.selects(g, k, labels) && !e.exclude.contains(name)
-                })
+                .find(|((_, n), e)| *n != self.me && e.would_hold((g, k, name), labels))
                 .map(|(c, _)| c.clone()),
         }
     }
