@@ -1837,6 +1837,52 @@ async fn a_group_selecting_more_than_one_reconcile_reads_schedules_the_first_and
     ns.cleanup().await;
 }
 
+/// An older group past its cap comes to select a workload a younger group holds asleep: it
+/// takes it over (what other groups hold is read before the rest of what it selects), so the
+/// workload is not left at the younger group's count with nobody to wake it.
+#[tokio::test]
+async fn an_older_group_past_its_cap_takes_over_what_a_younger_group_yields_to_it() {
+    let (client, ns) = setup("group-cap-handover").await;
+    let n = &ns.name;
+    for name in ["a", "b", "c"] {
+        let _: Deployment =
+            create_object(&client, n, labelled(app_deployment(name, 2), "dev")).await;
+    }
+    // Sorts after a, b and c: past the older group's first two.
+    let _: Deployment = create_object(&client, n, app_deployment("z", 5)).await;
+    create_deployment_group(&client, n, "older", -60, 3600).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut younger = sleep_group(json!(["Deployment"]), json!([]), -60, 3600);
+    younger["scaleTargetSelector"]["selector"] = json!({"matchLabels": {"app": "z"}});
+    younger["overrides"][0]["replica"] = json!(1);
+    create_tdset(&client, n, &tdset("younger", younger)).await;
+    let _op = Operator::start_configured(&client, n, clock(), |o| o.group_max_workloads = 2);
+    deployment_at(&client, n, "a", 0).await;
+    deployment_at(&client, n, "b", 0).await;
+    tdset_with_reason(&client, n, "older", "Degraded", "TooManyWorkloads").await;
+    let z = deployment_at(&client, n, "z", 1).await;
+    assert_eq!(annotations(&z), record("younger", 5, 1));
+
+    // Now the older group selects it too: it holds it, its own count carried over.
+    Api::<Deployment>::namespaced(client.clone(), n)
+        .patch(
+            "z",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"env": "dev"}}})),
+        )
+        .await
+        .expect("labelling z");
+    object_where(
+        &client,
+        n,
+        "z",
+        "z held by the older group at 0",
+        |d: &Deployment| replicas(d) == Some(0) && annotations(d) == record("older", 5, 0),
+    )
+    .await;
+    ns.cleanup().await;
+}
+
 /// A custom kind whose `spec.replicas` is not set reads as 0 through `/scale`, while its
 /// controller runs its own default. The group leaves it alone and says why, rather than
 /// counting it asleep (and "waking" it to 0).

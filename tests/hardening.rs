@@ -226,6 +226,38 @@ async fn two_tdsets_on_one_deployment_the_older_holds_it_and_hands_it_over_when_
     ns.cleanup().await;
 }
 
+/// A target two TDSets name that is not there is missing for both: the younger one does not
+/// say another TDSet holds it. Once it appears, the older holds it and the younger says so.
+#[tokio::test]
+async fn a_missing_target_two_tdsets_name_is_missing_for_both() {
+    let (client, ns) = setup("hard-two-missing").await;
+    let n = &ns.name;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(
+        &client,
+        n,
+        &tdset("older", at_noon(deployment_ref("web"), 4, 1)),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create_tdset(
+        &client,
+        n,
+        &tdset("younger", at_noon(deployment_ref("web"), 2, 2)),
+    )
+    .await;
+    for name in ["older", "younger"] {
+        let t = tdset_with_reason(&client, n, name, "Available", "TargetMissing").await;
+        let available = condition(&t, "Available").unwrap();
+        assert!(available.message.contains("web"), "{name}: {available:?}");
+    }
+    let _: Deployment = create_object(&client, n, app_deployment("web", 1)).await;
+    deployment_at(&client, n, "web", 4).await;
+    tdset_with_reason(&client, n, "younger", "Available", "TargetHeldElsewhere").await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_younger_claim_takes_a_retargeted_workload_over_only_once_it_has_its_own_count_back() {
     let (client, ns) = setup("hard-handover").await;

@@ -434,6 +434,48 @@ async fn a_statefulset_and_a_custom_resource_with_scale_are_scaled() {
     ns.cleanup().await;
 }
 
+/// A custom object whose `spec.replicas` is not set runs its controller's default; its
+/// `/scale` cannot be read (the API server answers 500). The TDSet says what to do, writes
+/// nothing, and schedules it once the count is set.
+#[tokio::test]
+async fn a_custom_target_without_a_count_is_reported_and_scheduled_once_it_has_one() {
+    let (client, ns) = setup("wl-unset").await;
+    let n = &ns.name;
+    let api = widget(&client, n).await;
+    let unset: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "test.schedule.rs/v1", "kind": "Widget", "metadata": {"name": "u"}, "spec": {}
+    }))
+    .unwrap();
+    api.create(&Default::default(), &unset).await.unwrap();
+    let op = Operator::start(&client, n, noon(), None, "test");
+    let target = target("test.schedule.rs/v1", "Widget", "u");
+    create_tdset(&client, n, &tdset("u", office_hours(target, 1))).await;
+    let t = tdset_with_reason(&client, n, "u", "Degraded", "ScaleNotSupported").await;
+    let degraded = condition(&t, "Degraded").unwrap();
+    assert!(
+        degraded.message.contains("spec.replicas is not set"),
+        "{degraded:?}"
+    );
+    assert_eq!(
+        api.get("u").await.unwrap().data.pointer("/spec/replicas"),
+        None
+    );
+    api.patch(
+        "u",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .unwrap();
+    eventually(GUARD, "Widget u at 4", || async {
+        let w = api.get("u").await.ok()?;
+        (w.data.pointer("/spec/replicas") == Some(&json!(4))).then_some(())
+    })
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
 /// Widget `w` (replicas 1) in `ns`, of the test CRD.
 async fn widget(client: &Client, ns: &str) -> Api<DynamicObject> {
     let widgets = install_widget_crd(client).await;

@@ -8,6 +8,7 @@ use kube::{Resource, ResourceExt};
 use super::target::problem_outcome;
 use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::state::{Context, Outcome};
+use crate::error::Result;
 use crate::status::{Problem, reason};
 
 /// Another TDSet that holds `r`: one that owns it (it runs that Deployment), or an older
@@ -117,10 +118,26 @@ pub(crate) fn holder_with_same_original(
     (ctx.index.original_of(key(ns, r), uid?, &holder) == Some(original)).then_some(holder)
 }
 
-/// The outcome for a target another TDSet holds: nothing read or written, and what this
-/// TDSet recorded of that same target before (its original count, if it held it once) kept as
+/// `held_outcome` for a target another TDSet claims, unless the target is not there: then it
+/// is missing (one read of its metadata), as its holder says too.
+pub(crate) async fn claimed_outcome(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    p: Problem,
+    r: &ScaleTargetRef,
+) -> Result<Outcome> {
+    let p = crate::controller::io::target::missing(ctx, ns, r)
+        .await?
+        .unwrap_or(p);
+    Ok(held_outcome(tdset, ctx, p, r))
+}
+
+/// The outcome for a target another TDSet holds: nothing written, and what this TDSet
+/// recorded of that same target before (its original count, if it held it once) kept as
 /// it was. A record of another target is not kept: it was let go of before (see
 /// `release_previous`), and keeping it would let it go again, over its new holder's writes.
+/// A target that is not there (`p` says so) is missing rather than held.
 pub(crate) fn held_outcome(
     tdset: &TDSet,
     ctx: &Context,
@@ -135,7 +152,9 @@ pub(crate) fn held_outcome(
     let mut out = problem_outcome(p, r, TargetStatus::default());
     out.target = recorded;
     // It is there; another TDSet schedules it.
-    if let Err(missing) = &mut out.workload {
+    if let Err(missing) = &mut out.workload
+        && !matches!(out.problem, Some(Problem::TargetNotFound(_)))
+    {
         missing.reason = reason::TARGET_HELD_ELSEWHERE;
         missing.message = out
             .problem

@@ -43,7 +43,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         events: _,
     } = turn;
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
-        return Ok(claims::held_outcome(tdset, ctx, p, r));
+        return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
     }
     let (hpa, uid) = match read_hpa(ctx, ns, r).await? {
         Ok(found) => found,

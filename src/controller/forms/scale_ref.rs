@@ -32,7 +32,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         events: _,
     } = turn;
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
-        return Ok(claims::held_outcome(tdset, ctx, p, r));
+        return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
     }
     if ctx.hpas.wait_until_ready().now_or_never().is_none() {
         // Until the HPA cache holds a full list, a conflicting HPA could be missed: write

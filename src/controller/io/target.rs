@@ -10,7 +10,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 
 use crate::api::ScaleTargetRef;
 use crate::controller::state::{Answer, Context, Resolved};
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::memo::OwnWrites;
 use crate::status::Problem;
 use crate::workload::contest;
@@ -124,7 +124,18 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
             }
         }));
     }
-    let view = match request("/scale").answer(api.get_scale(&r.name).await)? {
+    let scale = match api.get_scale(&r.name).await {
+        Err(kube::Error::Api(s)) if count_unset(&s) => {
+            return Ok(Err(Problem::ScaleNotSupported(format!(
+                "{r}: spec.replicas is not set, so it runs its controller's default, which the \
+                 operator could not give back (its /scale cannot be read: {}); set spec.replicas \
+                 on it to schedule it",
+                s.message
+            ))));
+        }
+        scale => scale,
+    };
+    let view = match request("/scale").answer(scale)? {
         Ok(s) => ScaleView {
             uid: s.metadata.uid,
             resource_version: s.metadata.resource_version,
@@ -250,6 +261,39 @@ pub(crate) async fn resolve_and_read(
         ))));
     }
     Ok(read(ctx, ns, r, &res).await?.map(|view| (res, view)))
+}
+
+/// Whether the API server's answer to a read of `/scale` says the object's count is not set:
+/// a 500, "the spec replicas field ... does not exist" (the CRD's specReplicasPath names a field
+/// the object lacks). It runs its controller's default.
+pub(crate) fn count_unset(s: &kube::core::Status) -> bool {
+    s.code == 500 && s.message.contains("does not exist")
+}
+
+/// Why `r` is not there to be scheduled, if it is not (a read of its metadata): a TDSet that
+/// another holds for it still says when nothing is there to hold.
+pub(crate) async fn missing(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+) -> Result<Option<Problem>> {
+    let res = match ctx.discovery.resolve(r).await? {
+        Ok(res) => res,
+        Err(p) => return Ok(Some(p)),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &res.resource);
+    let request = Request {
+        verb: "get",
+        target: r,
+        resource: &res.resource,
+        subresource: "",
+        ns,
+    };
+    Ok(match request.answer(api.get_metadata(&r.name).await)? {
+        Err(p @ Problem::TargetNotFound(_)) => Some(p),
+        // Anything else is the holder's to say.
+        _ => None,
+    })
 }
 
 /// The HPA (first by name) that scales `r`, from the cache.

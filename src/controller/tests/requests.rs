@@ -355,6 +355,12 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
     server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
     server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
     server.lists(DEPLOYMENTS, "held-by-uid=uid-t", list("Deployment", vec![]));
+    // What other groups hold of what it selects: nothing.
+    server.lists(
+        DEPLOYMENTS,
+        "held-by-uid!=uid-t",
+        list("Deployment", vec![]),
+    );
     server.lists(
         DEPLOYMENTS,
         "env=dev",
@@ -364,6 +370,11 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
     server.lists(
         statefulsets,
         "held-by-uid=uid-t",
+        list("StatefulSet", vec![]),
+    );
+    server.lists(
+        statefulsets,
+        "held-by-uid!=uid-t",
         list("StatefulSet", vec![]),
     );
     server.lists(statefulsets, "env=dev", list("StatefulSet", vec![]));
@@ -378,12 +389,13 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
 
     let requests = server.requests();
     assert_eq!(
-        requests[..9],
+        requests[..11],
         lines(&[
             "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
             // What it holds (its record's label), kind by kind, read whole before anything
             // else; CronJobs only for records (a kind it no longer selects may still carry
-            // one). Then what it selects, and the HPAs, within --group-max-workloads.
+            // one). Then, within --group-max-workloads, what other groups hold of what it
+            // selects (the HPAs whole), then all it selects.
             "GET /apis/apps/v1/namespaces/ns/deployments",
             "GET /apis/apps/v1/namespaces/ns/statefulsets",
             "GET /apis/batch/v1/namespaces/ns/cronjobs",
@@ -391,12 +403,14 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
             "GET /apis/apps/v1/namespaces/ns/deployments",
             "GET /apis/apps/v1/namespaces/ns/statefulsets",
             "GET /apis/autoscaling/v2/namespaces/ns/horizontalpodautoscalers",
+            "GET /apis/apps/v1/namespaces/ns/deployments",
+            "GET /apis/apps/v1/namespaces/ns/statefulsets",
             // status.group, durable before the first workload write.
             "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
         ])
     );
     // The two workload writes go at once (in either order), then the status.
-    let mut writes = requests[9..11].to_vec();
+    let mut writes = requests[11..13].to_vec();
     writes.sort();
     assert_eq!(
         writes,
@@ -406,19 +420,27 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
         ])
     );
     assert_eq!(
-        requests[11..],
+        requests[13..],
         lines(&["PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status"])
     );
     let sent = server.sent();
-    let queries: Vec<&str> = sent[1..8].iter().map(|s| s.query.as_str()).collect();
+    let queries: Vec<&str> = sent[1..10].iter().map(|s| s.query.as_str()).collect();
     for held in &queries[..4] {
         assert!(
             held.contains("labelSelector=schedule.rs/held-by-uid=uid-t"),
             "{queries:?}"
         );
     }
-    assert!(queries[4].contains("labelSelector=env=dev"), "{queries:?}");
-    assert!(sent[8].body["status"]["group"].is_object());
+    for others in [&queries[4], &queries[5]] {
+        assert!(
+            others.contains(
+                "labelSelector=env=dev,schedule.rs/held-by-uid,schedule.rs/held-by-uid!=uid-t"
+            ),
+            "{queries:?}"
+        );
+    }
+    assert!(queries[7].contains("labelSelector=env=dev&"), "{queries:?}");
+    assert!(sent[10].body["status"]["group"].is_object());
     for (name, own, revision) in [("a", "3", "11"), ("b", "2", "12")] {
         let write = sent
             .iter()

@@ -75,8 +75,19 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let kinds = kinds(ctx, sel, &recorded, &mut problems).await?;
     let name = tdset.name_any();
     let uid = tdset.uid().unwrap_or_default();
-    let (held, selected) = (format!("{}={uid}", group::HELD_BY_UID), selector.to_query());
-    let queries = |kind: &Kind| queries(kind, &held, &selected);
+    let held = format!("{}={uid}", group::HELD_BY_UID);
+    let selected = selector.to_query();
+    let held_by_others = [
+        selected.as_str(),
+        group::HELD_BY_UID,
+        &format!("{}!={uid}", group::HELD_BY_UID),
+    ]
+    .iter()
+    .filter(|q| !q.is_empty())
+    .copied()
+    .collect::<Vec<_>>()
+    .join(",");
+    let queries = |kind: &Kind| queries(kind, &held, &held_by_others, &selected);
     let keep = Keep::new(ctx, ns, &tdset.name_any(), Some(&selector));
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
     let (listed, members) = place::all(&placing, &kinds, observed);
@@ -181,12 +192,17 @@ fn left_target(
     (!settled).then_some(t)
 }
 
-/// The label selectors a kind is listed with: what the TDSet holds (its record's label), what
-/// it selects, and for the HPAs all of the namespace's (a few: which are floors is known once
-/// listed).
-fn queries(kind: &Kind, held: &str, selected: &str) -> Vec<String> {
+/// The label selectors a kind is listed with, in this order: what the TDSet holds (its
+/// record's label); of what it selects, what other groups hold, then all of it; and for the
+/// HPAs all of the namespace's (a few: which are floors is known once listed). Past the cap,
+/// what another group holds is still read: that group yields it when this one is the older
+/// claim, and nobody else would wake it.
+fn queries(kind: &Kind, held: &str, held_by_others: &str, selected: &str) -> Vec<String> {
     let mut q = vec![held.to_string()];
     if kind.selected {
+        if !is_hpa(kind) {
+            q.push(held_by_others.to_string());
+        }
         q.push(selected.to_string());
     }
     if is_hpa(kind) {

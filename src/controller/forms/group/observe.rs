@@ -395,7 +395,7 @@ async fn value_of(ctx: &Context, ns: &str, kind: &Kind, o: &DynamicObject) -> An
         // Its count is not set (the API server says so with a 500): it runs its controller's
         // default. Marked, and read as 0, which placing leaves alone (see
         // `place::count_unset`); one such object must not fail the whole group's reconcile.
-        Err(kube::Error::Api(s)) if s.code == 500 && s.message.contains("does not exist") => {
+        Err(kube::Error::Api(s)) if crate::controller::io::target::count_unset(&s) => {
             Ok(Ok(Value::Replicas(COUNT_UNSET)))
         }
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Err(Problem::TargetNotFound(format!(
@@ -469,8 +469,9 @@ pub(super) async fn observe(
     if truncated {
         problems.push(Problem::TooManyWorkloads(format!(
             "spec.scaleTargetSelector selects more than the {} workloads one reconcile reads \
-             (--group-max-workloads, HPAs included): the first (by kind, then name) are scheduled, \
-             the rest are left as they are. Narrow the selector or split the group",
+             (--group-max-workloads, HPAs included): what it holds, what other groups yield to \
+             it, then the first (by kind, then name) are scheduled, the rest are left as they \
+             are. Narrow the selector or split the group",
             ctx.group_max_workloads
         )));
     }
