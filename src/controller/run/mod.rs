@@ -28,6 +28,7 @@ use super::state::{
     CalendarIndex, Context, Discovery, GroupIndex, ShardOptions, Sharding, TargetIndex, Wakeups,
     api_backoff, let_go_loop,
 };
+use crate::api::TDSet;
 use crate::cache::{Cached, TDSetRef};
 use crate::clients::Clients;
 use crate::clock::Clock;
@@ -60,16 +61,35 @@ pub struct RunOptions {
     pub shard: Option<ShardOptions>,
 }
 
+/// How long the groups a workload's change concerns only for their counts wait, so that a
+/// burst of such changes (`kubectl label --all`) reconciles each of them about once.
+const COUNTS_SETTLE: Duration = Duration::from_secs(5);
+
+/// What a workload watch's mapper reads besides the object.
+#[derive(Clone)]
+struct TargetRouting {
+    index: TargetIndex,
+    groups: GroupIndex,
+    hpas: Store<HorizontalPodAutoscaler>,
+    own_writes: Arc<OwnWrites>,
+    wakeups: Arc<Wakeups>,
+    /// The TDSets this operator (or shard) reconciles: only they are woken later.
+    tdsets: Store<Cached<TDSet>>,
+}
+
 /// Maps a change of a built-in scalable object to the TDSets that reference it, directly or
 /// through an HPA that scales it, and to the groups that select it or carry its record.
 fn on_target<K: Resource<DynamicType = ()>>(
-    index: &TargetIndex,
-    groups: &GroupIndex,
-    hpas: &Store<HorizontalPodAutoscaler>,
-    own_writes: &Arc<OwnWrites>,
+    routing: &TargetRouting,
 ) -> impl Fn(PartialObjectMeta<K>) -> Vec<TDSetRef> + Send + Sync + 'static {
-    let (index, groups, hpas) = (index.clone(), groups.clone(), hpas.clone());
-    let own_writes = own_writes.clone();
+    let TargetRouting {
+        index,
+        groups,
+        hpas,
+        own_writes,
+        wakeups,
+        tdsets,
+    } = routing.clone();
     move |o| {
         let ns = o.namespace().unwrap_or_default();
         let (group, kind) = (K::group(&()), K::kind(&()));
@@ -90,12 +110,17 @@ fn on_target<K: Resource<DynamicType = ()>>(
         }
         let generation = o.metadata.generation;
         let key = (ns.as_str(), group.as_ref(), kind.as_ref(), o.name_any());
-        out.extend(groups.affected(
+        let groups = groups.affected(
             (key.0, key.1, key.2, key.3.as_str()),
             generation,
             o.labels(),
             o.annotations(),
-        ));
+        );
+        let later = tokio::time::Instant::now() + COUNTS_SETTLE;
+        for r in groups.soon.iter().filter(|r| tdsets.get(r).is_some()) {
+            wakeups.set(&ns, &r.name, later);
+        }
+        out.extend(groups.now);
         out
     }
 }
@@ -323,6 +348,14 @@ pub(crate) async fn run_controller(
     // 10 000 TDSets would otherwise queue all of them in kube-runtime at once.
     let on_calendar = calendars::on_calendar(&calendar_index, &wakeups);
     let drive_tdset_watch = tdset_stream.filter_map(|_| futures::future::ready(None::<TDSetRef>));
+    let routing = TargetRouting {
+        index: index.clone(),
+        groups: groups.clone(),
+        hpas: hpas.clone(),
+        own_writes: own_writes.clone(),
+        wakeups: wakeups.clone(),
+        tdsets: tdsets.clone(),
+    };
     let controller = Controller::for_stream(futures::stream::empty(), tdsets)
         .reconcile_on(drive_tdset_watch)
         .reconcile_on({
@@ -348,19 +381,19 @@ pub(crate) async fn run_controller(
         .watches_stream(calendar_stream, on_calendar)
         .watches_stream(
             target_watch::<Deployment>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &groups, &hpas, &own_writes),
+            on_target(&routing),
         )
         .watches_stream(
             target_watch::<StatefulSet>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &groups, &hpas, &own_writes),
+            on_target(&routing),
         )
         .watches_stream(
             target_watch::<ReplicaSet>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &groups, &hpas, &own_writes),
+            on_target(&routing),
         )
         .watches_stream(
             target_watch::<CronJob>(api_for(&watch_client, &opts.namespace), stream),
-            on_target(&index, &groups, &hpas, &own_writes),
+            on_target(&routing),
         )
         .with_config(ControllerConfig::default().concurrency(opts.concurrency))
         .trigger_backoff(api_backoff())

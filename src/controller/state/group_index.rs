@@ -68,8 +68,9 @@ struct Seen {
     holder: Option<String>,
 }
 
-/// Workloads remembered at most; past it the memory starts again (an event then wakes its
-/// groups once more, which is only a list too many).
+/// Workloads remembered at most (of the namespaces that have groups); past it the memory
+/// starts again (an event then wakes its groups once more, the younger ones a moment later:
+/// only lists too many).
 const MAX_SEEN: usize = 65_536;
 
 /// A TDSet's claim: its creationTimestamp (as RFC 3339, which sorts in time order) and name.
@@ -207,51 +208,28 @@ impl GroupIndex {
             .unwrap_or_default()
     }
 
-    /// The groups a change of this workload concerns: the one whose record it carries (it
+    /// The groups a change of this workload concerns, now: the one whose record it carries (it
     /// may have to be given back), and the one next in line, the oldest claim that selects it
     /// and does not exclude it (it holds it, or takes it once the holder lets go). Younger
-    /// groups that select it are not woken: they hold nothing of it, and a `rollout restart`
-    /// of a namespace under 300 groups would otherwise list it 300 times. None when the
-    /// change is one no group acts on (see `Seen`).
+    /// groups that select it are not woken at once: they hold nothing of it, and a `rollout
+    /// restart` of a namespace under 300 groups would otherwise list it 300 times. Only what
+    /// they count of it (matched, excluded, conflicting) can change, and only when it appears
+    /// or its labels change: those are `soon`, to be woken once for a burst of such changes.
+    /// Nothing when the change is one no group acts on (see `Seen`).
     pub fn affected(
         &self,
         (ns, group, kind, name): (&str, &str, &str, &str),
         generation: Option<i64>,
         labels: &BTreeMap<String, String>,
         annotations: &BTreeMap<String, String>,
-    ) -> Vec<TDSetRef> {
+    ) -> Affected {
         let holder = annotations.get(HELD_BY);
-        let concerned: Vec<TDSetRef> = {
-            let Ok(index) = self.groups.read() else {
-                return vec![];
-            };
-            let groups = index.get(ns);
-            let next = groups.and_then(|g| {
-                g.iter()
-                    .find(|(_, e)| e.would_hold((group, kind, name), labels))
-                    .map(|((_, n), _)| n)
-            });
-            let holding = groups
-                .zip(holder)
-                .and_then(|(g, h)| g.keys().find(|(_, n)| n == h).map(|(_, n)| n));
-            let mut names: Vec<&String> = holding.into_iter().chain(next).collect();
-            names.dedup();
-            names.into_iter().map(|n| tdset_ref_named(ns, n)).collect()
-        };
         let key = (
             ns.to_string(),
             group.to_string(),
             kind.to_string(),
             name.to_string(),
         );
-        let Ok(mut seen) = self.seen.lock() else {
-            return concerned;
-        };
-        if concerned.is_empty() {
-            // Concerns no group now; a later change that does is then new.
-            seen.remove(&key);
-            return concerned;
-        }
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         labels.hash(&mut hasher);
         let now = Seen {
@@ -259,15 +237,66 @@ impl GroupIndex {
             labels: hasher.finish(),
             holder: holder.cloned(),
         };
-        if seen.get(&key) == Some(&now) {
-            return vec![];
+        let Ok(index) = self.groups.read() else {
+            return Affected::default();
+        };
+        let Some(groups) = index.get(ns) else {
+            if let Ok(mut seen) = self.seen.lock() {
+                seen.remove(&key);
+            }
+            return Affected::default();
+        };
+        let next = groups
+            .iter()
+            .find(|(_, e)| e.would_hold((group, kind, name), labels))
+            .map(|((_, n), _)| n);
+        let holding = holder.and_then(|h| groups.keys().find(|(_, n)| n == h).map(|(_, n)| n));
+        let mut concerned: Vec<&String> = holding.into_iter().chain(next).collect();
+        concerned.dedup();
+        let Ok(mut seen) = self.seen.lock() else {
+            return Affected::default();
+        };
+        let before = seen.get(&key).cloned();
+        if before.as_ref() == Some(&now) {
+            return Affected::default();
         }
+        // Whose counts of it may have changed: with new labels, or a workload not seen
+        // before (created, or seen before the index had its groups), any group's: which
+        // selected it before is not kept.
+        let soon: Vec<&String> = match &before {
+            Some(b) if b.labels == now.labels => vec![],
+            _ => groups.keys().map(|(_, n)| n).collect(),
+        };
+        let soon: Vec<TDSetRef> = soon
+            .into_iter()
+            .filter(|n| !concerned.contains(n))
+            .map(|n| tdset_ref_named(ns, n))
+            .collect();
+        let concerned: Vec<TDSetRef> = concerned
+            .into_iter()
+            .map(|n| tdset_ref_named(ns, n))
+            .collect();
+        // Kept whether or not a group selects it now: what its labels were is what tells
+        // a later change apart from a new workload.
         if seen.len() >= MAX_SEEN {
             seen.clear();
         }
         seen.insert(key, now);
-        concerned
+        Affected {
+            now: concerned,
+            soon,
+        }
     }
+}
+
+/// The groups a workload's change concerns (see `GroupIndex::affected`).
+#[derive(Debug, Default)]
+pub struct Affected {
+    /// To be reconciled now: the holder, and the next in line.
+    pub now: Vec<TDSetRef>,
+    /// Other groups whose counts of it may have changed, to be reconciled once a burst of
+    /// such changes is over.
+    pub soon: Vec<TDSetRef>,
 }
 
 #[cfg(test)]
@@ -299,6 +328,7 @@ mod tests {
         let woken = |g, l: &BTreeMap<_, _>, a: &BTreeMap<_, _>| {
             index
                 .affected(key, Some(g), l, a)
+                .now
                 .iter()
                 .map(|r| r.name.clone())
                 .collect::<Vec<_>>()
@@ -338,6 +368,7 @@ mod tests {
             generation += 1;
             let mut names: Vec<String> = index
                 .affected(key, Some(generation), &labels("dev"), a)
+                .now
                 .into_iter()
                 .map(|r| r.name)
                 .collect();
@@ -363,6 +394,45 @@ mod tests {
             ["a", "b"],
             "the holder excludes it: b is next"
         );
+    }
+
+    /// Younger groups that select a workload count it (matched, conflicting): they are woken
+    /// later when it appears or its labels change, and not for its other changes.
+    #[test]
+    fn younger_groups_are_woken_later_when_what_they_count_may_have_changed() {
+        let index = GroupIndex::default();
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            index.update(&group(name, &format!("2026-01-0{}T00:00:00Z", i + 1)));
+        }
+        let key = ("dev", "apps", "Deployment", "api");
+        let names = |refs: &[TDSetRef]| refs.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        let record = BTreeMap::from([(HELD_BY.to_string(), "a".to_string())]);
+        let woken = |g, env, a: &BTreeMap<String, String>| {
+            let affected = index.affected(key, Some(g), &labels(env), a);
+            (names(&affected.now), names(&affected.soon))
+        };
+        let (none, nobody): (Vec<String>, Vec<String>) = (vec![], vec![]);
+        assert_eq!(
+            woken(1, "dev", &BTreeMap::new()),
+            (vec!["a".into()], vec!["b".into(), "c".into()]),
+            "it appears"
+        );
+        assert_eq!(
+            woken(1, "dev", &record),
+            (vec!["a".into()], nobody.clone()),
+            "held"
+        );
+        assert_eq!(
+            woken(2, "dev", &record),
+            (vec!["a".into()], nobody.clone()),
+            "a rollout"
+        );
+        assert_eq!(
+            woken(2, "qa", &record),
+            (vec!["a".into()], vec!["b".into(), "c".into()]),
+            "labelled out: those that selected it are not known"
+        );
+        assert_eq!(woken(2, "qa", &record), (none, nobody), "nothing new");
     }
 
     #[test]
