@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use tdset_operator::api::{
     ContainerSpec, Day, Holiday, Override, Ramp, RampDirection, TDSetSpec, TimeOfDay, Window,
 };
-use tdset_operator::schedule::Schedule;
+use tdset_operator::schedule::{Count, LedTransition, MAX_LEAD, Schedule, rises};
 
 const ZONES: &[&str] = &[
     "UTC",
@@ -496,6 +496,61 @@ proptest! {
                 }
             }
             None => prop_assert_eq!(scanned, None, "engine says never, scan found a change; now {}", now),
+        }
+    }
+}
+
+/// What `led` writes at `x` as the listing says it: the count of the last transition whose
+/// write has started by `x`, else what was written at `now`.
+fn listed_at(list: &[LedTransition], at_now: Count, x: DateTime<Utc>) -> Count {
+    list.iter()
+        .take_while(|l| l.write_at <= x)
+        .last()
+        .map_or(at_now, |l| l.transition.count())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+
+    /// `warmUp`: only a rise is written early, by at most the lead and never before the
+    /// transition before it; what the schedule says is unchanged; and the listing `preview`
+    /// shows agrees with what the controller writes at every instant.
+    #[test]
+    fn only_rises_lead_and_the_listing_agrees_with_the_writes((spec, base) in calendar_spec(), offset in -1440i64..2880, lead_s in 0i64..5400, probes in prop::collection::vec(0i64..86_400, 8)) {
+        let schedule = match Schedule::compile(&spec) {
+            Ok(s) => s,
+            Err(e) => { prop_assert!(e.iter().all(|e| e.field == "spec.ramp"), "{:?}", e); return Ok(()); }
+        };
+        let now = base + Duration::minutes(offset);
+        let lead = Duration::seconds(lead_s);
+        let capped = lead.min(MAX_LEAD);
+        let led = schedule.led(now, lead);
+        let plain = schedule.evaluate(now).count();
+        if let (Count::Replicas(w), Count::Replicas(p)) = (led.count, plain) {
+            prop_assert!(w >= p, "{w} written at {now} where the schedule says {p}");
+        }
+        if led.count != plain {
+            let t = led.ahead_of.expect("written ahead of a transition");
+            prop_assert_eq!(Some(t), schedule.next_transition(now));
+            prop_assert!(t.at - now <= capped);
+            prop_assert!(rises(plain, t.count()));
+        }
+        let list = schedule.led_transitions(now, now + Duration::days(2), lead);
+        let mut previous: Option<DateTime<Utc>> = None;
+        for l in &list {
+            prop_assert!(l.write_at <= l.transition.at && l.lead() <= capped, "{:?}", l);
+            if !rises(l.from, l.transition.count()) {
+                prop_assert_eq!(l.write_at, l.transition.at);
+            }
+            if let Some(p) = previous {
+                prop_assert!(l.write_at >= p, "{:?} written before the transition at {}", l, p);
+            }
+            previous = Some(l.transition.at);
+        }
+        for x in list.iter().map(|l| l.write_at).filter(|x| *x > now && *x <= now + Duration::days(1))
+            .chain(probes.iter().map(|s| now + Duration::seconds(*s)))
+        {
+            prop_assert_eq!(schedule.led(x, lead).count, listed_at(&list, led.count, x), "at {}", x);
         }
     }
 }

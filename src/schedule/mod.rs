@@ -9,9 +9,11 @@
 //! the first active window, with holidays deciding which windows start on a date, else
 //! `defaultReplica`) and the **count** `R(t)`, which equals `L(t)` unless a ramp spreads a
 //! change of level over steps (`ramp.rs`). Holidays and overrides live in `calendar.rs`; the
-//! schema's rules, checked again for manifests that never met an API server, in `validate.rs`.
+//! schema's rules, checked again for manifests that never met an API server, in `validate.rs`;
+//! when a rise is written ahead of its transition (`warmUp`), in `lead.rs`.
 
 mod calendar;
+mod lead;
 mod ramp;
 mod validate;
 
@@ -28,6 +30,7 @@ use calendar::{CompiledOverride, Holidays};
 use ramp::{CompiledRamp, LevelChange};
 
 pub use calendar::{MAX_HOLIDAYS, MAX_OVERRIDES, SharedHolidays, holiday_days, unreadable};
+pub use lead::{Led, LedTransition, MAX_LEAD, rises};
 pub use ramp::{RampPhase, parse_duration};
 pub use validate::validate;
 

@@ -1,0 +1,229 @@
+//! Scale-ups written ahead of their transition (`spec.warmUp`), so that the higher count is
+//! serving at the transition instead of starting then.
+//!
+//! Pure: a schedule, an instant and a lead in; what to write, and when, out. The schedule
+//! itself is untouched: a lead never changes what it says at any instant, only when a rise is
+//! written. A transition at T that raises the count is written at T - lead, but never before
+//! the transition before it (a dip between two windows is shortened, never skipped over
+//! backwards); a transition that lowers the count is written at T exactly.
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::{Count, Schedule, Transition};
+
+/// The longest lead there is (`warmUp.max` is at most this): it bounds the look-back of
+/// `led_transitions`.
+pub const MAX_LEAD: Duration = Duration::hours(1);
+
+/// Whether a change from `from` to `to` raises the count, for certain. A change to `own` is
+/// a rise only from 0 (a group waking: every own count is at least 0); a change from `own`
+/// to a number is not known to be one, and is not led (a scale-down is never early; a
+/// scale-up not led is only late).
+pub fn rises(from: Count, to: Count) -> bool {
+    match (from, to) {
+        (Count::Replicas(a), Count::Replicas(b)) => b > a,
+        (Count::Replicas(0), Count::Own) => true,
+        _ => false,
+    }
+}
+
+/// What the operator writes at an instant, with rises led.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Led {
+    /// The count to write now.
+    pub count: Count,
+    /// The transition this count is written ahead of, while one is.
+    pub ahead_of: Option<Transition>,
+}
+
+/// A transition, and when its write starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LedTransition {
+    pub transition: Transition,
+    /// The count before it.
+    pub from: Count,
+    /// When it is written: `transition.at` for anything but a rise.
+    pub write_at: DateTime<Utc>,
+}
+
+impl LedTransition {
+    /// How far ahead of its transition it is written.
+    pub fn lead(&self) -> Duration {
+        self.transition.at - self.write_at
+    }
+}
+
+impl Schedule {
+    /// What to write at `now` when rises lead by `lead` (at most `MAX_LEAD`): the count the
+    /// schedule says, or, once the next transition is a rise whose write has started, that
+    /// transition's count. Only the next transition can be led to: the one after it is not
+    /// written before the next one's instant.
+    pub fn led(&self, now: DateTime<Utc>, lead: Duration) -> Led {
+        let count = self.evaluate(now).count();
+        let lead = clamp(lead);
+        let ahead_of = (lead > Duration::zero())
+            .then(|| self.next_transition(now))
+            .flatten()
+            .filter(|t| t.at - lead <= now && rises(count, t.count()));
+        Led {
+            count: ahead_of.map_or(count, |t| t.count()),
+            ahead_of,
+        }
+    }
+
+    /// The first instant after `now` at which what `led` writes may change: the next
+    /// transition, or the start of its write when it is a rise not yet led to.
+    pub fn next_led_write(&self, now: DateTime<Utc>, lead: Duration) -> Option<DateTime<Utc>> {
+        let lead = clamp(lead);
+        let next = self.next_transition(now)?;
+        let count = self.evaluate(now).count();
+        let start = next.at - lead;
+        Some(if rises(count, next.count()) && start > now {
+            start
+        } else {
+            next.at
+        })
+    }
+
+    /// Every transition in `(from, to]`, each with when its write starts (a rise's may come
+    /// before `from`).
+    pub fn led_transitions(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        lead: Duration,
+    ) -> Vec<LedTransition> {
+        let lead = clamp(lead);
+        let transitions = self.transitions(from, to);
+        let Some(first) = transitions.first() else {
+            return vec![];
+        };
+        // The transition before the first, if one lies within its reach (at most an hour).
+        let reach = first.at - lead;
+        let mut previous = if reach < from {
+            self.transitions(reach, from).last().map(|t| t.at)
+        } else {
+            None
+        };
+        let mut count = self.evaluate(from).count();
+        let mut out = Vec::with_capacity(transitions.len());
+        for t in transitions {
+            let write_at = if rises(count, t.count()) {
+                previous.map_or(t.at - lead, |p| (t.at - lead).max(p))
+            } else {
+                t.at
+            };
+            out.push(LedTransition {
+                transition: t,
+                from: count,
+                write_at,
+            });
+            previous = Some(t.at);
+            count = t.count();
+        }
+        out
+    }
+}
+
+/// A lead between zero and `MAX_LEAD`.
+fn clamp(lead: Duration) -> Duration {
+    lead.clamp(Duration::zero(), MAX_LEAD)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::TDSetSpec;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    /// 1 replica by default; 5 from 09:00 to 17:00, 2 from 17:00 to 17:05, then 5 again
+    /// until 18:00 (UTC).
+    fn schedule() -> Schedule {
+        let spec: TDSetSpec = serde_json::from_value(serde_json::json!({
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "defaultReplica": 1,
+            "schedulingConfig": [
+                {"startTime": "09:00", "endTime": "17:00", "replica": 5},
+                {"startTime": "17:00", "endTime": "17:05", "replica": 2},
+                {"startTime": "17:05", "endTime": "18:00", "replica": 5}
+            ]
+        }))
+        .unwrap();
+        Schedule::compile(&spec).unwrap()
+    }
+
+    #[test]
+    fn a_rise_is_written_ahead_and_a_fall_on_time() {
+        let s = schedule();
+        let lead = Duration::minutes(2);
+        let count = |at: &str| s.led(utc(at), lead).count;
+        assert_eq!(count("2026-05-04T08:57:59Z"), Count::Replicas(1));
+        assert_eq!(count("2026-05-04T08:58:00Z"), Count::Replicas(5));
+        assert_eq!(
+            s.led(utc("2026-05-04T08:58:00Z"), lead)
+                .ahead_of
+                .map(|t| t.at),
+            Some(utc("2026-05-04T09:00:00Z"))
+        );
+        // The fall at 17:00 is not early; the rise at 17:05 leads, but not before 17:00.
+        assert_eq!(count("2026-05-04T16:59:59Z"), Count::Replicas(5));
+        assert_eq!(count("2026-05-04T17:02:59Z"), Count::Replicas(2));
+        assert_eq!(count("2026-05-04T17:03:00Z"), Count::Replicas(5));
+        // The schedule itself says 2 until 17:05.
+        assert_eq!(
+            s.evaluate(utc("2026-05-04T17:03:00Z")).count(),
+            Count::Replicas(2)
+        );
+        assert_eq!(
+            s.next_led_write(utc("2026-05-04T08:00:00Z"), lead),
+            Some(utc("2026-05-04T08:58:00Z"))
+        );
+        assert_eq!(
+            s.next_led_write(utc("2026-05-04T08:58:00Z"), lead),
+            Some(utc("2026-05-04T09:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn a_lead_longer_than_the_dip_starts_at_the_dip() {
+        let s = schedule();
+        let led = s.led_transitions(
+            utc("2026-05-04T16:00:00Z"),
+            utc("2026-05-04T18:30:00Z"),
+            Duration::minutes(10),
+        );
+        let at: Vec<(i32, DateTime<Utc>)> = led
+            .iter()
+            .map(|l| (l.transition.replicas, l.write_at))
+            .collect();
+        assert_eq!(
+            at,
+            [
+                (2, utc("2026-05-04T17:00:00Z")),
+                (5, utc("2026-05-04T17:00:00Z")),
+                (1, utc("2026-05-04T18:00:00Z")),
+            ]
+        );
+        // Listed from inside the dip, the rise still starts at 17:00, not 16:55.
+        let inside = s.led_transitions(
+            utc("2026-05-04T17:01:00Z"),
+            utc("2026-05-04T18:30:00Z"),
+            Duration::minutes(10),
+        );
+        assert_eq!(inside[0].write_at, utc("2026-05-04T17:00:00Z"));
+    }
+
+    #[test]
+    fn what_rises_is_known_for_certain() {
+        use Count::{Own, Replicas};
+        assert!(rises(Replicas(1), Replicas(2)));
+        assert!(!rises(Replicas(2), Replicas(2)));
+        assert!(!rises(Replicas(3), Replicas(2)));
+        assert!(rises(Replicas(0), Own));
+        assert!(!rises(Replicas(1), Own));
+        assert!(!rises(Own, Replicas(9)));
+    }
+}
