@@ -172,7 +172,7 @@ pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
         .map(|path| preview::load_calendar(path))
         .collect::<Result<Vec<_>>>()?;
     let (schedule, missing) = preview::compile(file, &tdset, &calendars)?;
-    let out = run_preview_of(args, now, &schedule, tdset.spec.is_suspended())?;
+    let out = run_preview_of(args, now, &schedule, &tdset.spec)?;
     Ok(
         match preview::missing_calendars_note(&missing, "given (--calendar FILE)") {
             Some(note) if args.output != Output::Json => format!("{out}{note}"),
@@ -186,9 +186,16 @@ pub fn run_preview_of(
     args: &PreviewArgs,
     now: DateTime<Utc>,
     schedule: &Schedule,
-    suspended: bool,
+    spec: &crate::api::TDSetSpec,
 ) -> Result<String> {
-    let out = preview_output(args, now, schedule, suspended)?;
+    let suspended = spec.is_suspended();
+    let out = preview_output(
+        args,
+        now,
+        schedule,
+        suspended,
+        crate::schedule::lead_of(spec),
+    )?;
     Ok(if suspended && args.output != Output::Json {
         format!(
             "{out}note: spec.suspend is true: this is the schedule, and the operator writes nothing to the workload until it is set back\n"
@@ -203,13 +210,14 @@ fn preview_output(
     now: DateTime<Utc>,
     schedule: &Schedule,
     suspended: bool,
+    lead: Duration,
 ) -> Result<String> {
     let ranged = args.from.is_some()
         || args.to.is_some()
         || args.output == Output::Chart && args.at.is_none();
     if !ranged {
         let at = args.at.unwrap_or(now);
-        let p = preview::at(schedule, at, suspended);
+        let p = preview::at(schedule, at, suspended, lead);
         return match args.output {
             Output::Json => pretty_json(&p),
             Output::Table => Ok(preview::point_table(schedule, &p, at)),
@@ -233,10 +241,10 @@ fn preview_output(
         )));
     }
     match args.output {
-        Output::Json => pretty_json(&preview::range(schedule, from, to)),
+        Output::Json => pretty_json(&preview::range(schedule, from, to, lead)),
         Output::Table => Ok(preview::range_table(
             schedule,
-            &preview::range(schedule, from, to),
+            &preview::range(schedule, from, to, lead),
         )),
         Output::Chart => Ok(preview::chart(schedule, from, to, args.width)),
     }

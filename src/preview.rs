@@ -144,6 +144,10 @@ pub struct PointPreview {
     pub reason: String,
     pub next_transition_time: Option<String>,
     pub next_replicas: Option<i32>,
+    /// When the next transition's write starts, when that is before it: a scale-up written
+    /// ahead (`spec.warmUp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_write_time: Option<String>,
     /// True when the next transition is to the level `own`.
     #[serde(skip_serializing_if = "is_false")]
     pub next_own: bool,
@@ -151,9 +155,14 @@ pub struct PointPreview {
     pub suspended: bool,
 }
 
-pub fn at(schedule: &Schedule, at: DateTime<Utc>, suspended: bool) -> PointPreview {
-    let eval = schedule.evaluate(at);
+/// What the operator writes at `at`, with scale-ups `lead` ahead (`spec.warmUp`), as the
+/// controller computes it.
+pub fn at(schedule: &Schedule, at: DateTime<Utc>, suspended: bool, lead: Duration) -> PointPreview {
+    let eval = schedule.evaluate_led(at, lead);
     let next = schedule.next_transition(at);
+    let next_write = schedule
+        .next_led_write(at, lead)
+        .filter(|w| next.is_some_and(|n| *w < n.at));
     PointPreview {
         at: rfc3339(at),
         time_zone: schedule.time_zone().name().to_string(),
@@ -166,6 +175,7 @@ pub fn at(schedule: &Schedule, at: DateTime<Utc>, suspended: bool) -> PointPrevi
         holiday: eval.holiday,
         next_transition_time: next.map(|n| rfc3339(n.at)),
         next_replicas: next.and_then(|n| n.count().replicas()),
+        next_write_time: next_write.map(rfc3339),
         next_own: next.is_some_and(|n| n.count() == Count::Own),
         suspended,
     }
@@ -195,10 +205,21 @@ pub struct TransitionOut {
     pub window: Option<String>,
     /// Why: a window, a holiday, an override, or a ramp step.
     pub reason: String,
+    /// When its write starts, when that is before `at`: a scale-up written ahead
+    /// (`spec.warmUp`).
+    #[serde(rename = "writeAt", skip_serializing_if = "Option::is_none")]
+    pub write_at: Option<String>,
 }
 
-pub fn range(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> RangePreview {
-    let initial = schedule.evaluate(from);
+/// The transitions in `(from, to]`, each with when its write starts (scale-ups `lead` ahead,
+/// `spec.warmUp`), as the controller writes them.
+pub fn range(
+    schedule: &Schedule,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    lead: Duration,
+) -> RangePreview {
+    let initial = schedule.evaluate_led(from, lead);
     RangePreview {
         from: rfc3339(from),
         to: rfc3339(to),
@@ -208,9 +229,10 @@ pub fn range(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Ran
         initial_reason: initial.why(),
         initial_window: initial.window_label,
         transitions: schedule
-            .transitions(from, to)
+            .led_transitions(from, to, lead)
             .into_iter()
-            .map(|t| {
+            .map(|l| {
+                let t = l.transition;
                 let eval = schedule.evaluate(t.at);
                 TransitionOut {
                     at: rfc3339(t.at),
@@ -218,6 +240,7 @@ pub fn range(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Ran
                     own: t.count() == Count::Own,
                     reason: eval.why(),
                     window: eval.window_label,
+                    write_at: (l.write_at < t.at).then(|| rfc3339(l.write_at)),
                 }
             })
             .collect(),
@@ -253,6 +276,15 @@ pub fn point_table(schedule: &Schedule, p: &PointPreview, at: DateTime<Utc>) -> 
                     Count::Own => "own (each workload's own count)".into(),
                 }
             );
+            if let Some(w) = p.next_write_time.as_deref().and_then(parse_rfc3339) {
+                let _ = writeln!(
+                    s,
+                    "written:   {} ({}), {} ahead, to be ready by then (warmUp)",
+                    rfc3339(w),
+                    local(schedule, w),
+                    ahead(n.at - w)
+                );
+            }
         }
         None => {
             let _ = writeln!(s, "next:      never (the replica count does not change)");
@@ -284,9 +316,29 @@ pub fn range_table(schedule: &Schedule, r: &RangePreview) -> String {
     );
     row(&mut s, &r.from, r.initial_replicas, &r.initial_reason);
     for t in &r.transitions {
-        row(&mut s, &t.at, t.replicas, &t.reason);
+        let reason = match t.write_at.as_deref().and_then(parse_rfc3339) {
+            Some(w) => format!(
+                "{} (written from {}, {} ahead: warmUp)",
+                t.reason,
+                local(schedule, w),
+                parse_rfc3339(&t.at).map_or_else(String::new, |at| ahead(at - w))
+            ),
+            None => t.reason.clone(),
+        };
+        row(&mut s, &t.at, t.replicas, &reason);
     }
     s
+}
+
+/// A lead as people write it: "2m", "1m30s", "45s".
+fn ahead(d: Duration) -> String {
+    let secs = d.num_seconds().max(0);
+    let (m, s) = (secs / 60, secs % 60);
+    match (m, s) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
 }
 
 pub fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
@@ -406,7 +458,12 @@ mod tests {
     #[test]
     fn seed_manifest_parses_and_previews() {
         let (_, s) = parse_manifest("seed", SEED).unwrap();
-        let p = at(&s, parse_rfc3339("2026-05-01T12:00:00Z").unwrap(), false);
+        let p = at(
+            &s,
+            parse_rfc3339("2026-05-01T12:00:00Z").unwrap(),
+            false,
+            Duration::zero(),
+        );
         assert_eq!(p.desired_replicas, Some(5));
         assert_eq!(p.active_window.as_deref(), Some("09:00-17:00"));
         assert_eq!(

@@ -250,6 +250,8 @@ pub struct Inputs<'a> {
     /// `None` when the spec could not be evaluated.
     pub evaluation: Option<&'a Evaluation>,
     pub next: Option<&'a Transition>,
+    /// When the next change is written, when that is before `next` (a rise, `warmUp`).
+    pub next_write: Option<DateTime<Utc>>,
     pub warnings: &'a [Warning],
     pub notices: &'a [Notice],
     /// The workload as observed, or why it could not be.
@@ -288,6 +290,10 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
         active_override: i.evaluation.and_then(|e| e.override_label.clone()),
         next_transition_time: i.next.map(|n| rfc3339(n.at)),
         next_replicas: i.next.and_then(|n| n.count().replicas()),
+        next_write_time: i
+            .next_write
+            .filter(|w| i.next.is_some_and(|n| *w < n.at))
+            .map(rfc3339),
         target: i.target.cloned(),
         group: i.group.cloned(),
         savings: i.saved.map(|s| s.status()),
@@ -583,6 +589,7 @@ mod tests {
             generation: Some(1),
             evaluation: Some(eval),
             next: None,
+            next_write: None,
             warnings: &[],
             notices: &[],
             workload: Err(&MISSING),
@@ -609,6 +616,7 @@ mod tests {
             override_label: None,
             holiday: false,
             ramp: None,
+            ahead_of: None,
         };
         let ok = next_status(&inputs(None, &eval, None, "2026-01-01T00:00:00Z"));
         let p = Problem::ApiError("connection refused".into());
@@ -643,6 +651,7 @@ mod tests {
             override_label: None,
             holiday: false,
             ramp: None,
+            ahead_of: None,
         }
     }
 

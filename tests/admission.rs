@@ -104,6 +104,10 @@ async fn valid_manifests_are_accepted() {
         variant("", "  ramp: {step: 2, every: 15m, direction: Both}"),
         variant("", "  ramp: {step: 1, every: 1h30m, direction: Down}"),
         variant("", "  ramp: {step: 1, every: 24h}"),
+        variant("", "  warmUp: {mode: Fixed, lead: 2m}"),
+        variant("", "  warmUp: {mode: Measured, lead: 90s, max: 1h}"),
+        variant("", "  warmUp: {mode: Measured}"),
+        variant("", "  warmUp: {mode: \"Off\", lead: 10m}"),
         variant(
             "container",
             "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}",
@@ -235,6 +239,47 @@ async fn invalid_manifests_are_rejected_naming_the_field() {
             "ramp direction unknown",
             variant("", "  ramp: {step: 1, every: 15m, direction: Sideways}"),
             "spec.ramp.direction",
+        ),
+        (
+            "warmUp mode unknown",
+            variant("", "  warmUp: {mode: Early}"),
+            "spec.warmUp.mode",
+        ),
+        (
+            // YAML reads an unquoted Off as false (write "Off", as for the VPA's updateMode).
+            "warmUp mode Off unquoted",
+            variant("", "  warmUp: {mode: Off}"),
+            "spec.warmUp.mode",
+        ),
+        (
+            "warmUp Fixed without a lead",
+            variant("", "  warmUp: {mode: Fixed}"),
+            "spec.warmUp.lead",
+        ),
+        (
+            "warmUp lead not a duration",
+            variant("", "  warmUp: {mode: Fixed, lead: soon}"),
+            "spec.warmUp.lead",
+        ),
+        (
+            "warmUp lead over the default max",
+            variant("", "  warmUp: {mode: Fixed, lead: 11m}"),
+            "spec.warmUp.lead",
+        ),
+        (
+            "warmUp lead over its max",
+            variant("", "  warmUp: {mode: Measured, lead: 5m, max: 2m}"),
+            "spec.warmUp.lead",
+        ),
+        (
+            "warmUp max over an hour",
+            variant("", "  warmUp: {mode: Measured, max: 2h}"),
+            "spec.warmUp.max",
+        ),
+        (
+            "warmUp lead of 0s",
+            variant("", "  warmUp: {mode: Fixed, lead: 0s}"),
+            "spec.warmUp.lead",
         ),
         (
             "suspend not a boolean",

@@ -134,7 +134,11 @@ async fn examples_apply_and_converge_to_preview() {
             let (tdset, _) =
                 tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
             // A group's member runs its own 2 at the level own.
-            let want = schedule.evaluate(at).count().replicas().unwrap_or(2);
+            let want = (schedule
+                .evaluate_led(at, tdset_operator::schedule::lead_of(&tdset.spec))
+                .count())
+            .replicas()
+            .unwrap_or(2);
             let what = format!("{} at {at}: {want} replicas", path.display());
             if tdset.spec.scale_target_selector.is_some() {
                 let member = format!("{name}-member");

@@ -170,3 +170,43 @@ fn a_manifest_with_two_workload_sources_is_refused() {
         "{err}"
     );
 }
+
+const WARM_UP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/warm-up.yaml");
+
+/// `warmUp`: the rise at 09:00 is listed with the start of its write, 3 minutes ahead; the
+/// fall at 17:00 has none. At 08:58 the 10 replicas are written already.
+#[test]
+fn preview_shows_when_a_scale_up_is_written_ahead() {
+    let range = [
+        "-f",
+        WARM_UP,
+        "--from",
+        "2026-05-04T08:00:00Z",
+        "--to",
+        "2026-05-04T18:00:00Z",
+    ];
+    let (ok, out, err) = preview(&[&range[..], &["-o", "json"]].concat());
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let t = v["transitions"].as_array().unwrap();
+    assert_eq!(t[0]["at"], "2026-05-04T09:00:00Z");
+    assert_eq!(t[0]["writeAt"], "2026-05-04T08:57:00Z");
+    assert_eq!(t[1]["at"], "2026-05-04T17:00:00Z");
+    assert!(t[1].get("writeAt").is_none(), "{}", t[1]);
+    let (ok, table, err) = preview(&range);
+    assert!(ok, "{err}");
+    assert!(table.contains("3m ahead: warmUp"), "{table}");
+    let at = |t: &str| {
+        let (ok, out, err) = preview(&["-f", WARM_UP, "--at", t, "-o", "json"]);
+        assert!(ok, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let before = at("2026-05-04T08:56:00Z");
+    assert_eq!(before["desiredReplicas"], 2);
+    assert_eq!(before["nextWriteTime"], "2026-05-04T08:57:00Z");
+    assert_eq!(before["nextTransitionTime"], "2026-05-04T09:00:00Z");
+    let ahead = at("2026-05-04T08:58:00Z");
+    assert_eq!(ahead["desiredReplicas"], 10);
+    assert!(ahead["activeWindow"].is_null());
+    assert!(ahead.get("nextWriteTime").is_none(), "{ahead}");
+}

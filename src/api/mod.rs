@@ -151,6 +151,10 @@ pub struct TDSetSpec {
     /// Move toward a new level gradually: at most `step` replicas every `every`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp: Option<Ramp>,
+    /// Scale-ups written ahead of their transition, so that the higher count is serving at
+    /// it; scale-downs are never early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_up: Option<WarmUp>,
     /// IANA time zone in which window times are wall-clock times. Default "UTC".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
@@ -308,6 +312,78 @@ pub struct Ramp {
     /// Both (default): ramp up before a rise and down after a fall; Up or Down: one only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direction: Option<RampDirection>,
+}
+
+/// A duration of the warm-up: "30s", "2m", "1h"; from 1s to 1h.
+const WARM_UP_DURATION: &str =
+    "self != '' && duration(self) >= duration('1s') && duration(self) <= duration('1h')";
+
+/// When a scale-up is written: `lead` ahead of its transition (`Fixed`), or ahead by what the
+/// workload was measured to need (`Measured`), at most `max`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.mode) || self.mode != 'Fixed' || has(self.lead)",
+        "message": "mode Fixed writes every scale-up spec.warmUp.lead ahead: set it",
+        "fieldPath": ".lead",
+        "reason": "FieldValueRequired"
+    },
+    {
+        "rule": "!has(self.lead) || duration(self.lead) <= (has(self.max) ? duration(self.max) : duration('10m'))",
+        "message": "spec.warmUp.lead is longer than spec.warmUp.max (default 10m), which caps every lead",
+        "fieldPath": ".lead",
+        "reason": "FieldValueInvalid"
+    }
+]))]
+pub struct WarmUp {
+    /// Off (default): every change is written at its instant. Fixed: scale-ups `lead` ahead.
+    /// Measured: scale-ups ahead by the workload's measured time to Ready. In YAML write
+    /// "Off" quoted: unquoted, YAML reads it as false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<WarmUpMode>,
+    /// Fixed: the lead. Measured: the lead until the workload has been measured. A duration
+    /// such as "30s", "2m" or "1h", from 1s to 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 16),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"),
+        extend("x-kubernetes-validations" = [{
+            "rule": WARM_UP_DURATION,
+            "message": "must be a duration from 1s to 1h, e.g. \"90s\" or \"2m\"",
+            "reason": "FieldValueInvalid"
+        }])
+    )]
+    pub lead: Option<String>,
+    /// A cap on any lead, measured or not. Default 10m, at most 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 16),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"),
+        extend("x-kubernetes-validations" = [{
+            "rule": WARM_UP_DURATION,
+            "message": "must be a duration from 1s to 1h, e.g. \"10m\"",
+            "reason": "FieldValueInvalid"
+        }])
+    )]
+    pub max: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum WarmUpMode {
+    #[default]
+    Off,
+    Fixed,
+    Measured,
+}
+
+/// The cap on a lead when `warmUp.max` is not set.
+pub const DEFAULT_WARM_UP_MAX: chrono::Duration = chrono::Duration::minutes(10);
+
+impl WarmUp {
+    pub fn mode(&self) -> WarmUpMode {
+        self.mode.unwrap_or_default()
+    }
 }
 
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -611,6 +687,10 @@ pub struct TDSetStatus {
     pub next_transition_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_replicas: Option<i32>,
+    /// When the next change's write starts, when that is before `nextTransitionTime`: a
+    /// scale-up written ahead so that its replicas are ready by then (`spec.warmUp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_write_time: Option<String>,
     /// With `scaleTargetRef`: the object and the field the schedule sets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TargetStatus>,

@@ -173,7 +173,7 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                 }
             }
             let (schedule, missing) = crate::preview::compile(&name, &tdset, &live)?;
-            let mut out = run_preview_of(&args, now, &schedule, tdset.spec.is_suspended())?;
+            let mut out = run_preview_of(&args, now, &schedule, &tdset.spec)?;
             if tdset.spec.scale_target_selector.is_some() {
                 // A group: its workloads, and what each gets at the next transition.
                 let at = args.at.unwrap_or(now);
@@ -365,8 +365,12 @@ pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
                 .as_deref()
                 .and_then(crate::preview::parse_rfc3339);
             let late = match (at, applied) {
+                // Written ahead (`warmUp`): how far.
+                (Some(a), Some(b)) if b < a => {
+                    format!("{:.1}s ahead", (a - b).num_milliseconds() as f64 / 1000.0)
+                }
                 (Some(a), Some(b)) => {
-                    format!("{:.1}s", (b - a).num_milliseconds().max(0) as f64 / 1000.0)
+                    format!("{:.1}s", (b - a).num_milliseconds() as f64 / 1000.0)
                 }
                 (_, None) => "failed".into(),
                 _ => "?".into(),
@@ -600,6 +604,25 @@ impl PluginCli {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A change written ahead (`warmUp`) says how far ahead; a late one how late.
+    #[test]
+    fn history_says_how_late_or_how_far_ahead_each_change_was_written() {
+        let entry = |applied: &str| crate::api::HistoryEntry {
+            at: "2026-05-04T09:00:00Z".into(),
+            applied_at: Some(applied.into()),
+            from: Some(2),
+            to: Some(10),
+            reason: "window office is active".into(),
+            message: None,
+        };
+        let table = history_table(&[
+            entry("2026-05-04T08:57:00.250Z"),
+            entry("2026-05-04T09:00:01.500Z"),
+        ]);
+        assert!(table.contains("179.8s ahead"), "{table}");
+        assert!(table.contains(" 1.5s "), "{table}");
+    }
 
     fn o(start: &str, end: &str) -> Override {
         Override {

@@ -10,10 +10,26 @@
 use chrono::{DateTime, Duration, Utc};
 
 use super::{Count, Schedule, Transition};
+use crate::api::{DEFAULT_WARM_UP_MAX, TDSetSpec, WarmUpMode};
 
 /// The longest lead there is (`warmUp.max` is at most this): it bounds the look-back of
 /// `led_transitions`.
 pub const MAX_LEAD: Duration = Duration::hours(1);
+
+/// How far ahead a scale-up is written (`spec.warmUp`): `lead` for Fixed, and for Measured
+/// until the workload has been measured; at most `max` (default 10m); zero when Off.
+pub fn lead_of(spec: &TDSetSpec) -> Duration {
+    let Some(w) = spec
+        .warm_up
+        .as_ref()
+        .filter(|w| w.mode() != WarmUpMode::Off)
+    else {
+        return Duration::zero();
+    };
+    let parse = |d: &Option<String>| d.as_deref().and_then(super::parse_duration);
+    let max = parse(&w.max).unwrap_or(DEFAULT_WARM_UP_MAX);
+    parse(&w.lead).unwrap_or_default().min(max)
+}
 
 /// Whether a change from `from` to `to` raises the count, for certain. A change to `own` is
 /// a rise only from 0 (a group waking: every own count is at least 0); a change from `own`
@@ -69,6 +85,17 @@ impl Schedule {
             count: ahead_of.map_or(count, |t| t.count()),
             ahead_of,
         }
+    }
+
+    /// `evaluate`, with the count `led` writes: what the schedule says at `now`, except that
+    /// a rise whose write has started is written already (`ahead_of`).
+    pub fn evaluate_led(&self, now: DateTime<Utc>, lead: Duration) -> super::Evaluation {
+        let mut eval = self.evaluate(now);
+        if let Some(t) = self.led(now, lead).ahead_of {
+            eval.replicas = t.replicas;
+            eval.ahead_of = Some(t);
+        }
+        eval
     }
 
     /// The first instant after `now` at which what `led` writes may change: the next
@@ -133,7 +160,6 @@ fn clamp(lead: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::TDSetSpec;
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)

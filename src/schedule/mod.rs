@@ -30,7 +30,7 @@ use calendar::{CompiledOverride, Holidays};
 use ramp::{CompiledRamp, LevelChange};
 
 pub use calendar::{MAX_HOLIDAYS, MAX_OVERRIDES, SharedHolidays, holiday_days, unreadable};
-pub use lead::{Led, LedTransition, MAX_LEAD, rises};
+pub use lead::{Led, LedTransition, MAX_LEAD, lead_of, rises};
 pub use ramp::{RampPhase, parse_duration};
 pub use validate::validate;
 
@@ -132,6 +132,9 @@ pub struct Evaluation {
     pub holiday: bool,
     /// Mid-ramp (`replicas != level`): which way it is going.
     pub ramp: Option<RampPhase>,
+    /// The rise `replicas` is written ahead of (`warmUp`, see `lead.rs`): then `replicas` is
+    /// that transition's count, not yet the schedule's.
+    pub ahead_of: Option<Transition>,
 }
 
 impl Evaluation {
@@ -153,7 +156,7 @@ impl Evaluation {
             (None, None) if self.holiday => format!("a holiday, no window starts: {default}"),
             (None, None) => format!("no window is active, {default}"),
         };
-        match self.ramp {
+        let why = match self.ramp {
             Some(RampPhase::Up { toward }) => {
                 format!(
                     "ramping up toward {toward} (now: {level}, {} replicas)",
@@ -162,6 +165,14 @@ impl Evaluation {
             }
             Some(RampPhase::Down) => format!("ramping down toward {} ({level})", self.level),
             None => level,
+        };
+        match self.ahead_of {
+            Some(t) => format!(
+                "{why}; {} from {} is written ahead, to be ready by then (warmUp)",
+                t.count(),
+                t.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            None => why,
         }
     }
 }
@@ -350,6 +361,7 @@ impl Schedule {
             override_label: level.override_.map(|i| self.overrides[i].label.clone()),
             holiday: level.holiday,
             ramp: phase,
+            ahead_of: None,
         }
     }
 

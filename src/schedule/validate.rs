@@ -111,6 +111,36 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
             "a ramp needs a number at every level: set spec.defaultReplica and every override's replica (a ramp cannot lead to or from the level own)".into(),
         );
     }
+    if let Some(w) = &spec.warm_up {
+        let duration = |field: &str, value: &Option<String>| match value.as_deref() {
+            None => Ok(None),
+            Some(v) => match super::parse_duration(v) {
+                Some(d) if d >= chrono::Duration::seconds(1) && d <= super::MAX_LEAD => Ok(Some(d)),
+                _ => Err(SpecError {
+                    field: format!("spec.warmUp.{field}"),
+                    message: format!(
+                        "{v:?} must be a duration from 1s to 1h, e.g. \"90s\" or \"2m\""
+                    ),
+                }),
+            },
+        };
+        let lead = duration("lead", &w.lead);
+        let max = duration("max", &w.max);
+        match (&lead, &max) {
+            (Ok(Some(l)), Ok(m)) if *l > m.unwrap_or(crate::api::DEFAULT_WARM_UP_MAX) => err(
+                "spec.warmUp.lead".into(),
+                "is longer than spec.warmUp.max (default 10m), which caps every lead".into(),
+            ),
+            (Ok(None), _) if w.mode() == crate::api::WarmUpMode::Fixed => err(
+                "spec.warmUp.lead".into(),
+                "mode Fixed writes every scale-up this far ahead: set it".into(),
+            ),
+            _ => {}
+        }
+        for e in [lead.err(), max.err()].into_iter().flatten() {
+            err(e.field, e.message);
+        }
+    }
     if spec.on_delete.is_some() && spec.scale_target_ref.is_none() {
         err(
             "spec.onDelete".into(),

@@ -40,6 +40,7 @@ pub(crate) async fn report(
         interval,
         eval,
         next,
+        next_write,
         warnings,
         previous,
         due,
@@ -64,7 +65,8 @@ pub(crate) async fn report(
     let change = (outcome.scaled.clone())
         .filter(|s| s.landed || due.is_some())
         .map(|s| HistoryEntry {
-            at: crate::preview::rfc3339(due.unwrap_or(now)),
+            // A rise written ahead is recorded at its transition, applied before it.
+            at: crate::preview::rfc3339(eval.ahead_of.map(|t| t.at).or(due).unwrap_or(now)),
             // Milliseconds: how late a change landed is usually well under a second.
             applied_at: s.landed.then(|| {
                 ctx.clock
@@ -83,6 +85,7 @@ pub(crate) async fn report(
         generation: tdset.meta().generation,
         evaluation: Some(&eval),
         next: next.as_ref(),
+        next_write,
         warnings: &warnings,
         notices: &outcome.notices,
         workload: outcome.workload.as_ref(),
@@ -97,8 +100,8 @@ pub(crate) async fn report(
     });
     write_status(tdset, ctx, previous.as_ref(), new_status, events).await?;
 
-    let mut wait = match &next {
-        Some(n) => (n.at - now).to_std().unwrap_or_default().min(interval),
+    let mut wait = match next_write {
+        Some(at) => (at - now).to_std().unwrap_or_default().min(interval),
         None => interval,
     };
     if let Some(retry) = outcome.retry {

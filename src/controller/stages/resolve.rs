@@ -25,8 +25,13 @@ pub(crate) struct Resolved<'a> {
     /// The longest wait before the TDSet is looked at again.
     pub interval: Duration,
     pub source: Source<'a>,
+    /// What the schedule says now, with the count to write (a rise written ahead of its
+    /// transition included, `warmUp`).
     pub eval: Evaluation,
+    /// The schedule's next change.
     pub next: Option<Transition>,
+    /// When what is written changes next: the next change, or the start of its write.
+    pub next_write: Option<DateTime<Utc>>,
     pub warnings: Vec<Warning>,
     /// The status on record before this reconcile (the lane's queued one, if newer).
     pub previous: Option<TDSetStatus>,
@@ -70,14 +75,21 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
         }
     };
     let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
-    let eval = schedule.evaluate(now);
+    let lead = crate::schedule::lead_of(&tdset.spec);
+    let eval = schedule.evaluate_led(now, lead);
     let next = schedule.next_transition(now);
+    let next_write = schedule.next_led_write(now, lead);
     let warnings = schedule.warnings();
 
     let previous = ctx.statuses.current(tdset);
+    // A write due: a rise's (ahead of its transition), or any transition's.
     let due = previous
         .as_ref()
-        .and_then(|s| s.next_transition_time.as_deref())
+        .and_then(|s| {
+            s.next_write_time
+                .as_deref()
+                .or(s.next_transition_time.as_deref())
+        })
         .and_then(crate::preview::parse_rfc3339)
         .filter(|t| *t <= now);
     let calendar_problem = calendar_problem(&unreadable, &missing_calendars);
@@ -87,6 +99,7 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
         source,
         eval,
         next,
+        next_write,
         warnings,
         previous,
         due,
