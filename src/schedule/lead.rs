@@ -242,6 +242,48 @@ mod tests {
         assert_eq!(inside[0].write_at, utc("2026-05-04T17:00:00Z"));
     }
 
+    /// A manifest that never met the API server (preview) is checked as admission checks it.
+    #[test]
+    fn a_warm_up_the_schema_refuses_is_refused_naming_the_field() {
+        let with = |warm_up: serde_json::Value| {
+            let spec: TDSetSpec = serde_json::from_value(serde_json::json!({
+                "container": {"image": "nginx", "port": 80},
+                "defaultReplica": 1, "schedulingConfig": [], "warmUp": warm_up
+            }))
+            .unwrap();
+            Schedule::compile(&spec)
+                .err()
+                .map(|e| e.iter().map(|e| e.field.clone()).collect::<Vec<_>>())
+        };
+        let lead = Some(vec!["spec.warmUp.lead".to_string()]);
+        assert_eq!(with(serde_json::json!({"mode": "Fixed"})), lead);
+        assert_eq!(
+            with(serde_json::json!({"mode": "Fixed", "lead": "11m"})),
+            lead
+        );
+        assert_eq!(with(serde_json::json!({"lead": "0s"})), lead);
+        assert_eq!(
+            with(serde_json::json!({"max": "2h"})),
+            Some(vec!["spec.warmUp.max".to_string()])
+        );
+        assert_eq!(
+            with(serde_json::json!({"mode": "Fixed", "lead": "20m", "max": "1h"})),
+            None
+        );
+        let spec: TDSetSpec = serde_json::from_value(serde_json::json!({
+            "container": {"image": "nginx", "port": 80}, "defaultReplica": 1,
+            "schedulingConfig": [], "warmUp": {"mode": "Measured", "lead": "20m", "max": "15m"}
+        }))
+        .unwrap();
+        assert!(Schedule::compile(&spec).is_err());
+        let off: TDSetSpec = serde_json::from_value(serde_json::json!({
+            "container": {"image": "nginx", "port": 80}, "defaultReplica": 1,
+            "schedulingConfig": [], "warmUp": {"mode": "Off", "lead": "5m"}
+        }))
+        .unwrap();
+        assert_eq!(lead_of(&off), Duration::zero());
+    }
+
     #[test]
     fn what_rises_is_known_for_certain() {
         use Count::{Own, Replicas};
