@@ -353,3 +353,104 @@ impl Bench {
         }
     }
 }
+
+/// The largest group spec the schema allows, as one shard sees another's: a selector of 32
+/// labels (keys of 317 characters, values of 63) and 16 expressions of 64 values each, and
+/// 256 excluded names of 253 characters. About 140 kB of spec that every shard indexes,
+/// whichever reconciles it (issue 34: one writer per workload across shards).
+fn largest_group_spec() -> serde_json::Value {
+    let prefix = format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61)
+    );
+    let key = |kind: &str, i: usize| format!("{prefix}/{kind}{}{i:02}", "n".repeat(60));
+    let labels: serde_json::Map<String, serde_json::Value> = (0..32)
+        .map(|i| (key("l", i), json!("v".repeat(63))))
+        .collect();
+    let expressions: Vec<serde_json::Value> = (0..16)
+        .map(|i| {
+            let values: Vec<String> = (0..64)
+                .map(|v| format!("{}{v:02}", "x".repeat(61)))
+                .collect();
+            json!({"key": key("e", i), "operator": "In", "values": values})
+        })
+        .collect();
+    let exclude: Vec<String> = (0..256)
+        .map(|i| format!("{}{i:03}", "w".repeat(250)))
+        .collect();
+    json!({
+        "scaleTargetSelector": {
+            "kinds": ["Deployment"],
+            "selector": {"matchLabels": labels, "matchExpressions": expressions},
+            "exclude": exclude
+        },
+        "schedulingConfig": [{"startTime": 9, "endTime": 17, "replica": 3}]
+    })
+}
+
+impl Bench {
+    /// What another shard's group TDSets cost a shard that reconciles none of them: the
+    /// operator run as shard `a` over `n` TDSets labelled `shard: b`, each the largest group
+    /// spec the schema allows, against the same operator before they were created.
+    pub(crate) async fn shard_index(&mut self, n: usize) {
+        let ns = self.namespace(&format!("shardidx{n}")).await;
+        let extra = [
+            "--shard",
+            "a",
+            "--shard-selector",
+            "shard=a",
+            "--lease-namespace",
+            &ns.name,
+        ];
+        let rss = |op: &OperatorProcess| op.proc_status("VmRSS:") as f64 / 1024.0;
+        let settle = Duration::from_secs(10);
+        let empty = operator_with(
+            &self.kubeconfig,
+            None,
+            None,
+            &self.logs.join("shard-index-empty.log"),
+            &extra,
+        );
+        tokio::time::sleep(settle).await;
+        let before = rss(&empty);
+        empty.stop();
+        let api: Api<TDSet> = Api::namespaced(self.client.clone(), &ns.name);
+        let spec = largest_group_spec();
+        let bytes = serde_json::to_string(&spec).unwrap().len();
+        let objs: Vec<TDSet> = (0..n)
+            .map(|i| {
+                let mut t = tdset(&format!("g{i}"), spec.clone());
+                t.metadata.labels = Some([("shard".to_string(), "b".to_string())].into());
+                t
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        create_all(&api, objs).await;
+        let created = started.elapsed();
+        let op = operator_with(
+            &self.kubeconfig,
+            None,
+            None,
+            &self.logs.join("shard-index.log"),
+            &extra,
+        );
+        tokio::time::sleep(settle).await;
+        let (after, peak) = (rss(&op), op.proc_status("VmHWM:") as f64 / 1024.0);
+        op.stop();
+        let each = (after - before) * 1024.0 * 1024.0 / n as f64;
+        let _ = writeln!(
+            self.report,
+            "| another shard's groups | {n} group TDSets of shard b, each the largest spec the schema allows ({:.0} kB as JSON), seen by shard a | RSS {after:.1} MiB against {before:.1} MiB with none: {:.1} kB per TDSet (peak {peak:.1} MiB) | created in {:.0} s |",
+            bytes as f64 / 1000.0,
+            each / 1000.0,
+            created.as_secs_f64(),
+        );
+        println!(
+            "shard index n={n}: {before:.1} -> {after:.1} MiB, {each:.0} B each, peak {peak:.1}"
+        );
+        ns.cleanup().await;
+    }
+}

@@ -213,6 +213,9 @@ fn main() {
         if want("groupworst") {
             b.group_worst(16, 2000, 16).await;
         }
+        if want("shardindex") {
+            b.shard_index(1000).await;
+        }
         if want("history") {
             b.restart_with(10_000, true).await;
         }
