@@ -526,6 +526,11 @@ proptest! {
         let capped = lead.min(MAX_LEAD);
         let led = schedule.led(now, lead);
         let plain = schedule.evaluate(now).count();
+        // What the reconcile computes in one pass agrees with the parts.
+        let (eval, next, next_write) = schedule.led_at(now, lead);
+        prop_assert_eq!(eval, schedule.evaluate_led(now, lead));
+        prop_assert_eq!(next, schedule.next_transition(now));
+        prop_assert_eq!(next_write, schedule.next_led_write(now, lead));
         if let (Count::Replicas(w), Count::Replicas(p)) = (led.count, plain) {
             prop_assert!(w >= p, "{w} written at {now} where the schedule says {p}");
         }

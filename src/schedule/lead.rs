@@ -87,6 +87,34 @@ impl Schedule {
         }
     }
 
+    /// `evaluate_led`, `next_transition` and `next_led_write` at once, each part computed
+    /// once (the reconcile needs all three).
+    pub fn led_at(
+        &self,
+        now: DateTime<Utc>,
+        lead: Duration,
+    ) -> (super::Evaluation, Option<Transition>, Option<DateTime<Utc>>) {
+        let lead = clamp(lead);
+        let mut eval = self.evaluate(now);
+        let next = self.next_transition(now);
+        let count = eval.count();
+        let next_write = next.map(|n| {
+            let start = n.at - lead;
+            if rises(count, n.count()) && start > now {
+                start
+            } else {
+                n.at
+            }
+        });
+        if let Some(t) = next
+            .filter(|t| lead > Duration::zero() && t.at - lead <= now && rises(count, t.count()))
+        {
+            eval.replicas = t.replicas;
+            eval.ahead_of = Some(t);
+        }
+        (eval, next, next_write)
+    }
+
     /// `evaluate`, with the count `led` writes: what the schedule says at `now`, except that
     /// a rise whose write has started is written already (`ahead_of`).
     pub fn evaluate_led(&self, now: DateTime<Utc>, lead: Duration) -> super::Evaluation {

@@ -76,9 +76,7 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
     };
     let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
     let lead = crate::schedule::lead_of(&tdset.spec);
-    let eval = schedule.evaluate_led(now, lead);
-    let next = schedule.next_transition(now);
-    let next_write = schedule.next_led_write(now, lead);
+    let (eval, next, next_write) = schedule.led_at(now, lead);
     let warnings = schedule.warnings();
 
     let previous = ctx.statuses.current(tdset);
