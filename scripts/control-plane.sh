@@ -346,9 +346,28 @@ start_scheduler() {
   track "$dir" $! kube-scheduler
 }
 
+# kwok's fast stages, with one change: a pod annotated `pod-ready.stage.kwok.x-k8s.io/delay`
+# (a duration, "15s") becomes Running and Ready that long after it is bound, as a pod with a
+# slow start-up or readiness probe does (the warm-up tests and benchmark). Without it, at once.
+# Derived at start, not at build, so the cached build stays valid.
+kwok_stages() {
+  local dir="$1"
+  python3 - "$KWOK_DIR/kwok-stages.yaml" >"$dir/kwok-stages.yaml" <<'PY'
+import sys
+docs = open(sys.argv[1]).read().split("\n---\n")
+delay = ("  delay:\n    durationMilliseconds: 0\n    durationFrom:\n      expressionFrom: "
+         "'.metadata.annotations[\"pod-ready.stage.kwok.x-k8s.io/delay\"]'\n  next:\n")
+for i, d in enumerate(docs):
+    if "name: pod-ready\n" in d and "  delay:" not in d:
+        docs[i] = d.replace("\n  next:\n", "\n" + delay, 1)
+print("\n---\n".join(docs), end="")
+PY
+}
+
 start_kwok() {
   local dir="$1"
-  setsid "$KWOK_DIR/kwok" --kubeconfig "$dir/kubeconfig" --config "$KWOK_DIR/kwok-stages.yaml" \
+  kwok_stages "$dir"
+  setsid "$KWOK_DIR/kwok" --kubeconfig "$dir/kubeconfig" --config "$dir/kwok-stages.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --node-ip 127.0.0.1 --server-address 127.0.0.1:0 \
     >"$dir/logs/kwok.log" 2>&1 </dev/null &
