@@ -194,7 +194,7 @@ pub fn run_preview_of(
         now,
         schedule,
         suspended,
-        crate::schedule::lead_of(spec),
+        crate::schedule::lead_of(spec, &[]),
     )?;
     Ok(if suspended && args.output != Output::Json {
         format!(

@@ -1,6 +1,8 @@
 //! The next `status` of a TDSet, as a pure function of what the schedule said and what was
 //! observed. The controller patches it only when it differs from the current one.
 
+pub mod warm_up;
+
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 
@@ -16,6 +18,8 @@ pub const DEGRADED: &str = "Degraded";
 
 /// The reasons the conditions give, one constant each (they are API: alerts match on them).
 pub mod reason {
+    /// An Event's: a scale-up whose count was ready later than its transition.
+    pub const SCALE_UP_LATE: &str = "ScaleUpLate";
     // Available
     pub const REPLICAS_READY: &str = "ReplicasReady";
     pub const SCALED_TO_ZERO: &str = "ScaledToZero";
@@ -302,6 +306,8 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
             .shard
             .map(str::to_string)
             .or_else(|| i.previous.and_then(|p| p.shard.clone())),
+        // Kept as it was; `warm_up::settle` brings it up to date.
+        warm_up: i.previous.and_then(|p| p.warm_up.clone()),
         history: match &i.change {
             Some(change) => recorded(i.previous, change.clone()),
             None => i.previous.map(|p| p.history.clone()).unwrap_or_default(),
@@ -342,6 +348,7 @@ pub fn failed_transition(
     Some(HistoryEntry {
         at: at.to_string(),
         applied_at: None,
+        ready_at: None,
         from: p.replicas,
         to: Some(p.next_replicas?),
         reason: "the scheduled change".into(),
@@ -680,6 +687,7 @@ mod tests {
         HistoryEntry {
             at: at.into(),
             applied_at: applied.map(Into::into),
+            ready_at: None,
             from: Some(1),
             to: Some(to),
             reason: "window".into(),

@@ -42,6 +42,13 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// From the instant a transition was due to the moment its workload write succeeded.
     pub transition_lag: Histogram,
+    /// For each scale-up, how long after its transition its count was ready (0: by then).
+    pub scale_up_lateness: Histogram,
+    /// For each scale-up, from its write to its count ready.
+    pub scale_up_ready: Histogram,
+    /// Replicas a scale-up added times how long before its transition they were ready: what
+    /// warming up spent against replicas ready exactly at the transition.
+    pub warm_up_early: prometheus::Counter,
     /// Status writes and Events queued behind the workload writes.
     pub bookkeeping_pending: IntGauge,
     /// Queued statuses replaced by a newer one before they were sent.
@@ -121,6 +128,28 @@ impl Metrics {
                 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
             ]),
         )?;
+        // Seconds to minutes: pods start in seconds, a new node takes minutes.
+        let readiness_buckets = vec![
+            0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+        ];
+        let scale_up_lateness = Histogram::with_opts(
+            HistogramOpts::new(
+                "tdset_scale_up_lateness_seconds",
+                "For each scale-up, how long after its transition its new count was ready (0 when ready by then)",
+            )
+            .buckets(readiness_buckets.clone()),
+        )?;
+        let scale_up_ready = Histogram::with_opts(
+            HistogramOpts::new(
+                "tdset_scale_up_ready_seconds",
+                "For each scale-up, from the write of its new count until that many replicas were ready",
+            )
+            .buckets(readiness_buckets),
+        )?;
+        let warm_up_early = prometheus::Counter::new(
+            "tdset_warm_up_early_replica_seconds_total",
+            "Replicas scale-ups added, times how long before their transition they were ready: what warmUp spent against replicas ready exactly at the transition",
+        )?;
         let bookkeeping_pending = IntGauge::new(
             "tdset_bookkeeping_pending",
             "Status writes and Events waiting behind the workload writes",
@@ -149,6 +178,9 @@ impl Metrics {
         registry.register(Box::new(writes.clone()))?;
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(transition_lag.clone()))?;
+        registry.register(Box::new(scale_up_lateness.clone()))?;
+        registry.register(Box::new(scale_up_ready.clone()))?;
+        registry.register(Box::new(warm_up_early.clone()))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -162,6 +194,9 @@ impl Metrics {
             writes,
             leader,
             transition_lag,
+            scale_up_lateness,
+            scale_up_ready,
+            warm_up_early,
             bookkeeping_pending,
             bookkeeping_superseded,
             streaming_lists,
@@ -260,7 +295,7 @@ enum Series {
 }
 
 /// The per-TDSet families: name, help, what they read.
-const FAMILIES: [(&str, &str, Series); 9] = [
+const FAMILIES: [(&str, &str, Series); 10] = [
     (
         "tdset_desired_replicas",
         "Replicas the schedule wants now",
@@ -285,6 +320,14 @@ const FAMILIES: [(&str, &str, Series); 9] = [
         "tdset_ready_replicas",
         "Ready replicas of the workload, as last observed (absent when the workload reports none)",
         Series::Gauge(|s| s.ready_replicas.map(f64::from)),
+    ),
+    (
+        "tdset_warm_up_lead_seconds",
+        "How far ahead of its transition the next scale-up is written (spec.warmUp; absent without it)",
+        Series::Gauge(|s| {
+            crate::schedule::parse_duration(&s.warm_up.as_ref()?.lead)
+                .map(|d| d.num_seconds() as f64)
+        }),
     ),
     (
         "tdset_saved_replicas",

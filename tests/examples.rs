@@ -135,7 +135,7 @@ async fn examples_apply_and_converge_to_preview() {
                 tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
             // A group's member runs its own 2 at the level own.
             let want = (schedule
-                .evaluate_led(at, tdset_operator::schedule::lead_of(&tdset.spec))
+                .evaluate_led(at, tdset_operator::schedule::lead_of(&tdset.spec, &[]))
                 .count())
             .replicas()
             .unwrap_or(2);

@@ -109,3 +109,135 @@ async fn a_scale_up_is_written_ahead_and_a_scale_down_on_time() {
     }
     ns.cleanup().await;
 }
+
+/// `app`, a Deployment of someone else's whose pods go Ready `delay` after they are bound
+/// (kwok's stage delay: a slow start-up or readiness probe), at `replicas`.
+fn slow_deployment(app: &str, replicas: i32, delay: &str) -> Value {
+    let mut d = app_deployment(app, replicas);
+    d["spec"]["template"]["metadata"]["annotations"] =
+        json!({"pod-ready.stage.kwok.x-k8s.io/delay": delay});
+    d
+}
+
+/// `app` at 1, and at 3 over each `(start, end)`, in seconds after `T0`.
+fn windows(app: &str, rises: &[(i64, i64)], warm_up: Option<Value>) -> Value {
+    let mut spec = spec(app, warm_up);
+    spec["overrides"] = rises
+        .iter()
+        .map(|(from, to)| {
+            json!({"start": at(*from).to_rfc3339(), "end": at(*to).to_rfc3339(),
+                   "replica": 3, "reason": "peak"})
+        })
+        .collect();
+    spec
+}
+
+/// The history entry of the scale-up at `secs` after `T0`, once its count was seen ready.
+async fn ready(client: &kube::Client, ns: &str, name: &str, secs: i64) -> HistoryEntry {
+    let when = at(secs);
+    eventually(
+        GUARD * 2,
+        &format!("{name}: the scale-up at T0+{secs}s seen ready"),
+        || async {
+            let t = Api::<TDSet>::namespaced(client.clone(), ns)
+                .get_status(name)
+                .await
+                .ok()?;
+            t.status?
+                .history
+                .into_iter()
+                .find(|e| utc(&e.at) == when && e.to == Some(3) && e.ready_at.is_some())
+        },
+    )
+    .await
+}
+
+fn ready_at(e: &HistoryEntry) -> DateTime<Utc> {
+    utc(e.ready_at.as_deref().expect("seen ready"))
+}
+
+/// Pods that are Ready 8 s after they are bound. The first scale-up of a Measured TDSet is
+/// written at its transition (nothing measured yet) and is late; from the second on it is
+/// written ahead by what was measured plus a margin, and is ready by the transition. The same
+/// schedule without `warmUp` is late every time, and says so. A restart of the operator
+/// between two scale-ups keeps what was measured.
+#[tokio::test]
+async fn a_measured_lead_learns_the_time_to_ready_and_serves_at_the_transition() {
+    let (client, ns) = setup("warm-up-measured").await;
+    let n = &ns.name;
+    for app in ["measured", "off"] {
+        let _: Deployment = create_object(&client, n, slow_deployment(app, 1, "8s")).await;
+    }
+    let clock = SystemClock::starting_at(utc(T0));
+    let op = Operator::start(&client, n, clock, None, "test");
+    let rises = [(20, 45), (75, 100), (130, 155)];
+    let measured = json!({"mode": "Measured"});
+    create_tdset(
+        &client,
+        n,
+        &tdset("measured", windows("measured", &rises, Some(measured))),
+    )
+    .await;
+    create_tdset(&client, n, &tdset("off", windows("off", &rises, None))).await;
+
+    // The first scale-up: written at its transition, ready when the pods are (8 s or more).
+    let first = ready(&client, n, "measured", 20).await;
+    assert!(applied(&first) >= at(20), "{first:?}");
+    let took = (ready_at(&first) - applied(&first)).num_seconds();
+    assert!(took >= 8, "ready {took} s after the write: {first:?}");
+    let t = object_where(&client, n, "measured", "a sample", |t: &TDSet| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.warm_up.as_ref())
+            .is_some_and(|w| !w.samples.is_empty())
+    })
+    .await;
+    let warm_up = t.status.unwrap().warm_up.unwrap();
+    assert_eq!(warm_up.basis, tdset_operator::api::LeadBasis::Measured);
+    let sample = i64::from(warm_up.samples[0]);
+    assert!(
+        (took..=took + 1).contains(&sample),
+        "{warm_up:?}, took {took}"
+    );
+    // The 90th percentile of one sample is itself; the margin is 5 s at this size.
+    let lead = Duration::seconds(sample + 5);
+    assert_eq!(
+        tdset_operator::schedule::parse_duration(&warm_up.lead),
+        Some(lead)
+    );
+
+    // The second: written the measured time plus its margin ahead, and ready by its
+    // transition (a second's grace for the reconcile that sees it); without warmUp, late.
+    let second = ready(&client, n, "measured", 75).await;
+    assert!(
+        applied(&second) >= at(75) - lead - Duration::seconds(1),
+        "written at {:?}, lead {lead}",
+        second.applied_at
+    );
+    assert!(
+        applied(&second) < at(75) - Duration::seconds(8),
+        "{second:?}"
+    );
+    assert!(ready_at(&second) <= at(76), "{second:?}");
+    let off = ready(&client, n, "off", 75).await;
+    assert!(applied(&off) >= at(75), "{off:?}");
+    assert!(ready_at(&off) >= at(75) + Duration::seconds(8), "{off:?}");
+    wait_for_event(&client, n, "off", |(kind, reason, note)| {
+        kind == "Warning" && reason == "ScaleUpLate" && note.contains("spec.warmUp")
+    })
+    .await;
+    assert!(op.counter("tdset_scale_up_lateness_seconds_count") >= 3.0);
+    assert!(op.counter("tdset_warm_up_early_replica_seconds_total") > 0.0);
+
+    // A restart (the process dies) before the third: what was measured is in status, and the
+    // third is written ahead again, not at its transition as the first was.
+    op.kill();
+    let _op = Operator::start(&client, n, clock, None, "test");
+    let third = ready(&client, n, "measured", 130).await;
+    assert!(
+        applied(&third) < at(130) - Duration::seconds(8),
+        "{third:?}"
+    );
+    assert!(ready_at(&third) <= at(131), "{third:?}");
+    ns.cleanup().await;
+}

@@ -707,10 +707,45 @@ pub struct TDSetStatus {
     /// Another shard writes it only after this one has let go, or is proven gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// With `spec.warmUp`: the lead the next scale-up is written with, and what it comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_up: Option<WarmUpStatus>,
     /// The last changes of the workload's count, newest first (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_HISTORY))]
     pub history: Vec<HistoryEntry>,
+}
+
+/// The lead of the next scale-up (`spec.warmUp`), and the measured times it is taken from.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmUpStatus {
+    /// How far ahead of its transition the next scale-up is written ("45s"; "0s": at it).
+    pub lead: String,
+    /// Where the lead comes from.
+    pub basis: LeadBasis,
+    /// Seconds from each measured scale-up's write until its count was ready, newest first
+    /// (at most 10). Kept across restarts: the lead is not learnt again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_WARM_UP_SAMPLES))]
+    pub samples: Vec<i32>,
+}
+
+/// How many measured times to Ready `status.warmUp.samples` keeps.
+pub const MAX_WARM_UP_SAMPLES: usize = 10;
+
+/// Where a warm-up lead comes from.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum LeadBasis {
+    /// `warmUp.lead` (mode Fixed).
+    #[default]
+    Fixed,
+    /// The measured samples: their 90th percentile plus a margin, at most `warmUp.max`.
+    Measured,
+    /// `warmUp.lead` (or none), until a scale-up has been measured (mode Measured).
+    Guess,
+    /// `warmUp.lead`: the workload does not report ready replicas, so nothing is measured.
+    NotReported,
 }
 
 /// What the schedule removes now, against the workload's own count (group form,
@@ -740,6 +775,10 @@ pub struct HistoryEntry {
     /// When the workload write succeeded; absent while it has not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_at: Option<String>,
+    /// A scale-up: when its new count was first seen ready (ready replicas, summed over a
+    /// group's workloads). Later than `at`: it was late by the difference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<String>,
     /// The count before, when it was known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<i32>,

@@ -611,6 +611,7 @@ mod tests {
         let entry = |applied: &str| crate::api::HistoryEntry {
             at: "2026-05-04T09:00:00Z".into(),
             applied_at: Some(applied.into()),
+            ready_at: None,
             from: Some(2),
             to: Some(10),
             reason: "window office is active".into(),

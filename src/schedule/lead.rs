@@ -16,9 +16,10 @@ use crate::api::{DEFAULT_WARM_UP_MAX, TDSetSpec, WarmUpMode};
 /// `led_transitions`.
 pub const MAX_LEAD: Duration = Duration::hours(1);
 
-/// How far ahead a scale-up is written (`spec.warmUp`): `lead` for Fixed, and for Measured
-/// until the workload has been measured; at most `max` (default 10m); zero when Off.
-pub fn lead_of(spec: &TDSetSpec) -> Duration {
+/// How far ahead a scale-up is written (`spec.warmUp`): `lead` for Fixed; for Measured, what
+/// the measured `samples` (seconds, `status.warmUp.samples`) give, and `lead` until there are
+/// some; at most `max` (default 10m); zero when Off.
+pub fn lead_of(spec: &TDSetSpec, samples: &[i32]) -> Duration {
     let Some(w) = spec
         .warm_up
         .as_ref()
@@ -28,7 +29,28 @@ pub fn lead_of(spec: &TDSetSpec) -> Duration {
     };
     let parse = |d: &Option<String>| d.as_deref().and_then(super::parse_duration);
     let max = parse(&w.max).unwrap_or(DEFAULT_WARM_UP_MAX);
-    parse(&w.lead).unwrap_or_default().min(max)
+    let measured = (w.mode() == WarmUpMode::Measured)
+        .then(|| from_samples(samples))
+        .flatten();
+    measured
+        .or_else(|| parse(&w.lead))
+        .unwrap_or_default()
+        .min(max)
+}
+
+/// The least margin a measured lead adds to its percentile.
+pub const MIN_MARGIN: Duration = Duration::seconds(5);
+
+/// The lead measured times to Ready give: their 90th percentile (nearest rank: of 10 samples
+/// the second longest, so one outlier is passed over; of fewer, the longest), plus a margin
+/// of a tenth of it and at least `MIN_MARGIN`, for what the samples have not seen yet.
+/// None without samples.
+pub fn from_samples(samples: &[i32]) -> Option<Duration> {
+    let mut sorted: Vec<i64> = samples.iter().map(|s| i64::from((*s).max(0))).collect();
+    sorted.sort_unstable();
+    let rank = (sorted.len() * 9).div_ceil(10);
+    let p90 = Duration::seconds(*sorted.get(rank.checked_sub(1)?)?);
+    Some(p90 + (p90 / 10).max(MIN_MARGIN))
 }
 
 /// Whether a change from `from` to `to` raises the count, for certain. A change to `own` is
@@ -309,7 +331,34 @@ mod tests {
             "schedulingConfig": [], "warmUp": {"mode": "Off", "lead": "5m"}
         }))
         .unwrap();
-        assert_eq!(lead_of(&off), Duration::zero());
+        assert_eq!(lead_of(&off, &[60]), Duration::zero());
+    }
+
+    #[test]
+    fn a_measured_lead_is_the_90th_percentile_plus_a_margin_capped_at_max() {
+        assert_eq!(from_samples(&[]), None);
+        // Of fewer than 10, the longest; a margin of at least 5 s.
+        assert_eq!(from_samples(&[12, 30, 20]), Some(Duration::seconds(35)));
+        // Of 10, the second longest: one outlier is passed over; a tenth as margin.
+        let ten = [100, 100, 100, 100, 100, 100, 100, 100, 100, 3000];
+        assert_eq!(from_samples(&ten), Some(Duration::seconds(110)));
+        let spec = |w: serde_json::Value| -> TDSetSpec {
+            serde_json::from_value(serde_json::json!({
+                "container": {"image": "nginx", "port": 80}, "defaultReplica": 1,
+                "schedulingConfig": [], "warmUp": w
+            }))
+            .unwrap()
+        };
+        let measured = spec(serde_json::json!({"mode": "Measured", "lead": "1m", "max": "2m"}));
+        // The guess until a sample exists; then the samples; never past max.
+        assert_eq!(lead_of(&measured, &[]), Duration::minutes(1));
+        assert_eq!(lead_of(&measured, &[10]), Duration::seconds(15));
+        assert_eq!(lead_of(&measured, &[600]), Duration::minutes(2));
+        // Fixed keeps its lead whatever was measured; Measured without a guess starts at 0.
+        let fixed = spec(serde_json::json!({"mode": "Fixed", "lead": "1m"}));
+        assert_eq!(lead_of(&fixed, &[10]), Duration::minutes(1));
+        let bare = spec(serde_json::json!({"mode": "Measured"}));
+        assert_eq!(lead_of(&bare, &[]), Duration::zero());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use kube::{Resource, ResourceExt};
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::resolve::Resolved;
 use crate::api::{HistoryEntry, TDSet, TDSetStatus};
@@ -14,10 +14,20 @@ use crate::controller::io::tdset::queue_status;
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::{Context, Outcome};
 use crate::error::Result;
+use crate::status::warm_up::{self, Readiness, Rise};
 use crate::status::{self, DEGRADED, Inputs, Problem};
+use crate::workload::Source;
 
 /// How soon a group that could not give every workload back after a change of form tries again.
 const UNRELEASED_RETRY: Duration = Duration::from_secs(15);
+
+/// How often a group looks whether a scale-up's count is ready (see `report`), and for how long
+/// after its write.
+const READY_POLL: Duration = Duration::from_secs(5);
+const READY_WATCH_FOR: chrono::Duration = chrono::Duration::minutes(10);
+
+/// A scale-up ready later than this after its transition is reported as late.
+const LATE_GRACE: chrono::Duration = chrono::Duration::seconds(5);
 
 /// When to look at the TDSet again, and whether some of its writes failed (then the driver
 /// backs off as for a failed reconcile).
@@ -45,7 +55,7 @@ pub(crate) async fn report(
         previous,
         due,
         calendar_problem,
-        source: _,
+        source,
     } = resolved;
     if let Some(saved) = outcome.saved {
         ctx.metrics
@@ -73,14 +83,16 @@ pub(crate) async fn report(
                     .now()
                     .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
             }),
+            ready_at: None,
             from: Some(s.from),
             to: s.to.or(eval.count().replicas()),
             reason: eval.why(),
             message: s.failed.map(|m| status::clipped(&m)),
         });
 
+    let recorded = change.is_some();
     // Status (pure), written only when it differs.
-    let new_status = status::next_status(&Inputs {
+    let mut new_status = status::next_status(&Inputs {
         previous: previous.as_ref(),
         generation: tdset.meta().generation,
         evaluation: Some(&eval),
@@ -98,6 +110,26 @@ pub(crate) async fn report(
         shard: ctx.shard.as_ref().map(|s| s.name()),
         now,
     });
+    // The scale-ups the workload now serves: how long they took, and how late they were.
+    let readiness = match &outcome.workload {
+        Ok(o) => o.ready.map_or(Readiness::NotReported, Readiness::Reported),
+        Err(_) => Readiness::Unknown,
+    };
+    let risen = warm_up::settle(
+        &tdset.spec,
+        &mut new_status,
+        readiness,
+        recorded,
+        ctx.clock.now(),
+    );
+    let relearnt = risen.iter().any(|r| r.sampled)
+        && new_status.warm_up.as_ref().map(|w| &w.lead)
+            != previous
+                .as_ref()
+                .and_then(|p| p.warm_up.as_ref())
+                .map(|w| &w.lead);
+    let awaiting = warm_up::awaiting(&new_status);
+    report_risen(tdset, ctx, &new_status, &risen, events);
     write_status(tdset, ctx, previous.as_ref(), new_status, events).await?;
 
     let mut wait = match next_write {
@@ -106,6 +138,19 @@ pub(crate) async fn report(
     };
     if let Some(retry) = outcome.retry {
         wait = wait.min(retry);
+    }
+    // A new lead moves the next scale-up's write: looked at again at once, so that the wait
+    // and `nextWriteTime` follow it (the next reconcile resolves with the new samples).
+    if relearnt {
+        wait = Duration::ZERO;
+    }
+    // A group is not woken by its workloads' readiness (a rollout under 300 groups would wake
+    // each), so while a scale-up of it is not yet ready it looks every few seconds, for at
+    // most `READY_WATCH_FOR` after the write.
+    if let (Source::Group(_), Some(written)) = (source, awaiting)
+        && now - written < READY_WATCH_FOR
+    {
+        wait = wait.min(READY_POLL);
     }
     // The wait is logged by the driver, which may shorten it (some writes failed).
     debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), "reconciled");
@@ -176,4 +221,60 @@ async fn write_status(
         events.push(note(tdset, EventType::Warning, &reason, message));
     }
     Ok(())
+}
+
+/// The scale-ups found ready, in the metrics; a late one as a Warning that says by how much
+/// and what would write it ahead.
+fn report_risen(
+    tdset: &TDSet,
+    ctx: &Context,
+    status: &TDSetStatus,
+    risen: &[Rise],
+    events: &mut Events,
+) {
+    for r in risen {
+        let late = r.late();
+        ctx.metrics
+            .scale_up_lateness
+            .observe(late.num_milliseconds() as f64 / 1000.0);
+        if r.sampled {
+            ctx.metrics
+                .scale_up_ready
+                .observe(r.took().num_milliseconds() as f64 / 1000.0);
+        }
+        ctx.metrics.warm_up_early.inc_by(r.early_replica_seconds());
+        info!(
+            from = r.from,
+            to = r.to,
+            took_ms = r.took().num_milliseconds(),
+            late_ms = late.num_milliseconds(),
+            "scale-up ready"
+        );
+        if late <= LATE_GRACE {
+            continue;
+        }
+        let lead = match &status.warm_up {
+            Some(w) => format!(
+                "; the next scale-up is written {} ahead ({:?})",
+                w.lead, w.basis
+            ),
+            None => "; spec.warmUp can write scale-ups ahead of their transition, by a lead \
+                     fixed or measured"
+                .to_string(),
+        };
+        events.push(note(
+            tdset,
+            EventType::Warning,
+            status::reason::SCALE_UP_LATE,
+            format!(
+                "{} replicas were ready {} after their transition at {} (written at {}, {} \
+                 after the write){lead}",
+                r.to,
+                warm_up::duration(late),
+                crate::preview::rfc3339(r.at),
+                crate::preview::rfc3339(r.applied_at),
+                warm_up::duration(r.took()),
+            ),
+        ));
+    }
 }

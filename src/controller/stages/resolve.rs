@@ -75,11 +75,16 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
         }
     };
     let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
-    let lead = crate::schedule::lead_of(&tdset.spec);
+    let previous = ctx.statuses.current(tdset);
+    // Measured: the samples the status keeps (a restart learns nothing again).
+    let samples = previous
+        .as_ref()
+        .and_then(|s| s.warm_up.as_ref())
+        .map_or(&[][..], |w| &w.samples[..]);
+    let lead = crate::schedule::lead_of(&tdset.spec, samples);
     let (eval, next, next_write) = schedule.led_at(now, lead);
     let warnings = schedule.warnings();
 
-    let previous = ctx.statuses.current(tdset);
     // A write due: a rise's (ahead of its transition), or any transition's.
     let due = previous
         .as_ref()

@@ -1,0 +1,358 @@
+//! Time to Ready (`spec.warmUp`), pure: which scale-ups in `status.history` the workload now
+//! serves, how long each took from its write and how late it was against its transition, and
+//! the samples a Measured lead is taken from (`status.warmUp`).
+//!
+//! A scale-up is awaited from the reconcile that wrote it (its history entry, `appliedAt`
+//! set) until a reconcile sees its count ready; its entry then gets `readyAt`. Everything is
+//! kept in status, so a restart or a new leader goes on measuring where the last one stopped.
+
+use chrono::{DateTime, Duration, SecondsFormat, Utc};
+
+use crate::api::{
+    HistoryEntry, LeadBasis, MAX_WARM_UP_SAMPLES, TDSetSpec, TDSetStatus, WarmUpMode, WarmUpStatus,
+};
+use crate::preview::parse_rfc3339;
+use crate::schedule::lead_of;
+
+/// What a reconcile saw of the workload's ready replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// It reports this many ready replicas (a group: summed over the workloads it holds).
+    Reported(i32),
+    /// Its kind reports none (a custom kind's `/scale`, an HPA): nothing can be measured.
+    NotReported,
+    /// It was not seen (missing, not allowed, held elsewhere): nothing changes.
+    Unknown,
+}
+
+/// A scale-up seen ready by this reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rise {
+    /// Its transition (or, for a change not scheduled, when it was decided).
+    pub at: DateTime<Utc>,
+    /// When its write landed.
+    pub applied_at: DateTime<Utc>,
+    /// When its count was first seen ready.
+    pub ready_at: DateTime<Utc>,
+    pub from: i32,
+    pub to: i32,
+    /// Whether it is a sample of the time to Ready: not when it was ready in the reconcile
+    /// that wrote it (nothing was waited for: the workload already ran that many).
+    pub sampled: bool,
+}
+
+impl Rise {
+    /// How long after its transition it was ready (zero when ready by then).
+    pub fn late(&self) -> Duration {
+        (self.ready_at - self.at).max(Duration::zero())
+    }
+
+    /// From its write to its count ready.
+    pub fn took(&self) -> Duration {
+        (self.ready_at - self.applied_at).max(Duration::zero())
+    }
+
+    /// The replicas it added, times how long before its transition they were ready: what the
+    /// warm-up spent against replicas ready exactly at the transition.
+    pub fn early_replica_seconds(&self) -> f64 {
+        let early = (self.at - self.ready_at).max(Duration::zero());
+        early.num_milliseconds() as f64 / 1000.0 * f64::from((self.to - self.from).max(0))
+    }
+}
+
+/// A scale-up in `entry` that has landed and is not yet seen ready: its `(at, applied_at,
+/// from, to)`.
+fn awaited(entry: &HistoryEntry) -> Option<(DateTime<Utc>, DateTime<Utc>, i32, i32)> {
+    let (from, to) = (entry.from?, entry.to?);
+    if to <= from || entry.ready_at.is_some() {
+        return None;
+    }
+    let at = parse_rfc3339(&entry.at)?;
+    let applied = parse_rfc3339(entry.applied_at.as_deref()?)?;
+    Some((at, applied, from, to))
+}
+
+/// When the newest scale-up was written, while its count is not yet seen ready.
+pub fn awaiting(status: &TDSetStatus) -> Option<DateTime<Utc>> {
+    status
+        .history
+        .first()
+        .and_then(awaited)
+        .map(|(_, applied, _, _)| applied)
+}
+
+/// Marks in `status.history` the scale-ups the workload now serves (`readyAt`), and keeps
+/// `status.warmUp` (the samples, the lead and its basis) as `spec` asks. `written_now`: this
+/// reconcile recorded the newest entry. The scale-ups looked at are the newest entries that
+/// are scale-ups awaiting readiness, newest first: a ramp's earlier step may be ready before
+/// its later one; a scale-down or a scale-up already ready ends the look. Returns the
+/// scale-ups found ready, newest first.
+pub fn settle(
+    spec: &TDSetSpec,
+    status: &mut TDSetStatus,
+    readiness: Readiness,
+    written_now: bool,
+    now: DateTime<Utc>,
+) -> Vec<Rise> {
+    let mut risen = Vec::new();
+    if let Readiness::Reported(ready) = readiness {
+        for (i, entry) in status.history.iter_mut().enumerate() {
+            let Some((at, applied_at, from, to)) = awaited(entry) else {
+                break;
+            };
+            if ready < to {
+                continue;
+            }
+            entry.ready_at = Some(now.to_rfc3339_opts(SecondsFormat::Millis, true));
+            risen.push(Rise {
+                at,
+                applied_at,
+                ready_at: now,
+                from,
+                to,
+                sampled: !(written_now && i == 0),
+            });
+        }
+    }
+    let mode = spec.warm_up.as_ref().map(|w| w.mode());
+    status.warm_up = match mode {
+        None | Some(WarmUpMode::Off) => None,
+        Some(mode) => {
+            let mut samples = status.warm_up.take().map(|w| w.samples).unwrap_or_default();
+            // Oldest first, so that the newest ends up first.
+            for r in risen.iter().rev().filter(|r| r.sampled) {
+                let secs = (r.took().num_milliseconds() + 999) / 1000;
+                samples.insert(0, i32::try_from(secs).unwrap_or(i32::MAX));
+            }
+            samples.truncate(MAX_WARM_UP_SAMPLES);
+            let basis = match mode {
+                WarmUpMode::Fixed | WarmUpMode::Off => LeadBasis::Fixed,
+                WarmUpMode::Measured if !samples.is_empty() => LeadBasis::Measured,
+                WarmUpMode::Measured if readiness == Readiness::NotReported => {
+                    LeadBasis::NotReported
+                }
+                WarmUpMode::Measured => LeadBasis::Guess,
+            };
+            Some(WarmUpStatus {
+                lead: duration(lead_of(spec, &samples)),
+                basis,
+                samples,
+            })
+        }
+    };
+    risen
+}
+
+/// "1m30s", "45s", "0s".
+pub fn duration(d: Duration) -> String {
+    let secs = d.num_seconds().max(0);
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        parse_rfc3339(s).unwrap()
+    }
+
+    fn entry(at: &str, applied: Option<&str>, from: i32, to: i32) -> HistoryEntry {
+        HistoryEntry {
+            at: at.into(),
+            applied_at: applied.map(Into::into),
+            from: Some(from),
+            to: Some(to),
+            reason: "window".into(),
+            ..Default::default()
+        }
+    }
+
+    fn spec(warm_up: serde_json::Value) -> TDSetSpec {
+        serde_json::from_value(serde_json::json!({
+            "container": {"image": "nginx", "port": 80}, "defaultReplica": 1,
+            "schedulingConfig": [], "warmUp": warm_up
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_scale_up_is_measured_from_its_write_and_late_against_its_transition() {
+        let spec = spec(serde_json::json!({"mode": "Measured", "lead": "10s"}));
+        let mut status = TDSetStatus {
+            history: vec![entry(
+                "2026-05-04T09:00:00Z",
+                Some("2026-05-04T08:59:50Z"),
+                1,
+                5,
+            )],
+            ..Default::default()
+        };
+        // Not ready yet: nothing changes but the lead's basis.
+        let now = t("2026-05-04T08:59:58Z");
+        assert!(settle(&spec, &mut status, Readiness::Reported(4), false, now).is_empty());
+        assert_eq!(status.history[0].ready_at, None);
+        assert_eq!(status.warm_up.as_ref().unwrap().basis, LeadBasis::Guess);
+        assert_eq!(awaiting(&status), Some(t("2026-05-04T08:59:50Z")));
+
+        let now = t("2026-05-04T09:00:12Z");
+        let risen = settle(&spec, &mut status, Readiness::Reported(5), false, now);
+        assert_eq!(risen.len(), 1);
+        assert_eq!(risen[0].took(), Duration::seconds(22));
+        assert_eq!(risen[0].late(), Duration::seconds(12));
+        assert_eq!(risen[0].early_replica_seconds(), 0.0);
+        assert_eq!(
+            status.history[0].ready_at.as_deref(),
+            Some("2026-05-04T09:00:12.000Z")
+        );
+        let w = status.warm_up.clone().unwrap();
+        assert_eq!((w.samples, w.basis), (vec![22], LeadBasis::Measured));
+        assert_eq!(w.lead, "27s");
+        assert_eq!(awaiting(&status), None);
+        // Seen ready once: a later reconcile measures nothing again.
+        let later = t("2026-05-04T09:01:00Z");
+        assert!(settle(&spec, &mut status, Readiness::Reported(5), false, later).is_empty());
+        assert_eq!(status.warm_up.unwrap().samples, vec![22]);
+    }
+
+    #[test]
+    fn ready_before_its_transition_is_early_and_costs_replica_seconds() {
+        let spec = spec(serde_json::json!({"mode": "Fixed", "lead": "1m"}));
+        let mut status = TDSetStatus {
+            history: vec![entry(
+                "2026-05-04T09:00:00Z",
+                Some("2026-05-04T08:59:00Z"),
+                2,
+                5,
+            )],
+            ..Default::default()
+        };
+        let now = t("2026-05-04T08:59:40Z");
+        let risen = settle(&spec, &mut status, Readiness::Reported(5), false, now);
+        assert_eq!(risen[0].late(), Duration::zero());
+        assert_eq!(risen[0].early_replica_seconds(), 60.0);
+        // Fixed keeps its lead, and the samples, for a person to compare.
+        let w = status.warm_up.unwrap();
+        assert_eq!(
+            (w.lead.as_str(), w.basis, w.samples),
+            ("1m", LeadBasis::Fixed, vec![40])
+        );
+    }
+
+    #[test]
+    fn a_ramps_earlier_steps_are_measured_before_its_later_ones() {
+        let spec = spec(serde_json::json!({"mode": "Measured"}));
+        let mut status = TDSetStatus {
+            history: vec![
+                entry("2026-05-04T09:02:00Z", Some("2026-05-04T09:02:00Z"), 4, 6),
+                entry("2026-05-04T09:01:00Z", Some("2026-05-04T09:01:00Z"), 2, 4),
+                entry("2026-05-04T09:00:00Z", Some("2026-05-04T09:00:00Z"), 6, 2),
+                entry("2026-05-04T08:00:00Z", Some("2026-05-04T08:00:00Z"), 1, 6),
+            ],
+            ..Default::default()
+        };
+        let now = t("2026-05-04T09:02:30Z");
+        let risen = settle(&spec, &mut status, Readiness::Reported(4), false, now);
+        // The step to 4 is ready, the step to 6 is not; the scale-down ends the look, so the
+        // scale-up before it (never seen ready) is not measured now.
+        assert_eq!(risen.len(), 1);
+        assert_eq!((risen[0].from, risen[0].to), (2, 4));
+        assert_eq!(status.history[0].ready_at, None);
+        assert!(status.history[1].ready_at.is_some());
+        assert_eq!(status.history[3].ready_at, None);
+        assert_eq!(status.warm_up.unwrap().samples, vec![90]);
+    }
+
+    #[test]
+    fn what_was_ready_when_written_and_what_cannot_be_read_are_not_samples() {
+        let spec = spec(serde_json::json!({"mode": "Measured", "lead": "30s"}));
+        let written = || TDSetStatus {
+            history: vec![entry(
+                "2026-05-04T09:00:00Z",
+                Some("2026-05-04T09:00:00Z"),
+                1,
+                3,
+            )],
+            ..Default::default()
+        };
+        let now = t("2026-05-04T09:00:00Z");
+        let mut status = written();
+        let risen = settle(&spec, &mut status, Readiness::Reported(3), true, now);
+        assert!(!risen[0].sampled);
+        assert!(status.history[0].ready_at.is_some());
+        assert_eq!(status.warm_up.unwrap().basis, LeadBasis::Guess);
+
+        let mut status = written();
+        assert!(settle(&spec, &mut status, Readiness::NotReported, true, now).is_empty());
+        let w = status.warm_up.unwrap();
+        assert_eq!((w.lead.as_str(), w.basis), ("30s", LeadBasis::NotReported));
+
+        // A scale-down, a failed write: nothing awaited.
+        let mut status = TDSetStatus {
+            history: vec![entry("2026-05-04T09:00:00Z", None, 1, 3)],
+            ..Default::default()
+        };
+        assert!(settle(&spec, &mut status, Readiness::Reported(3), false, now).is_empty());
+        assert_eq!(awaiting(&status), None);
+    }
+
+    #[test]
+    fn samples_are_bounded_newest_first_and_gone_with_the_warm_up() {
+        let spec_on = spec(serde_json::json!({"mode": "Measured"}));
+        let mut status = TDSetStatus::default();
+        for i in 0..15 {
+            let at = t("2026-05-04T09:00:00Z") + Duration::hours(i);
+            status.history.insert(
+                0,
+                entry(
+                    &crate::preview::rfc3339(at),
+                    Some(&crate::preview::rfc3339(at)),
+                    1,
+                    2,
+                ),
+            );
+            let now = at + Duration::seconds(i + 1);
+            settle(&spec_on, &mut status, Readiness::Reported(2), false, now);
+            status.history.insert(
+                0,
+                entry(
+                    &crate::preview::rfc3339(now),
+                    Some(&crate::preview::rfc3339(now)),
+                    2,
+                    1,
+                ),
+            );
+        }
+        let samples = status.warm_up.clone().unwrap().samples;
+        assert_eq!(samples.len(), MAX_WARM_UP_SAMPLES);
+        assert_eq!(samples[0], 15);
+        let off = spec(serde_json::json!({"mode": "Off"}));
+        settle(
+            &off,
+            &mut status,
+            Readiness::Reported(2),
+            false,
+            t("2026-05-05T09:00:00Z"),
+        );
+        assert_eq!(status.warm_up, None);
+    }
+
+    #[test]
+    fn durations_read_as_the_spec_writes_them() {
+        assert_eq!(duration(Duration::zero()), "0s");
+        assert_eq!(duration(Duration::seconds(45)), "45s");
+        assert_eq!(duration(Duration::seconds(90)), "1m30s");
+        assert_eq!(duration(Duration::seconds(3600)), "1h");
+    }
+}
