@@ -172,7 +172,7 @@ pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
         .map(|path| preview::load_calendar(path))
         .collect::<Result<Vec<_>>>()?;
     let (schedule, missing) = preview::compile(file, &tdset, &calendars)?;
-    let out = run_preview_of(args, now, &schedule, &tdset.spec)?;
+    let out = run_preview_of(args, now, &schedule, &tdset)?;
     Ok(
         match preview::missing_calendars_note(&missing, "given (--calendar FILE)") {
             Some(note) if args.output != Output::Json => format!("{out}{note}"),
@@ -186,15 +186,22 @@ pub fn run_preview_of(
     args: &PreviewArgs,
     now: DateTime<Utc>,
     schedule: &Schedule,
-    spec: &crate::api::TDSetSpec,
+    tdset: &crate::api::TDSet,
 ) -> Result<String> {
+    let spec = &tdset.spec;
     let suspended = spec.is_suspended();
+    // A live TDSet (or a manifest with its status) leads by what has been measured.
+    let samples = tdset
+        .status
+        .as_ref()
+        .and_then(|s| s.warm_up.as_ref())
+        .map_or(&[][..], |w| &w.samples[..]);
     let out = preview_output(
         args,
         now,
         schedule,
         suspended,
-        crate::schedule::lead_of(spec, &[]),
+        crate::schedule::lead_of(spec, samples),
     )?;
     Ok(if suspended && args.output != Output::Json {
         format!(

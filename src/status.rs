@@ -199,8 +199,14 @@ impl Observed {
         }
     }
 
-    /// An HPA whose floor is `floor` (0: its target asleep, `target_replicas` from `/scale`).
-    pub fn hpa(h: &HpaView, floor: i32, target_replicas: Option<i32>) -> Observed {
+    /// An HPA whose floor is `floor` (0: its target asleep, `target_replicas` from `/scale`),
+    /// and its target's ready replicas (`target_ready`), when the target's kind reports them.
+    pub fn hpa(
+        h: &HpaView,
+        floor: i32,
+        target_replicas: Option<i32>,
+        target_ready: Option<i32>,
+    ) -> Observed {
         let current = if floor == 0 {
             target_replicas.unwrap_or(0)
         } else {
@@ -209,7 +215,7 @@ impl Observed {
         Observed {
             what: format!("HorizontalPodAutoscaler {}", h.name),
             current,
-            ready: None,
+            ready: target_ready,
             wanted: floor,
             settled: if floor == 0 {
                 current == 0

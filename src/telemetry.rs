@@ -42,8 +42,9 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// From the instant a transition was due to the moment its workload write succeeded.
     pub transition_lag: Histogram,
-    /// For each scale-up, how long after its transition its count was ready (0: by then).
-    pub scale_up_lateness: Histogram,
+    /// For each scale-up, how long after its transition its count was ready (0: by then), by
+    /// the TDSet's `warmUp.mode` (Off, Fixed, Measured).
+    pub scale_up_lateness: prometheus::HistogramVec,
     /// For each scale-up, from its write to its count ready.
     pub scale_up_ready: Histogram,
     /// Replicas a scale-up added times how long before its transition they were ready: what
@@ -132,12 +133,13 @@ impl Metrics {
         let readiness_buckets = vec![
             0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
         ];
-        let scale_up_lateness = Histogram::with_opts(
+        let scale_up_lateness = prometheus::HistogramVec::new(
             HistogramOpts::new(
                 "tdset_scale_up_lateness_seconds",
-                "For each scale-up, how long after its transition its new count was ready (0 when ready by then)",
+                "For each scale-up, how long after its transition its new count was ready (0 when ready by then), by the TDSet's warmUp mode (Off, Fixed, Measured)",
             )
             .buckets(readiness_buckets.clone()),
+            &["warm_up"],
         )?;
         let scale_up_ready = Histogram::with_opts(
             HistogramOpts::new(

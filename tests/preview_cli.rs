@@ -210,3 +210,37 @@ fn preview_shows_when_a_scale_up_is_written_ahead() {
     assert!(ahead["activeWindow"].is_null());
     assert!(ahead.get("nextWriteTime").is_none(), "{ahead}");
 }
+
+const WARM_UP_MEASURED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/warm-up-measured.yaml"
+);
+
+/// `warmUp: Measured`: with nothing measured, the guess (`lead: 2m`); with the times its
+/// status keeps (a live TDSet, or its `-o yaml`), their 90th percentile plus the margin.
+#[test]
+fn preview_leads_by_what_the_status_has_measured() {
+    let range = |file: &str| {
+        let (ok, out, err) = preview(&[
+            "-f",
+            file,
+            "--from",
+            "2026-05-04T06:00:00Z",
+            "--to",
+            "2026-05-04T12:00:00Z",
+            "-o",
+            "json",
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["transitions"][0]["writeAt"].clone()
+    };
+    assert_eq!(range(WARM_UP_MEASURED), "2026-05-04T08:58:00Z");
+    let dir = std::env::temp_dir().join(format!("tdset-preview-measured-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("measured.yaml");
+    let text = std::fs::read_to_string(WARM_UP_MEASURED).unwrap()
+        + "status:\n  warmUp: {lead: 55s, basis: Measured, samples: [50, 40]}\n";
+    std::fs::write(&path, text).unwrap();
+    assert_eq!(range(path.to_str().unwrap()), "2026-05-04T08:59:05Z");
+}

@@ -134,6 +134,11 @@ fn windows(app: &str, rises: &[(i64, i64)], warm_up: Option<Value>) -> Value {
 
 /// The history entry of the scale-up at `secs` after `T0`, once its count was seen ready.
 async fn ready(client: &kube::Client, ns: &str, name: &str, secs: i64) -> HistoryEntry {
+    ready_to(client, ns, name, secs, 3).await
+}
+
+/// The history entry of the scale-up to `to` at `secs` after `T0`, once seen ready.
+async fn ready_to(client: &kube::Client, ns: &str, name: &str, secs: i64, to: i32) -> HistoryEntry {
     let when = at(secs);
     eventually(
         GUARD * 2,
@@ -146,7 +151,7 @@ async fn ready(client: &kube::Client, ns: &str, name: &str, secs: i64) -> Histor
             t.status?
                 .history
                 .into_iter()
-                .find(|e| utc(&e.at) == when && e.to == Some(3) && e.ready_at.is_some())
+                .find(|e| utc(&e.at) == when && e.to == Some(to) && e.ready_at.is_some())
         },
     )
     .await
@@ -170,15 +175,23 @@ async fn a_measured_lead_learns_the_time_to_ready_and_serves_at_the_transition()
     }
     let clock = SystemClock::starting_at(utc(T0));
     let op = Operator::start(&client, n, clock, None, "test");
+    // A group of two such Deployments, asleep but for the same windows: timed as a whole.
+    for app in ["data", "api"] {
+        let mut d = slow_deployment(app, 1, "8s");
+        d["metadata"]["labels"]["tier"] = json!("slow");
+        let _: Deployment = create_object(&client, n, d).await;
+    }
     let rises = [(20, 45), (75, 100), (130, 155)];
     let measured = json!({"mode": "Measured"});
-    create_tdset(
-        &client,
-        n,
-        &tdset("measured", windows("measured", &rises, Some(measured))),
-    )
-    .await;
+    let single = windows("measured", &rises, Some(measured.clone()));
+    create_tdset(&client, n, &tdset("measured", single)).await;
     create_tdset(&client, n, &tdset("off", windows("off", &rises, None))).await;
+    let mut group = windows("group", &rises, Some(measured));
+    group["scaleTargetRef"] = Value::Null;
+    group["scaleTargetSelector"] =
+        json!({"kinds": ["Deployment"], "selector": {"matchLabels": {"tier": "slow"}}});
+    group["defaultReplica"] = json!(0);
+    create_tdset(&client, n, &tdset("group", group)).await;
 
     // The first scale-up: written at its transition, ready when the pods are (8 s or more).
     let first = ready(&client, n, "measured", 20).await;
@@ -226,6 +239,18 @@ async fn a_measured_lead_learns_the_time_to_ready_and_serves_at_the_transition()
         kind == "Warning" && reason == "ScaleUpLate" && note.contains("spec.warmUp")
     })
     .await;
+    // The group: its second scale-up (two workloads, 0 to 3 each) ready by its transition.
+    let group = ready_to(&client, n, "group", 75, 6).await;
+    let status = Api::<TDSet>::namespaced(client.clone(), n)
+        .get_status("group")
+        .await
+        .unwrap()
+        .status;
+    assert!(
+        applied(&group) < at(75) - Duration::seconds(8),
+        "{group:?}\n{status:#?}"
+    );
+    assert!(ready_at(&group) <= at(76), "{group:?}");
     assert!(op.counter("tdset_scale_up_lateness_seconds_count") >= 3.0);
     assert!(op.counter("tdset_warm_up_early_replica_seconds_total") > 0.0);
 
@@ -239,5 +264,10 @@ async fn a_measured_lead_learns_the_time_to_ready_and_serves_at_the_transition()
         "{third:?}"
     );
     assert!(ready_at(&third) <= at(131), "{third:?}");
+    let group = ready_to(&client, n, "group", 130, 6).await;
+    assert!(
+        applied(&group) < at(130) - Duration::seconds(8),
+        "{group:?}"
+    );
     ns.cleanup().await;
 }

@@ -173,7 +173,7 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                 }
             }
             let (schedule, missing) = crate::preview::compile(&name, &tdset, &live)?;
-            let mut out = run_preview_of(&args, now, &schedule, &tdset.spec)?;
+            let mut out = run_preview_of(&args, now, &schedule, &tdset)?;
             if tdset.spec.scale_target_selector.is_some() {
                 // A group: its workloads, and what each gets at the next transition.
                 let at = args.at.unwrap_or(now);
@@ -355,8 +355,8 @@ pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
     if history.is_empty() {
         return "no changes recorded yet\n".into();
     }
-    let header = ["AT", "APPLIED", "LATE", "FROM", "TO", "REASON"].map(String::from);
-    let rows: Vec<[String; 6]> = history
+    let header = ["AT", "APPLIED", "LATE", "READY", "FROM", "TO", "REASON"].map(String::from);
+    let rows: Vec<[String; 7]> = history
         .iter()
         .map(|h| {
             let at = crate::preview::parse_rfc3339(&h.at);
@@ -375,6 +375,23 @@ pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
                 (_, None) => "failed".into(),
                 _ => "?".into(),
             };
+            // A scale-up: when its count was ready against its transition (`warmUp`'s aim).
+            let rise = matches!((h.from, h.to), (Some(f), Some(t)) if t > f);
+            let ready = match (
+                at,
+                h.ready_at
+                    .as_deref()
+                    .and_then(crate::preview::parse_rfc3339),
+            ) {
+                (Some(a), Some(r)) if r > a => {
+                    format!("{:.1}s late", (r - a).num_milliseconds() as f64 / 1000.0)
+                }
+                (Some(a), Some(r)) => {
+                    format!("{:.1}s early", (a - r).num_milliseconds() as f64 / 1000.0)
+                }
+                (_, None) if rise && applied.is_some() => "not yet".into(),
+                _ => "-".into(),
+            };
             let reason = match &h.message {
                 Some(m) => format!("{} ({m})", h.reason),
                 None => h.reason.clone(),
@@ -383,6 +400,7 @@ pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
                 h.at.clone(),
                 h.applied_at.clone().unwrap_or_else(|| "-".into()),
                 late,
+                ready,
                 h.from.map_or_else(|| "-".into(), |f| f.to_string()),
                 h.to.map_or_else(|| "own".to_string(), |n| n.to_string()),
                 reason,
@@ -623,6 +641,19 @@ mod tests {
         ]);
         assert!(table.contains("179.8s ahead"), "{table}");
         assert!(table.contains(" 1.5s "), "{table}");
+        // And when the new count was ready: early, late, or not yet.
+        let ready = |at: Option<&str>| crate::api::HistoryEntry {
+            ready_at: at.map(Into::into),
+            ..entry("2026-05-04T08:59:00Z")
+        };
+        let table = history_table(&[
+            ready(Some("2026-05-04T08:59:57Z")),
+            ready(Some("2026-05-04T09:00:42.5Z")),
+            ready(None),
+        ]);
+        assert!(table.contains("3.0s early"), "{table}");
+        assert!(table.contains("42.5s late"), "{table}");
+        assert!(table.contains("not yet"), "{table}");
     }
 
     fn o(start: &str, end: &str) -> Override {

@@ -12,7 +12,7 @@ use crate::api::{
     HistoryEntry, LeadBasis, MAX_WARM_UP_SAMPLES, TDSetSpec, TDSetStatus, WarmUpMode, WarmUpStatus,
 };
 use crate::preview::parse_rfc3339;
-use crate::schedule::lead_of;
+use crate::schedule::{MAX_LEAD, lead_of};
 
 /// What a reconcile saw of the workload's ready replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +56,8 @@ impl Rise {
     /// warm-up spent against replicas ready exactly at the transition.
     pub fn early_replica_seconds(&self) -> f64 {
         let early = (self.at - self.ready_at).max(Duration::zero());
-        early.num_milliseconds() as f64 / 1000.0 * f64::from((self.to - self.from).max(0))
+        let added = (i64::from(self.to) - i64::from(self.from)).max(0);
+        early.num_milliseconds() as f64 / 1000.0 * added as f64
     }
 }
 
@@ -81,36 +82,69 @@ pub fn awaiting(status: &TDSetStatus) -> Option<DateTime<Utc>> {
         .map(|(_, applied, _, _)| applied)
 }
 
+/// The lead a reconcile at `now` writes with: what `lead_of` gives for the samples in
+/// `status`, but never less than a scale-up already written ahead of its transition needs to
+/// stay written. A lead learnt shorter meanwhile (the first sample, below the guess) must not
+/// take back replicas that are already starting, only to write them again later.
+pub fn lead_at(spec: &TDSetSpec, status: Option<&TDSetStatus>, now: DateTime<Utc>) -> Duration {
+    let samples = status
+        .and_then(|s| s.warm_up.as_ref())
+        .map_or(&[][..], |w| &w.samples[..]);
+    let lead = lead_of(spec, samples);
+    let on = spec
+        .warm_up
+        .as_ref()
+        .is_some_and(|w| w.mode() != WarmUpMode::Off);
+    let written_ahead = status
+        .and_then(|s| s.history.first())
+        .filter(|e| matches!((e.from, e.to), (Some(f), Some(t)) if t > f))
+        .filter(|e| e.applied_at.is_some())
+        .and_then(|e| parse_rfc3339(&e.at))
+        .filter(|at| *at > now && on)
+        .map(|at| (at - now).min(MAX_LEAD));
+    written_ahead.map_or(lead, |ahead| lead.max(ahead))
+}
+
+/// What a reconcile saw, for `settle`.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen {
+    pub readiness: Readiness,
+    /// This reconcile recorded the newest history entry.
+    pub written_now: bool,
+    /// When this operator began reconciling: what was written before is no sample (it may
+    /// have been ready long before anyone looked).
+    pub since: DateTime<Utc>,
+    pub now: DateTime<Utc>,
+}
+
 /// Marks in `status.history` the scale-ups the workload now serves (`readyAt`), and keeps
-/// `status.warmUp` (the samples, the lead and its basis) as `spec` asks. `written_now`: this
-/// reconcile recorded the newest entry. The scale-ups looked at are the newest entries that
-/// are scale-ups awaiting readiness, newest first: a ramp's earlier step may be ready before
-/// its later one; a scale-down or a scale-up already ready ends the look. Returns the
-/// scale-ups found ready, newest first.
-pub fn settle(
-    spec: &TDSetSpec,
-    status: &mut TDSetStatus,
-    readiness: Readiness,
-    written_now: bool,
-    now: DateTime<Utc>,
-) -> Vec<Rise> {
+/// `status.warmUp` (the samples, the lead and its basis) as `spec` asks. The scale-ups looked
+/// at are the newest entries that are scale-ups awaiting readiness, newest first: a ramp's
+/// earlier step may be ready before its later one; a scale-down or a scale-up already ready
+/// ends the look. A scale-up written again before it was ready (its count was knocked back, a
+/// group's retry) is the same scale-up: it is marked with it, and only the first write counts.
+/// Returns the scale-ups found ready, newest first.
+pub fn settle(spec: &TDSetSpec, status: &mut TDSetStatus, seen: Seen) -> Vec<Rise> {
     let mut risen = Vec::new();
-    if let Readiness::Reported(ready) = readiness {
-        for (i, entry) in status.history.iter_mut().enumerate() {
-            let Some((at, applied_at, from, to)) = awaited(entry) else {
-                break;
-            };
+    if let Readiness::Reported(ready) = seen.readiness {
+        let awaiting: Vec<_> = status.history.iter().map_while(awaited).collect();
+        for (i, &(at, applied_at, from, to)) in awaiting.iter().enumerate() {
             if ready < to {
                 continue;
             }
-            entry.ready_at = Some(now.to_rfc3339_opts(SecondsFormat::Millis, true));
+            let entry = &mut status.history[i];
+            entry.ready_at = Some(seen.now.to_rfc3339_opts(SecondsFormat::Millis, true));
+            let repeat = awaiting.get(i + 1).is_some_and(|older| from < older.3);
+            if repeat {
+                continue;
+            }
             risen.push(Rise {
                 at,
                 applied_at,
-                ready_at: now,
+                ready_at: seen.now,
                 from,
                 to,
-                sampled: !(written_now && i == 0),
+                sampled: !(seen.written_now && i == 0) && applied_at >= seen.since,
             });
         }
     }
@@ -128,7 +162,7 @@ pub fn settle(
             let basis = match mode {
                 WarmUpMode::Fixed | WarmUpMode::Off => LeadBasis::Fixed,
                 WarmUpMode::Measured if !samples.is_empty() => LeadBasis::Measured,
-                WarmUpMode::Measured if readiness == Readiness::NotReported => {
+                WarmUpMode::Measured if seen.readiness == Readiness::NotReported => {
                     LeadBasis::NotReported
                 }
                 WarmUpMode::Measured => LeadBasis::Guess,
@@ -168,6 +202,16 @@ mod tests {
         parse_rfc3339(s).unwrap()
     }
 
+    /// What a reconcile at `now` saw, the operator leading since long before.
+    fn seen(readiness: Readiness, written_now: bool, now: DateTime<Utc>) -> Seen {
+        Seen {
+            readiness,
+            written_now,
+            since: t("2026-01-01T00:00:00Z"),
+            now,
+        }
+    }
+
     fn entry(at: &str, applied: Option<&str>, from: i32, to: i32) -> HistoryEntry {
         HistoryEntry {
             at: at.into(),
@@ -201,13 +245,13 @@ mod tests {
         };
         // Not ready yet: nothing changes but the lead's basis.
         let now = t("2026-05-04T08:59:58Z");
-        assert!(settle(&spec, &mut status, Readiness::Reported(4), false, now).is_empty());
+        assert!(settle(&spec, &mut status, seen(Readiness::Reported(4), false, now)).is_empty());
         assert_eq!(status.history[0].ready_at, None);
         assert_eq!(status.warm_up.as_ref().unwrap().basis, LeadBasis::Guess);
         assert_eq!(awaiting(&status), Some(t("2026-05-04T08:59:50Z")));
 
         let now = t("2026-05-04T09:00:12Z");
-        let risen = settle(&spec, &mut status, Readiness::Reported(5), false, now);
+        let risen = settle(&spec, &mut status, seen(Readiness::Reported(5), false, now));
         assert_eq!(risen.len(), 1);
         assert_eq!(risen[0].took(), Duration::seconds(22));
         assert_eq!(risen[0].late(), Duration::seconds(12));
@@ -222,7 +266,14 @@ mod tests {
         assert_eq!(awaiting(&status), None);
         // Seen ready once: a later reconcile measures nothing again.
         let later = t("2026-05-04T09:01:00Z");
-        assert!(settle(&spec, &mut status, Readiness::Reported(5), false, later).is_empty());
+        assert!(
+            settle(
+                &spec,
+                &mut status,
+                seen(Readiness::Reported(5), false, later)
+            )
+            .is_empty()
+        );
         assert_eq!(status.warm_up.unwrap().samples, vec![22]);
     }
 
@@ -239,7 +290,7 @@ mod tests {
             ..Default::default()
         };
         let now = t("2026-05-04T08:59:40Z");
-        let risen = settle(&spec, &mut status, Readiness::Reported(5), false, now);
+        let risen = settle(&spec, &mut status, seen(Readiness::Reported(5), false, now));
         assert_eq!(risen[0].late(), Duration::zero());
         assert_eq!(risen[0].early_replica_seconds(), 60.0);
         // Fixed keeps its lead, and the samples, for a person to compare.
@@ -263,7 +314,7 @@ mod tests {
             ..Default::default()
         };
         let now = t("2026-05-04T09:02:30Z");
-        let risen = settle(&spec, &mut status, Readiness::Reported(4), false, now);
+        let risen = settle(&spec, &mut status, seen(Readiness::Reported(4), false, now));
         // The step to 4 is ready, the step to 6 is not; the scale-down ends the look, so the
         // scale-up before it (never seen ready) is not measured now.
         assert_eq!(risen.len(), 1);
@@ -288,13 +339,13 @@ mod tests {
         };
         let now = t("2026-05-04T09:00:00Z");
         let mut status = written();
-        let risen = settle(&spec, &mut status, Readiness::Reported(3), true, now);
+        let risen = settle(&spec, &mut status, seen(Readiness::Reported(3), true, now));
         assert!(!risen[0].sampled);
         assert!(status.history[0].ready_at.is_some());
         assert_eq!(status.warm_up.unwrap().basis, LeadBasis::Guess);
 
         let mut status = written();
-        assert!(settle(&spec, &mut status, Readiness::NotReported, true, now).is_empty());
+        assert!(settle(&spec, &mut status, seen(Readiness::NotReported, true, now)).is_empty());
         let w = status.warm_up.unwrap();
         assert_eq!((w.lead.as_str(), w.basis), ("30s", LeadBasis::NotReported));
 
@@ -303,7 +354,7 @@ mod tests {
             history: vec![entry("2026-05-04T09:00:00Z", None, 1, 3)],
             ..Default::default()
         };
-        assert!(settle(&spec, &mut status, Readiness::Reported(3), false, now).is_empty());
+        assert!(settle(&spec, &mut status, seen(Readiness::Reported(3), false, now)).is_empty());
         assert_eq!(awaiting(&status), None);
     }
 
@@ -323,7 +374,11 @@ mod tests {
                 ),
             );
             let now = at + Duration::seconds(i + 1);
-            settle(&spec_on, &mut status, Readiness::Reported(2), false, now);
+            settle(
+                &spec_on,
+                &mut status,
+                seen(Readiness::Reported(2), false, now),
+            );
             status.history.insert(
                 0,
                 entry(
@@ -341,9 +396,7 @@ mod tests {
         settle(
             &off,
             &mut status,
-            Readiness::Reported(2),
-            false,
-            t("2026-05-05T09:00:00Z"),
+            seen(Readiness::Reported(2), false, t("2026-05-05T09:00:00Z")),
         );
         assert_eq!(status.warm_up, None);
     }
@@ -354,5 +407,127 @@ mod tests {
         assert_eq!(duration(Duration::seconds(45)), "45s");
         assert_eq!(duration(Duration::seconds(90)), "1m30s");
         assert_eq!(duration(Duration::seconds(3600)), "1h");
+    }
+
+    /// The first sample (20 s) comes in before the transition and makes the lead (25 s) shorter
+    /// than the guess (2m) the scale-up was written with: the scale-up stays written, it is not
+    /// taken back and written again cold.
+    #[test]
+    fn a_lead_learnt_shorter_never_takes_back_a_scale_up_already_written() {
+        let spec: TDSetSpec = serde_json::from_value(serde_json::json!({
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "defaultReplica": 1,
+            "schedulingConfig": [{"startTime": 9, "endTime": 17, "replica": 5}],
+            "warmUp": {"mode": "Measured", "lead": "2m"}
+        }))
+        .unwrap();
+        let schedule = crate::schedule::Schedule::compile(&spec).unwrap();
+        let write = t("2026-05-04T08:58:00Z");
+        let (eval, _, _) = schedule.led_at(write, lead_at(&spec, None, write));
+        assert_eq!(eval.replicas, 5);
+        let mut status = TDSetStatus {
+            history: vec![entry(
+                "2026-05-04T09:00:00Z",
+                Some("2026-05-04T08:58:00Z"),
+                1,
+                5,
+            )],
+            ..Default::default()
+        };
+        let ready = t("2026-05-04T08:58:20Z");
+        settle(
+            &spec,
+            &mut status,
+            seen(Readiness::Reported(5), false, ready),
+        );
+        assert_eq!(status.warm_up.as_ref().unwrap().lead, "25s");
+        let lead = lead_at(&spec, Some(&status), ready);
+        assert_eq!(lead, Duration::seconds(100));
+        assert_eq!(schedule.led_at(ready, lead).0.replicas, 5);
+        // Once its transition has passed, the learnt lead is the lead.
+        let after = t("2026-05-04T09:00:01Z");
+        assert_eq!(lead_at(&spec, Some(&status), after), Duration::seconds(25));
+        // Turned Off meanwhile: no lead at all, as asked.
+        let mut off = spec.clone();
+        off.warm_up = None;
+        assert_eq!(lead_at(&off, Some(&status), ready), Duration::zero());
+    }
+
+    /// A scale-up written again before it was ready (a group's retry of the writes that did not
+    /// land, a count someone put back) is one scale-up: one sample, from the first write.
+    #[test]
+    fn a_scale_up_written_twice_is_one_sample_from_its_first_write() {
+        let spec = spec(serde_json::json!({"mode": "Measured"}));
+        let mut status = TDSetStatus {
+            history: vec![
+                entry("2026-05-04T09:00:30Z", Some("2026-05-04T09:00:30Z"), 6, 10),
+                entry("2026-05-04T09:00:00Z", Some("2026-05-04T09:00:00Z"), 2, 10),
+            ],
+            ..Default::default()
+        };
+        let now = t("2026-05-04T09:01:00Z");
+        let risen = settle(
+            &spec,
+            &mut status,
+            seen(Readiness::Reported(10), false, now),
+        );
+        assert_eq!(risen.len(), 1);
+        assert_eq!(risen[0].applied_at, t("2026-05-04T09:00:00Z"));
+        assert!(status.history.iter().all(|e| e.ready_at.is_some()));
+        assert_eq!(status.warm_up.unwrap().samples, vec![60]);
+    }
+
+    /// A scale-up written before this operator began leading (it was down, or another replica
+    /// led) may have been ready hours before anyone looked: its lateness is recorded, but it is
+    /// no sample, or one restart would hold the lead at `max` for the next nine scale-ups.
+    #[test]
+    fn what_was_written_before_this_operator_led_is_no_sample() {
+        let spec = spec(serde_json::json!({"mode": "Measured"}));
+        let mut status = TDSetStatus {
+            history: vec![entry(
+                "2026-05-04T09:00:00Z",
+                Some("2026-05-04T09:00:00Z"),
+                1,
+                5,
+            )],
+            warm_up: Some(WarmUpStatus {
+                lead: "13s".into(),
+                basis: LeadBasis::Measured,
+                samples: vec![8, 8, 8, 8],
+            }),
+            ..Default::default()
+        };
+        let now = t("2026-05-04T12:00:00Z");
+        let seen = Seen {
+            since: t("2026-05-04T11:59:00Z"),
+            ..seen(Readiness::Reported(5), false, now)
+        };
+        let risen = settle(&spec, &mut status, seen);
+        assert_eq!(risen[0].late(), Duration::hours(3));
+        assert!(!risen[0].sampled);
+        let w = status.warm_up.unwrap();
+        assert_eq!((w.lead.as_str(), w.samples.len()), ("13s", 4));
+    }
+
+    /// Counts from a status edited by hand do not overflow.
+    #[test]
+    fn extreme_counts_in_status_do_not_overflow() {
+        let spec = spec(serde_json::json!({"mode": "Measured"}));
+        let mut status = TDSetStatus {
+            history: vec![entry(
+                "2026-05-04T09:00:00Z",
+                Some("2026-05-04T08:00:00Z"),
+                i32::MIN,
+                i32::MAX,
+            )],
+            ..Default::default()
+        };
+        let now = t("2026-05-04T08:30:00Z");
+        let risen = settle(
+            &spec,
+            &mut status,
+            seen(Readiness::Reported(i32::MAX), false, now),
+        );
+        assert!(risen[0].early_replica_seconds() > 0.0);
     }
 }

@@ -27,6 +27,8 @@ struct HpaTarget {
     uid: Option<String>,
     resource: Option<Resolved>,
     replicas: Option<i32>,
+    /// Its ready replicas, when its kind reports them (what a warm-up measures).
+    ready: Option<i32>,
     /// Why its count could not be read.
     unreadable: Option<Problem>,
     requests: Requests,
@@ -63,6 +65,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             uid: view.uid,
             resource: Some(res),
             replicas: Some(view.spec_replicas),
+            ready: view.ready_replicas,
             unreadable: None,
             requests: view.requests,
         },
@@ -73,6 +76,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
                 uid: None,
                 resource: None,
                 replicas: None,
+                ready: None,
                 unreadable: Some(p),
                 requests: Requests::default(),
             }
@@ -227,7 +231,12 @@ fn outcome(
         target: Some(record.status),
         scaled,
         saved,
-        ..Outcome::observed(Ok(Observed::hpa(hpa, plan.floor, target.replicas)))
+        ..Outcome::observed(Ok(Observed::hpa(
+            hpa,
+            plan.floor,
+            target.replicas,
+            target.ready,
+        )))
     }
 }
 

@@ -246,7 +246,9 @@ pub(crate) async fn run_controller(
         statuses.clone(),
         metrics.clone(),
     );
+    let leading_since = clock.now();
     let ctx = Arc::new(Context {
+        leading_since,
         client: client.clone(),
         clock,
         lane: lane.clone(),

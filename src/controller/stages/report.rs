@@ -21,10 +21,11 @@ use crate::workload::Source;
 /// How soon a group that could not give every workload back after a change of form tries again.
 const UNRELEASED_RETRY: Duration = Duration::from_secs(15);
 
-/// How often a group looks whether a scale-up's count is ready (see `report`), and for how long
-/// after its write.
+/// How often a group looks whether a scale-up's count is ready (see `report`), at first and at
+/// most, and for how long after its write.
 const READY_POLL: Duration = Duration::from_secs(5);
-const READY_WATCH_FOR: chrono::Duration = chrono::Duration::minutes(10);
+const READY_POLL_MAX: Duration = Duration::from_secs(30);
+const READY_WATCH_FOR: Duration = Duration::from_secs(600);
 
 /// A scale-up ready later than this after its transition is reported as late.
 const LATE_GRACE: chrono::Duration = chrono::Duration::seconds(5);
@@ -115,13 +116,13 @@ pub(crate) async fn report(
         Ok(o) => o.ready.map_or(Readiness::NotReported, Readiness::Reported),
         Err(_) => Readiness::Unknown,
     };
-    let risen = warm_up::settle(
-        &tdset.spec,
-        &mut new_status,
+    let seen = warm_up::Seen {
         readiness,
-        recorded,
-        ctx.clock.now(),
-    );
+        written_now: recorded,
+        since: ctx.leading_since,
+        now: ctx.clock.now(),
+    };
+    let risen = warm_up::settle(&tdset.spec, &mut new_status, seen);
     let relearnt = risen.iter().any(|r| r.sampled)
         && new_status.warm_up.as_ref().map(|w| &w.lead)
             != previous
@@ -145,12 +146,23 @@ pub(crate) async fn report(
         wait = Duration::ZERO;
     }
     // A group is not woken by its workloads' readiness (a rollout under 300 groups would wake
-    // each), so while a scale-up of it is not yet ready it looks every few seconds, for at
-    // most `READY_WATCH_FOR` after the write.
-    if let (Source::Group(_), Some(written)) = (source, awaiting)
-        && now - written < READY_WATCH_FOR
+    // each), so while a scale-up of a group with `warmUp` is not yet ready it looks again, every
+    // 5 s at first and less often as it waits (each wait a fifth of the time since the write,
+    // so a time to Ready is read at most a fifth too long), for at most `READY_WATCH_FOR`.
+    let warm_up_on = tdset
+        .spec
+        .warm_up
+        .as_ref()
+        .is_some_and(|w| w.mode() != crate::api::WarmUpMode::Off);
+    if let (Source::Group(_), Some(written), true, Readiness::Reported(_)) =
+        (source, awaiting, warm_up_on, readiness)
     {
-        wait = wait.min(READY_POLL);
+        // A write "after now" (a status edited by hand, a clock stepped back) is not waited on.
+        if let Ok(since) = (now - written).to_std()
+            && since < READY_WATCH_FOR
+        {
+            wait = wait.min((since / 5).clamp(READY_POLL, READY_POLL_MAX));
+        }
     }
     // The wait is logged by the driver, which may shorten it (some writes failed).
     debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), "reconciled");
@@ -234,8 +246,15 @@ fn report_risen(
 ) {
     for r in risen {
         let late = r.late();
+        let mode = tdset
+            .spec
+            .warm_up
+            .as_ref()
+            .map(|w| w.mode())
+            .unwrap_or_default();
         ctx.metrics
             .scale_up_lateness
+            .with_label_values(&[&format!("{mode:?}")])
             .observe(late.num_milliseconds() as f64 / 1000.0);
         if r.sampled {
             ctx.metrics

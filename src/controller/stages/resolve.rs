@@ -76,12 +76,8 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
     };
     let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
     let previous = ctx.statuses.current(tdset);
-    // Measured: the samples the status keeps (a restart learns nothing again).
-    let samples = previous
-        .as_ref()
-        .and_then(|s| s.warm_up.as_ref())
-        .map_or(&[][..], |w| &w.samples[..]);
-    let lead = crate::schedule::lead_of(&tdset.spec, samples);
+    // Measured: from the samples the status keeps (a restart learns nothing again).
+    let lead = crate::status::warm_up::lead_at(&tdset.spec, previous.as_ref(), now);
     let (eval, next, next_write) = schedule.led_at(now, lead);
     let warnings = schedule.warnings();
 

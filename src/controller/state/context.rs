@@ -64,6 +64,9 @@ pub struct Context {
     pub shard: Option<Arc<sharding::Sharding>>,
     /// The TDSets this operator reconciles (a shard's own).
     pub tdsets: Store<Cached<TDSet>>,
+    /// When this operator began reconciling: a scale-up written before then may have been
+    /// ready long before anyone looked, and is no sample of its time to Ready.
+    pub leading_since: chrono::DateTime<chrono::Utc>,
 }
 
 impl Context {

@@ -311,6 +311,7 @@ impl Operator {
             metrics.clone(),
         );
         let ctx = Arc::new(Context {
+            leading_since: now,
             client: client.clone(),
             clock: Arc::new(FixedClock(now)),
             lane,

@@ -632,6 +632,20 @@ fn unreached(members: &[Member], failed: &[(usize, Value, String)]) -> Option<St
     ))
 }
 
+/// What a held workload counts toward the group's ready replicas: its ready replicas up to
+/// what it is asked to run, so that one workload's spare pods (a rollout's surge) never stand
+/// for another's missing ones: the group's sum reaches its total only when each is ready.
+/// The apps kinds leave `readyReplicas` out at 0; a CronJob has no readiness and counts as
+/// ready; a custom kind that reports none makes the group's readiness unknown.
+fn ready_toward(member: &Member, listed: &Listed, value: Value) -> Option<i32> {
+    let asked = value.replicas();
+    match value {
+        Value::Suspended(_) => Some(asked),
+        _ if member.api_version == "apps/v1" => Some(listed.ready.unwrap_or(0).min(asked)),
+        _ => listed.ready.map(|r| r.min(asked)),
+    }
+}
+
 fn outcome(
     tdset: &TDSet,
     listed: &[(usize, Listed)],
@@ -656,7 +670,7 @@ fn outcome(
     let wanted: i32 = held.iter().map(|i| value[*i].replicas()).sum();
     let ready = held
         .iter()
-        .map(|i| listed[*i].1.ready.or(listed[*i].1.running.map(|_| 0)))
+        .map(|i| ready_toward(&members[*i], &listed[*i].1, value[*i]))
         .sum::<Option<i32>>();
     let settled = status.not_at_schedule.is_empty()
         && status.at_schedule == held.len() as i32
