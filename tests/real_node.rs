@@ -554,6 +554,8 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     })
     .await;
 
+    warm_up_on_real_pods(&client, apps).await;
+
     // Uninstalled, the operator's pods really stop. (Not `--wait`: Kubernetes' ClusterRole
     // aggregation controller may recreate the deleted aggregated role, and Helm would wait for
     // it; README "Uninstall" and tests/helm.rs cover that.)
@@ -711,4 +713,130 @@ impl HostState {
             opt_containerd: Path::new("/opt/containerd").exists(),
         }
     }
+}
+
+/// A Deployment of real pods whose readiness probe passes only 15 s after the container
+/// starts (a slow start-up), at 1.
+fn slow_web(name: &str) -> serde_json::Value {
+    json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                   "spec": {"containers": [{
+                       "name": "web",
+                       "image": WORKLOAD_IMAGE,
+                       "imagePullPolicy": "Never",
+                       "ports": [{"name": "http", "containerPort": 8080}],
+                       "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                                          "initialDelaySeconds": 15, "periodSeconds": 1},
+                       "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
+                                           "allowPrivilegeEscalation": false,
+                                           "capabilities": {"drop": ["ALL"]}}
+                   }]}}}
+    })
+}
+
+/// `warmUp: Measured` with real pods (issue 35): two Deployments whose pods are Ready 15 s
+/// after they start go 1 -> 3 -> 1 -> 3 on a schedule a minute or two apart, one with a
+/// Measured warm-up and one without. The first scale-up of the Measured one is written at its
+/// transition and timed; the second is written that time plus its margin ahead, and its 3
+/// replicas are ready by the transition (a second's grace for the reconcile that sees it),
+/// while the one without is late by about the start-up. Scale-downs are never early. Times
+/// are the operator's own records (`status.history`), on its real clock.
+async fn warm_up_on_real_pods(client: &kube::Client, apps: &str) {
+    use chrono::{DateTime, Duration as Span, Utc};
+    let t0 = Utc::now();
+    let at = |secs: i64| t0 + Span::seconds(secs);
+    let rfc = |t: DateTime<Utc>| t.to_rfc3339();
+    let windows = [(40, 90), (150, 200)];
+    for (name, warm_up) in [
+        ("slow", Some(json!({"mode": "Measured"}))),
+        ("slow-off", None),
+    ] {
+        let _: Deployment = create_object(client, apps, slow_web(name)).await;
+        let mut spec = json!({
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "schedulingConfig": [],
+            "defaultReplica": 1,
+            "overrides": windows.iter().map(|(from, to)| json!({
+                "start": rfc(at(*from)), "end": rfc(at(*to)), "replica": 3, "reason": "peak"
+            })).collect::<Vec<_>>(),
+        });
+        if let Some(w) = warm_up {
+            spec["warmUp"] = w;
+        }
+        create_tdset(client, apps, &tdset(name, spec)).await;
+    }
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), apps);
+    // The history entry of the change at `secs` to `to`, once it is done (a scale-up: ready).
+    let entry = |name: &'static str, secs: i64, to: i32| {
+        let tdsets = tdsets.clone();
+        async move {
+            eventually(
+                GUARD,
+                &format!("{name}: the change to {to} at t0+{secs}s"),
+                || async {
+                    let s = tdsets.get_status(name).await.ok()?.status?;
+                    s.history.into_iter().find(|e| {
+                        (utc(&e.at) - at(secs)).num_seconds() == 0
+                            && e.to == Some(to)
+                            && e.applied_at.is_some()
+                            && (to == 1 || e.ready_at.is_some())
+                    })
+                },
+            )
+            .await
+        }
+    };
+    let applied = |e: &tdset_operator::api::HistoryEntry| utc(e.applied_at.as_deref().unwrap());
+    let ready = |e: &tdset_operator::api::HistoryEntry| utc(e.ready_at.as_deref().unwrap());
+
+    let first = entry("slow", 40, 3).await;
+    let took = ready(&first) - applied(&first);
+    assert!(applied(&first) >= at(40), "{first:?}");
+    assert!(
+        took >= Span::seconds(15),
+        "a readiness probe of 15 s: {first:?}"
+    );
+    let fall = entry("slow", 90, 1).await;
+    assert!(
+        applied(&fall) >= at(90),
+        "a scale-down is never early: {fall:?}"
+    );
+    let s = tdsets.get_status("slow").await.unwrap().status.unwrap();
+    let w = s.warm_up.expect("status.warmUp");
+    let lead = tdset_operator::schedule::parse_duration(&w.lead).unwrap();
+    eprintln!(
+        "warmUp: first scale-up ready {:.1}s after its write; lead {} ({:?}, samples {:?})",
+        took.num_milliseconds() as f64 / 1000.0,
+        w.lead,
+        w.basis,
+        w.samples
+    );
+    assert_eq!(w.basis, tdset_operator::api::LeadBasis::Measured);
+
+    let second = entry("slow", 150, 3).await;
+    let off = entry("slow-off", 150, 3).await;
+    let late = |e: &tdset_operator::api::HistoryEntry| {
+        (ready(e) - at(150)).num_milliseconds() as f64 / 1000.0
+    };
+    eprintln!(
+        "warmUp: second scale-up written {:.1}s ahead, ready at its transition {:+.1}s \
+         (without warmUp: {:+.1}s; + late, - early)",
+        (at(150) - applied(&second)).num_milliseconds() as f64 / 1000.0,
+        late(&second),
+        late(&off)
+    );
+    assert!(
+        applied(&second) >= at(150) - lead - Span::seconds(1),
+        "{second:?}, lead {lead}"
+    );
+    assert!(
+        ready(&second) <= at(151),
+        "ready by its transition: {second:?}"
+    );
+    assert!(
+        ready(&off) >= at(150) + Span::seconds(10),
+        "late without warmUp: {off:?}"
+    );
 }

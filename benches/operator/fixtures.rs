@@ -169,3 +169,24 @@ pub(crate) fn operator_with(
     op.wait_ready(Duration::from_secs(120), log);
     op
 }
+
+/// The TDSet and TDCalendar CRDs, as checked in.
+pub(crate) async fn install_crds(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    for (file, name) in [
+        ("crds/tdset.yaml", "tdsets.schedule.rs"),
+        ("crds/tdcalendar.yaml", "tdcalendars.schedule.rs"),
+    ] {
+        let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .patch(
+                name,
+                &kube::api::PatchParams::apply("bench").force(),
+                &kube::api::Patch::Apply(&crd),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}

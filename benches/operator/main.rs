@@ -12,7 +12,11 @@
 //!                                                history: the same with every history full,
 //!                                                writes: a scale's cost by write kind,
 //!                                                group: the group form at a boundary of 1000,
-//!                                                100 joins, 100 groups x 100 in memory)
+//!                                                100 joins, 100 groups x 100 in memory,
+//!                                                warmup: warmUp Measured against none at
+//!                                                three boundaries of 1000 workloads each, pods
+//!                                                Ready 5-60 s late, on a control plane of its
+//!                                                own with kube-controller-manager and kwok)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
 //!
 //! Rooms: this file (the run, its report in BENCHMARKS.md), `fixtures` (what the scenarios
@@ -42,6 +46,7 @@ mod fixtures;
 mod group;
 mod measure;
 mod steady;
+mod warm_up;
 
 use fixtures::*;
 use measure::*;
@@ -154,15 +159,7 @@ fn main() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let kubeconfig = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         let client = client_for(&kubeconfig).await;
-        for (file, name) in [("crds/tdset.yaml", "tdsets.schedule.rs"), ("crds/tdcalendar.yaml", "tdcalendars.schedule.rs")] {
-            let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
-            let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
-            Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
-                .patch(name, &kube::api::PatchParams::apply("bench").force(), &kube::api::Patch::Apply(&crd))
-                .await
-                .unwrap();
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        install_crds(&client).await;
         let logs = dir.join("logs");
         let (sa_client, sa_kubeconfig) = operator_role_account(&client, &kubeconfig).await;
         let mut b = Bench { client, kubeconfig, sa_kubeconfig, sa_client, logs, report: String::new() };
@@ -215,6 +212,9 @@ fn main() {
         }
         if want("shardindex") {
             b.shard_index(1000).await;
+        }
+        if want("warmup") {
+            b.warm_up(1000).await;
         }
         if want("history") {
             b.restart_with(10_000, true).await;
