@@ -7,9 +7,11 @@
 use super::*;
 
 /// How far apart the boundaries are, and how long each window lasts: room for the longest
-/// delay, the scheduler's queue and the lead before the next one.
-const EVERY: i64 = 240;
-const WINDOW: i64 = 150;
+/// delay and the controller manager's queue (2000 pods at its default 20 requests/s: about
+/// 100 s) within a window, and for the lead within the dip before the next one (a lead that
+/// reaches back to the previous fall writes the rise at its instant: no dip, no entry).
+const EVERY: i64 = 420;
+const WINDOW: i64 = 210;
 const BOUNDARIES: i64 = 3;
 
 /// A pod's readiness delay in seconds, spread over 5..=60 by the workload's index.
@@ -62,7 +64,9 @@ impl Bench {
         )
         .await;
         // The boundaries, from a minute after the TDSets exist.
-        let first = Utc::now() + chrono::Duration::seconds(90);
+        // Whole seconds: history records instants to the second.
+        let first =
+            chrono::SubsecRound::trunc_subsecs(Utc::now(), 0) + chrono::Duration::seconds(90);
         let boundary = |k: i64| first + chrono::Duration::seconds(k * EVERY);
         let overrides: Vec<serde_json::Value> = (0..BOUNDARIES)
             .map(|k| {
@@ -161,7 +165,10 @@ fn at_boundary(tdsets: &[TDSet], set: &str, at: DateTime<Utc>) -> Boundary {
         let Some(e) = td.status.as_ref().and_then(|s| {
             s.history
                 .iter()
-                .find(|e| t(&e.at) == Some(at) && e.to == Some(1))
+                .find(|e| {
+                    t(&e.at).is_some_and(|a| (a - at).num_milliseconds().abs() < 1000)
+                        && e.to == Some(1)
+                })
                 .cloned()
         }) else {
             continue;
