@@ -34,22 +34,30 @@ fn spec(app: &str, warm_up: Option<Value>) -> Value {
     spec
 }
 
+/// The first entry of TDSet `name`'s history that `found` accepts, once there is one.
+async fn entry_where(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    found: impl Fn(&HistoryEntry) -> bool,
+) -> HistoryEntry {
+    eventually(GUARD * 2, &format!("{name}: {what}"), || async {
+        let t = Api::<TDSet>::namespaced(client.clone(), ns)
+            .get_status(name)
+            .await
+            .ok()?;
+        t.status?.history.into_iter().find(|e| found(e))
+    })
+    .await
+}
+
 /// The history entry of the change to `to`, once it has landed.
 async fn landed(client: &kube::Client, ns: &str, name: &str, to: i32) -> HistoryEntry {
-    eventually(
-        GUARD,
-        &format!("{name}: the change to {to} landed"),
-        || async {
-            let t = Api::<TDSet>::namespaced(client.clone(), ns)
-                .get_status(name)
-                .await
-                .ok()?;
-            t.status?
-                .history
-                .into_iter()
-                .find(|e| e.to == Some(to) && e.applied_at.is_some())
-        },
-    )
+    let what = format!("the change to {to} landed");
+    entry_where(client, ns, name, &what, |e| {
+        e.to == Some(to) && e.applied_at.is_some()
+    })
     .await
 }
 
@@ -139,21 +147,10 @@ async fn ready(client: &kube::Client, ns: &str, name: &str, secs: i64) -> Histor
 
 /// The history entry of the scale-up to `to` at `secs` after `T0`, once seen ready.
 async fn ready_to(client: &kube::Client, ns: &str, name: &str, secs: i64, to: i32) -> HistoryEntry {
-    let when = at(secs);
-    eventually(
-        GUARD * 2,
-        &format!("{name}: the scale-up at T0+{secs}s seen ready"),
-        || async {
-            let t = Api::<TDSet>::namespaced(client.clone(), ns)
-                .get_status(name)
-                .await
-                .ok()?;
-            t.status?
-                .history
-                .into_iter()
-                .find(|e| utc(&e.at) == when && e.to == Some(to) && e.ready_at.is_some())
-        },
-    )
+    let what = format!("the scale-up at T0+{secs}s seen ready");
+    entry_where(client, ns, name, &what, |e| {
+        utc(&e.at) == at(secs) && e.to == Some(to) && e.ready_at.is_some()
+    })
     .await
 }
 
