@@ -313,5 +313,5 @@ async fn a_calendar_stored_with_a_date_that_does_not_exist_freezes_no_tdset() {
         c.status?.problem.is_none().then_some(())
     })
     .await;
-    let _ = std::fs::remove_dir_all(&dir);
+    cp.stop();
 }

@@ -17,6 +17,18 @@ pub struct ControlPlane {
     pub dir: Option<PathBuf>,
 }
 
+impl ControlPlane {
+    /// Stops a control plane this process started, then removes its state dir. Removing the
+    /// dir first would leave its processes running: `control-plane.sh stop` (and the
+    /// watchdog, when this process exits) find them through the pid files in it.
+    pub fn stop(self) {
+        if let Some(dir) = &self.dir {
+            let _ = Command::new(script()).arg("stop").arg(dir).status();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 fn bin_dir() -> PathBuf {
     let out = Command::new(script())
         .arg("bin-dir")
