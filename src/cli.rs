@@ -194,8 +194,7 @@ pub fn run_preview_of(
     let samples = tdset
         .status
         .as_ref()
-        .and_then(|s| s.warm_up.as_ref())
-        .map_or(&[][..], |w| &w.samples[..]);
+        .map_or(&[][..], crate::api::TDSetStatus::warm_up_samples);
     let out = preview_output(
         args,
         now,

@@ -748,6 +748,20 @@ pub enum LeadBasis {
     NotReported,
 }
 
+impl TDSetStatus {
+    /// The measured times to Ready (`warmUp.samples`), none when there are none.
+    pub fn warm_up_samples(&self) -> &[i32] {
+        self.warm_up.as_ref().map_or(&[], |w| &w.samples)
+    }
+}
+
+impl HistoryEntry {
+    /// A change that raised a known count to a higher known count (not one to or from `own`).
+    pub fn rises(&self) -> bool {
+        matches!((self.from, self.to), (Some(f), Some(t)) if t > f)
+    }
+}
+
 /// What the schedule removes now, against the workload's own count (group form,
 /// `scaleTargetRef`) or the highest count the spec sets (owned forms).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -862,6 +876,11 @@ impl TDSetSpec {
 
     pub fn is_suspended(&self) -> bool {
         self.suspend == Some(true)
+    }
+
+    /// `warmUp.mode`, `Off` when `warmUp` is not set.
+    pub fn warm_up_mode(&self) -> WarmUpMode {
+        self.warm_up.as_ref().map(WarmUp::mode).unwrap_or_default()
     }
 
     /// The drift safety net as a duration (5 minutes unless set).

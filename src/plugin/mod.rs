@@ -376,7 +376,6 @@ pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
                 _ => "?".into(),
             };
             // A scale-up: when its count was ready against its transition (`warmUp`'s aim).
-            let rise = matches!((h.from, h.to), (Some(f), Some(t)) if t > f);
             let ready = match (
                 at,
                 h.ready_at
@@ -389,7 +388,7 @@ pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
                 (Some(a), Some(r)) => {
                     format!("{:.1}s early", (a - r).num_milliseconds() as f64 / 1000.0)
                 }
-                (_, None) if rise && applied.is_some() => "not yet".into(),
+                (_, None) if h.rises() && applied.is_some() => "not yet".into(),
                 _ => "-".into(),
             };
             let reason = match &h.message {

@@ -64,10 +64,10 @@ impl Rise {
 /// A scale-up in `entry` that has landed and is not yet seen ready: its `(at, applied_at,
 /// from, to)`.
 fn awaited(entry: &HistoryEntry) -> Option<(DateTime<Utc>, DateTime<Utc>, i32, i32)> {
-    let (from, to) = (entry.from?, entry.to?);
-    if to <= from || entry.ready_at.is_some() {
+    if !entry.rises() || entry.ready_at.is_some() {
         return None;
     }
+    let (from, to) = (entry.from?, entry.to?);
     let at = parse_rfc3339(&entry.at)?;
     let applied = parse_rfc3339(entry.applied_at.as_deref()?)?;
     Some((at, applied, from, to))
@@ -87,18 +87,11 @@ pub fn awaiting(status: &TDSetStatus) -> Option<DateTime<Utc>> {
 /// stay written. A lead learnt shorter meanwhile (the first sample, below the guess) must not
 /// take back replicas that are already starting, only to write them again later.
 pub fn lead_at(spec: &TDSetSpec, status: Option<&TDSetStatus>, now: DateTime<Utc>) -> Duration {
-    let samples = status
-        .and_then(|s| s.warm_up.as_ref())
-        .map_or(&[][..], |w| &w.samples[..]);
-    let lead = lead_of(spec, samples);
-    let on = spec
-        .warm_up
-        .as_ref()
-        .is_some_and(|w| w.mode() != WarmUpMode::Off);
+    let lead = lead_of(spec, status.map_or(&[], TDSetStatus::warm_up_samples));
+    let on = spec.warm_up_mode() != WarmUpMode::Off;
     let written_ahead = status
         .and_then(|s| s.history.first())
-        .filter(|e| matches!((e.from, e.to), (Some(f), Some(t)) if t > f))
-        .filter(|e| e.applied_at.is_some())
+        .filter(|e| e.rises() && e.applied_at.is_some())
         .and_then(|e| parse_rfc3339(&e.at))
         .filter(|at| *at > now && on)
         .map(|at| (at - now).min(MAX_LEAD));
@@ -148,10 +141,9 @@ pub fn settle(spec: &TDSetSpec, status: &mut TDSetStatus, seen: Seen) -> Vec<Ris
             });
         }
     }
-    let mode = spec.warm_up.as_ref().map(|w| w.mode());
-    status.warm_up = match mode {
-        None | Some(WarmUpMode::Off) => None,
-        Some(mode) => {
+    status.warm_up = match spec.warm_up_mode() {
+        WarmUpMode::Off => None,
+        mode => {
             let mut samples = status.warm_up.take().map(|w| w.samples).unwrap_or_default();
             // Oldest first, so that the newest ends up first.
             for r in risen.iter().rev().filter(|r| r.sampled) {

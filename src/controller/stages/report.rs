@@ -149,11 +149,7 @@ pub(crate) async fn report(
     // each), so while a scale-up of a group with `warmUp` is not yet ready it looks again, every
     // 5 s at first and less often as it waits (each wait a fifth of the time since the write,
     // so a time to Ready is read at most a fifth too long), for at most `READY_WATCH_FOR`.
-    let warm_up_on = tdset
-        .spec
-        .warm_up
-        .as_ref()
-        .is_some_and(|w| w.mode() != crate::api::WarmUpMode::Off);
+    let warm_up_on = tdset.spec.warm_up_mode() != crate::api::WarmUpMode::Off;
     if let (Source::Group(_), Some(written), true, Readiness::Reported(_)) =
         (source, awaiting, warm_up_on, readiness)
     {
@@ -244,17 +240,12 @@ fn report_risen(
     risen: &[Rise],
     events: &mut Events,
 ) {
+    let mode = format!("{:?}", tdset.spec.warm_up_mode());
     for r in risen {
         let late = r.late();
-        let mode = tdset
-            .spec
-            .warm_up
-            .as_ref()
-            .map(|w| w.mode())
-            .unwrap_or_default();
         ctx.metrics
             .scale_up_lateness
-            .with_label_values(&[&format!("{mode:?}")])
+            .with_label_values(&[&mode])
             .observe(late.num_milliseconds() as f64 / 1000.0);
         if r.sampled {
             ctx.metrics
