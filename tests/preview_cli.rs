@@ -153,16 +153,22 @@ fn preview_works_for_all_three_workload_forms() {
     }
 }
 
-#[test]
-fn a_manifest_with_two_workload_sources_is_refused() {
+/// `text` written as manifest `name` in this test run's own temp dir.
+fn manifest(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tdset-preview-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("two.yaml");
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_manifest_with_two_workload_sources_is_refused() {
     let text = std::fs::read_to_string(SEED).unwrap().replace(
         "spec:\n",
         "spec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n",
     );
-    std::fs::write(&path, text).unwrap();
+    let path = manifest("two.yaml", &text);
     let (ok, _, err) = preview(&["-f", path.to_str().unwrap()]);
     assert!(!ok);
     assert!(
@@ -236,11 +242,8 @@ fn preview_leads_by_what_the_status_has_measured() {
         v["transitions"][0]["writeAt"].clone()
     };
     assert_eq!(range(WARM_UP_MEASURED), "2026-05-04T08:58:00Z");
-    let dir = std::env::temp_dir().join(format!("tdset-preview-measured-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("measured.yaml");
     let text = std::fs::read_to_string(WARM_UP_MEASURED).unwrap()
         + "status:\n  warmUp: {lead: 55s, basis: Measured, samples: [50, 40]}\n";
-    std::fs::write(&path, text).unwrap();
+    let path = manifest("measured.yaml", &text);
     assert_eq!(range(path.to_str().unwrap()), "2026-05-04T08:59:05Z");
 }
