@@ -20,6 +20,8 @@ pub const DEGRADED: &str = "Degraded";
 pub mod reason {
     /// An Event's: a scale-up whose count was ready later than its transition.
     pub const SCALE_UP_LATE: &str = "ScaleUpLate";
+    /// An Event's: a tier of an ordered group not there by its timeout; the next went anyway.
+    pub const TIER_TIMED_OUT: &str = "TierTimedOut";
     // Available
     pub const REPLICAS_READY: &str = "ReplicasReady";
     pub const SCALED_TO_ZERO: &str = "ScaledToZero";

@@ -50,6 +50,8 @@ pub struct Metrics {
     /// Replicas a scale-up added times how long before its transition they were ready: what
     /// warming up spent against replicas ready exactly at the transition.
     pub warm_up_early: prometheus::Counter,
+    /// Tiers of an ordered group passed over for their timeout, by direction.
+    pub tier_timeouts: IntCounterVec,
     /// Status writes and Events queued behind the workload writes.
     pub bookkeeping_pending: IntGauge,
     /// Queued statuses replaced by a newer one before they were sent.
@@ -152,6 +154,13 @@ impl Metrics {
             "tdset_warm_up_early_replica_seconds_total",
             "Replicas scale-ups added, times how long before their transition they were ready: what warmUp spent against replicas ready exactly at the transition",
         )?;
+        let tier_timeouts = IntCounterVec::new(
+            Opts::new(
+                "tdset_group_tier_timeouts_total",
+                "Tiers of an ordered group (scaleTargetSelector.order) not there by their tierTimeout: the next tier was written anyway",
+            ),
+            &["direction"],
+        )?;
         let bookkeeping_pending = IntGauge::new(
             "tdset_bookkeeping_pending",
             "Status writes and Events waiting behind the workload writes",
@@ -183,6 +192,7 @@ impl Metrics {
         registry.register(Box::new(scale_up_lateness.clone()))?;
         registry.register(Box::new(scale_up_ready.clone()))?;
         registry.register(Box::new(warm_up_early.clone()))?;
+        registry.register(Box::new(tier_timeouts.clone()))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -199,6 +209,7 @@ impl Metrics {
             scale_up_lateness,
             scale_up_ready,
             warm_up_early,
+            tier_timeouts,
             bookkeeping_pending,
             bookkeeping_superseded,
             streaming_lists,

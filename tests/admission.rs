@@ -576,6 +576,11 @@ async fn the_group_form_is_checked_at_admission() {
             "    selector: {matchLabels: {env: dev}}\n",
             "  overrides:\n  - {start: \"2026-11-27T08:00:00Z\", end: \"2026-11-27T10:00:00Z\", reason: wake}\n",
         ),
+        // Tiers woken in order, each waited for at most 90 s.
+        group(
+            "    selector: {matchLabels: {env: dev}}\n    order: [{matchLabels: {tier: data}}, {matchExpressions: [{key: tier, operator: In, values: [api, worker]}]}]\n    tierTimeout: 90s\n",
+            "",
+        ),
     ];
     for (i, spec) in accepted.iter().enumerate() {
         let (ok, out) = apply(&manifest(&ns.name, spec));
@@ -690,6 +695,35 @@ async fn the_group_form_is_checked_at_admission() {
                 "",
             ),
             "spec.scaleTargetSelector.selector",
+        ),
+        (
+            "the operator's own label in a tier",
+            group(
+                "    selector: {}\n    order: [{matchLabels: {tier: data}}, {matchLabels: {schedule.rs/held-by-uid: x}}]\n",
+                "",
+            ),
+            "spec.scaleTargetSelector.order[1]",
+        ),
+        (
+            "nine tiers",
+            group(
+                &format!(
+                    "    selector: {{}}\n    order: [{}]\n",
+                    vec!["{matchLabels: {t: a}}"; 9].join(", ")
+                ),
+                "",
+            ),
+            "spec.scaleTargetSelector.order",
+        ),
+        (
+            "a tier timeout over an hour",
+            group("    selector: {}\n    tierTimeout: 2h\n", ""),
+            "spec.scaleTargetSelector.tierTimeout",
+        ),
+        (
+            "a tier timeout not a duration",
+            group("    selector: {}\n    tierTimeout: soon\n", ""),
+            "spec.scaleTargetSelector.tierTimeout",
         ),
         (
             "excluded name empty",

@@ -14,6 +14,12 @@ pub const MAX_EXCLUDE: usize = 256;
 pub const MAX_HELD_KINDS: usize = 64;
 /// The most workloads `status.group.notAtSchedule` lists (the counts cover all of them).
 pub const MAX_LISTED: usize = 10;
+/// The most tiers `order` may list (the workloads in none form one more).
+pub const MAX_TIERS: usize = 8;
+/// The most labels, and the most expressions, one tier of `order` may select on.
+pub const MAX_TIER_TERMS: usize = 16;
+/// How long a tier is waited for when `tierTimeout` is not set.
+pub const DEFAULT_TIER_TIMEOUT: chrono::Duration = chrono::Duration::minutes(5);
 
 /// The workloads of the TDSet's namespace that one TDSet schedules together.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -42,6 +48,27 @@ pub struct ScaleTargetSelector {
         inner(length(min = 1, max = 253))
     )]
     pub exclude: Vec<String>,
+    /// Tiers, woken first to last and put to sleep last to first: each a label selector over
+    /// the group's workloads (a workload's tier is the first that matches it; those in none
+    /// form the last tier). Waking, a tier is written once every workload of the tier before
+    /// it is ready at its new count; going to sleep, once the tier after it has no more ready
+    /// replicas than its new count. Empty: every workload at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_TIERS))]
+    pub order: Vec<TierSelector>,
+    /// How long a tier of `order` is waited for before the next one is written anyway (the
+    /// TDSet says so in a Warning). A duration from 1s to 1h; default 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 2, max = 16),
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"),
+        extend("x-kubernetes-validations" = [{
+            "rule": "self != '' && duration(self) >= duration('1s') && duration(self) <= duration('1h')",
+            "message": "must be a duration from 1s to 1h, e.g. \"90s\" or \"5m\"",
+            "reason": "FieldValueInvalid"
+        }])
+    )]
+    pub tier_timeout: Option<String>,
 }
 
 impl ScaleTargetSelector {
@@ -55,6 +82,57 @@ impl ScaleTargetSelector {
         } else {
             self.kinds.clone()
         }
+    }
+}
+
+/// One tier of `order`: a label selector over the group's workloads. Its own type so that the
+/// rule on `schedule.rs/` keys is checked per item (on the whole list, the API server's cost
+/// estimate of the rule is over its budget).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(transparent)]
+pub struct TierSelector(pub LabelSelector);
+
+impl JsonSchema for TierSelector {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TierSelector".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut schema = LabelSelector::json_schema(generator);
+        // Bounds that let the API server estimate the rule's cost within its budget (unbounded,
+        // eight tiers of it are over).
+        if let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+            if let Some(labels) = props.get_mut("matchLabels").and_then(|l| l.as_object_mut()) {
+                labels.insert("maxProperties".into(), MAX_TIER_TERMS.into());
+            }
+            if let Some(exprs) = props
+                .get_mut("matchExpressions")
+                .and_then(|e| e.as_object_mut())
+            {
+                exprs.insert("maxItems".into(), MAX_TIER_TERMS.into());
+                if let Some(key) = exprs
+                    .get_mut("items")
+                    .and_then(|i| i.get_mut("properties"))
+                    .and_then(|p| p.get_mut("key"))
+                    .and_then(|k| k.as_object_mut())
+                {
+                    key.insert("maxLength".into(), 317.into());
+                }
+            }
+        }
+        schema.insert(
+            "x-kubernetes-validations".into(),
+            serde_json::json!([{
+                "rule": "(!has(self.matchLabels) || self.matchLabels.all(k, !k.startsWith('schedule.rs/'))) && (!has(self.matchExpressions) || self.matchExpressions.all(e, !e.key.startsWith('schedule.rs/')))",
+                "message": "schedule.rs/ labels are written by the operator and may not be selected on",
+                "reason": "FieldValueInvalid"
+            }]),
+        );
+        schema
     }
 }
 
@@ -187,6 +265,36 @@ pub struct GroupStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_HELD_KINDS))]
     pub held_kinds: Vec<String>,
+    /// An ordered wake-up or sleep under way (`scaleTargetSelector.order`): the tier it
+    /// waits on, and for what. Absent when no tier is held back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<OrderStatus>,
+}
+
+/// Where an ordered wake-up or sleep stands.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderStatus {
+    pub direction: OrderDirection,
+    /// The tier waited on, 1 for the first of `order` (the last: the workloads in no tier).
+    pub tier: i32,
+    /// How many tiers there are.
+    pub tiers: i32,
+    /// When the wait on this tier began (RFC 3339).
+    pub since: String,
+    /// When the first write of this wake-up or sleep landed (absent: none has yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
+    /// What the tier waits for, in a few words.
+    #[schemars(length(max = 1024))]
+    pub waiting_for: String,
+}
+
+/// Which way an ordered change goes: waking first tier first, or going to sleep last first.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum OrderDirection {
+    Waking,
+    Sleeping,
 }
 
 /// One workload of a group.

@@ -88,6 +88,31 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
         if let Err(e) = crate::api::Selector::compile(&sel.selector) {
             err("spec.scaleTargetSelector.selector".into(), e);
         }
+        if sel.order.len() > crate::api::MAX_TIERS {
+            err(
+                "spec.scaleTargetSelector.order".into(),
+                format!(
+                    "lists {} tiers; at most {} (the workloads in none form one more)",
+                    sel.order.len(),
+                    crate::api::MAX_TIERS
+                ),
+            );
+        }
+        for (i, tier) in sel.order.iter().enumerate() {
+            if let Err(e) = crate::api::Selector::compile(&tier.0) {
+                err(format!("spec.scaleTargetSelector.order[{i}]"), e);
+            }
+        }
+        if let Some(t) = &sel.tier_timeout {
+            match super::parse_duration(t) {
+                Some(d) if d >= chrono::Duration::seconds(1) && d <= chrono::Duration::hours(1) => {
+                }
+                _ => err(
+                    "spec.scaleTargetSelector.tierTimeout".into(),
+                    format!("{t:?} must be a duration from 1s to 1h, e.g. \"90s\" or \"5m\""),
+                ),
+            }
+        }
     }
     match spec.default_replica {
         None if !group => err(

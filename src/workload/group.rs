@@ -43,6 +43,8 @@ pub const PREVIOUS_SCHEDULED: &str = "schedule.rs/previous-scheduled-replicas";
 
 pub use crate::api::Selector;
 
+pub mod order;
+
 /// What the schedule sets on a workload: its replica count, (a CronJob) whether it is
 /// suspended, or (the HPA of an autoscaled workload) its floor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

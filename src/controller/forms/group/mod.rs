@@ -6,9 +6,11 @@
 //! - `observe`: which kinds, and what each listed workload runs and carries;
 //! - `place`: whether this TDSet holds a workload, or who else does;
 //! - `write`: one planned write sent, and what it came to;
+//! - `order`: which writes wait for an earlier tier (`order`);
 //! - `release`: every workload given back (deletion, another form).
 
 mod observe;
+mod order;
 mod place;
 mod release;
 mod write;
@@ -56,12 +58,17 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     } = turn;
     // The claim of the spec this reconcile runs on (the index may have moved past it).
     let me = claim_of(tdset);
-    let selector = group::Selector::compile(&sel.selector).map_err(|e| {
-        Error::InvalidSpec(vec![crate::schedule::SpecError {
-            field: "spec.scaleTargetSelector.selector".into(),
-            message: e,
-        }])
-    })?;
+    let invalid = |field: String| {
+        move |message| Error::InvalidSpec(vec![crate::schedule::SpecError { field, message }])
+    };
+    let selector = group::Selector::compile(&sel.selector)
+        .map_err(invalid("spec.scaleTargetSelector.selector".into()))?;
+    let tiers = (sel.order.iter().enumerate())
+        .map(|(i, t)| {
+            group::Selector::compile(&t.0)
+                .map_err(invalid(format!("spec.scaleTargetSelector.order[{i}]")))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let placing = Placing {
         tdset,
         ctx,
@@ -88,11 +95,17 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     .collect::<Vec<_>>()
     .join(",");
     let queries = |kind: &Kind| queries(kind, &held, &held_by_others, &selected);
-    let keep = Keep::new(ctx, ns, &tdset.name_any(), Some(&selector));
+    let keep = Keep::new(ctx, ns, &tdset.name_any(), Some(&selector)).with_tiers(tiers);
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
     let (listed, members) = place::all(&placing, &kinds, observed);
     let level = eval.count();
     let plan = group::plan(&name, level, &members);
+    let previous = ctx.statuses.current(tdset);
+    // Suspended, nothing is scheduled, so nothing is ordered.
+    let ordered = (mode != Mode::Never).then(|| {
+        let now = ctx.clock.now();
+        order::gate(sel, previous.as_ref(), &listed, &members, &plan.writes, now)
+    });
     let group = Group {
         tdset,
         ctx,
@@ -115,7 +128,11 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
             .extend(Written::suspended(&plan, &members).failed);
         written
     } else {
-        write_all(&group, &plan.writes).await?
+        let sending = match &ordered {
+            Some(o) => o.sending(&plan.writes),
+            None => plan.writes.clone(),
+        };
+        write_all(&group, &sending).await?
     };
     let mut status = plan.status.clone();
     let writes_failed = written.first_error.is_some();
@@ -126,11 +143,18 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     problems.extend(conflicts(&members));
     group::not_reached(&mut status, &members, &written.failed);
     status.held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
-    // The level has not changed since the last status: a write of it is a workload joining.
-    let previous = ctx.statuses.current(tdset);
-    let joining = previous
-        .as_ref()
-        .is_some_and(|p| p.group.is_some() && p.desired_replicas == level.replicas());
+    let continuing = ordered.as_ref().is_some_and(|o| o.gate.continuing);
+    if let Some(o) = &ordered {
+        group::not_reached(&mut status, &members, &o.held(&plan.writes));
+        status.order = o.status(&written.done);
+        o.report(tdset, ctx, events);
+    }
+    // The level has not changed since the last status: a write of it is a workload joining
+    // (unless it is a later tier of an ordered change).
+    let joining = !continuing
+        && previous
+            .as_ref()
+            .is_some_and(|p| p.group.is_some() && p.desired_replicas == level.replicas());
     report(tdset, ctx, eval, &members, &written.done, joining, events);
     let unreached = (mode != Mode::Never)
         .then(|| unreached(&members, &written.failed))
@@ -144,7 +168,13 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         problems,
         written.retry,
     );
-    out.scaled = scaled(&members, &plan.writes, &written.done, unreached);
+    // A later tier of an ordered change is the same change: one history entry, from the
+    // group's total before the first tier to its total after the last.
+    out.scaled = scaled(&members, &plan.writes, &written.done, unreached)
+        .filter(|s| !continuing || s.failed.is_some());
+    if let Some(retry) = ordered.as_ref().and_then(|o| o.retry()) {
+        out.retry = Some(out.retry.map_or(retry, |r| r.min(retry)));
+    }
     out.failed = writes_failed;
     out.target = left_target(
         tdset,
@@ -641,8 +671,7 @@ fn ready_toward(member: &Member, listed: &Listed, value: Value) -> Option<i32> {
     let asked = value.replicas();
     match value {
         Value::Suspended(_) => Some(asked),
-        _ if member.api_version == "apps/v1" => Some(listed.ready.unwrap_or(0).min(asked)),
-        _ => listed.ready.map(|r| r.min(asked)),
+        _ => order::ready_of(member, listed).map(|r| r.min(asked)),
     }
 }
 

@@ -173,6 +173,8 @@ pub(super) struct Keep {
     /// This TDSet's name and selector (none when only its records are listed).
     me: String,
     mine: Option<group::Selector>,
+    /// `order`'s tiers.
+    tiers: Vec<group::Selector>,
     /// The namespace's groups, oldest claim first (from the index).
     groups: Vec<(Claim, std::sync::Arc<GroupEntry>)>,
     /// Objects still to be read of what the TDSet selects, and of what carries its label
@@ -187,10 +189,16 @@ impl Keep {
         Keep {
             me: me.to_string(),
             mine: mine.cloned(),
+            tiers: Vec::new(),
             groups: ctx.groups.in_namespace(ns),
             budget: ctx.group_max_workloads.into(),
             held_budget: ctx.group_max_workloads.into(),
         }
+    }
+
+    /// The same, with the tiers of `order` read from each workload's labels.
+    pub(super) fn with_tiers(self, tiers: Vec<group::Selector>) -> Keep {
+        Keep { tiers, ..self }
     }
 
     /// What placing needs of `labels` (of workload `name` of `kind`).
@@ -201,6 +209,9 @@ impl Keep {
             oldest_other: (self.groups.iter())
                 .find(|((_, n), e)| *n != self.me && e.would_hold((g, k, name), labels))
                 .map(|(c, _)| c.clone()),
+            tier: (self.tiers.iter())
+                .position(|t| t.matches(labels))
+                .unwrap_or(self.tiers.len()),
         }
     }
 }
@@ -213,6 +224,9 @@ pub(super) struct Placed {
     pub(super) selected: bool,
     /// The oldest other group that selects it and does not exclude it.
     pub(super) oldest_other: Option<Claim>,
+    /// Its tier of `order` (those in none: the last).
+    #[serde(default)]
+    pub(super) tier: usize,
 }
 
 /// Where a listed object keeps `Placed`.

@@ -181,6 +181,8 @@ pub(super) struct Listed {
     pub(super) ready: Option<i32>,
     /// For an HPA: who else sets its floor, if anyone (then this TDSet never does).
     pub(super) floor_elsewhere: Option<String>,
+    /// Its tier in `order` (the workloads in none: the last; an HPA: its workload's).
+    pub(super) tier: usize,
 }
 
 /// One listed object placed, with what the status needs of it.
@@ -227,6 +229,7 @@ fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> L
         floor_elsewhere: is_hpa(kind)
             .then(|| hpa_held_elsewhere(placing, o))
             .flatten(),
+        tier: super::observe::placed(o).tier,
         member,
     }
 }
@@ -238,10 +241,22 @@ pub(super) fn all(
     kinds: &[Kind],
     observed: Vec<(usize, DynamicObject, Value)>,
 ) -> (Vec<(usize, Listed)>, Vec<Member>) {
-    let listed: Vec<(usize, Listed)> = observed
+    let mut listed: Vec<(usize, Listed)> = observed
         .into_iter()
         .map(|(k, o, value)| (k, one(placing, &kinds[k], &o, value)))
         .collect();
+    // An HPA's floor is its workload's count: it is in that workload's tier.
+    let tiers: Vec<(String, usize)> = (listed.iter())
+        .filter(|(_, l)| l.member.floor_of.is_none())
+        .map(|(_, l)| (l.member.name.clone(), l.tier))
+        .collect();
+    for (_, l) in listed.iter_mut() {
+        if let Some((workload, _)) = &l.member.floor_of
+            && let Some((_, t)) = tiers.iter().find(|(n, _)| n == workload)
+        {
+            l.tier = *t;
+        }
+    }
     let mut members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
     // A workload whose HPA someone else schedules or manages is theirs: put to sleep by this
     // group, it would be woken by them (KEDA, a scaleTargetRef TDSet on the HPA), and the two

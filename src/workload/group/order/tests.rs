@@ -1,0 +1,333 @@
+use std::collections::BTreeSet;
+
+use chrono::TimeZone;
+use proptest::prelude::*;
+
+use super::*;
+use crate::schedule::Count;
+use crate::workload::group::{Record, plan};
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2027, 3, 1, 7, 0, 0).unwrap()
+}
+
+fn at(secs: i64) -> DateTime<Utc> {
+    t0() + Duration::seconds(secs)
+}
+
+/// A Deployment the group `g` has put to sleep, its own count `own`.
+fn asleep(name: &str, own: i32) -> Member {
+    Member {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: Some("1".into()),
+        value: Value::Replicas(0),
+        record: Some(Record {
+            holder: "g".into(),
+            own: Value::Replicas(own),
+            scheduled: Value::Replicas(0),
+            previous: None,
+        }),
+        place: Place::Held,
+        autoscaled_by: None,
+        floor_of: None,
+        two_step: false,
+        handed_to: None,
+    }
+}
+
+/// A group: its members, their tiers and what each has ready.
+struct Group {
+    members: Vec<Member>,
+    tier: Vec<usize>,
+    ready: Vec<Option<i32>>,
+    tiers: usize,
+}
+
+impl Group {
+    /// data (tier 0), api (tier 1), web (the last: in no tier), all asleep.
+    fn three_tiers() -> Group {
+        Group {
+            members: vec![asleep("db", 1), asleep("api", 3), asleep("web", 2)],
+            tier: vec![0, 1, 2],
+            ready: vec![Some(0); 3],
+            tiers: 3,
+        }
+    }
+
+    fn gate(
+        &self,
+        level: Count,
+        previous: Option<&Wait>,
+        now: DateTime<Utc>,
+    ) -> (Vec<Write>, Gate) {
+        let writes = plan("g", level, &self.members).writes;
+        let tiers = Tiers {
+            count: self.tiers,
+            of: &self.tier,
+            ready: &self.ready,
+            timeout: Duration::minutes(5),
+        };
+        let gate = gate(&tiers, &self.members, &writes, previous, now);
+        (writes, gate)
+    }
+
+    /// Sends the gate's writes (they land), and says who got one.
+    fn send(&mut self, writes: &[Write], gate: &Gate) -> Vec<String> {
+        gate.now
+            .iter()
+            .map(|k| {
+                let w = &writes[*k];
+                let m = &mut self.members[w.member];
+                m.value = w.to;
+                m.record = w.record.clone();
+                m.name.clone()
+            })
+            .collect()
+    }
+
+    fn wait_after(gate: &Gate, now: DateTime<Utc>) -> Option<Wait> {
+        gate.wait.clone().map(|mut w| {
+            w.started.get_or_insert(now);
+            w
+        })
+    }
+}
+
+#[test]
+fn waking_goes_tier_by_tier_each_once_the_one_before_is_ready() {
+    let mut g = Group::three_tiers();
+    let (writes, gate) = g.gate(Count::Own, None, at(0));
+    assert_eq!(g.send(&writes, &gate), ["db"], "the data tier first");
+    assert_eq!(gate.held.len(), 2);
+    assert!(
+        !gate.continuing,
+        "a new wake-up: its history entry is recorded"
+    );
+    let wait = Group::wait_after(&gate, at(0));
+    assert_eq!(
+        wait.as_ref().map(|w| (w.direction, w.tier)),
+        Some((OrderDirection::Waking, 0))
+    );
+    assert_eq!(
+        gate.waiting_for.as_deref(),
+        Some("Deployment db: 0 of 1 ready")
+    );
+
+    // Written, not yet ready: nothing more.
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(10));
+    assert_eq!(g.send(&writes, &gate), Vec::<String>::new());
+    assert_eq!(
+        gate.wait.as_ref().map(|w| (w.tier, w.since)),
+        Some((0, at(0)))
+    );
+
+    g.ready[0] = Some(1);
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(20));
+    assert_eq!(g.send(&writes, &gate), ["api"]);
+    assert!(gate.continuing, "the same wake-up: no second history entry");
+    let wait = Group::wait_after(&gate, at(20));
+    assert_eq!(wait.as_ref().map(|w| (w.tier, w.since)), Some((1, at(20))));
+    assert_eq!(
+        gate.waiting_for.as_deref(),
+        Some("Deployment api: 0 of 3 ready")
+    );
+
+    g.ready[1] = Some(2);
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(30));
+    assert!(
+        writes.len() == 1 && gate.now.is_empty(),
+        "2 of 3 ready is not ready"
+    );
+    assert_eq!(
+        gate.waiting_for.as_deref(),
+        Some("Deployment api: 2 of 3 ready")
+    );
+
+    g.ready[1] = Some(3);
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(40));
+    assert_eq!(g.send(&writes, &gate), ["web"]);
+    assert_eq!(
+        gate.wait, None,
+        "nothing held back: the wake-up's writes are all out"
+    );
+    assert!(gate.continuing);
+    assert!(gate.timed_out.is_empty());
+}
+
+#[test]
+fn going_to_sleep_goes_last_tier_first_each_once_the_one_after_has_no_ready_replicas() {
+    let mut g = Group::three_tiers();
+    for (m, own) in g.members.iter_mut().zip([1, 3, 2]) {
+        m.value = Value::Replicas(own);
+        m.record = None;
+    }
+    g.ready = vec![Some(1), Some(3), Some(2)];
+    let (writes, gate) = g.gate(Count::Replicas(0), None, at(0));
+    assert_eq!(g.send(&writes, &gate), ["web"], "the front ends first");
+    assert_eq!(
+        gate.waiting_for.as_deref(),
+        Some("Deployment web: 2 ready, going to 0")
+    );
+    let wait = Group::wait_after(&gate, at(0));
+    assert_eq!(
+        wait.as_ref().map(|w| (w.direction, w.tier)),
+        Some((OrderDirection::Sleeping, 2))
+    );
+
+    g.ready[2] = Some(1);
+    let (writes, gate) = g.gate(Count::Replicas(0), wait.as_ref(), at(5));
+    assert!(g.send(&writes, &gate).is_empty(), "one web pod still ready");
+    g.ready[2] = Some(0);
+    let (writes, gate) = g.gate(Count::Replicas(0), wait.as_ref(), at(8));
+    assert_eq!(g.send(&writes, &gate), ["api"]);
+    let wait = Group::wait_after(&gate, at(8));
+    g.ready[1] = Some(0);
+    let (writes, gate) = g.gate(Count::Replicas(0), wait.as_ref(), at(12));
+    assert_eq!(g.send(&writes, &gate), ["db"], "the data tier last");
+    assert_eq!(gate.wait, None);
+}
+
+#[test]
+fn a_tier_not_ready_by_its_timeout_is_passed_over_and_said() {
+    let mut g = Group::three_tiers();
+    let (writes, gate) = g.gate(Count::Own, None, at(0));
+    g.send(&writes, &gate);
+    let wait = Group::wait_after(&gate, at(0));
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(299));
+    assert!(
+        g.send(&writes, &gate).is_empty(),
+        "still within the timeout"
+    );
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(300));
+    assert_eq!(g.send(&writes, &gate), ["api"]);
+    assert_eq!(
+        gate.timed_out,
+        vec![(0, "Deployment db: 0 of 1 ready".to_string())]
+    );
+    assert_eq!(
+        gate.wait.as_ref().map(|w| (w.tier, w.since)),
+        Some((1, at(300))),
+        "the next tier gets a timeout of its own"
+    );
+}
+
+#[test]
+fn a_write_that_keeps_failing_holds_its_tier_no_longer_than_the_timeout() {
+    let g = Group::three_tiers();
+    let (_, gate) = g.gate(Count::Own, None, at(0));
+    let wait = Group::wait_after(&gate, at(0)).map(|w| Wait { started: None, ..w });
+    // db's write never lands.
+    let (_, gate) = g.gate(Count::Own, wait.as_ref(), at(100));
+    assert_eq!(gate.now.len(), 1, "db's write is sent again");
+    let (_, gate) = g.gate(Count::Own, wait.as_ref(), at(300));
+    assert_eq!(gate.now.len(), 2, "db's write and api's");
+    assert!(!gate.continuing, "nothing of the wake-up has landed yet");
+}
+
+#[test]
+fn a_lost_wait_starts_again_at_the_first_tier_and_passes_those_already_there() {
+    let mut g = Group::three_tiers();
+    g.members[0].value = Value::Replicas(1);
+    g.members[0].record = None;
+    g.ready[0] = Some(1);
+    let (writes, gate) = g.gate(Count::Own, None, at(0));
+    assert_eq!(g.send(&writes, &gate), ["api"]);
+}
+
+#[test]
+fn releases_unchanged_counts_and_groups_without_order_are_never_held_back() {
+    let mut g = Group::three_tiers();
+    g.tiers = 1;
+    g.tier = vec![0; 3];
+    let (writes, gate) = g.gate(Count::Own, None, at(0));
+    assert_eq!(gate.now.len(), writes.len());
+    assert_eq!(gate.wait, None);
+
+    let mut g = Group::three_tiers();
+    g.members[2].place = Place::Excluded;
+    g.members[1].value = Value::Replicas(3);
+    g.members[1].record = None;
+    g.members[0].value = Value::Replicas(5);
+    g.ready = vec![Some(5), Some(3), Some(0)];
+    // Level 3: db falls from 5 (held back while waking? no: a fall), api stays, web leaves.
+    let (writes, gate) = g.gate(Count::Replicas(3), None, at(0));
+    assert_eq!(gate.now.len(), writes.len(), "{writes:?}");
+}
+
+fn scenario() -> impl Strategy<Value = Vec<(usize, i32, Option<i64>)>> {
+    proptest::collection::vec(
+        (
+            0usize..4,
+            1i32..4,
+            proptest::option::weighted(0.8, 0i64..400),
+        ),
+        1..8,
+    )
+}
+
+proptest! {
+    /// For any group, tiers and readiness delays (some never ready): a tier's rises are sent
+    /// only once every earlier tier is ready or was passed over for its timeout, every
+    /// workload is woken within the timeouts, and going to sleep mirrors it.
+    #[test]
+    fn ordered_changes_never_overtake_a_tier_and_always_finish(members in scenario()) {
+        let tiers = 4;
+        let mut g = Group {
+            members: members.iter().enumerate().map(|(i, (_, own, _))| asleep(&format!("w{i}"), *own)).collect(),
+            tier: members.iter().map(|(t, _, _)| *t).collect(),
+            ready: vec![Some(0); members.len()],
+            tiers,
+        };
+        let delay: Vec<Option<i64>> = members.iter().map(|(_, _, d)| *d).collect();
+        for (level, dir) in [(Count::Own, OrderDirection::Waking), (Count::Replicas(0), OrderDirection::Sleeping)] {
+            let mut written_at: Vec<Option<i64>> = vec![None; members.len()];
+            let mut passed: BTreeSet<usize> = BTreeSet::new();
+            let mut wait: Option<Wait> = None;
+            let limit = 300 * (tiers as i64 + 1) + 60;
+            for s in (0..limit).step_by(5) {
+                // Ready (waking: all of it; sleeping: none) once its delay has passed.
+                for i in 0..g.members.len() {
+                    let to = g.members[i].value.replicas();
+                    let done = written_at[i].zip(delay[i]).is_some_and(|(w, d)| s >= w + d);
+                    g.ready[i] = Some(match (dir, done) {
+                        (OrderDirection::Waking, true) => to,
+                        (OrderDirection::Waking, false) => 0,
+                        (OrderDirection::Sleeping, true) => 0,
+                        (OrderDirection::Sleeping, false) => g.ready[i].unwrap_or(0),
+                    });
+                }
+                let (writes, gate) = g.gate(level, wait.as_ref(), at(s));
+                passed.extend(gate.timed_out.iter().map(|(t, _)| *t));
+                for k in &gate.now {
+                    let i = writes[*k].member;
+                    let t = g.tier[i];
+                    for j in 0..g.members.len() {
+                        let before = match dir {
+                            OrderDirection::Waking => g.tier[j] < t,
+                            OrderDirection::Sleeping => g.tier[j] > t,
+                        };
+                        let there = match dir {
+                            OrderDirection::Waking => g.ready[j] >= Some(g.members[j].own().replicas()),
+                            OrderDirection::Sleeping => g.ready[j] == Some(0),
+                        };
+                        prop_assert!(!before || there || passed.contains(&g.tier[j]),
+                            "{} (tier {t}) written at {s} before w{j} (tier {}) was there", g.members[i].name, g.tier[j]);
+                    }
+                    written_at[i] = Some(s);
+                }
+                g.send(&writes, &gate);
+                wait = Group::wait_after(&gate, at(s)).map(|mut w| {
+                    w.started = wait.as_ref().and_then(|p| p.started).or(Some(at(s)));
+                    w
+                });
+            }
+            for m in &g.members {
+                let want = match dir { OrderDirection::Waking => m.own(), OrderDirection::Sleeping => Value::Replicas(0) };
+                prop_assert_eq!(m.value, want, "{} not at its count after every timeout", m.name);
+            }
+        }
+    }
+}
