@@ -709,7 +709,7 @@ async fn the_group_form_is_checked_at_admission() {
             group(
                 &format!(
                     "    selector: {{}}\n    order: [{}]\n",
-                    vec!["{matchLabels: {t: a}}"; 9].join(", ")
+                    ["{matchLabels: {t: a}}"; 9].join(", ")
                 ),
                 "",
             ),

@@ -277,6 +277,8 @@ pub struct GroupStatus {
 pub struct OrderStatus {
     pub direction: OrderDirection,
     /// The tier waited on, 1 for the first of `order` (the last: the workloads in no tier).
+    /// The last tier in the change's direction (`tiers` waking, 1 going to sleep): every tier
+    /// is written, and the last is followed until it is there.
     pub tier: i32,
     /// How many tiers there are.
     pub tiers: i32,
@@ -288,6 +290,12 @@ pub struct OrderStatus {
     /// What the tier waits for, in a few words.
     #[schemars(length(max = 1024))]
     pub waiting_for: String,
+    /// The level the change goes to ("own" or a count): another level is another change.
+    #[schemars(length(max = 16))]
+    pub level: String,
+    /// The spec's generation the change was planned from: an edited spec (another `order`)
+    /// walks the tiers again from the first.
+    pub generation: i64,
 }
 
 /// Which way an ordered change goes: waking first tier first, or going to sleep last first.

@@ -491,7 +491,10 @@ pub fn not_reached(
     failed: &[(usize, Value, String)],
 ) {
     for (i, to, message) in failed {
-        status.at_schedule -= 1;
+        // An HPA's floor counts through its workload, never on its own.
+        if members.get(*i).is_some_and(|m| m.floor_of.is_none()) {
+            status.at_schedule -= 1;
+        }
         if status.not_at_schedule.len() < MAX_LISTED
             && let Some(m) = members.get(*i)
         {

@@ -10,7 +10,8 @@
 //! - `objects`: the one TDSet builder, the objects tests create;
 //! - `wait`: the one "wait until" helper;
 //! - `operator`: the one operator launcher (in-process, or the built binary);
-//! - `network`: socket timers, a black-holing proxy.
+//! - `network`: socket timers, a black-holing proxy;
+//! - `recorder`: the order in which a namespace's Deployments changed.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -33,8 +34,9 @@ mod namespace;
 mod network;
 mod objects;
 mod operator;
+mod recorder;
 mod wait;
 
 // Each test binary uses a part of the support.
 #[allow(unused_imports)]
-pub use {cluster::*, namespace::*, network::*, objects::*, operator::*, wait::*};
+pub use {cluster::*, namespace::*, network::*, objects::*, operator::*, recorder::*, wait::*};

@@ -31,12 +31,24 @@ pub fn timeout(sel: &ScaleTargetSelector) -> Duration {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wait {
     pub direction: OrderDirection,
-    /// The tier waited on (0: the first of `order`).
+    /// The tier waited on (0: the first of `order`). The last tier (in the change's
+    /// direction) means every tier is written: it is waited on only to be seen there.
     pub tier: usize,
     /// When the wait on it began.
     pub since: DateTime<Utc>,
     /// When the change's first write landed.
     pub started: Option<DateTime<Utc>>,
+    /// Which change: the level it goes to, and the spec's generation it was planned from.
+    pub change: Change,
+}
+
+/// What tells one ordered change from the next: a new level is a new change (its own history
+/// entry), and an edited spec (another `order`) walks the tiers again from the first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Change {
+    /// The level, as `Count` shows it ("own", "5").
+    pub level: String,
+    pub generation: i64,
 }
 
 /// What the gate knows of a group beyond its plan.
@@ -57,7 +69,7 @@ pub struct Gate {
     pub now: Vec<usize>,
     /// Indexes into the plan's writes: held back for an earlier tier.
     pub held: Vec<usize>,
-    /// Where the change stands after this reconcile; `None` when nothing is held back.
+    /// Where the change stands after this reconcile; `None` when no change is under way.
     pub wait: Option<Wait>,
     /// What the tier waited on waits for, in a few words.
     pub waiting_for: Option<String>,
@@ -65,8 +77,10 @@ pub struct Gate {
     pub timed_out: Vec<(usize, String)>,
     /// This reconcile goes on with a change an earlier one started (a write of it landed).
     pub continuing: bool,
-    /// Which way the change goes; `None` when the plan changes no held count.
+    /// Which way the change goes; `None` when none is under way.
     pub direction: Option<OrderDirection>,
+    /// The tier waited on is worth looking at again soon (not yet timed out).
+    pub poll: bool,
 }
 
 /// Which way a write moves a held workload's count, if it is ordered at all.
@@ -83,41 +97,54 @@ fn direction(w: &Write, members: &[Member]) -> Option<OrderDirection> {
 }
 
 /// Which of `writes` (a plan for `members`) go now, given where the change stood before
-/// (`previous`, from the last status) and the instant.
+/// (`previous`, from the last status), which change the plan makes, and the instant.
+///
+/// The tiers are walked from the first in the change's direction. A tier passed before in
+/// the same change (there, or over its timeout) is passed again: its writes still to land (a
+/// refusal retried, a workload relabelled into it) go, and it is not waited on again, so a
+/// tier that never gets there costs one timeout per change, not one per reconcile. The first
+/// tier not there is waited on (since when it became the one, kept across reconciles) and
+/// the tiers after it are held back; past its timeout it is passed over. Once every tier is
+/// written the change stays under way until the last tier is there (or its timeout, or its
+/// writes land, whichever is later), and ends then.
 pub fn gate(
     tiers: &Tiers<'_>,
     members: &[Member],
     writes: &[Write],
     previous: Option<&Wait>,
+    change: &Change,
     now: DateTime<Utc>,
 ) -> Gate {
     let dirs: Vec<Option<OrderDirection>> = writes.iter().map(|w| direction(w, members)).collect();
-    let all = |direction| Gate {
+    let all = || Gate {
         now: (0..writes.len()).collect(),
-        direction,
         ..Gate::default()
     };
+    let n = tiers.count.max(1);
+    if n == 1 {
+        return all();
+    }
+    let same = |p: &&Wait| p.change.level == change.level && p.tier < n;
     // Rises order the change; while waking, a fall (a level between two counts, each
-    // workload's own) is not held back.
+    // workload's own) is not held back. With nothing left to write, a change under way is
+    // followed to its end.
     let dir = if dirs.contains(&Some(OrderDirection::Waking)) {
         OrderDirection::Waking
     } else if dirs.contains(&Some(OrderDirection::Sleeping)) {
         OrderDirection::Sleeping
+    } else if let Some(p) = previous.filter(same) {
+        p.direction
     } else {
-        return all(None);
+        return all();
     };
-    let n = tiers.count.max(1);
-    if n == 1 {
-        return all(Some(dir));
-    }
     let seq: Vec<usize> = match dir {
         OrderDirection::Waking => (0..n).collect(),
         OrderDirection::Sleeping => (0..n).rev().collect(),
     };
-    let previous = previous.filter(|p| p.direction == dir && p.tier < n);
-    let (mut pos, mut since) = previous
-        .and_then(|p| Some((seq.iter().position(|t| *t == p.tier)?, p.since)))
-        .unwrap_or((0, now));
+    let previous = previous.filter(|p| p.direction == dir).filter(same);
+    let resumed = previous
+        .filter(|p| p.change.generation == change.generation)
+        .and_then(|p| Some((seq.iter().position(|t| *t == p.tier)?, p.since)));
     let tier_of = |i: usize| tiers.of.get(i).copied().unwrap_or(n - 1).min(n - 1);
     // What each member is to run once its write of this change lands.
     let mut planned: Vec<Value> = members.iter().map(|m| m.value).collect();
@@ -130,42 +157,62 @@ pub fn gate(
     }
     let mut out = Gate {
         direction: Some(dir),
+        continuing: previous.is_some_and(|p| p.started.is_some()),
         ..Gate::default()
     };
+    let (start, resumed_since) = resumed.map_or((0, None), |(pos, since)| (pos, Some(since)));
+    let mut pos = start;
+    // The wait on the tier at `pos`; `None` once the change has ended.
+    let mut waiting: Option<DateTime<Utc>> = None;
+    let mut pending_after_end = false;
     loop {
         let t = seq[pos];
-        let unsettled = (0..members.len())
+        let since = if pos == start {
+            resumed_since.unwrap_or(now)
+        } else {
+            now
+        };
+        let blocked = (0..members.len())
             .filter(|i| tier_of(*i) == t && members[*i].place == Place::Held)
             .find_map(|i| {
-                unsettled(
-                    &members[i],
-                    planned[i],
-                    tiers.ready.get(i).copied().flatten(),
-                    pending[i],
-                    dir,
-                )
+                let ready = tiers.ready.get(i).copied().flatten();
+                unsettled(members, i, &planned, ready, &pending, dir)
             });
-        let Some(what) = unsettled else {
-            if pos + 1 == n {
-                pos = n;
+        let last = pos + 1 == n;
+        let Some(what) = blocked else {
+            if last {
                 break;
             }
-            (pos, since) = (pos + 1, now);
+            pos += 1;
             continue;
         };
-        if now - since >= tiers.timeout {
-            out.timed_out.push((t, what));
-            if pos + 1 == n {
-                pos = n;
-                break;
+        let over = now - since >= tiers.timeout;
+        if last {
+            // Nothing after it to hold back: waited on only to be seen there. Past its timeout
+            // the change ends, but is kept (not polled) while its writes have not landed, so
+            // that a refused write does not start the walk over.
+            if over {
+                pending_after_end = pending.iter().any(|p| *p);
+            } else {
+                out.poll = true;
             }
-            (pos, since) = (pos + 1, now);
+            if !over || pending_after_end {
+                waiting = Some(since);
+                out.waiting_for = Some(what);
+            }
+            break;
+        }
+        if over {
+            out.timed_out.push((t, what));
+            pos += 1;
             continue;
         }
+        waiting = Some(since);
         out.waiting_for = Some(what);
+        out.poll = true;
         break;
     }
-    let released = &seq[..pos.min(n - 1) + 1];
+    let released = &seq[..=pos];
     for (k, (w, d)) in writes.iter().zip(&dirs).enumerate() {
         if *d == Some(dir) && !released.contains(&tier_of(w.member)) {
             out.held.push(k);
@@ -173,48 +220,68 @@ pub fn gate(
             out.now.push(k);
         }
     }
-    out.continuing = previous.is_some_and(|p| p.started.is_some());
-    if out.held.is_empty() {
-        out.waiting_for = None;
-    } else {
-        out.wait = Some(Wait {
-            direction: dir,
-            tier: seq[pos.min(n - 1)],
-            since,
-            started: previous.and_then(|p| p.started),
-        });
+    out.wait = waiting.map(|since| Wait {
+        direction: dir,
+        tier: seq[pos],
+        since,
+        started: previous.and_then(|p| p.started),
+        change: change.clone(),
+    });
+    // Ended: a direction only for the timeouts it reports.
+    if out.wait.is_none() && out.timed_out.is_empty() {
+        out.direction = None;
     }
     out
 }
 
-/// Why a held member of the tier waited on is not yet where the change takes it, if it is not.
+/// Why held member `i` of the tier waited on is not yet where the change takes it, if it is
+/// not.
 fn unsettled(
-    m: &Member,
-    planned: Value,
+    members: &[Member],
+    i: usize,
+    planned: &[Value],
     ready: Option<i32>,
-    pending: bool,
+    pending: &[bool],
     dir: OrderDirection,
 ) -> Option<String> {
-    // An HPA counts through its workload.
-    if m.floor_of.is_some() {
-        return pending.then(|| format!("{} {}: its floor to be written", m.kind, m.name));
+    let m = &members[i];
+    let what = format!("{} {}", m.kind, m.name);
+    if pending[i] {
+        if m.floor_of.is_some() {
+            return Some(format!("{what}: its floor to be written"));
+        }
+    } else if m.floor_of.is_some() {
+        // An HPA counts through its workload.
+        return None;
     }
-    let to = planned.replicas();
+    let mut to = planned[i].replicas();
+    // An autoscaled workload woken to a number runs its own count while its HPA's floor
+    // takes it to the number: it is there once that many are ready.
+    if let (OrderDirection::Waking, Some(hpa)) = (dir, &m.autoscaled_by) {
+        let floor = members.iter().zip(planned).find_map(|(h, v)| {
+            let mine = h.name == *hpa && h.floor_of.as_ref().is_some_and(|(w, _)| *w == m.name);
+            match (mine, v) {
+                (true, Value::Floor(f)) => Some(*f),
+                _ => None,
+            }
+        });
+        to = to.max(floor.unwrap_or(0));
+    }
     // A CronJob has nothing to be ready; a kind that reports no readiness is not waited on
     // beyond its write.
-    let ready = match (planned, ready) {
+    let ready = match (planned[i], ready) {
         (Value::Suspended(_), _) => Some(to),
         (_, r) => r,
     };
-    let there = match (dir, ready) {
-        (_, None) => !pending,
-        (OrderDirection::Waking, Some(r)) => !pending && r >= to,
-        (OrderDirection::Sleeping, Some(r)) => !pending && r <= to,
-    };
+    let there = !pending[i]
+        && match (dir, ready) {
+            (_, None) => true,
+            (OrderDirection::Waking, Some(r)) => r >= to,
+            (OrderDirection::Sleeping, Some(r)) => r <= to,
+        };
     if there {
         return None;
     }
-    let what = format!("{} {}", m.kind, m.name);
     Some(match (dir, ready) {
         (OrderDirection::Waking, Some(r)) => format!("{what}: {} of {to} ready", r.min(to)),
         (OrderDirection::Sleeping, Some(r)) => format!("{what}: {r} ready, going to {to}"),

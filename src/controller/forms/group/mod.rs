@@ -103,8 +103,16 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let previous = ctx.statuses.current(tdset);
     // Suspended, nothing is scheduled, so nothing is ordered.
     let ordered = (mode != Mode::Never).then(|| {
-        let now = ctx.clock.now();
-        order::gate(sel, previous.as_ref(), &listed, &members, &plan.writes, now)
+        let found = order::Found {
+            listed: &listed,
+            members: &members,
+            writes: &plan.writes,
+        };
+        let change = group::order::Change {
+            level: level.to_string(),
+            generation: tdset.metadata.generation.unwrap_or_default(),
+        };
+        order::gate(sel, previous.as_ref(), found, change, ctx.clock.now())
     });
     let group = Group {
         tdset,
@@ -145,7 +153,7 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     status.held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
     let continuing = ordered.as_ref().is_some_and(|o| o.gate.continuing);
     if let Some(o) = &ordered {
-        group::not_reached(&mut status, &members, &o.held(&plan.writes));
+        group::not_reached(&mut status, &members, &o.held(&plan.writes, &members));
         status.order = o.status(&written.done);
         o.report(tdset, ctx, events);
     }

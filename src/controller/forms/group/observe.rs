@@ -617,6 +617,22 @@ struct LeanStatus {
     replicas: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ready_replicas: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    available_replicas: Option<i64>,
+    /// Whether the status has `observedGeneration`, of whatever type (Argo Rollouts' is a
+    /// string): its controller reports on the object, so a count it leaves out is 0 (Go's
+    /// `omitempty`), not unknown.
+    #[serde(
+        default,
+        rename = "observedGeneration",
+        deserialize_with = "present",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    observed: bool,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<bool, D::Error> {
+    IgnoredAny::deserialize(d).map(|_| true)
 }
 
 /// The metadata the placing and the record read; of the annotations only the operator's own

@@ -12,7 +12,7 @@ use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::Context;
 use crate::preview::parse_rfc3339;
 use crate::status::reason::TIER_TIMED_OUT;
-use crate::workload::group::order::{self, Gate, Tiers, Wait};
+use crate::workload::group::order::{self, Change, Gate, Tiers, Wait};
 use crate::workload::group::{Member, Value, Write};
 
 /// How often a tier waited on is looked at, at first and at most: a group is not woken by its
@@ -28,9 +28,8 @@ pub(super) struct Ordered {
     now: DateTime<Utc>,
 }
 
-/// The ready replicas a workload reports, for its tier's wait: the apps kinds leave
-/// `readyReplicas` out at 0; a kind that reports none is `None` (not waited on beyond its
-/// write).
+/// The ready replicas a workload reports: the apps kinds leave `readyReplicas` out at 0; a
+/// kind that reports none is `None`.
 pub(super) fn ready_of(member: &Member, listed: &Listed) -> Option<i32> {
     match member.api_version.as_str() {
         "apps/v1" => Some(listed.ready.unwrap_or(0)),
@@ -38,18 +37,39 @@ pub(super) fn ready_of(member: &Member, listed: &Listed) -> Option<i32> {
     }
 }
 
-/// Which of the plan's `writes` go now, for a group whose last status is `previous`.
+/// What a tier waits for of a workload: its available replicas (ready for `minReadySeconds`)
+/// where the kind reports them, else its ready ones; `None`: not waited on beyond its write.
+fn available_of(member: &Member, listed: &Listed) -> Option<i32> {
+    match member.api_version.as_str() {
+        "apps/v1" => Some(listed.available.unwrap_or(0)),
+        _ => listed.available.or(listed.ready),
+    }
+}
+
+/// What the group is found as, for the gate.
+pub(super) struct Found<'a> {
+    pub(super) listed: &'a [(usize, Listed)],
+    pub(super) members: &'a [Member],
+    pub(super) writes: &'a [Write],
+}
+
+/// Which of the plan's writes go now, for a group whose last status is `previous`, making
+/// `change`.
 pub(super) fn gate(
     sel: &ScaleTargetSelector,
     previous: Option<&TDSetStatus>,
-    listed: &[(usize, Listed)],
-    members: &[Member],
-    writes: &[Write],
+    found: Found<'_>,
+    change: Change,
     now: DateTime<Utc>,
 ) -> Ordered {
+    let Found {
+        listed,
+        members,
+        writes,
+    } = found;
     let of: Vec<usize> = listed.iter().map(|(_, l)| l.tier).collect();
     let ready: Vec<Option<i32>> = (members.iter().zip(listed))
-        .map(|(m, (_, l))| ready_of(m, l))
+        .map(|(m, (_, l))| available_of(m, l))
         .collect();
     let tiers = sel.order.len() + 1;
     let timeout = order::timeout(sel);
@@ -67,6 +87,7 @@ pub(super) fn gate(
         members,
         writes,
         wait.as_ref(),
+        &change,
         now,
     );
     Ordered {
@@ -84,6 +105,10 @@ fn wait_of(s: &OrderStatus) -> Option<Wait> {
         tier: usize::try_from(s.tier).ok()?.checked_sub(1)?,
         since: parse_rfc3339(&s.since)?,
         started: s.started.as_deref().and_then(parse_rfc3339),
+        change: Change {
+            level: s.level.clone(),
+            generation: s.generation,
+        },
     })
 }
 
@@ -97,8 +122,9 @@ impl Ordered {
         self.gate.now.iter().map(|k| writes[*k].clone()).collect()
     }
 
-    /// The writes held back, as workloads not at their count: which, the value, and why.
-    pub(super) fn held(&self, writes: &[Write]) -> Vec<(usize, Value, String)> {
+    /// The writes held back, as workloads not at their count: which, the value, and why (an
+    /// HPA's floor is said through its workload).
+    pub(super) fn held(&self, writes: &[Write], members: &[Member]) -> Vec<(usize, Value, String)> {
         let Some(w) = &self.gate.wait else {
             return Vec::new();
         };
@@ -113,7 +139,9 @@ impl Ordered {
             self.gate.waiting_for.as_deref().unwrap_or("its writes")
         );
         (self.gate.held.iter())
-            .map(|k| (writes[*k].member, writes[*k].to, why.clone()))
+            .map(|k| &writes[*k])
+            .filter(|w| members[w.member].floor_of.is_none())
+            .map(|w| (w.member, w.to, why.clone()))
             .collect()
     }
 
@@ -137,6 +165,8 @@ impl Ordered {
             waiting_for: crate::status::clipped(
                 self.gate.waiting_for.as_deref().unwrap_or("its writes"),
             ),
+            level: w.change.level.clone(),
+            generation: w.change.generation,
         })
     }
 
@@ -173,7 +203,7 @@ impl Ordered {
     /// How soon to look again while a tier is waited on: a fifth of the time waited, from 2 s
     /// to 15 s, and no later than its timeout.
     pub(super) fn retry(&self) -> Option<Duration> {
-        let w = self.gate.wait.as_ref()?;
+        let w = self.gate.wait.as_ref().filter(|_| self.gate.poll)?;
         let waited = (self.now - w.since).to_std().unwrap_or_default();
         let left = (w.since + self.timeout - self.now)
             .to_std()

@@ -176,9 +176,11 @@ pub(super) struct Listed {
     /// What one replica's pod requests (`spec.template`; nothing for a CronJob, whose pods
     /// run only when a job does).
     pub(super) requests: Requests,
-    /// `status.replicas` and `status.readyReplicas`, where the kind reports them.
+    /// `status.replicas`, `status.readyReplicas` and `status.availableReplicas`, where the
+    /// kind reports them (a count left out of a status its controller keeps is 0).
     pub(super) running: Option<i32>,
     pub(super) ready: Option<i32>,
+    pub(super) available: Option<i32>,
     /// For an HPA: who else sets its floor, if anyone (then this TDSet never does).
     pub(super) floor_elsewhere: Option<String>,
     /// Its tier in `order` (the workloads in none: the last; an HPA: its workload's).
@@ -225,13 +227,20 @@ fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> L
     Listed {
         requests,
         running: int_at(o, "/status/replicas"),
-        ready: int_at(o, "/status/readyReplicas"),
+        ready: reported(o, "/status/readyReplicas"),
+        available: reported(o, "/status/availableReplicas"),
         floor_elsewhere: is_hpa(kind)
             .then(|| hpa_held_elsewhere(placing, o))
             .flatten(),
         tier: super::observe::placed(o).tier,
         member,
     }
+}
+
+/// A count of the status: as it is, or 0 where the kind's controller keeps a status
+/// (`observedGeneration`) and left it out (Go's `omitempty` drops a 0), or unknown.
+fn reported(o: &DynamicObject, path: &str) -> Option<i32> {
+    int_at(o, path).or_else(|| o.data.pointer("/status/observedGeneration").map(|_| 0))
 }
 
 /// Places every listed object (index of its kind, the object, its value) for the plan, with

@@ -44,6 +44,8 @@ struct Group {
     tier: Vec<usize>,
     ready: Vec<Option<i32>>,
     tiers: usize,
+    /// The spec's generation the plan is made from.
+    generation: i64,
 }
 
 impl Group {
@@ -54,6 +56,7 @@ impl Group {
             tier: vec![0, 1, 2],
             ready: vec![Some(0); 3],
             tiers: 3,
+            generation: 1,
         }
     }
 
@@ -70,7 +73,11 @@ impl Group {
             ready: &self.ready,
             timeout: Duration::minutes(5),
         };
-        let gate = gate(&tiers, &self.members, &writes, previous, now);
+        let change = Change {
+            level: level.to_string(),
+            generation: self.generation,
+        };
+        let gate = gate(&tiers, &self.members, &writes, previous, &change, now);
         (writes, gate)
     }
 
@@ -149,12 +156,30 @@ fn waking_goes_tier_by_tier_each_once_the_one_before_is_ready() {
     g.ready[1] = Some(3);
     let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(40));
     assert_eq!(g.send(&writes, &gate), ["web"]);
-    assert_eq!(
-        gate.wait, None,
-        "nothing held back: the wake-up's writes are all out"
-    );
+    assert!(gate.held.is_empty(), "every tier written");
     assert!(gate.continuing);
     assert!(gate.timed_out.is_empty());
+    // The last tier is followed until it is there: the status names it meanwhile.
+    let wait = Group::wait_after(&gate, at(40));
+    assert_eq!(wait.as_ref().map(|w| w.tier), Some(2));
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(45));
+    assert!(writes.is_empty() && gate.poll);
+    assert_eq!(
+        gate.waiting_for.as_deref(),
+        Some("Deployment web: 0 of 2 ready")
+    );
+    g.ready[2] = Some(2);
+    let (_, gate) = g.gate(Count::Own, wait.as_ref(), at(50));
+    assert_eq!(gate.wait, None, "the wake-up is over");
+    let (_, gate) = g.gate(Count::Own, None, at(55));
+    assert_eq!(
+        gate,
+        Gate {
+            now: vec![],
+            ..Gate::default()
+        },
+        "and nothing starts again"
+    );
 }
 
 #[test]
@@ -187,7 +212,11 @@ fn going_to_sleep_goes_last_tier_first_each_once_the_one_after_has_no_ready_repl
     g.ready[1] = Some(0);
     let (writes, gate) = g.gate(Count::Replicas(0), wait.as_ref(), at(12));
     assert_eq!(g.send(&writes, &gate), ["db"], "the data tier last");
-    assert_eq!(gate.wait, None);
+    let wait = Group::wait_after(&gate, at(12));
+    assert_eq!(wait.as_ref().map(|w| w.tier), Some(0));
+    g.ready[0] = Some(0);
+    let (_, gate) = g.gate(Count::Replicas(0), wait.as_ref(), at(15));
+    assert_eq!(gate.wait, None, "asleep");
 }
 
 #[test]
@@ -280,6 +309,7 @@ proptest! {
             tier: members.iter().map(|(t, _, _)| *t).collect(),
             ready: vec![Some(0); members.len()],
             tiers,
+            generation: 1,
         };
         let delay: Vec<Option<i64>> = members.iter().map(|(_, _, d)| *d).collect();
         for (level, dir) in [(Count::Own, OrderDirection::Waking), (Count::Replicas(0), OrderDirection::Sleeping)] {
@@ -330,4 +360,288 @@ proptest! {
             }
         }
     }
+}
+
+// The review of the first version: each of these failed on it.
+
+/// A level rising again mid-wake (a ramp: 2 at 08:00, 5 at 08:05) while tier 1 waits: the
+/// new rise of tier 0 and of tier 1 must not go out together (tier 1 overtakes tier 0 at 5).
+#[test]
+fn a_new_rise_mid_wake_does_not_overtake_tier_0() {
+    let mut g = Group::three_tiers();
+    let (writes, gate) = g.gate(Count::Replicas(2), None, at(0));
+    assert_eq!(g.send(&writes, &gate), ["db"]);
+    let wait = Group::wait_after(&gate, at(0));
+    g.ready[0] = Some(2);
+    let (writes, gate) = g.gate(Count::Replicas(2), wait.as_ref(), at(10));
+    assert_eq!(g.send(&writes, &gate), ["api"]);
+    let wait = Group::wait_after(&gate, at(10));
+    // api not ready yet; the level rises to 5.
+    let (writes, gate) = g.gate(Count::Replicas(5), wait.as_ref(), at(20));
+    let sent = g.send(&writes, &gate);
+    assert_eq!(
+        sent,
+        ["db"],
+        "only tier 0 may rise to 5 first; sent {sent:?}"
+    );
+}
+
+/// Same: a new rise is a new change (its own history entry), not `continuing`.
+#[test]
+fn a_new_rise_mid_wake_is_a_new_change() {
+    let mut g = Group::three_tiers();
+    let (writes, gate) = g.gate(Count::Replicas(2), None, at(0));
+    g.send(&writes, &gate);
+    let wait = Group::wait_after(&gate, at(0));
+    let (_, gate) = g.gate(Count::Replicas(5), wait.as_ref(), at(20));
+    assert!(!gate.continuing, "the rise 2 -> 5 gets no history entry");
+}
+
+/// A workload relabelled into a tier the change has passed is woken at once, and the tiers
+/// passed are not waited on again in the same change: what a passed tier still has to write
+/// (a refusal retried, a relabelled workload) never holds the walk back a second time, so a
+/// tier that never gets there costs one timeout per change.
+#[test]
+fn a_workload_relabelled_into_a_passed_tier_is_woken_at_once() {
+    let mut g = Group {
+        members: vec![
+            asleep("db", 1),
+            asleep("api", 1),
+            asleep("web", 1),
+            asleep("cache", 1),
+        ],
+        tier: vec![0, 1, 2, 3],
+        ready: vec![Some(0); 4],
+        tiers: 4,
+        generation: 1,
+    };
+    let (writes, gate) = g.gate(Count::Own, None, at(0));
+    assert_eq!(g.send(&writes, &gate), ["db"]);
+    g.ready[0] = Some(1);
+    let wait = Group::wait_after(&gate, at(0));
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(5));
+    assert_eq!(g.send(&writes, &gate), ["api"]);
+    let wait = Group::wait_after(&gate, at(5));
+    g.tier[3] = 0;
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(10));
+    assert_eq!(g.send(&writes, &gate), ["cache"]);
+    assert_eq!(
+        gate.wait.as_ref().map(|w| w.tier),
+        Some(1),
+        "still waiting on api"
+    );
+}
+
+/// `order` edited mid-wake: a tier inserted ahead. The stored index (1) now names the data
+/// tier; the new first tier (cache) and backend go out together.
+#[test]
+fn a_tier_inserted_mid_wake_walks_the_tiers_again() {
+    let mut g = Group {
+        members: vec![
+            asleep("db", 1),
+            asleep("api", 1),
+            asleep("web", 1),
+            asleep("cache", 1),
+        ],
+        tier: vec![0, 1, 2, 2],
+        ready: vec![Some(0); 4],
+        tiers: 3,
+        generation: 1,
+    };
+    let (writes, gate) = g.gate(Count::Own, None, at(0));
+    assert_eq!(g.send(&writes, &gate), ["db"]);
+    g.ready[0] = Some(1);
+    let wait = Group::wait_after(&gate, at(0));
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(5));
+    assert_eq!(g.send(&writes, &gate), ["api"]);
+    let wait = Group::wait_after(&gate, at(5));
+    g.ready[1] = Some(1);
+    // order: [cache, data, backend]: cache 0, db 1, api 2, web 3.
+    g.tiers = 4;
+    g.tier = vec![1, 2, 3, 0];
+    g.generation = 2;
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(6));
+    let sent = g.send(&writes, &gate);
+    assert_eq!(
+        sent,
+        ["cache"],
+        "web (last) sent with cache (first): {sent:?}"
+    );
+}
+
+/// An autoscaled workload in tier 0: waking at level 5 writes its own count (1) and its
+/// HPA's floor (5). The tier is "there" at 1 ready, while its new count is 5.
+#[test]
+fn an_autoscaled_tier_is_there_at_its_floor_not_its_own_count() {
+    let mut db = asleep("db", 1);
+    db.autoscaled_by = Some("db".into());
+    let hpa = Member {
+        api_version: "autoscaling/v2".into(),
+        kind: "HorizontalPodAutoscaler".into(),
+        name: "db".into(),
+        uid: "uid-hpa".into(),
+        resource_version: Some("1".into()),
+        value: Value::Floor(1),
+        record: None,
+        place: Place::Held,
+        autoscaled_by: None,
+        floor_of: Some(("db".into(), 10)),
+        two_step: false,
+        handed_to: None,
+    };
+    let mut g = Group {
+        members: vec![db, hpa, asleep("api", 3)],
+        tier: vec![0, 0, 1],
+        ready: vec![Some(0), None, Some(0)],
+        tiers: 2,
+        generation: 1,
+    };
+    let (writes, gate) = g.gate(Count::Replicas(5), None, at(0));
+    let mut sent = g.send(&writes, &gate);
+    sent.sort();
+    assert_eq!(sent, ["db", "db"], "db and its HPA's floor");
+    let wait = Group::wait_after(&gate, at(0));
+    // db runs its own count (1) at once; its HPA takes it to 5 a sync later.
+    g.ready[0] = Some(1);
+    let (writes, gate) = g.gate(Count::Replicas(5), wait.as_ref(), at(5));
+    let sent = g.send(&writes, &gate);
+    assert!(
+        sent.is_empty(),
+        "api woken while db is 1 of 5 ready: {sent:?}"
+    );
+}
+
+/// HPA floor writes held back are taken off `atSchedule`, which never counted them.
+#[test]
+fn held_floor_writes_are_counted_through_their_workload() {
+    use crate::workload::group::not_reached;
+    let mut api = asleep("api", 1);
+    api.autoscaled_by = Some("api".into());
+    let hpa = Member {
+        api_version: "autoscaling/v2".into(),
+        kind: "HorizontalPodAutoscaler".into(),
+        name: "api".into(),
+        uid: "uid-hpa".into(),
+        resource_version: Some("1".into()),
+        value: Value::Floor(1),
+        record: None,
+        place: Place::Held,
+        autoscaled_by: None,
+        floor_of: Some(("api".into(), 10)),
+        two_step: false,
+        handed_to: None,
+    };
+    let members = vec![asleep("db", 1), api, hpa];
+    let tier = vec![0, 1, 1];
+    let ready = vec![Some(0); 3];
+    let p = plan("g", Count::Replicas(5), &members);
+    let tiers = Tiers {
+        count: 2,
+        of: &tier,
+        ready: &ready,
+        timeout: Duration::minutes(5),
+    };
+    let change = Change {
+        level: "5".into(),
+        generation: 1,
+    };
+    let gate = gate(&tiers, &members, &p.writes, None, &change, at(0));
+    let mut status = p.status.clone();
+    let held: Vec<_> = gate
+        .held
+        .iter()
+        .map(|k| (p.writes[*k].member, p.writes[*k].to, "held".to_string()))
+        .collect();
+    not_reached(&mut status, &members, &held);
+    assert_eq!(
+        status.targets, "1/2",
+        "db is at its count, api is not; got {}",
+        status.targets
+    );
+}
+
+/// Tier 0 never ready (a crash-looping db), one write of the last tier refused every time
+/// (a webhook, a GitOps tool setting it back): the change never ends; every timeout the
+/// wait is cleared, started again from tier 0, and a TierTimedOut Warning goes out again.
+#[test]
+fn a_refused_write_in_the_last_tier_is_said_once_not_every_timeout() {
+    let mut g = Group::three_tiers();
+    let mut wait: Option<Wait> = None;
+    let mut warnings = 0;
+    let mut cleared = 0;
+    for s in (0..3600).step_by(5) {
+        let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(s));
+        warnings += gate.timed_out.len();
+        // Every write lands but web's.
+        for k in &gate.now {
+            let w = &writes[*k];
+            if g.members[w.member].name != "web" {
+                let m = &mut g.members[w.member];
+                m.value = w.to;
+                m.record = w.record.clone();
+            }
+        }
+        if g.members[1].value.replicas() > 0 {
+            g.ready[1] = Some(3);
+        }
+        if wait.is_some() && gate.wait.is_none() {
+            cleared += 1;
+        }
+        wait = gate.wait.clone().map(|mut w| {
+            w.started = wait.as_ref().and_then(|p| p.started).or(Some(at(s)));
+            w
+        });
+    }
+    assert!(
+        warnings <= 1 && cleared <= 1,
+        "{warnings} TierTimedOut Warnings and {cleared} status.order clears in an hour"
+    );
+}
+
+#[test]
+fn a_sleep_that_begins_mid_wake_is_a_new_change_from_the_last_tier() {
+    let mut g = Group::three_tiers();
+    let (writes, gate) = g.gate(Count::Own, None, at(0));
+    g.send(&writes, &gate);
+    g.ready[0] = Some(1);
+    let wait = Group::wait_after(&gate, at(0));
+    let (writes, gate) = g.gate(Count::Own, wait.as_ref(), at(5));
+    assert_eq!(g.send(&writes, &gate), ["api"]);
+    let wait = Group::wait_after(&gate, at(5));
+    g.ready[1] = Some(2); // api starting
+    let (writes, gate) = g.gate(Count::Replicas(0), wait.as_ref(), at(10));
+    assert_eq!(
+        g.send(&writes, &gate),
+        ["api"],
+        "web is asleep: api goes first"
+    );
+    assert!(!gate.continuing);
+    let wait = Group::wait_after(&gate, at(10));
+    let (writes, gate) = g.gate(Count::Replicas(0), wait.as_ref(), at(15));
+    assert!(
+        g.send(&writes, &gate).is_empty(),
+        "db waits for api's 2 ready"
+    );
+    g.ready[1] = Some(0);
+    let (writes, gate) = g.gate(Count::Replicas(0), wait.as_ref(), at(20));
+    assert_eq!(g.send(&writes, &gate), ["db"]);
+}
+
+#[test]
+fn a_level_own_that_raises_some_and_lowers_others_is_not_stuck() {
+    // level 2 -> own: db own 1 (falls), api own 3 (rises), web own 2 (stays)
+    let mut g = Group::three_tiers();
+    for m in g.members.iter_mut() {
+        m.value = Value::Replicas(2);
+        if let Some(r) = m.record.as_mut() {
+            r.scheduled = Value::Replicas(2);
+        }
+    }
+    g.ready = vec![Some(2); 3];
+    let (writes, gate) = g.gate(Count::Own, None, at(0));
+    let sent = g.send(&writes, &gate);
+    assert!(
+        sent.contains(&"db".to_string()) && sent.contains(&"api".to_string()),
+        "{sent:?}"
+    );
 }
