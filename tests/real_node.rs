@@ -554,7 +554,11 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     })
     .await;
 
-    warm_up_on_real_pods(&client, apps).await;
+    // Both on the node at once: the tiers' pods beside the warm-up's.
+    tokio::join!(
+        warm_up_on_real_pods(&client, apps),
+        tiers_on_real_pods(&client, apps)
+    );
 
     // Uninstalled, the operator's pods really stop. (Not `--wait`: Kubernetes' ClusterRole
     // aggregation controller may recreate the deleted aggregated role, and Helm would wait for
@@ -718,6 +722,12 @@ impl HostState {
 /// A Deployment of real pods whose readiness probe passes only 15 s after the container
 /// starts (a slow start-up), at 1.
 fn slow_web(name: &str) -> serde_json::Value {
+    probed_web(name, 15)
+}
+
+/// A Deployment of real pods whose readiness probe passes only `delay` seconds after the
+/// container starts, at 1.
+fn probed_web(name: &str, delay: i32) -> serde_json::Value {
     json!({
         "metadata": {"name": name},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
@@ -728,7 +738,7 @@ fn slow_web(name: &str) -> serde_json::Value {
                        "imagePullPolicy": "Never",
                        "ports": [{"name": "http", "containerPort": 8080}],
                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
-                                          "initialDelaySeconds": 15, "periodSeconds": 1},
+                                          "initialDelaySeconds": delay, "periodSeconds": 1},
                        "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
                                            "allowPrivilegeEscalation": false,
                                            "capabilities": {"drop": ["ALL"]}}
@@ -838,5 +848,127 @@ async fn warm_up_on_real_pods(client: &kube::Client, apps: &str) {
     assert!(
         ready(&off) >= at(150) + Span::seconds(10),
         "late without warmUp: {off:?}"
+    );
+}
+
+/// Ordered wake-up with real pods (issue 35): a group of three tiers whose pods are Ready 6 s
+/// after they start. Going to sleep, the front end's pods stop first, the backend's once no
+/// front-end pod is ready, the database's last; waking, the database's pod is Ready before any
+/// backend pod is created, and the backend's before the front end's. The order is what one
+/// watch of the Deployments saw, and the pods' own timestamps (the kubelet's Ready, the API
+/// server's creation).
+async fn tiers_on_real_pods(client: &kube::Client, apps: &str) {
+    use chrono::{Duration as Span, Utc};
+    let recorder = Recorder::start(client, apps);
+    let tiers = [
+        ("tier-db", Some("data")),
+        ("tier-api", Some("backend")),
+        ("tier-web", None),
+    ];
+    for (name, tier) in tiers {
+        let mut d = probed_web(name, 6);
+        d["metadata"]["labels"] = json!({"env": "tiers"});
+        if let Some(t) = tier {
+            d["metadata"]["labels"]["tier"] = json!(t);
+        }
+        let _: Deployment = create_object(client, apps, d).await;
+    }
+    for (name, _) in tiers {
+        recorder
+            .until(0, name, "its pod ready", |spec, ready| {
+                spec == 1 && ready == 1
+            })
+            .await;
+    }
+    let t0 = Utc::now();
+    let rfc = |secs: i64| (t0 + Span::seconds(secs)).to_rfc3339();
+    let spec = json!({
+        "scaleTargetSelector": {
+            "kinds": ["Deployment"],
+            "selector": {"matchLabels": {"env": "tiers"}},
+            "order": [{"matchLabels": {"tier": "data"}}, {"matchLabels": {"tier": "backend"}}],
+        },
+        "schedulingConfig": [],
+        "overrides": [{"start": rfc(15), "end": rfc(60), "replica": 0, "reason": "night"}],
+    });
+    create_tdset(client, apps, &tdset("tiers", spec)).await;
+
+    let mark = recorder.log().len();
+    let set = |to: i32| move |spec: i32, _: i32| spec == to;
+    let web_down = recorder.until(mark, "tier-web", "set to 0", set(0)).await;
+    let web_gone = recorder
+        .until(web_down, "tier-web", "no ready pod", |s, r| {
+            s == 0 && r == 0
+        })
+        .await;
+    let api_down = recorder.until(mark, "tier-api", "set to 0", set(0)).await;
+    let api_gone = recorder
+        .until(api_down, "tier-api", "no ready pod", |s, r| {
+            s == 0 && r == 0
+        })
+        .await;
+    let db_down = recorder.until(mark, "tier-db", "set to 0", set(0)).await;
+    let log = recorder.log();
+    assert!(web_gone < api_down && api_gone < db_down, "{log:?}");
+
+    let mark = recorder.log().len();
+    let db_up = recorder.until(mark, "tier-db", "set to 1", set(1)).await;
+    let db_ready = recorder
+        .until(db_up, "tier-db", "ready", |s, r| s == 1 && r == 1)
+        .await;
+    let api_up = recorder.until(mark, "tier-api", "set to 1", set(1)).await;
+    let api_ready = recorder
+        .until(api_up, "tier-api", "ready", |s, r| s == 1 && r == 1)
+        .await;
+    let web_up = recorder.until(mark, "tier-web", "set to 1", set(1)).await;
+    let log = recorder.log();
+    assert!(db_ready < api_up && api_ready < web_up, "{log:?}");
+
+    // The pods' own record: each tier's pod created no earlier than the one before was Ready.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), apps);
+    let pod_of = |app: &'static str| {
+        let pods = pods.clone();
+        async move {
+            eventually(GUARD, &format!("{app}'s pod Ready"), || async {
+                let list = pods
+                    .list(&ListParams::default().labels(&format!("app={app}")))
+                    .await
+                    .ok()?;
+                list.items
+                    .into_iter()
+                    .find(|p| ready(p) && p.metadata.deletion_timestamp.is_none())
+            })
+            .await
+        }
+    };
+    let ready_at = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c.type_ == "Ready" && c.status == "True")
+                    .and_then(|c| c.last_transition_time.clone())
+            })
+    };
+    let created = |p: &Pod| p.metadata.creation_timestamp.clone();
+    let (db, api, web) = (
+        pod_of("tier-db").await,
+        pod_of("tier-api").await,
+        pod_of("tier-web").await,
+    );
+    let (db_ready, api_created) = (
+        ready_at(&db).expect("Ready"),
+        created(&api).expect("created"),
+    );
+    let (api_ready, web_created) = (
+        ready_at(&api).expect("Ready"),
+        created(&web).expect("created"),
+    );
+    assert!(api_created.0 >= db_ready.0, "{db:?}\n{api:?}");
+    assert!(web_created.0 >= api_ready.0, "{api:?}\n{web:?}");
+    eprintln!(
+        "tiers: db Ready {}, api created {} and Ready {}, web created {}",
+        db_ready.0, api_created.0, api_ready.0, web_created.0
     );
 }
