@@ -26,6 +26,8 @@
 #                                            PrometheusRule CRDs (does not fetch)
 #
 # TDSET_APISERVER_PORT=N makes `start` serve on that port instead of a free one it picks.
+# TDSET_KCM_QPS=N lets kube-controller-manager send N requests/s (burst 2N) instead of its
+# default 20: a boundary of thousands of pods (the warm-up benchmark) is otherwise paced by it.
 # TDSET_APISERVER_ARGS="--flag=value ..." adds flags to kube-apiserver (e.g. a feature gate
 # turned off, to test against what an older cluster serves); split on spaces.
 # -E: the ERR trap that stops a half-started cluster fires in functions too.
@@ -335,6 +337,7 @@ start_kcm() {
     --leader-elect=false --secure-port 0 --root-ca-file "$dir/pki/serving-ca.crt" \
     --service-account-private-key-file "$dir/pki/sa.key" --use-service-account-credentials=false \
     --concurrent-gc-syncs 5 \
+    ${TDSET_KCM_QPS:+--kube-api-qps "$TDSET_KCM_QPS" --kube-api-burst "$((2 * TDSET_KCM_QPS))"} \
     >"$dir/logs/kube-controller-manager.log" 2>&1 </dev/null &
   track "$dir" $! kube-controller-manager
 }
