@@ -343,8 +343,9 @@ pub fn recorded(previous: Option<&TDSetStatus>, mut entry: HistoryEntry) -> Vec<
     history
 }
 
-/// The failed attempt at a transition that was due (its instant, from `previous`, has passed
-/// and the reconcile failed), for `history`.
+/// The failed attempt at a transition that was due (its write's instant, from `previous`, has
+/// passed and the reconcile failed), for `history`: a scale-up written ahead (`warmUp`) fails
+/// at `nextWriteTime`, before its transition, and is recorded then, at its transition.
 pub fn failed_transition(
     previous: Option<&TDSetStatus>,
     problem: &Problem,
@@ -352,7 +353,8 @@ pub fn failed_transition(
 ) -> Option<HistoryEntry> {
     let p = previous?;
     let at = p.next_transition_time.as_deref()?;
-    crate::preview::parse_rfc3339(at).filter(|t| *t <= now)?;
+    let write = p.next_write_time.as_deref().unwrap_or(at);
+    crate::preview::parse_rfc3339(write).filter(|t| *t <= now)?;
     Some(HistoryEntry {
         at: at.to_string(),
         applied_at: None,
@@ -761,6 +763,20 @@ mod tests {
         assert_eq!(after[0].applied_at.as_deref(), Some("2026-01-01T00:10:12Z"));
         assert_eq!(after[0].from, Some(3));
         assert!(after[0].message.as_deref().unwrap().contains("refused"));
+
+        // A scale-up written ahead fails at its write, and is recorded then, at its transition.
+        let ahead = TDSetStatus {
+            next_write_time: Some("2026-01-01T00:09:00Z".into()),
+            ..previous.clone()
+        };
+        let before = with_failure(Some(&ahead), Some(1), &p, utc("2026-01-01T00:08:59Z"));
+        assert_eq!(before.history, previous.history);
+        let led = with_failure(Some(&ahead), Some(1), &p, utc("2026-01-01T00:09:01Z"));
+        assert_eq!(led.history.len(), 2);
+        assert_eq!(
+            (led.history[0].at.as_str(), led.history[0].to),
+            ("2026-01-01T00:10:00Z", Some(5))
+        );
     }
 
     #[test]
