@@ -38,6 +38,23 @@ fn asleep(name: &str, own: i32) -> Member {
     }
 }
 
+/// A Deployment the group `g` has put to sleep (its own count 1), and the HPA that scales it
+/// (its floor 1, its ceiling 10).
+fn autoscaled(name: &str) -> (Member, Member) {
+    let mut workload = asleep(name, 1);
+    workload.autoscaled_by = Some(name.into());
+    let hpa = Member {
+        api_version: "autoscaling/v2".into(),
+        kind: "HorizontalPodAutoscaler".into(),
+        uid: format!("uid-hpa-{name}"),
+        value: Value::Floor(1),
+        record: None,
+        floor_of: Some((name.into(), 10)),
+        ..asleep(name, 1)
+    };
+    (workload, hpa)
+}
+
 /// A group: its members, their tiers and what each has ready.
 struct Group {
     members: Vec<Member>,
@@ -465,7 +482,7 @@ fn a_tier_inserted_mid_wake_walks_the_tiers_again() {
     assert_eq!(
         sent,
         ["cache"],
-        "web (last) sent with cache (first): {sent:?}"
+        "the new first tier alone, not the last with it: {sent:?}"
     );
 }
 
@@ -473,22 +490,7 @@ fn a_tier_inserted_mid_wake_walks_the_tiers_again() {
 /// HPA's floor (5). The tier is "there" at 1 ready, while its new count is 5.
 #[test]
 fn an_autoscaled_tier_is_there_at_its_floor_not_its_own_count() {
-    let mut db = asleep("db", 1);
-    db.autoscaled_by = Some("db".into());
-    let hpa = Member {
-        api_version: "autoscaling/v2".into(),
-        kind: "HorizontalPodAutoscaler".into(),
-        name: "db".into(),
-        uid: "uid-hpa".into(),
-        resource_version: Some("1".into()),
-        value: Value::Floor(1),
-        record: None,
-        place: Place::Held,
-        autoscaled_by: None,
-        floor_of: Some(("db".into(), 10)),
-        two_step: false,
-        handed_to: None,
-    };
+    let (db, hpa) = autoscaled("db");
     let mut g = Group {
         members: vec![db, hpa, asleep("api", 3)],
         tier: vec![0, 0, 1],
@@ -515,22 +517,7 @@ fn an_autoscaled_tier_is_there_at_its_floor_not_its_own_count() {
 #[test]
 fn held_floor_writes_are_counted_through_their_workload() {
     use crate::workload::group::not_reached;
-    let mut api = asleep("api", 1);
-    api.autoscaled_by = Some("api".into());
-    let hpa = Member {
-        api_version: "autoscaling/v2".into(),
-        kind: "HorizontalPodAutoscaler".into(),
-        name: "api".into(),
-        uid: "uid-hpa".into(),
-        resource_version: Some("1".into()),
-        value: Value::Floor(1),
-        record: None,
-        place: Place::Held,
-        autoscaled_by: None,
-        floor_of: Some(("api".into(), 10)),
-        two_step: false,
-        handed_to: None,
-    };
+    let (api, hpa) = autoscaled("api");
     let members = vec![asleep("db", 1), api, hpa];
     let tier = vec![0, 1, 1];
     let ready = vec![Some(0); 3];
