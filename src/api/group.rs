@@ -16,6 +16,10 @@ pub const MAX_HELD_KINDS: usize = 64;
 pub const MAX_LISTED: usize = 10;
 /// The most tiers `order` may list (the workloads in none form one more).
 pub const MAX_TIERS: usize = 8;
+/// The rule that keeps the operator's own labels out of a selector (of the group, of a tier):
+/// holding a workload would change whether it is selected.
+const NO_RESERVED_KEYS: &str = "(!has(self.matchLabels) || self.matchLabels.all(k, !k.startsWith('schedule.rs/'))) && (!has(self.matchExpressions) || self.matchExpressions.all(e, !e.key.startsWith('schedule.rs/')))";
+
 /// The most labels, and the most expressions, one tier of `order` may select on.
 pub const MAX_TIER_TERMS: usize = 16;
 /// How long a tier is waited for when `tierTimeout` is not set.
@@ -35,7 +39,7 @@ pub struct ScaleTargetSelector {
     /// `schedule.rs/` keys are the operator's own (it labels what it holds) and may not be
     /// selected on: holding a workload would change whether it is selected.
     #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "(!has(self.matchLabels) || self.matchLabels.all(k, !k.startsWith('schedule.rs/'))) && (!has(self.matchExpressions) || self.matchExpressions.all(e, !e.key.startsWith('schedule.rs/')))",
+        "rule": NO_RESERVED_KEYS,
         "message": "schedule.rs/ labels are written by the operator and may not be selected on",
         "reason": "FieldValueInvalid"
     }]))]
@@ -63,7 +67,7 @@ pub struct ScaleTargetSelector {
         length(min = 2, max = 16),
         regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"),
         extend("x-kubernetes-validations" = [{
-            "rule": "self != '' && duration(self) >= duration('1s') && duration(self) <= duration('1h')",
+            "rule": super::SHORT_DURATION,
             "message": "must be a duration from 1s to 1h, e.g. \"90s\" or \"5m\"",
             "reason": "FieldValueInvalid"
         }])
@@ -127,7 +131,7 @@ impl JsonSchema for TierSelector {
         schema.insert(
             "x-kubernetes-validations".into(),
             serde_json::json!([{
-                "rule": "(!has(self.matchLabels) || self.matchLabels.all(k, !k.startsWith('schedule.rs/'))) && (!has(self.matchExpressions) || self.matchExpressions.all(e, !e.key.startsWith('schedule.rs/')))",
+                "rule": NO_RESERVED_KEYS,
                 "message": "schedule.rs/ labels are written by the operator and may not be selected on",
                 "reason": "FieldValueInvalid"
             }]),

@@ -314,8 +314,8 @@ pub struct Ramp {
     pub direction: Option<RampDirection>,
 }
 
-/// A duration of the warm-up: "30s", "2m", "1h"; from 1s to 1h.
-const WARM_UP_DURATION: &str =
+/// A duration of the warm-up or of a tier's timeout: "30s", "2m", "1h"; from 1s to 1h.
+const SHORT_DURATION: &str =
     "self != '' && duration(self) >= duration('1s') && duration(self) <= duration('1h')";
 
 /// When a scale-up is written: `lead` ahead of its transition (`Fixed`), or ahead by what the
@@ -349,7 +349,7 @@ pub struct WarmUp {
         length(min = 2, max = 16),
         regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"),
         extend("x-kubernetes-validations" = [{
-            "rule": WARM_UP_DURATION,
+            "rule": SHORT_DURATION,
             "message": "must be a duration from 1s to 1h, e.g. \"90s\" or \"2m\"",
             "reason": "FieldValueInvalid"
         }])
@@ -361,7 +361,7 @@ pub struct WarmUp {
         length(min = 2, max = 16),
         regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"),
         extend("x-kubernetes-validations" = [{
-            "rule": WARM_UP_DURATION,
+            "rule": SHORT_DURATION,
             "message": "must be a duration from 1s to 1h, e.g. \"10m\"",
             "reason": "FieldValueInvalid"
         }])

@@ -31,7 +31,7 @@ use ramp::{CompiledRamp, LevelChange};
 
 pub use calendar::{MAX_HOLIDAYS, MAX_OVERRIDES, SharedHolidays, holiday_days, unreadable};
 pub use lead::{Led, LedTransition, MAX_LEAD, lead_of, rises};
-pub use ramp::{RampPhase, parse_duration};
+pub use ramp::{RampPhase, parse_duration, parse_short_duration};
 pub use validate::validate;
 
 /// How far ahead `next_transition` looks before it concludes that the count never changes.

@@ -190,6 +190,11 @@ fn clamp(k: i64) -> i32 {
     i32::try_from(k).unwrap_or(i32::MAX)
 }
 
+/// A duration of the warm-up or of a tier's timeout (`parse_duration`), from 1s to 1h.
+pub fn parse_short_duration(s: &str) -> Option<Duration> {
+    parse_duration(s).filter(|d| *d >= Duration::seconds(1) && *d <= Duration::hours(1))
+}
+
 /// A Go-style duration of hours, minutes and seconds: "90s", "15m", "1h30m".
 pub fn parse_duration(s: &str) -> Option<Duration> {
     if s.is_empty() {

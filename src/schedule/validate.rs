@@ -103,15 +103,13 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
                 err(format!("spec.scaleTargetSelector.order[{i}]"), e);
             }
         }
-        if let Some(t) = &sel.tier_timeout {
-            match super::parse_duration(t) {
-                Some(d) if d >= chrono::Duration::seconds(1) && d <= chrono::Duration::hours(1) => {
-                }
-                _ => err(
-                    "spec.scaleTargetSelector.tierTimeout".into(),
-                    format!("{t:?} must be a duration from 1s to 1h, e.g. \"90s\" or \"5m\""),
-                ),
-            }
+        if let Some(t) = &sel.tier_timeout
+            && super::parse_short_duration(t).is_none()
+        {
+            err(
+                "spec.scaleTargetSelector.tierTimeout".into(),
+                format!("{t:?} must be a duration from 1s to 1h, e.g. \"90s\" or \"5m\""),
+            );
         }
     }
     match spec.default_replica {
@@ -139,9 +137,9 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
     if let Some(w) = &spec.warm_up {
         let duration = |field: &str, value: &Option<String>| match value.as_deref() {
             None => Ok(None),
-            Some(v) => match super::parse_duration(v) {
-                Some(d) if d >= chrono::Duration::seconds(1) && d <= super::MAX_LEAD => Ok(Some(d)),
-                _ => Err(SpecError {
+            Some(v) => match super::parse_short_duration(v) {
+                Some(d) => Ok(Some(d)),
+                None => Err(SpecError {
                     field: format!("spec.warmUp.{field}"),
                     message: format!(
                         "{v:?} must be a duration from 1s to 1h, e.g. \"90s\" or \"2m\""

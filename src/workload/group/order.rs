@@ -22,8 +22,7 @@ use crate::api::{DEFAULT_TIER_TIMEOUT, OrderDirection, ScaleTargetSelector};
 pub fn timeout(sel: &ScaleTargetSelector) -> Duration {
     sel.tier_timeout
         .as_deref()
-        .and_then(crate::schedule::parse_duration)
-        .filter(|d| *d >= Duration::seconds(1) && *d <= Duration::hours(1))
+        .and_then(crate::schedule::parse_short_duration)
         .unwrap_or(DEFAULT_TIER_TIMEOUT)
 }
 

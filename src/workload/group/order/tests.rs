@@ -77,6 +77,17 @@ impl Group {
         }
     }
 
+    /// db, api, web and cache, each asleep (own count 1), in `tier` of `tiers`.
+    fn four_asleep(tier: Vec<usize>, tiers: usize) -> Group {
+        Group {
+            members: ["db", "api", "web", "cache"].map(|n| asleep(n, 1)).to_vec(),
+            ready: vec![Some(0); 4],
+            tier,
+            tiers,
+            generation: 1,
+        }
+    }
+
     fn gate(
         &self,
         level: Count,
@@ -420,18 +431,7 @@ fn a_new_rise_mid_wake_is_a_new_change() {
 /// tier that never gets there costs one timeout per change.
 #[test]
 fn a_workload_relabelled_into_a_passed_tier_is_woken_at_once() {
-    let mut g = Group {
-        members: vec![
-            asleep("db", 1),
-            asleep("api", 1),
-            asleep("web", 1),
-            asleep("cache", 1),
-        ],
-        tier: vec![0, 1, 2, 3],
-        ready: vec![Some(0); 4],
-        tiers: 4,
-        generation: 1,
-    };
+    let mut g = Group::four_asleep(vec![0, 1, 2, 3], 4);
     let (writes, gate) = g.gate(Count::Own, None, at(0));
     assert_eq!(g.send(&writes, &gate), ["db"]);
     g.ready[0] = Some(1);
@@ -453,18 +453,7 @@ fn a_workload_relabelled_into_a_passed_tier_is_woken_at_once() {
 /// tier; the new first tier (cache) and backend go out together.
 #[test]
 fn a_tier_inserted_mid_wake_walks_the_tiers_again() {
-    let mut g = Group {
-        members: vec![
-            asleep("db", 1),
-            asleep("api", 1),
-            asleep("web", 1),
-            asleep("cache", 1),
-        ],
-        tier: vec![0, 1, 2, 2],
-        ready: vec![Some(0); 4],
-        tiers: 3,
-        generation: 1,
-    };
+    let mut g = Group::four_asleep(vec![0, 1, 2, 2], 3);
     let (writes, gate) = g.gate(Count::Own, None, at(0));
     assert_eq!(g.send(&writes, &gate), ["db"]);
     g.ready[0] = Some(1);
