@@ -60,6 +60,10 @@ pub struct Metrics {
     pub streaming_lists: IntGauge,
     /// TDSets this shard matches that another shard still holds.
     pub shard_waiting: IntGauge,
+    /// Other shards' TDSets in this shard's indexes (those of namespaces where it has its own).
+    pub shard_others_indexed: IntGauge,
+    /// Namespaces listed afresh because this shard's first TDSet arrived there.
+    pub shard_index_fills: IntCounter,
     tdsets: Arc<Mutex<Option<Store<Cached<TDSet>>>>>,
     /// Replica-seconds saved per TDSet ("ns/name"), integrated at each reconcile.
     saved: Arc<Mutex<std::collections::HashMap<String, SavedClock>>>,
@@ -177,8 +181,18 @@ impl Metrics {
             "tdset_shard_handovers_waiting",
             "TDSets this shard matches that another shard still holds (it has not let go, nor is it proven gone)",
         )?;
+        let shard_others_indexed = IntGauge::new(
+            "tdset_shard_other_tdsets_indexed",
+            "Other shards' TDSets this shard keeps in its indexes: those of the namespaces where it has TDSets of its own",
+        )?;
+        let shard_index_fills = IntCounter::new(
+            "tdset_shard_index_fills_total",
+            "Namespaces whose TDSets this shard listed afresh because its first TDSet arrived there",
+        )?;
         let tdsets = Arc::new(Mutex::new(None));
         registry.register(Box::new(shard_waiting.clone()))?;
+        registry.register(Box::new(shard_others_indexed.clone()))?;
+        registry.register(Box::new(shard_index_fills.clone()))?;
         registry.register(Box::new(streaming_lists.clone()))?;
         registry.register(Box::new(bookkeeping_pending.clone()))?;
         registry.register(Box::new(bookkeeping_superseded.clone()))?;
@@ -214,6 +228,8 @@ impl Metrics {
             bookkeeping_superseded,
             streaming_lists,
             shard_waiting,
+            shard_others_indexed,
+            shard_index_fills,
             tdsets,
             saved: Default::default(),
         })

@@ -470,3 +470,102 @@ async fn a_tdset_moved_back_and_forth_quickly_is_always_let_go_of_before_it_is_t
     drop((a, b));
     ns.cleanup().await;
 }
+
+/// A group TDSet labelled `labels` over the namespace's Deployment `web` (label `app: web`),
+/// at `replicas` at noon (1 otherwise).
+fn grouping(name: &str, labels: Value, replicas: i32) -> TDSet {
+    let mut t = tdset(
+        name,
+        json!({
+            "scaleTargetSelector": {"kinds": ["Deployment"], "selector": {"matchLabels": {"app": "web"}}},
+            "schedulingConfig": [{"name": "office", "startTime": 9, "endTime": 17, "replica": replicas}],
+            "defaultReplica": 1,
+            "intervalMint": 60,
+        }),
+    );
+    t.metadata.labels = serde_json::from_value(labels).ok();
+    t
+}
+
+/// A shard keeps other shards' TDSets only in the namespaces where it has TDSets of its own
+/// (issue 34: 1000 of another shard's largest groups cost a shard 191.6 kB each). Shard a has
+/// none here while shard b's `scaleTargetRef` holds `web` (which leaves no mark on `web`);
+/// a's first TDSet here, a younger group over `web`, must still yield to b's older claim: the
+/// namespace is listed afresh before a writes anything in it, after a restart as well as when
+/// a TDSet moves back to a.
+#[tokio::test]
+async fn a_shards_first_tdset_in_a_namespace_yields_to_another_shards_older_claim() {
+    let (client, ns) = setup("shards-scope").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, app_deployment("web", 1)).await;
+    let web = record(
+        Api::<Deployment>::namespaced(client.clone(), n),
+        "web",
+        replicas,
+    );
+    let mut a = shard(n, "a", "team=a", "shards-scope").await;
+    let b = shard(n, "b", "team=b", "shards-scope").await;
+    create_tdset(&client, n, &scaling("old", json!({"team": "b"}), "web", 3)).await;
+    deployment_at(&client, n, "web", 3).await;
+    let _: TDSet = object_where(&client, n, "old", "old's status written", |t: &TDSet| {
+        t.status
+            .as_ref()
+            .is_some_and(|s| s.desired_replicas == Some(3) && !s.history.is_empty())
+    })
+    .await;
+    assert_eq!(a.metric("tdset_shard_other_tdsets_indexed"), 0.0);
+
+    // Created a second later: its claim is younger.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create_tdset(&client, n, &grouping("young", json!({"team": "a"}), 5)).await;
+    let young = tdset_with_reason(&client, n, "young", "Degraded", "ConflictingTDSet").await;
+    assert_eq!(shard_of(&young).as_deref(), Some("a"));
+    let untouched = |web: &Mutex<Vec<(u64, Option<i32>)>>| {
+        let seen = web.lock().unwrap().clone();
+        assert!(
+            seen.iter().all(|(_, r)| *r != Some(5)),
+            "the younger group wrote web: {seen:?}"
+        );
+    };
+    untouched(&web);
+    // a had let b's TDSet go (it had nothing here), and listed the namespace again before
+    // young's first write.
+    assert_eq!(a.metric("tdset_shard_index_fills_total"), 1.0);
+    assert_eq!(a.metric("tdset_shard_other_tdsets_indexed"), 1.0);
+
+    // A restart lists everything: b's group comes before a's TDSet, in namespace order, and is
+    // kept without a second list.
+    a.sigkill();
+    a = shard(n, "a", "team=a", "shards-scope-2").await;
+    eventually(GUARD, "young reconciled by the new shard a", || async {
+        (a.metric("tdset_reconciles_total") > 0.0).then_some(())
+    })
+    .await;
+    assert_eq!(a.metric("tdset_shard_other_tdsets_indexed"), 1.0);
+    assert_eq!(a.metric("tdset_shard_index_fills_total"), 0.0);
+
+    // a's only TDSet here moves to b: a lets the namespace go, and lists it again when the
+    // TDSet comes back.
+    move_tdset(&client, n, "young", json!({"team": "b"}), 5).await;
+    tdset_claimed_by(&client, n, "young", "b").await;
+    eventually(
+        GUARD,
+        "shard a keeping nothing of the namespace",
+        || async { (a.metric("tdset_shard_other_tdsets_indexed") == 0.0).then_some(()) },
+    )
+    .await;
+    move_tdset(&client, n, "young", json!({"team": "a"}), 5).await;
+    tdset_claimed_by(&client, n, "young", "a").await;
+    eventually(GUARD, "the namespace listed again", || async {
+        (a.metric("tdset_shard_index_fills_total") == 1.0).then_some(())
+    })
+    .await;
+    tdset_with_reason(&client, n, "young", "Degraded", "ConflictingTDSet").await;
+    untouched(&web);
+
+    // The older group goes: the younger takes web over.
+    delete_tdset_and_wait(&client, n, "old").await;
+    deployment_at(&client, n, "web", 5).await;
+    drop((a, b));
+    ns.cleanup().await;
+}

@@ -26,7 +26,7 @@ use super::io::target::hpa_view;
 use super::lane;
 use super::state::{
     CalendarIndex, Context, Discovery, GroupIndex, ShardOptions, Sharding, TargetIndex, Wakeups,
-    api_backoff, let_go_loop,
+    api_backoff, fill_loop, let_go_loop,
 };
 use crate::api::TDSet;
 use crate::cache::{Cached, TDSetRef};
@@ -209,7 +209,10 @@ pub(crate) async fn run_controller(
     let stream =
         watches::streams_lists(api_for(&watch_client, &opts.namespace), opts.initial_list).await;
     metrics.streaming_lists.set(i64::from(stream));
-    let shard = opts.shard.clone().map(|o| Sharding::new(o, client.clone()));
+    let shard = opts
+        .shard
+        .clone()
+        .map(|o| Sharding::new(o, client.clone(), index.clone(), groups.clone(), &metrics));
     if let Some(s) = &shard {
         info!(shard = s.name(), selector = %s.options.spec.selector_text, "running as a shard: only the TDSets the selector matches are reconciled");
     }
@@ -284,6 +287,10 @@ pub(crate) async fn run_controller(
             metrics.clone(),
         ))
     });
+    // Aborted with the controller: a fill's list only feeds the indexes.
+    let filling = shard
+        .clone()
+        .map(|s| tokio::spawn(fill_loop(s, client.clone(), wakeups.clone())));
 
     // Ready, and wakeups handed over, once all five caches hold a full list (calendars too: a
     // window must not start on a holiday the operator has not read yet). Polled, not
@@ -413,6 +420,9 @@ pub(crate) async fn run_controller(
     readiness.abort();
     if let Some(letting_go) = letting_go {
         letting_go.abort();
+    }
+    if let Some(filling) = filling {
+        filling.abort();
     }
     if let Some(usage) = usage {
         usage.abort();

@@ -97,10 +97,11 @@ fn config(stream: bool) -> watcher::Config {
 
 /// What the TDSet watch keeps up to date besides its cache.
 pub(crate) struct TDSetHooks {
-    /// Which TDSets reference which target: every TDSet, whichever shard reconciles it, so
-    /// one writer per workload holds across shards.
+    /// Which TDSets reference which target: every TDSet of the namespaces where this shard
+    /// (if it is one) has TDSets, whichever shard reconciles it, so one writer per workload
+    /// holds across shards.
     pub index: TargetIndex,
-    /// What each group selects: every TDSet, whichever shard reconciles it, too.
+    /// What each group selects: the same TDSets.
     pub groups: GroupIndex,
     pub calendars: CalendarIndex,
     pub statuses: Arc<StatusMemo>,
@@ -189,12 +190,16 @@ fn route(
             wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
             if let Some(s) = shard {
                 s.forget_wait(&t);
+                s.deleted(&t);
             }
             return Some(watcher::Event::Delete(t));
         }
         watcher::Event::Init => {
             if let Ok(mut seen) = relisted.lock() {
                 *seen = Some(HashSet::new());
+            }
+            if let Some(s) = shard {
+                s.list_started();
             }
             return Some(event);
         }
@@ -207,6 +212,9 @@ fn route(
                 for other in index.retain(keep).into_iter().chain(groups.retain(keep)) {
                     wake(&other);
                 }
+                if let Some(s) = shard {
+                    s.list_done(&seen);
+                }
             }
             return Some(event);
         }
@@ -216,18 +224,25 @@ fn route(
     // moved wakes its namespace's groups (a few), a group that changed the TDSets with a
     // younger claim (only they can have yielded to it). A relist wakes everyone anyway.
     let ns = t.namespace().unwrap_or_default();
-    let (moved, mut woken) = index.update_moved(&t);
-    let (regrouped, others) = groups.update_changed(&t);
-    woken.extend(others);
-    if moved && !listing {
-        woken.extend(groups.refs_in_namespace(&ns));
-    }
-    if regrouped && !listing {
-        let claim = claim_of(&t);
-        woken.extend(index.younger_in_namespace(&ns, &claim));
-    }
-    for other in woken.iter().filter(|r| r.name != t.name_any()) {
-        wake(other);
+    // A shard keeps another shard's TDSet only where it has TDSets of its own.
+    if shard.as_ref().is_none_or(|s| s.admit(&t, listing)) {
+        let (moved, mut woken) = index.update_moved(&t);
+        let (regrouped, others) = groups.update_changed(&t);
+        woken.extend(others);
+        if moved && !listing {
+            woken.extend(groups.refs_in_namespace(&ns));
+        }
+        if regrouped && !listing {
+            let claim = claim_of(&t);
+            woken.extend(index.younger_in_namespace(&ns, &claim));
+        }
+        for other in woken.iter().filter(|r| r.name != t.name_any()) {
+            wake(other);
+        }
+    } else {
+        // None of the namespace's TDSets is this shard's: nobody to wake.
+        index.remove(&t);
+        groups.remove(&t);
     }
     if let Some(s) = shard.as_ref().filter(|s| !s.owns(&t)) {
         calendars.remove(&t);

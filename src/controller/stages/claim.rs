@@ -15,6 +15,9 @@ use crate::workload::owned::FIELD_MANAGER;
 
 /// While another shard's claim is not let go of, a waiting TDSet is looked at this often.
 const WAIT: Duration = Duration::from_secs(2);
+/// While its namespace's claims are being indexed, a TDSet is looked at again after this long
+/// (the fill's end wakes it before).
+const INDEX_WAIT: Duration = Duration::from_secs(5);
 /// The longest the claim stage of one reconcile may take.
 const CLAIM_DEADLINE: Duration = Duration::from_secs(20);
 
@@ -38,6 +41,12 @@ pub(crate) async fn claim(tdset: &TDSet, ctx: &Context) -> Option<Duration> {
 
 async fn claim_unbounded(tdset: &TDSet, ctx: &Context) -> Option<Duration> {
     let sharding = ctx.shard.as_ref()?;
+    if !sharding.index_ready(&tdset.namespace().unwrap_or_default()) {
+        // Other shards' TDSets of the namespace are being listed: until they are in the
+        // indexes, an older claim of theirs is unknown. The fill's end wakes it.
+        debug!(tdset = %key_of(tdset), "waiting for the namespace's claims to be indexed");
+        return Some(INDEX_WAIT);
+    }
     let current = ctx.statuses.current(tdset);
     let claimed = current.as_ref().and_then(|s| s.shard.as_deref());
     let result = match shard::claim(sharding.name(), claimed) {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use kube::{Resource, ResourceExt};
 
 use crate::api::{GroupKind, TDSet};
-use crate::cache::{TDSetRef, tdset_ref, tdset_ref_named};
+use crate::cache::{TDSetRef, tdset_ref_named};
 use crate::workload::group::{HELD_BY, Selector};
 
 /// A TDSet's claim, ordered as holding goes: older first, then by name.
@@ -151,21 +151,21 @@ impl GroupIndex {
 
     /// Forgets the TDSet; returns the other groups of its namespace.
     pub fn remove(&self, tdset: &TDSet) -> Vec<TDSetRef> {
-        let ns = tdset.namespace().unwrap_or_default();
-        let me = tdset_ref(tdset);
+        self.remove_named(&tdset.namespace().unwrap_or_default(), &tdset.name_any())
+    }
+
+    /// Forgets TDSet `name` of namespace `ns`; returns the other groups of its namespace.
+    pub fn remove_named(&self, ns: &str, name: &str) -> Vec<TDSetRef> {
         let Ok(mut index) = self.groups.write() else {
             return vec![];
         };
-        let Some(groups) = index.get_mut(&ns) else {
+        let Some(groups) = index.get_mut(ns) else {
             return vec![];
         };
-        groups.retain(|(_, name), _| *name != me.name);
-        let others = groups
-            .keys()
-            .map(|(_, name)| tdset_ref_named(&ns, name))
-            .collect();
+        groups.retain(|(_, n), _| n != name);
+        let others = groups.keys().map(|(_, n)| tdset_ref_named(ns, n)).collect();
         if groups.is_empty() {
-            index.remove(&ns);
+            index.remove(ns);
         }
         others
     }

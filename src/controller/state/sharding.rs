@@ -13,7 +13,9 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::shard_scope::Scope;
 use super::wakeups::Wakeups;
+use super::{GroupIndex, TargetIndex};
 use crate::api::{TDSet, TDSetStatus};
 use crate::cache::{Cached, tdset_ref_named};
 use crate::controller::lane::Lane;
@@ -56,6 +58,8 @@ pub struct Sharding {
     waits: Mutex<HashMap<String, Waiting>>,
     /// Another shard's Lease as last read: shard -> (when, record).
     leases_seen: Mutex<HashMap<String, (Instant, Option<LeaseRecord>)>>,
+    /// Which other shards' TDSets the indexes hold (see `shard_scope`).
+    scope: Scope,
 }
 
 #[derive(Default)]
@@ -78,13 +82,18 @@ pub struct Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
+        let mut ended = false;
         if let Ok(mut slots) = self.sharding.slots.lock()
             && let Some(slot) = slots.get_mut(&self.key)
         {
             slot.running = slot.running.saturating_sub(1);
             if slot.running == 0 && !slot.releasing {
                 slots.remove(&self.key);
+                ended = true;
             }
+        }
+        if ended {
+            self.sharding.idle(&self.key);
         }
     }
 }
@@ -94,7 +103,15 @@ fn key_of(t: &impl Resource) -> String {
 }
 
 impl Sharding {
-    pub fn new(options: ShardOptions, client: Client) -> Arc<Sharding> {
+    /// `targets` and `groups`: the indexes the TDSet watch feeds, of which this shard keeps
+    /// other shards' TDSets only where it needs them.
+    pub fn new(
+        options: ShardOptions,
+        client: Client,
+        targets: TargetIndex,
+        groups: GroupIndex,
+        metrics: &Metrics,
+    ) -> Arc<Sharding> {
         Arc::new(Sharding {
             leases: Api::namespaced(client, &options.lease_namespace),
             options,
@@ -103,7 +120,54 @@ impl Sharding {
             work: tokio::sync::Notify::new(),
             waits: Mutex::default(),
             leases_seen: Mutex::default(),
+            scope: Scope::new(
+                targets,
+                groups,
+                metrics.shard_others_indexed.clone(),
+                metrics.shard_index_fills.clone(),
+            ),
         })
+    }
+
+    /// Whether a reconcile of a TDSet of the namespace runs, or one is being let go of.
+    fn busy_in(&self, ns: &str) -> bool {
+        let prefix = format!("{ns}/");
+        self.slots
+            .lock()
+            .map_or(true, |slots| slots.keys().any(|k| k.starts_with(&prefix)))
+    }
+
+    /// A TDSet the watch shows: whether the indexes keep it (see `shard_scope`).
+    pub fn admit(&self, t: &TDSet, listing: bool) -> bool {
+        self.scope
+            .admit(t, self.owns(t), listing, &|ns| self.busy_in(ns))
+    }
+
+    /// A TDSet the watch shows deleted.
+    pub fn deleted(&self, t: &TDSet) {
+        self.scope.deleted(t, &|ns| self.busy_in(ns));
+    }
+
+    /// An initial list begins.
+    pub fn list_started(&self) {
+        self.scope.list_started(&|ns| self.busy_in(ns));
+    }
+
+    /// An initial list ended, having shown `seen`.
+    pub fn list_done(&self, seen: &std::collections::HashSet<crate::cache::TDSetRef>) {
+        self.scope.list_done(seen, &|ns| self.busy_in(ns));
+    }
+
+    /// Whether the claims of the namespace are all known: this shard's TDSets there may be
+    /// written.
+    pub fn index_ready(&self, ns: &str) -> bool {
+        self.scope.ready(ns)
+    }
+
+    /// The reconciles of TDSet `key` ("ns/name") have ended.
+    fn idle(&self, key: &str) {
+        let ns = key.split_once('/').map_or(key, |(ns, _)| ns);
+        self.scope.idle(ns, &|ns| self.busy_in(ns));
     }
 
     pub fn name(&self) -> &str {
@@ -332,6 +396,7 @@ pub(crate) async fn let_go_loop(
                         slots.remove(&key);
                     }
                 }
+                sharding.idle(&key);
                 // Moved back meanwhile: this shard reconciles it again (claiming it anew).
                 if store.get(&tdset_ref_named(&ns, &name)).is_some() {
                     wakeups.now(&ns, &name);
@@ -383,5 +448,54 @@ async fn release(
         Err(e) => Err(crate::Error::kube(format!(
             "letting go of TDSet {ns}/{name}"
         ))(e)),
+    }
+}
+
+/// Page size of a fill's list: 50 TDSets of the largest spec the schema allows are 7.5 MB.
+const FILL_PAGE: u32 = 50;
+/// Namespaces filled at once.
+const FILLS_AT_ONCE: usize = 4;
+
+/// Lists the namespaces whose index is incomplete when this shard's first TDSet arrives there
+/// (see `shard_scope`), and wakes that shard's TDSets there once it is done.
+pub(crate) async fn fill_loop(sharding: Arc<Sharding>, client: Client, wakeups: Arc<Wakeups>) {
+    let limit = Arc::new(tokio::sync::Semaphore::new(FILLS_AT_ONCE));
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        let ns = sharding.scope.next_fill().await;
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            return;
+        };
+        let (sharding, wakeups) = (sharding.clone(), wakeups.clone());
+        let api: Api<TDSet> = Api::namespaced(client.clone(), &ns);
+        running.spawn(async move {
+            let _permit = permit;
+            let mut delay = Duration::from_secs(1);
+            while let Err(e) = fill(&sharding, &api, &ns).await {
+                warn!(namespace = %ns, error = %e, retry_in = ?delay, "could not list the namespace's TDSets; its TDSets of this shard wait");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+            let woken = sharding.scope.fill_done(&ns, &|n| sharding.busy_in(n));
+            debug!(namespace = %ns, tdsets = woken.len(), "other shards' TDSets of the namespace indexed");
+            for name in woken {
+                wakeups.now(&ns, &name);
+            }
+        });
+        while running.try_join_next().is_some() {}
+    }
+}
+
+/// One fill's list, page by page (a fresh, consistent read: what it shows is no older than
+/// anything the watch has shown).
+async fn fill(sharding: &Sharding, api: &Api<TDSet>, ns: &str) -> Result<(), kube::Error> {
+    let mut params = kube::api::ListParams::default().limit(FILL_PAGE);
+    loop {
+        let page = api.list(&params).await?;
+        sharding.scope.fill_page(ns, &page.items);
+        match page.metadata.continue_ {
+            Some(next) if !next.is_empty() => params = params.continue_token(&next),
+            _ => return Ok(()),
+        }
     }
 }

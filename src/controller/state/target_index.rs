@@ -183,9 +183,14 @@ impl TargetIndex {
 
     /// Forgets the TDSet; returns the others that claimed its target.
     pub fn remove(&self, tdset: &TDSet) -> Vec<TDSetRef> {
+        self.remove_ref(&tdset_ref(tdset))
+    }
+
+    /// Forgets the TDSet `me`; returns the others that claimed its target.
+    pub fn remove_ref(&self, me: &TDSetRef) -> Vec<TDSetRef> {
         self.0
             .write()
-            .map(|mut index| index.unlink(&tdset_ref(tdset)))
+            .map(|mut index| index.unlink(me))
             .unwrap_or_default()
     }
 

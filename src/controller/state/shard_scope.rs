@@ -1,0 +1,402 @@
+//! Which other shards' TDSets a shard keeps in its indexes: only those of the namespaces where
+//! it has TDSets of its own. A claim is per namespace (a group selects, a `scaleTargetRef`
+//! names, only in its own namespace), so one writer per workload needs no more; a shard beside
+//! 1000 other shards' groups of the largest size the schema allows held 191.6 kB of index for
+//! each of them (BENCHMARKS.md, `shardindex`).
+//!
+//! A namespace's index is *complete* while every other shard's TDSet of it that the watch has
+//! shown is in it. It stops being complete when one is left out (the namespace had none of
+//! this shard's TDSets then). When this shard's first TDSet arrives in an incomplete
+//! namespace, the namespace is listed afresh (a *fill*), and nothing is written for this
+//! shard's TDSets there until it is complete again (`ready`): a group that did not know an
+//! older group of another shard would take its workloads.
+//!
+//! During the watch's initial list, which the API server gives namespace by namespace, a few
+//! of another shard's TDSets (`PROVISIONAL`) are indexed while the list is in their namespace,
+//! in case one of this shard's follows; so a restart needs no fill where a namespace is
+//! small, and holds at most that many it did not need. A list that is not in namespace order
+//! is still right: a namespace met again is taken as outside a list.
+//!
+//! A namespace is let go of (its other shards' TDSets forgotten) once it has none of this
+//! shard's TDSets and no reconcile of one runs there (`busy`): a reconcile that began before
+//! its TDSet moved away still reads the claims it yields to.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+
+use kube::ResourceExt;
+use prometheus::{IntCounter, IntGauge};
+
+use super::{GroupIndex, TargetIndex};
+use crate::api::TDSet;
+use crate::cache::{TDSetRef, tdset_ref_named};
+
+/// Another shard's TDSets indexed at most per namespace while an initial list is in it and
+/// this shard has none there (yet).
+pub const PROVISIONAL: usize = 128;
+
+/// What the shard's indexes hold of other shards, and the fills under way.
+pub struct Scope {
+    inner: Mutex<Inner>,
+    targets: TargetIndex,
+    groups: GroupIndex,
+    queued: tokio::sync::Notify,
+    /// Other shards' TDSets in the indexes.
+    indexed: IntGauge,
+    fills: IntCounter,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// This shard's TDSets, by namespace.
+    own: HashMap<String, HashSet<String>>,
+    /// Other shards' TDSets in the indexes, by namespace.
+    others: HashMap<String, HashSet<String>>,
+    /// Namespaces with another shard's TDSet that is not in the indexes.
+    incomplete: HashSet<String>,
+    /// Namespaces being filled, with the TDSets the watch has shown since the fill began
+    /// (what a list read earlier says of them is older).
+    filling: HashMap<String, HashSet<String>>,
+    to_fill: VecDeque<String>,
+    listing: Option<Listing>,
+    /// Namespaces with none of this shard's TDSets left, kept while a reconcile runs there.
+    lingering: HashSet<String>,
+}
+
+/// Where an initial list is.
+#[derive(Default)]
+struct Listing {
+    at: Option<At>,
+    /// Namespaces the list has left.
+    left: HashSet<String>,
+}
+
+struct At {
+    ns: String,
+    provisional: usize,
+    /// Another shard's TDSet was left out here (past `PROVISIONAL`).
+    overflowed: bool,
+}
+
+impl Scope {
+    pub fn new(
+        targets: TargetIndex,
+        groups: GroupIndex,
+        indexed: IntGauge,
+        fills: IntCounter,
+    ) -> Scope {
+        Scope {
+            inner: Mutex::default(),
+            targets,
+            groups,
+            queued: tokio::sync::Notify::new(),
+            indexed,
+            fills,
+        }
+    }
+
+    /// A TDSet the watch shows (`listing`: in a list): whether it goes into the indexes (else
+    /// the caller takes it out of them). `owns`: this shard reconciles it.
+    pub fn admit(&self, t: &TDSet, owns: bool, listing: bool, busy: &dyn Fn(&str) -> bool) -> bool {
+        let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
+        let Ok(mut inner) = self.inner.lock() else {
+            return true;
+        };
+        if let Some(seen) = inner.filling.get_mut(&ns) {
+            seen.insert(name.clone());
+        }
+        if listing {
+            self.list_at(&mut inner, &ns, busy);
+        }
+        if owns {
+            self.forget_other(&mut inner, &ns, &name);
+            let own = inner.own.entry(ns.clone()).or_default();
+            let first = own.is_empty();
+            own.insert(name);
+            inner.lingering.remove(&ns);
+            if first && !inner.listing_in(&ns) {
+                self.fill_if_incomplete(&mut inner, &ns);
+            }
+            return true;
+        }
+        if inner.forget_own(&ns, &name) {
+            // Moved to another shard: was it this shard's last TDSet there?
+            self.settle(&mut inner, &ns, busy);
+        }
+        if inner.interesting(&ns, busy) {
+            self.add_other(&mut inner, &ns, &name);
+            return true;
+        }
+        if let Some(at) = inner.listing_at(&ns) {
+            if at.provisional < PROVISIONAL {
+                at.provisional += 1;
+                self.add_other(&mut inner, &ns, &name);
+                return true;
+            }
+            at.overflowed = true;
+        }
+        self.forget_other(&mut inner, &ns, &name);
+        inner.incomplete.insert(ns);
+        false
+    }
+
+    /// A TDSet the watch shows deleted (the caller takes it out of the indexes).
+    pub fn deleted(&self, t: &TDSet, busy: &dyn Fn(&str) -> bool) {
+        let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        if let Some(seen) = inner.filling.get_mut(&ns) {
+            seen.insert(name.clone());
+        }
+        self.forget_other(&mut inner, &ns, &name);
+        if inner.forget_own(&ns, &name) {
+            self.settle(&mut inner, &ns, busy);
+        }
+    }
+
+    /// An initial list begins (the watch's first, or after it expired).
+    pub fn list_started(&self, busy: &dyn Fn(&str) -> bool) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let cut = inner.listing.replace(Listing::default()).and_then(|l| l.at);
+        if let Some(mut at) = cut {
+            // A list cut short in a namespace did not show all of it.
+            at.overflowed = true;
+            self.leave(&mut inner, at, busy);
+        }
+    }
+
+    /// The list is over; `seen` is what it showed: what it did not show was deleted meanwhile
+    /// (the caller takes those out of the indexes).
+    pub fn list_done(&self, seen: &HashSet<TDSetRef>, busy: &dyn Fn(&str) -> bool) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        if let Some(at) = inner.listing.take().and_then(|l| l.at) {
+            self.leave(&mut inner, at, busy);
+        }
+        let shown = |ns: &str, name: &str| seen.contains(&tdset_ref_named(ns, name));
+        let mut emptied = Vec::new();
+        for (ns, names) in inner.own.iter_mut() {
+            names.retain(|n| shown(ns, n));
+            if names.is_empty() {
+                emptied.push(ns.clone());
+            }
+        }
+        let mut gone = 0;
+        for (ns, names) in inner.others.iter_mut() {
+            let before = names.len();
+            names.retain(|n| shown(ns, n));
+            gone += before - names.len();
+        }
+        inner.others.retain(|_, names| !names.is_empty());
+        self.indexed.sub(gone as i64);
+        for ns in emptied {
+            inner.own.remove(&ns);
+            self.settle(&mut inner, &ns, busy);
+        }
+    }
+
+    /// Whether this shard's TDSets of the namespace may be written: its index is complete.
+    pub fn ready(&self, ns: &str) -> bool {
+        self.inner
+            .lock()
+            .is_ok_and(|inner| !inner.incomplete.contains(ns))
+    }
+
+    /// A reconcile in the namespace ended (or a TDSet of it was let go of).
+    pub fn idle(&self, ns: &str, busy: &dyn Fn(&str) -> bool) {
+        if let Ok(mut inner) = self.inner.lock()
+            && inner.lingering.contains(ns)
+        {
+            self.settle(&mut inner, ns, busy);
+        }
+    }
+
+    /// The next namespace to fill, when there is one.
+    pub async fn next_fill(&self) -> String {
+        loop {
+            let queued = self.queued.notified();
+            if let Some(ns) = self
+                .inner
+                .lock()
+                .ok()
+                .and_then(|mut i| i.to_fill.pop_front())
+            {
+                return ns;
+            }
+            queued.await;
+        }
+    }
+
+    /// Part of a fill's list: what the watch has not shown since the fill began goes into the
+    /// indexes.
+    pub fn fill_page(&self, ns: &str, listed: &[TDSet]) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let Some(seen) = inner.filling.get(ns) else {
+            return;
+        };
+        let fresh: Vec<&TDSet> = listed
+            .iter()
+            .filter(|t| !seen.contains(&t.name_any()))
+            .collect();
+        for t in fresh {
+            self.targets.update(t);
+            self.groups.update(t);
+            let name = t.name_any();
+            if !inner.own.get(ns).is_some_and(|own| own.contains(&name)) {
+                self.add_other(&mut inner, ns, &name);
+            }
+        }
+    }
+
+    /// The fill is over: the namespace is complete. Returns this shard's TDSets there, which
+    /// waited for it.
+    pub fn fill_done(&self, ns: &str, busy: &dyn Fn(&str) -> bool) -> Vec<String> {
+        let Ok(mut inner) = self.inner.lock() else {
+            return vec![];
+        };
+        inner.filling.remove(ns);
+        inner.incomplete.remove(ns);
+        self.fills.inc();
+        self.settle(&mut inner, ns, busy);
+        inner
+            .own
+            .get(ns)
+            .map(|own| own.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The list moved to namespace `ns`: the namespace it left is settled.
+    fn list_at(&self, inner: &mut Inner, ns: &str, busy: &dyn Fn(&str) -> bool) {
+        let Some(listing) = inner.listing.as_mut() else {
+            return;
+        };
+        if listing.at.as_ref().is_some_and(|at| at.ns == ns) {
+            return;
+        }
+        let left = listing.at.take();
+        if let Some(at) = &left {
+            listing.left.insert(at.ns.clone());
+        }
+        if !listing.left.contains(ns) {
+            listing.at = Some(At {
+                ns: ns.to_string(),
+                provisional: 0,
+                overflowed: false,
+            });
+        }
+        if let Some(at) = left {
+            self.leave(inner, at, busy);
+        }
+    }
+
+    /// The list left a namespace, having shown all of it: complete if this shard has TDSets
+    /// there and none of the others was left out, else filled; let go of if it has none.
+    fn leave(&self, inner: &mut Inner, at: At, busy: &dyn Fn(&str) -> bool) {
+        if !inner.interesting(&at.ns, busy) {
+            self.settle(inner, &at.ns, busy);
+        } else if at.overflowed {
+            self.fill_if_incomplete(inner, &at.ns);
+        } else if !inner.filling.contains_key(&at.ns) {
+            inner.incomplete.remove(&at.ns);
+        }
+    }
+
+    fn fill_if_incomplete(&self, inner: &mut Inner, ns: &str) {
+        if inner.incomplete.contains(ns) && !inner.filling.contains_key(ns) {
+            inner.filling.insert(ns.to_string(), HashSet::new());
+            inner.to_fill.push_back(ns.to_string());
+            self.queued.notify_one();
+        }
+    }
+
+    /// A namespace this shard may have no TDSets left in: its other shards' TDSets are
+    /// forgotten, once no reconcile runs there.
+    fn settle(&self, inner: &mut Inner, ns: &str, busy: &dyn Fn(&str) -> bool) {
+        if inner.interesting(ns, busy) {
+            if !inner.own.contains_key(ns) {
+                inner.lingering.insert(ns.to_string());
+            }
+            return;
+        }
+        inner.lingering.remove(ns);
+        if inner.listing_in(ns) {
+            // Settled when the list leaves it.
+            return;
+        }
+        let Some(names) = inner.others.remove(ns) else {
+            return;
+        };
+        self.indexed.sub(names.len() as i64);
+        for name in &names {
+            self.targets.remove_ref(&tdset_ref_named(ns, name));
+            self.groups.remove_named(ns, name);
+        }
+        inner.incomplete.insert(ns.to_string());
+    }
+
+    fn add_other(&self, inner: &mut Inner, ns: &str, name: &str) {
+        if inner
+            .others
+            .entry(ns.to_string())
+            .or_default()
+            .insert(name.to_string())
+        {
+            self.indexed.inc();
+        }
+    }
+
+    fn forget_other(&self, inner: &mut Inner, ns: &str, name: &str) {
+        if let Some(names) = inner.others.get_mut(ns)
+            && names.remove(name)
+        {
+            self.indexed.dec();
+            if names.is_empty() {
+                inner.others.remove(ns);
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Whether this shard needs the namespace's claims: it has TDSets there, a reconcile of
+    /// one still runs, or a fill is under way.
+    fn interesting(&self, ns: &str, busy: &dyn Fn(&str) -> bool) -> bool {
+        self.own.contains_key(ns) || self.filling.contains_key(ns) || busy(ns)
+    }
+
+    /// Whether this shard's TDSet `name` was known; the namespace is dropped from `own` when
+    /// it was its last.
+    fn forget_own(&mut self, ns: &str, name: &str) -> bool {
+        let Some(own) = self.own.get_mut(ns) else {
+            return false;
+        };
+        let was = own.remove(name);
+        if own.is_empty() {
+            self.own.remove(ns);
+        }
+        was
+    }
+
+    fn listing_at(&mut self, ns: &str) -> Option<&mut At> {
+        self.listing
+            .as_mut()
+            .and_then(|l| l.at.as_mut())
+            .filter(|at| at.ns == ns)
+    }
+
+    fn listing_in(&self, ns: &str) -> bool {
+        self.listing
+            .as_ref()
+            .and_then(|l| l.at.as_ref())
+            .is_some_and(|at| at.ns == ns)
+    }
+}
+
+#[cfg(test)]
+mod tests;
