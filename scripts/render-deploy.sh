@@ -2,7 +2,7 @@
 # deploy/ (kubectl apply -k) is the Helm chart's defaults, rendered here: one source of truth.
 #
 #   scripts/render-deploy.sh           write deploy/operator.yaml, deploy/prometheus/*.rules.yaml
-#                                      and the chart's copy of the CRD
+#                                      and the chart's copies of the CRDs and the dashboard
 #   scripts/render-deploy.sh --check   change nothing; fail with a diff when they are stale
 #
 # Needs helm, built and cached by `scripts/control-plane.sh install`.
@@ -23,6 +23,8 @@ template() { "$HELM" template tdset-operator "$CHART" --namespace tdset-system "
 mkdir -p "$out/$CHART/files" "$out/deploy/prometheus"
 cp crds/tdset.yaml "$out/$CHART/files/crd.yaml"
 cp crds/tdcalendar.yaml "$out/$CHART/files/tdcalendar-crd.yaml"
+# The Grafana dashboard is deploy/grafana/tdset-operator.json; the chart carries a copy.
+cp deploy/grafana/tdset-operator.json "$out/$CHART/files/grafana-dashboard.json"
 # kustomization.yaml takes the CRD from ../crds, so it is left out here.
 { header "default values, crds.install=false"; template --set crds.install=false; } >"$out/deploy/operator.yaml"
 # The PrometheusRule's groups, as a plain Prometheus rules file.
@@ -32,7 +34,7 @@ cp crds/tdcalendar.yaml "$out/$CHART/files/tdcalendar-crd.yaml"
     sed -n '/^spec:$/,$p' | tail -n +2 | sed 's/^  //'
 } >"$out/deploy/prometheus/tdset-operator.rules.yaml"
 
-files=("$CHART/files/crd.yaml" "$CHART/files/tdcalendar-crd.yaml" deploy/operator.yaml deploy/prometheus/tdset-operator.rules.yaml)
+files=("$CHART/files/crd.yaml" "$CHART/files/tdcalendar-crd.yaml" "$CHART/files/grafana-dashboard.json" deploy/operator.yaml deploy/prometheus/tdset-operator.rules.yaml)
 if [[ "${1:-}" == "--check" ]]; then
   stale=0
   for f in "${files[@]}"; do

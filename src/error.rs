@@ -86,6 +86,21 @@ impl Error {
     }
 
     /// A short, stable label for the `reconcile_errors_total{kind}` metric.
+    /// Every `metric_label`, so the error counter's series exist (at 0) before the first error:
+    /// a dashboard's "errors by kind" then shows zeros rather than nothing.
+    pub const METRIC_LABELS: [&'static str; 10] = [
+        "kube",
+        "invalid_spec",
+        "foreign_object",
+        "missing_field",
+        "contended",
+        "input",
+        "serialize",
+        "metrics",
+        "config",
+        "deadline",
+    ];
+
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube { .. } => "kube",

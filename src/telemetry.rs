@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-use crate::api::{TDSet, TDSetStatus};
+use crate::api::{OrderDirection, TDSet, TDSetStatus, WarmUpMode};
 use crate::cache::Cached;
 use crate::error::Result;
 
@@ -211,6 +211,23 @@ impl Metrics {
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        // Every known label value at 0 from the start: a query by that label (a dashboard's
+        // panel, an alert's `rate`) has its series before the first event.
+        for result in ["ok", "error"] {
+            reconciles.with_label_values(&[result]);
+        }
+        for kind in crate::error::Error::METRIC_LABELS {
+            reconcile_errors.with_label_values(&[kind]);
+        }
+        for direction in ["up", "down"] {
+            scale_operations.with_label_values(&[direction]);
+        }
+        for mode in [WarmUpMode::Off, WarmUpMode::Fixed, WarmUpMode::Measured] {
+            scale_up_lateness.with_label_values(&[&format!("{mode:?}")]);
+        }
+        for direction in [OrderDirection::Waking, OrderDirection::Sleeping] {
+            tier_timeouts.with_label_values(&[&format!("{direction:?}")]);
+        }
         Ok(Metrics {
             registry,
             reconciles,
@@ -318,13 +335,15 @@ const CHUNK: usize = 256;
 enum Series {
     Gauge(fn(&TDSetStatus) -> Option<f64>),
     Conditions,
+    /// One series while `Degraded` is true, with its reason (a conflict, a contest, ...).
+    DegradedReason,
     /// `tdset_saved_replica_seconds_total`, from the operator's memory (a counter: it starts
     /// again at 0 when the operator restarts, as Prometheus counters do).
     SavedSeconds,
 }
 
 /// The per-TDSet families: name, help, what they read.
-const FAMILIES: [(&str, &str, Series); 10] = [
+const FAMILIES: [(&str, &str, Series); 11] = [
     (
         "tdset_desired_replicas",
         "Replicas the schedule wants now",
@@ -389,6 +408,11 @@ const FAMILIES: [(&str, &str, Series); 10] = [
         "1 for the status each condition of a TDSet has (type Available, Progressing, Degraded; status true, false, unknown), 0 for the others",
         Series::Conditions,
     ),
+    (
+        "tdset_degraded_reason",
+        "1 while the TDSet is Degraded, labelled with the condition's reason (ConflictingTDSet, ConflictingWriter, InvalidSpec, ...); absent otherwise",
+        Series::DegradedReason,
+    ),
 ];
 
 /// One family's lines for some TDSets (with its HELP and TYPE when `header`).
@@ -432,6 +456,17 @@ fn render_family(
                 }
             }
             Series::SavedSeconds => {}
+            Series::DegradedReason => {
+                if let Some(c) = status.conditions.iter().find(|c| {
+                    c.type_ == crate::status::DEGRADED && c.status.eq_ignore_ascii_case("true")
+                }) {
+                    let reason = escape(&c.reason);
+                    let _ = writeln!(
+                        out,
+                        "{name}{{name=\"{tname}\",namespace=\"{ns}\",reason=\"{reason}\"}} 1"
+                    );
+                }
+            }
             Series::Conditions => {
                 for c in &status.conditions {
                     let type_ = escape(&c.type_);
@@ -523,6 +558,43 @@ mod tests {
             if let (Some(first), Some(last)) = (positions.first(), positions.last()) {
                 assert_eq!(last - first + 1, positions.len(), "{family} interleaved");
             }
+        }
+    }
+
+    #[test]
+    fn a_degraded_tdset_has_one_series_with_its_reason_and_the_others_none() {
+        let metrics = Metrics::new().unwrap();
+        let (reader, mut writer) = kube::runtime::reflector::store::<Cached<TDSet>>();
+        let mut conflicting = tdset(1);
+        let status = conflicting.status.as_mut().unwrap();
+        status.conditions[0].status = "True".into();
+        status.conditions[0].reason = "ConflictingTDSet".into();
+        for t in [conflicting, tdset(2)] {
+            writer.apply_watcher_event(&watcher::Event::Apply(Cached::new(t)));
+        }
+        metrics.set_tdset_store(Some(reader));
+        let text = metrics.render();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("tdset_degraded_reason{"))
+            .collect();
+        assert_eq!(
+            lines,
+            ["tdset_degraded_reason{name=\"t1\",namespace=\"shop\",reason=\"ConflictingTDSet\"} 1"]
+        );
+    }
+
+    #[test]
+    fn counters_by_a_known_label_start_at_zero_for_each_value() {
+        let text = Metrics::new().unwrap().render();
+        for series in [
+            "tdset_reconcile_errors_total{kind=\"deadline\"} 0",
+            "tdset_reconciles_total{result=\"error\"} 0",
+            "tdset_scale_operations_total{direction=\"down\"} 0",
+            "tdset_group_tier_timeouts_total{direction=\"Sleeping\"} 0",
+            "tdset_scale_up_lateness_seconds_count{warm_up=\"Measured\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} missing");
         }
     }
 

@@ -194,6 +194,8 @@ async fn every_option_renders_objects_the_api_server_accepts() {
             &all_options(),
             "--set",
             &format!("watchNamespace={}", watched.name),
+            "--set",
+            &format!("grafanaDashboard.namespace={}", watched.name),
         ],
     );
     for (what, yaml) in [("defaults", &defaults), ("every option", &every)] {
@@ -216,6 +218,29 @@ async fn every_option_renders_objects_the_api_server_accepts() {
             "{expected} missing from {names:?}"
         );
     }
+    // The dashboard, where Grafana's sidecar finds it: the file deploy/grafana ships.
+    let dashboard = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "tdset-operator-dashboard")
+        .expect("the dashboard's ConfigMap");
+    assert_eq!(dashboard["metadata"]["namespace"], json!(watched.name));
+    assert_eq!(
+        dashboard["metadata"]["labels"]["grafana_dashboard"],
+        json!("1")
+    );
+    let shipped: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("deploy/grafana/tdset-operator.json")).unwrap(),
+    )
+    .unwrap();
+    let carried: Value =
+        serde_json::from_str(dashboard["data"]["tdset-operator.json"].as_str().unwrap()).unwrap();
+    assert_eq!(carried, shipped);
+    assert!(
+        !kinds(&documents(&defaults))
+            .iter()
+            .any(|k| k == "ConfigMap/tdset-operator-dashboard"),
+        "no dashboard unless asked for"
+    );
     // Scoped to one namespace: bound there, not cluster-wide.
     let binding = docs
         .iter()

@@ -105,10 +105,18 @@ impl Prometheus {
     }
 
     fn get(&self, path: &str, query: Option<&str>) -> Option<Value> {
+        match query {
+            Some(q) => self.get_params(path, &[("query", q)]),
+            None => self.get_params(path, &[]),
+        }
+    }
+
+    /// A GET with URL-encoded parameters.
+    fn get_params(&self, path: &str, params: &[(&str, &str)]) -> Option<Value> {
         let mut cmd = Command::new("curl");
         cmd.args(["-sf", "-m", "2", "-G"]);
-        if let Some(q) = query {
-            cmd.args(["--data-urlencode", &format!("query={q}")]);
+        for (k, v) in params {
+            cmd.args(["--data-urlencode", &format!("{k}={v}")]);
         }
         let out = cmd.arg(format!("{}{path}", self.url)).output().ok()?;
         if !out.status.success() {
@@ -317,5 +325,308 @@ async fn operator_down_is_what_prometheus_sees_when_the_operator_stops() {
     })
     .await;
     assert_eq!(pending["state"], json!("pending"), "{pending}");
+    ns.cleanup().await;
+}
+
+/// The shipped Grafana dashboard.
+fn dashboard() -> Value {
+    let path = repo_root().join("deploy/grafana/tdset-operator.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("the dashboard's JSON")
+}
+
+/// The panels, rows left out.
+fn panels(d: &Value) -> Vec<&Value> {
+    d["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] != "row")
+        .collect()
+}
+
+#[test]
+fn the_dashboard_is_well_formed() {
+    let d = dashboard();
+    let all = d["panels"].as_array().unwrap();
+    let ids: std::collections::BTreeSet<_> =
+        all.iter().map(|p| p["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), all.len(), "panel ids are unique");
+    // No two panels cover the same cell of the 24-column grid.
+    let mut cells = std::collections::BTreeMap::new();
+    for p in all {
+        let g = &p["gridPos"];
+        let (x, y, w, h) = (
+            g["x"].as_i64().unwrap(),
+            g["y"].as_i64().unwrap(),
+            g["w"].as_i64().unwrap(),
+            g["h"].as_i64().unwrap(),
+        );
+        assert!(
+            x >= 0 && w > 0 && x + w <= 24,
+            "{} outside the grid",
+            p["title"]
+        );
+        for cx in x..x + w {
+            for cy in y..y + h {
+                if let Some(other) = cells.insert((cx, cy), p["title"].clone()) {
+                    panic!("{} overlaps {other}", p["title"]);
+                }
+            }
+        }
+    }
+    // The datasource is chosen when importing (a variable), never a fixed name.
+    let vars = d["templating"]["list"].as_array().unwrap();
+    assert!(
+        vars.iter().any(|v| v["name"] == "datasource"
+            && v["type"] == "datasource"
+            && v["query"] == "prometheus"),
+        "a Prometheus datasource variable"
+    );
+    let ours = json!({"type": "prometheus", "uid": "${datasource}"});
+    for p in panels(&d) {
+        assert_eq!(p["datasource"], ours, "{}", p["title"]);
+        let targets = p["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{} has a query", p["title"]);
+        for t in targets {
+            assert_eq!(t["datasource"], ours, "{}", p["title"]);
+        }
+    }
+    for v in vars.iter().filter(|v| v["type"] == "query") {
+        assert_eq!(v["datasource"], ours, "variable {}", v["name"]);
+    }
+}
+
+/// A dashboard query with its variables given values, as Grafana sends it.
+fn substituted(query: &str, values: &[(&str, &str)]) -> String {
+    let mut q = query.to_string();
+    // Longest first: `$__rate_interval` before anything it starts like.
+    let mut values = values.to_vec();
+    values.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
+    for (k, v) in values {
+        q = q.replace(&format!("${k}"), v);
+    }
+    assert!(!q.contains('$'), "a variable left in {q}");
+    q
+}
+
+/// The labels a legend names (`{{namespace}}/{{name}}`).
+fn legend_labels(legend: &str) -> Vec<String> {
+    legend
+        .split("{{")
+        .skip(1)
+        .filter_map(|s| s.split("}}").next())
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+/// Every panel's and every variable's query of the shipped dashboard, evaluated on a real
+/// Prometheus scraping the operator (run as a shard) after it crossed a boundary, with a
+/// TDSet asleep, one conflicting with another and one with warmUp: each parses, returns
+/// series, and every label its legend names is on every series. A metric renamed in the
+/// code, or a label, fails here.
+#[tokio::test]
+async fn every_dashboard_query_returns_the_series_it_shows() {
+    let (client, ns) = setup("prom-dash").await;
+    let n = &ns.name;
+    let mine = |mut t: tdset_operator::api::TDSet| {
+        t.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        t
+    };
+    // Crosses noon (the operator's clock starts at 11:59:50): 1 -> 3.
+    create_tdset(
+        &client,
+        n,
+        &mine(tdset(
+            "web",
+            json!({
+        "container": {"image": "nginx", "port": 80},
+        "schedulingConfig": [{"startTime": 12, "endTime": 13, "replica": 3}],
+        "defaultReplica": 1}),
+        )),
+    )
+    .await;
+    // Asleep now, its pods requesting what it saves.
+    create_tdset(
+        &client,
+        n,
+        &mine(tdset(
+            "night",
+            json!({
+        "template": {"metadata": {"labels": {"app": "night"}},
+                     "spec": {"containers": [{"name": "app", "image": "nginx",
+                              "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}}]}},
+        "schedulingConfig": [{"startTime": 13, "endTime": 14, "replica": 2}],
+        "defaultReplica": 0}),
+        )),
+    )
+    .await;
+    // Written ahead of 13:00.
+    create_tdset(
+        &client,
+        n,
+        &mine(tdset(
+            "warm",
+            json!({
+        "container": {"image": "nginx", "port": 80},
+        "schedulingConfig": [{"startTime": 13, "endTime": 14, "replica": 2}],
+        "defaultReplica": 1,
+        "warmUp": {"mode": "Fixed", "lead": "2m"}}),
+        )),
+    )
+    .await;
+    // Two TDSets on one Deployment: the younger is Degraded (ConflictingTDSet).
+    let _: k8s_openapi::api::apps::v1::Deployment =
+        create_object(&client, n, app_deployment("shared", 1)).await;
+    let on_shared = || {
+        json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "shared"},
+        "schedulingConfig": [{"startTime": 12, "endTime": 13, "replica": 2}],
+        "defaultReplica": 1})
+    };
+    create_tdset(&client, n, &mine(tdset("shared-old", on_shared()))).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create_tdset(&client, n, &mine(tdset("shared-young", on_shared()))).await;
+
+    let op = OperatorProcess::start(
+        &control_plane().kubeconfig,
+        n,
+        &[
+            "--shard",
+            "a",
+            "--shard-selector",
+            "team=a",
+            "--lease-namespace",
+            n,
+            "--fake-now",
+            "2026-05-04T11:59:50Z",
+        ],
+        "prometheus-dashboard.log",
+    );
+    let target = op.addr.trim_start_matches("http://").to_string();
+    let prom = Prometheus::start(&target);
+    // The boundary crossed, web's pods ready (its lateness timed), the conflict reported.
+    for (what, query) in [
+        (
+            "a boundary written",
+            "tdset_transition_lag_seconds_count > 0",
+        ),
+        (
+            "web's scale-up timed",
+            r#"tdset_scale_up_lateness_seconds_count{warm_up="Off"} > 0"#,
+        ),
+        (
+            "the conflict reported",
+            r#"tdset_degraded_reason{reason="ConflictingTDSet"}"#,
+        ),
+        ("night's savings", "tdset_saved_cpu_cores > 0"),
+    ] {
+        eventually(GUARD, &format!("Prometheus shows {what}"), || async {
+            let v = prom.get("/api/v1/query", Some(query))?;
+            (!v["data"]["result"].as_array()?.is_empty()).then_some(())
+        })
+        .await;
+    }
+
+    let d = dashboard();
+    let vars: Vec<&Value> = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "query")
+        .collect();
+    // Each variable's values, as Grafana reads them (`label_values(selector, label)`).
+    let mut chosen: Vec<(&str, String)> = vec![("namespace", n.to_string())];
+    let values_of = |query: &str, chosen: &[(&str, String)]| -> Option<Vec<String>> {
+        let inner = query.strip_prefix("label_values(")?.strip_suffix(')')?;
+        let (selector, label) = inner.rsplit_once(',')?;
+        let given: Vec<(&str, &str)> = chosen.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let selector = substituted(selector.trim(), &given);
+        let v = prom.get_params(
+            &format!("/api/v1/label/{}/values", label.trim()),
+            &[("match[]", &selector)],
+        )?;
+        Some(
+            v["data"]
+                .as_array()?
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect(),
+        )
+    };
+    for v in &vars {
+        let name = v["name"].as_str().unwrap();
+        let query = v["query"]["query"].as_str().unwrap();
+        let values = values_of(query, &chosen).unwrap_or_default();
+        assert!(
+            !values.is_empty(),
+            "variable {name} ({query}) has no values"
+        );
+        if name == "namespace" {
+            assert!(values.contains(n), "{values:?}");
+        } else if !chosen.iter().any(|(k, _)| *k == name) {
+            chosen.push((name, values[0].clone()));
+        }
+    }
+    let shard = chosen
+        .iter()
+        .find(|(k, _)| *k == "shard")
+        .map(|(_, v)| v.clone());
+    assert_eq!(shard.as_deref(), Some("a"));
+    let job = chosen
+        .iter()
+        .find(|(k, _)| *k == "job")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+
+    // Every query, with one value of each variable and with "All" (`.*`).
+    let picked = [
+        ("shard", "a"),
+        ("namespace", n.as_str()),
+        ("tdset", ".*"),
+        ("job", job.as_str()),
+        ("__rate_interval", "1m"),
+    ];
+    let everything = [
+        ("shard", ".*"),
+        ("namespace", ".*"),
+        ("tdset", ".*"),
+        ("job", ".*"),
+        ("__rate_interval", "1m"),
+    ];
+    let mut checked = 0;
+    for p in panels(&d) {
+        for t in p["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            let legend = t["legendFormat"].as_str().unwrap_or_default();
+            for values in [&picked[..], &everything[..]] {
+                let q = substituted(expr, values);
+                let v = prom.get("/api/v1/query", Some(&q));
+                let ok = v.as_ref().is_some_and(|v| v["status"] == "success");
+                assert!(ok, "panel {}: {q} does not evaluate: {v:?}", p["title"]);
+                let result = v.as_ref().unwrap()["data"]["result"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                assert!(
+                    !result.is_empty(),
+                    "panel {}: {q} returns no series",
+                    p["title"]
+                );
+                for label in legend_labels(legend) {
+                    for series in &result {
+                        assert!(
+                            series["metric"].get(&label).is_some(),
+                            "panel {}: {q}: a series without {label}: {series}",
+                            p["title"]
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 60, "{checked} queries");
+    drop(prom);
+    drop(op);
     ns.cleanup().await;
 }
