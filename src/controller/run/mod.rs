@@ -288,9 +288,14 @@ pub(crate) async fn run_controller(
         ))
     });
     // Aborted with the controller: a fill's list only feeds the indexes.
-    let filling = shard
-        .clone()
-        .map(|s| tokio::spawn(fill_loop(s, client.clone(), wakeups.clone())));
+    let filling = shard.clone().map(|s| {
+        tokio::spawn(fill_loop(
+            s,
+            client.clone(),
+            wakeups.clone(),
+            tdsets.clone(),
+        ))
+    });
 
     // Ready, and wakeups handed over, once all five caches hold a full list (calendars too: a
     // window must not start on a holiday the operator has not read yet). Polled, not

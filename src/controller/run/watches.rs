@@ -172,8 +172,16 @@ fn route(
         }
         watcher::Event::Delete(t) => {
             let ns = t.namespace().unwrap_or_default();
-            let mut woken = index.remove(&t);
-            woken.extend(groups.remove(&t));
+            let unindex = || {
+                let mut woken = index.remove(&t);
+                woken.extend(groups.remove(&t));
+                woken
+            };
+            // A shard's fill must not put it back (see `shard_scope`).
+            let mut woken = match shard {
+                Some(s) => s.deleted(&t, unindex),
+                None => unindex(),
+            };
             // What it held may go to a TDSet of the other form (see below).
             if t.spec.scale_target_selector.is_some() {
                 let claim = claim_of(&t);
@@ -190,7 +198,6 @@ fn route(
             wakeups.forget(&t.namespace().unwrap_or_default(), &t.name_any());
             if let Some(s) = shard {
                 s.forget_wait(&t);
-                s.deleted(&t);
             }
             return Some(watcher::Event::Delete(t));
         }
@@ -209,11 +216,17 @@ fn route(
             let seen = relisted.lock().ok().and_then(|mut s| s.take());
             if let Some(seen) = seen {
                 let keep = |r: &TDSetRef| seen.contains(r);
-                for other in index.retain(keep).into_iter().chain(groups.retain(keep)) {
+                let retain = || {
+                    let mut woken = index.retain(keep);
+                    woken.extend(groups.retain(keep));
+                    woken
+                };
+                let woken = match shard {
+                    Some(s) => s.list_done(&seen, retain),
+                    None => retain(),
+                };
+                for other in woken {
                     wake(&other);
-                }
-                if let Some(s) = shard {
-                    s.list_done(&seen);
                 }
             }
             return Some(event);
@@ -224,8 +237,13 @@ fn route(
     // moved wakes its namespace's groups (a few), a group that changed the TDSets with a
     // younger claim (only they can have yielded to it). A relist wakes everyone anyway.
     let ns = t.namespace().unwrap_or_default();
-    // A shard keeps another shard's TDSet only where it has TDSets of its own.
-    if shard.as_ref().is_none_or(|s| s.admit(&t, listing)) {
+    let update = |keep: bool| {
+        if !keep {
+            // None of the namespace's TDSets is this shard's: nobody to wake.
+            index.remove(&t);
+            groups.remove(&t);
+            return vec![];
+        }
         let (moved, mut woken) = index.update_moved(&t);
         let (regrouped, others) = groups.update_changed(&t);
         woken.extend(others);
@@ -236,13 +254,15 @@ fn route(
             let claim = claim_of(&t);
             woken.extend(index.younger_in_namespace(&ns, &claim));
         }
-        for other in woken.iter().filter(|r| r.name != t.name_any()) {
-            wake(other);
-        }
-    } else {
-        // None of the namespace's TDSets is this shard's: nobody to wake.
-        index.remove(&t);
-        groups.remove(&t);
+        woken
+    };
+    // A shard keeps another shard's TDSet only where it has TDSets of its own.
+    let woken = match shard {
+        Some(s) => s.admit(&t, listing, update),
+        None => update(true),
+    };
+    for other in woken.iter().filter(|r| r.name != t.name_any()) {
+        wake(other);
     }
     if let Some(s) = shard.as_ref().filter(|s| !s.owns(&t)) {
         calendars.remove(&t);

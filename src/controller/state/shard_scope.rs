@@ -14,8 +14,16 @@
 //! During the watch's initial list, which the API server gives namespace by namespace, a few
 //! of another shard's TDSets (`PROVISIONAL`) are indexed while the list is in their namespace,
 //! in case one of this shard's follows; so a restart needs no fill where a namespace is
-//! small, and holds at most that many it did not need. A list that is not in namespace order
-//! is still right: a namespace met again is taken as outside a list.
+//! small, and holds at most that many it did not need. Only a namespace that was complete when
+//! the list began is taken as complete when the list leaves it: a relist runs beside
+//! reconciles of the TDSets cached before it, and a list out of namespace order may show more
+//! of the namespace later (a namespace met again is taken as outside a list). Any other is
+//! filled.
+//!
+//! The indexes change only under this module's lock (`admit`, `deleted`, `list_done` run the
+//! caller's index update inside it), so a fill's page, a namespace let go of and a watch event
+//! never interleave. A fill whose list was read before a relist ended is read again: that
+//! relist may have shown a TDSet deleted while the watch was down only by its absence.
 //!
 //! A namespace is let go of (its other shards' TDSets forgotten) once it has none of this
 //! shard's TDSets and no reconcile of one runs there (`busy`): a reconcile that began before
@@ -59,8 +67,8 @@ struct Inner {
     filling: HashMap<String, HashSet<String>>,
     to_fill: VecDeque<String>,
     listing: Option<Listing>,
-    /// Namespaces with none of this shard's TDSets left, kept while a reconcile runs there.
-    lingering: HashSet<String>,
+    /// Initial lists ended: a fill read before the last one ended is stale.
+    lists_done: u64,
 }
 
 /// Where an initial list is.
@@ -74,7 +82,8 @@ struct Listing {
 struct At {
     ns: String,
     provisional: usize,
-    /// Another shard's TDSet was left out here (past `PROVISIONAL`).
+    /// Another shard's TDSet was left out here (past `PROVISIONAL`), or the namespace was
+    /// incomplete when the list reached it: leaving it does not make it complete.
     overflowed: bool,
 }
 
@@ -85,6 +94,8 @@ impl Scope {
         indexed: IntGauge,
         fills: IntCounter,
     ) -> Scope {
+        // A new leadership term starts with empty indexes.
+        indexed.set(0);
         Scope {
             inner: Mutex::default(),
             targets,
@@ -95,64 +106,91 @@ impl Scope {
         }
     }
 
-    /// A TDSet the watch shows (`listing`: in a list): whether it goes into the indexes (else
-    /// the caller takes it out of them). `owns`: this shard reconciles it.
-    pub fn admit(&self, t: &TDSet, owns: bool, listing: bool, busy: &dyn Fn(&str) -> bool) -> bool {
-        let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
+    /// A TDSet the watch shows (`listing`: in a list; `owns`: this shard reconciles it).
+    /// `index(keep)` puts it into the indexes, or takes it out of them, under this module's
+    /// lock; what it returns is returned.
+    pub fn admit<R>(
+        &self,
+        t: &TDSet,
+        owns: bool,
+        listing: bool,
+        busy: &dyn Fn(&str) -> bool,
+        index: impl FnOnce(bool) -> R,
+    ) -> R {
         let Ok(mut inner) = self.inner.lock() else {
-            return true;
+            return index(true);
         };
+        let keep = self.decide(&mut inner, t, owns, listing, busy);
+        index(keep)
+    }
+
+    fn decide(
+        &self,
+        inner: &mut Inner,
+        t: &TDSet,
+        owns: bool,
+        listing: bool,
+        busy: &dyn Fn(&str) -> bool,
+    ) -> bool {
+        let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
         if let Some(seen) = inner.filling.get_mut(&ns) {
             seen.insert(name.clone());
         }
         if listing {
-            self.list_at(&mut inner, &ns, busy);
+            self.list_at(inner, &ns, busy);
         }
         if owns {
-            self.forget_other(&mut inner, &ns, &name);
+            self.forget_other(inner, &ns, &name);
             let own = inner.own.entry(ns.clone()).or_default();
             let first = own.is_empty();
             own.insert(name);
-            inner.lingering.remove(&ns);
             if first && !inner.listing_in(&ns) {
-                self.fill_if_incomplete(&mut inner, &ns);
+                self.fill_if_incomplete(inner, &ns);
             }
             return true;
         }
         if inner.forget_own(&ns, &name) {
             // Moved to another shard: was it this shard's last TDSet there?
-            self.settle(&mut inner, &ns, busy);
+            self.settle(inner, &ns, busy);
         }
         if inner.interesting(&ns, busy) {
-            self.add_other(&mut inner, &ns, &name);
+            self.add_other(inner, &ns, &name);
             return true;
         }
         if let Some(at) = inner.listing_at(&ns) {
             if at.provisional < PROVISIONAL {
                 at.provisional += 1;
-                self.add_other(&mut inner, &ns, &name);
+                self.add_other(inner, &ns, &name);
                 return true;
             }
             at.overflowed = true;
         }
-        self.forget_other(&mut inner, &ns, &name);
+        self.forget_other(inner, &ns, &name);
         inner.incomplete.insert(ns);
         false
     }
 
-    /// A TDSet the watch shows deleted (the caller takes it out of the indexes).
-    pub fn deleted(&self, t: &TDSet, busy: &dyn Fn(&str) -> bool) {
+    /// A TDSet the watch shows deleted; `unindex` takes it out of the indexes, under this
+    /// module's lock (a fill's page read before the deletion cannot put it back).
+    pub fn deleted<R>(
+        &self,
+        t: &TDSet,
+        busy: &dyn Fn(&str) -> bool,
+        unindex: impl FnOnce() -> R,
+    ) -> R {
         let (ns, name) = (t.namespace().unwrap_or_default(), t.name_any());
         let Ok(mut inner) = self.inner.lock() else {
-            return;
+            return unindex();
         };
         if let Some(seen) = inner.filling.get_mut(&ns) {
             seen.insert(name.clone());
         }
+        let out = unindex();
         self.forget_other(&mut inner, &ns, &name);
         if inner.forget_own(&ns, &name) {
             self.settle(&mut inner, &ns, busy);
         }
+        out
     }
 
     /// An initial list begins (the watch's first, or after it expired).
@@ -168,12 +206,20 @@ impl Scope {
         }
     }
 
-    /// The list is over; `seen` is what it showed: what it did not show was deleted meanwhile
-    /// (the caller takes those out of the indexes).
-    pub fn list_done(&self, seen: &HashSet<TDSetRef>, busy: &dyn Fn(&str) -> bool) {
+    /// The list is over; `seen` is what it showed: what it did not show was deleted meanwhile,
+    /// and `retain` takes those out of the indexes, under this module's lock.
+    pub fn list_done<R>(
+        &self,
+        seen: &HashSet<TDSetRef>,
+        busy: &dyn Fn(&str) -> bool,
+        retain: impl FnOnce() -> R,
+    ) -> R {
         let Ok(mut inner) = self.inner.lock() else {
-            return;
+            return retain();
         };
+        // A fill read before now may show what this list showed deleted by its absence.
+        inner.lists_done += 1;
+        let out = retain();
         if let Some(at) = inner.listing.take().and_then(|l| l.at) {
             self.leave(&mut inner, at, busy);
         }
@@ -197,6 +243,7 @@ impl Scope {
             inner.own.remove(&ns);
             self.settle(&mut inner, &ns, busy);
         }
+        out
     }
 
     /// Whether this shard's TDSets of the namespace may be written: its index is complete.
@@ -206,10 +253,11 @@ impl Scope {
             .is_ok_and(|inner| !inner.incomplete.contains(ns))
     }
 
-    /// A reconcile in the namespace ended (or a TDSet of it was let go of).
+    /// A reconcile in the namespace ended (or a TDSet of it was let go of): a namespace kept
+    /// only for it is let go of.
     pub fn idle(&self, ns: &str, busy: &dyn Fn(&str) -> bool) {
         if let Ok(mut inner) = self.inner.lock()
-            && inner.lingering.contains(ns)
+            && !inner.own.contains_key(ns)
         {
             self.settle(&mut inner, ns, busy);
         }
@@ -231,14 +279,23 @@ impl Scope {
         }
     }
 
-    /// Part of a fill's list: what the watch has not shown since the fill began goes into the
-    /// indexes.
-    pub fn fill_page(&self, ns: &str, listed: &[TDSet]) {
+    /// A fill's list is about to be read: the lists ended so far, which `fill_page` checks.
+    pub fn fill_reading(&self) -> u64 {
+        self.inner.lock().map_or(0, |inner| inner.lists_done)
+    }
+
+    /// Part of a fill's list, read after `read` (from `fill_reading`): what the watch has not
+    /// shown since the fill began goes into the indexes. `false`: an initial list ended since
+    /// it was read; nothing was applied, and the list is to be read again.
+    pub fn fill_page(&self, ns: &str, read: u64, listed: &[TDSet]) -> bool {
         let Ok(mut inner) = self.inner.lock() else {
-            return;
+            return false;
         };
+        if inner.lists_done != read {
+            return false;
+        }
         let Some(seen) = inner.filling.get(ns) else {
-            return;
+            return true;
         };
         let fresh: Vec<&TDSet> = listed
             .iter()
@@ -252,6 +309,7 @@ impl Scope {
                 self.add_other(&mut inner, ns, &name);
             }
         }
+        true
     }
 
     /// The fill is over: the namespace is complete. Returns this shard's TDSets there, which
@@ -273,6 +331,7 @@ impl Scope {
 
     /// The list moved to namespace `ns`: the namespace it left is settled.
     fn list_at(&self, inner: &mut Inner, ns: &str, busy: &dyn Fn(&str) -> bool) {
+        let incomplete = inner.incomplete.contains(ns);
         let Some(listing) = inner.listing.as_mut() else {
             return;
         };
@@ -287,7 +346,7 @@ impl Scope {
             listing.at = Some(At {
                 ns: ns.to_string(),
                 provisional: 0,
-                overflowed: false,
+                overflowed: incomplete,
             });
         }
         if let Some(at) = left {
@@ -319,12 +378,9 @@ impl Scope {
     /// forgotten, once no reconcile runs there.
     fn settle(&self, inner: &mut Inner, ns: &str, busy: &dyn Fn(&str) -> bool) {
         if inner.interesting(ns, busy) {
-            if !inner.own.contains_key(ns) {
-                inner.lingering.insert(ns.to_string());
-            }
+            // Let go of by `idle` once nothing runs there.
             return;
         }
-        inner.lingering.remove(ns);
         if inner.listing_in(ns) {
             // Settled when the list leaves it.
             return;

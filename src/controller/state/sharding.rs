@@ -137,15 +137,16 @@ impl Sharding {
             .map_or(true, |slots| slots.keys().any(|k| k.starts_with(&prefix)))
     }
 
-    /// A TDSet the watch shows: whether the indexes keep it (see `shard_scope`).
-    pub fn admit(&self, t: &TDSet, listing: bool) -> bool {
+    /// A TDSet the watch shows: `index(keep)` puts it into the indexes or takes it out of
+    /// them (see `shard_scope`).
+    pub fn admit<R>(&self, t: &TDSet, listing: bool, index: impl FnOnce(bool) -> R) -> R {
         self.scope
-            .admit(t, self.owns(t), listing, &|ns| self.busy_in(ns))
+            .admit(t, self.owns(t), listing, &|ns| self.busy_in(ns), index)
     }
 
-    /// A TDSet the watch shows deleted.
-    pub fn deleted(&self, t: &TDSet) {
-        self.scope.deleted(t, &|ns| self.busy_in(ns));
+    /// A TDSet the watch shows deleted: `unindex` takes it out of the indexes.
+    pub fn deleted<R>(&self, t: &TDSet, unindex: impl FnOnce() -> R) -> R {
+        self.scope.deleted(t, &|ns| self.busy_in(ns), unindex)
     }
 
     /// An initial list begins.
@@ -153,9 +154,14 @@ impl Sharding {
         self.scope.list_started(&|ns| self.busy_in(ns));
     }
 
-    /// An initial list ended, having shown `seen`.
-    pub fn list_done(&self, seen: &std::collections::HashSet<crate::cache::TDSetRef>) {
-        self.scope.list_done(seen, &|ns| self.busy_in(ns));
+    /// An initial list ended, having shown `seen`: `retain` takes what it did not show out of
+    /// the indexes.
+    pub fn list_done<R>(
+        &self,
+        seen: &std::collections::HashSet<crate::cache::TDSetRef>,
+        retain: impl FnOnce() -> R,
+    ) -> R {
+        self.scope.list_done(seen, &|ns| self.busy_in(ns), retain)
     }
 
     /// Whether the claims of the namespace are all known: this shard's TDSets there may be
@@ -457,8 +463,15 @@ const FILL_PAGE: u32 = 50;
 const FILLS_AT_ONCE: usize = 4;
 
 /// Lists the namespaces whose index is incomplete when this shard's first TDSet arrives there
-/// (see `shard_scope`), and wakes that shard's TDSets there once it is done.
-pub(crate) async fn fill_loop(sharding: Arc<Sharding>, client: Client, wakeups: Arc<Wakeups>) {
+/// (see `shard_scope`), and wakes that shard's TDSets there once it is done (those the cache
+/// has: a wakeup for one the controller cannot find would hold a place among those handed
+/// over).
+pub(crate) async fn fill_loop(
+    sharding: Arc<Sharding>,
+    client: Client,
+    wakeups: Arc<Wakeups>,
+    store: Store<Cached<TDSet>>,
+) {
     let limit = Arc::new(tokio::sync::Semaphore::new(FILLS_AT_ONCE));
     let mut running = tokio::task::JoinSet::new();
     loop {
@@ -466,7 +479,7 @@ pub(crate) async fn fill_loop(sharding: Arc<Sharding>, client: Client, wakeups: 
         let Ok(permit) = limit.clone().acquire_owned().await else {
             return;
         };
-        let (sharding, wakeups) = (sharding.clone(), wakeups.clone());
+        let (sharding, wakeups, store) = (sharding.clone(), wakeups.clone(), store.clone());
         let api: Api<TDSet> = Api::namespaced(client.clone(), &ns);
         running.spawn(async move {
             let _permit = permit;
@@ -479,7 +492,9 @@ pub(crate) async fn fill_loop(sharding: Arc<Sharding>, client: Client, wakeups: 
             let woken = sharding.scope.fill_done(&ns, &|n| sharding.busy_in(n));
             debug!(namespace = %ns, tdsets = woken.len(), "other shards' TDSets of the namespace indexed");
             for name in woken {
-                wakeups.now(&ns, &name);
+                if store.get(&tdset_ref_named(&ns, &name)).is_some() {
+                    wakeups.now(&ns, &name);
+                }
             }
         });
         while running.try_join_next().is_some() {}
@@ -487,15 +502,22 @@ pub(crate) async fn fill_loop(sharding: Arc<Sharding>, client: Client, wakeups: 
 }
 
 /// One fill's list, page by page (a fresh, consistent read: what it shows is no older than
-/// anything the watch has shown).
+/// anything the watch has shown); read again from the start when an initial list of the watch
+/// ended meanwhile.
 async fn fill(sharding: &Sharding, api: &Api<TDSet>, ns: &str) -> Result<(), kube::Error> {
-    let mut params = kube::api::ListParams::default().limit(FILL_PAGE);
-    loop {
-        let page = api.list(&params).await?;
-        sharding.scope.fill_page(ns, &page.items);
-        match page.metadata.continue_ {
-            Some(next) if !next.is_empty() => params = params.continue_token(&next),
-            _ => return Ok(()),
+    'read: loop {
+        let read = sharding.scope.fill_reading();
+        let mut params = kube::api::ListParams::default().limit(FILL_PAGE);
+        loop {
+            let page = api.list(&params).await?;
+            if !sharding.scope.fill_page(ns, read, &page.items) {
+                debug!(namespace = %ns, "the watch listed again meanwhile; listing the namespace again");
+                continue 'read;
+            }
+            match page.metadata.continue_ {
+                Some(next) if !next.is_empty() => params = params.continue_token(&next),
+                _ => return Ok(()),
+            }
         }
     }
 }
