@@ -6,19 +6,19 @@
 //!
 //! A namespace's index is *complete* while every other shard's TDSet of it that the watch has
 //! shown is in it. It stops being complete when one is left out (the namespace had none of
-//! this shard's TDSets then). When this shard's first TDSet arrives in an incomplete
-//! namespace, the namespace is listed afresh (a *fill*), and nothing is written for this
-//! shard's TDSets there until it is complete again (`ready`): a group that did not know an
-//! older group of another shard would take its workloads.
+//! this shard's TDSets then); the names left out are kept (a name each, not its claims), so a
+//! namespace whose left-out TDSets are all deleted, or shown again where they are indexed, is
+//! complete again. When this shard's first TDSet arrives in an incomplete namespace, the
+//! namespace is listed afresh (a *fill*), and nothing is written for this shard's TDSets there
+//! until it is complete again (`ready`): a group that did not know an older group of another
+//! shard would take its workloads.
 //!
 //! During the watch's initial list, which the API server gives namespace by namespace, a few
 //! of another shard's TDSets (`PROVISIONAL`) are indexed while the list is in their namespace,
 //! in case one of this shard's follows; so a restart needs no fill where a namespace is
-//! small, and holds at most that many it did not need. Only a namespace that was complete when
-//! the list began is taken as complete when the list leaves it: a relist runs beside
-//! reconciles of the TDSets cached before it, and a list out of namespace order may show more
-//! of the namespace later (a namespace met again is taken as outside a list). Any other is
-//! filled.
+//! small, and holds at most that many it did not need. A namespace still incomplete when the
+//! list leaves it (more than that, or left out before the list) is filled; so is one a list
+//! out of namespace order comes back to (taken as outside a list).
 //!
 //! The indexes change only under this module's lock (`admit`, `deleted`, `list_done` run the
 //! caller's index update inside it), so a fill's page, a namespace let go of and a watch event
@@ -41,7 +41,11 @@ use crate::cache::{TDSetRef, tdset_ref_named};
 
 /// Another shard's TDSets indexed at most per namespace while an initial list is in it and
 /// this shard has none there (yet).
+#[cfg(not(test))]
 pub const PROVISIONAL: usize = 128;
+/// Small under test, so the model checks (5 TDSets per namespace) go past it.
+#[cfg(test)]
+pub const PROVISIONAL: usize = 2;
 
 /// What the shard's indexes hold of other shards, and the fills under way.
 pub struct Scope {
@@ -60,8 +64,9 @@ struct Inner {
     own: HashMap<String, HashSet<String>>,
     /// Other shards' TDSets in the indexes, by namespace.
     others: HashMap<String, HashSet<String>>,
-    /// Namespaces with another shard's TDSet that is not in the indexes.
-    incomplete: HashSet<String>,
+    /// Other shards' TDSets not in the indexes, by namespace (never an empty set): those
+    /// namespaces are incomplete.
+    incomplete: HashMap<String, HashSet<String>>,
     /// Namespaces being filled, with the TDSets the watch has shown since the fill began
     /// (what a list read earlier says of them is older).
     filling: HashMap<String, HashSet<String>>,
@@ -82,9 +87,6 @@ struct Listing {
 struct At {
     ns: String,
     provisional: usize,
-    /// Another shard's TDSet was left out here (past `PROVISIONAL`), or the namespace was
-    /// incomplete when the list reached it: leaving it does not make it complete.
-    overflowed: bool,
 }
 
 impl Scope {
@@ -141,6 +143,7 @@ impl Scope {
         }
         if owns {
             self.forget_other(inner, &ns, &name);
+            inner.forget_unindexed(&ns, &name);
             let own = inner.own.entry(ns.clone()).or_default();
             let first = own.is_empty();
             own.insert(name);
@@ -163,10 +166,9 @@ impl Scope {
                 self.add_other(inner, &ns, &name);
                 return true;
             }
-            at.overflowed = true;
         }
         self.forget_other(inner, &ns, &name);
-        inner.incomplete.insert(ns);
+        inner.incomplete.entry(ns).or_default().insert(name);
         false
     }
 
@@ -187,6 +189,7 @@ impl Scope {
         }
         let out = unindex();
         self.forget_other(&mut inner, &ns, &name);
+        inner.forget_unindexed(&ns, &name);
         if inner.forget_own(&ns, &name) {
             self.settle(&mut inner, &ns, busy);
         }
@@ -199,9 +202,7 @@ impl Scope {
             return;
         };
         let cut = inner.listing.replace(Listing::default()).and_then(|l| l.at);
-        if let Some(mut at) = cut {
-            // A list cut short in a namespace did not show all of it.
-            at.overflowed = true;
+        if let Some(at) = cut {
             self.leave(&mut inner, at, busy);
         }
     }
@@ -239,6 +240,10 @@ impl Scope {
         }
         inner.others.retain(|_, names| !names.is_empty());
         self.indexed.sub(gone as i64);
+        for (ns, names) in inner.incomplete.iter_mut() {
+            names.retain(|n| shown(ns, n));
+        }
+        inner.incomplete.retain(|_, names| !names.is_empty());
         for ns in emptied {
             inner.own.remove(&ns);
             self.settle(&mut inner, &ns, busy);
@@ -248,9 +253,9 @@ impl Scope {
 
     /// Whether this shard's TDSets of the namespace may be written: its index is complete.
     pub fn ready(&self, ns: &str) -> bool {
-        self.inner
-            .lock()
-            .is_ok_and(|inner| !inner.incomplete.contains(ns))
+        self.inner.lock().is_ok_and(|inner| {
+            !inner.incomplete.contains_key(ns) && !inner.filling.contains_key(ns)
+        })
     }
 
     /// A reconcile in the namespace ended (or a TDSet of it was let go of): a namespace kept
@@ -331,7 +336,6 @@ impl Scope {
 
     /// The list moved to namespace `ns`: the namespace it left is settled.
     fn list_at(&self, inner: &mut Inner, ns: &str, busy: &dyn Fn(&str) -> bool) {
-        let incomplete = inner.incomplete.contains(ns);
         let Some(listing) = inner.listing.as_mut() else {
             return;
         };
@@ -346,7 +350,6 @@ impl Scope {
             listing.at = Some(At {
                 ns: ns.to_string(),
                 provisional: 0,
-                overflowed: incomplete,
             });
         }
         if let Some(at) = left {
@@ -354,20 +357,18 @@ impl Scope {
         }
     }
 
-    /// The list left a namespace, having shown all of it: complete if this shard has TDSets
-    /// there and none of the others was left out, else filled; let go of if it has none.
+    /// The list left a namespace (or was cut short in it): filled if this shard has TDSets
+    /// there and it is incomplete; let go of if it has none.
     fn leave(&self, inner: &mut Inner, at: At, busy: &dyn Fn(&str) -> bool) {
-        if !inner.interesting(&at.ns, busy) {
-            self.settle(inner, &at.ns, busy);
-        } else if at.overflowed {
+        if inner.interesting(&at.ns, busy) {
             self.fill_if_incomplete(inner, &at.ns);
-        } else if !inner.filling.contains_key(&at.ns) {
-            inner.incomplete.remove(&at.ns);
+        } else {
+            self.settle(inner, &at.ns, busy);
         }
     }
 
     fn fill_if_incomplete(&self, inner: &mut Inner, ns: &str) {
-        if inner.incomplete.contains(ns) && !inner.filling.contains_key(ns) {
+        if inner.incomplete.contains_key(ns) && !inner.filling.contains_key(ns) {
             inner.filling.insert(ns.to_string(), HashSet::new());
             inner.to_fill.push_back(ns.to_string());
             self.queued.notify_one();
@@ -393,10 +394,15 @@ impl Scope {
             self.targets.remove_ref(&tdset_ref_named(ns, name));
             self.groups.remove_named(ns, name);
         }
-        inner.incomplete.insert(ns.to_string());
+        inner
+            .incomplete
+            .entry(ns.to_string())
+            .or_default()
+            .extend(names);
     }
 
     fn add_other(&self, inner: &mut Inner, ns: &str, name: &str) {
+        inner.forget_unindexed(ns, name);
         if inner
             .others
             .entry(ns.to_string())
@@ -420,6 +426,16 @@ impl Scope {
 }
 
 impl Inner {
+    /// Another shard's TDSet is indexed now, or gone, or this shard's.
+    fn forget_unindexed(&mut self, ns: &str, name: &str) {
+        if let Some(names) = self.incomplete.get_mut(ns)
+            && names.remove(name)
+            && names.is_empty()
+        {
+            self.incomplete.remove(ns);
+        }
+    }
+
     /// Whether this shard needs the namespace's claims: it has TDSets there, a reconcile of
     /// one still runs, or a fill is under way.
     fn interesting(&self, ns: &str, busy: &dyn Fn(&str) -> bool) -> bool {

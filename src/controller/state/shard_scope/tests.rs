@@ -338,11 +338,9 @@ fn a_relist_through_a_busy_namespace_keeps_nothing_once_it_is_idle() {
     s.relists(&shown);
     s.busy.borrow_mut().clear();
     s.idle("dev");
-    // dev was incomplete when the relist reached it (a's TDSet there had moved away): it is
-    // filled, and let go of once that is done.
-    assert_eq!(s.queued_fill().as_deref(), Some("dev"));
-    assert!(s.fill_page("dev", s.scope.fill_reading(), &shown));
-    s.scope.fill_done("dev", &|_| false);
+    // What was left out of dev (a's former TDSet) was shown again while dev was busy: dev
+    // needs no fill, and is let go of once idle.
+    assert_eq!(s.queued_fill(), None);
     assert_eq!(s.others(), 0);
     assert!(s.indexed("dev").is_empty());
 }
@@ -429,4 +427,23 @@ fn a_new_leadership_term_counts_from_nothing() {
     assert_eq!(indexed.get(), 0);
 }
 
+#[test]
+fn a_namespace_whose_left_out_tdsets_are_all_gone_is_forgotten() {
+    // Namespaces come and go (CI runs, per-tenant namespaces), each with one TDSet of another
+    // shard, deleted with it (a second review: every one was remembered for good).
+    let s = Shard::new();
+    for i in 0..10_000 {
+        let b = group(&format!("ci-{i}"), "b", "b", 1);
+        s.shows(&b, false);
+        s.deletes(&b);
+    }
+    let remembered = s.scope.inner.lock().unwrap().incomplete.len();
+    assert_eq!(remembered, 0);
+    // Left out while the watch was down and deleted then: forgotten at the relist.
+    s.shows(&group("gone", "b", "b", 1), false);
+    s.relists(&[]);
+    assert_eq!(s.scope.inner.lock().unwrap().incomplete.len(), 0);
+}
+
 mod model;
+mod model2;
