@@ -484,18 +484,29 @@ fn install_monitoring_crds(kubeconfig: &Path) {
                 &["apply", "--server-side", "--force-conflicts", "-f", &path],
             ),
         );
-        succeeded(
-            "waiting for the monitoring CRD",
-            kubectl_at(
+        // Polled, not `kubectl wait --for=condition=Established`: that fails at once ("<nil> is
+        // of the type <nil>") when it reads the CRD before the API server has written any
+        // condition (seen in a CI run, the other test applying the same CRD at that moment).
+        let established = || {
+            let out = kubectl_at(
                 kubeconfig,
                 &[
-                    "wait",
-                    "--for=condition=Established",
-                    "--timeout=60s",
+                    "get",
                     &format!("crd/{crd}.monitoring.coreos.com"),
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
                 ],
-            ),
-        );
+            );
+            out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "True"
+        };
+        let started = std::time::Instant::now();
+        while !established() {
+            assert!(
+                started.elapsed() < GUARD,
+                "the monitoring CRD {crd} was not Established"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
     }
 }
 
