@@ -137,6 +137,10 @@ pub struct PointPreview {
     pub own: bool,
     /// The level the schedule asks for (`L(t)`); differs from `desiredReplicas` mid-ramp.
     pub level: Option<i32>,
+    /// HPA form: the HPA's `maxReplicas` the schedule sets now (`maxReplica`); absent: the
+    /// HPA's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<i32>,
     pub active_window: Option<String>,
     pub active_override: Option<String>,
     pub holiday: bool,
@@ -144,6 +148,9 @@ pub struct PointPreview {
     pub reason: String,
     pub next_transition_time: Option<String>,
     pub next_replicas: Option<i32>,
+    /// The ceiling from the next transition on (see `maxReplicas`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_max_replicas: Option<i32>,
     /// When the next transition's write starts, when that is before it: a scale-up written
     /// ahead (`spec.warmUp`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -169,12 +176,14 @@ pub fn at(schedule: &Schedule, at: DateTime<Utc>, suspended: bool, lead: Duratio
         desired_replicas: eval.count().replicas(),
         own: eval.count() == Count::Own,
         level: Count::of(eval.level).replicas(),
+        max_replicas: eval.ceiling,
         reason: eval.why(),
         active_window: eval.window_label,
         active_override: eval.override_label,
         holiday: eval.holiday,
         next_transition_time: next.map(|n| rfc3339(n.at)),
         next_replicas: next.and_then(|n| n.count().replicas()),
+        next_max_replicas: next.and_then(|n| n.ceiling),
         next_write_time: next_write.map(rfc3339),
         next_own: next.is_some_and(|n| n.count() == Count::Own),
         suspended,
@@ -188,6 +197,9 @@ pub struct RangePreview {
     pub to: String,
     pub time_zone: String,
     pub initial_replicas: Option<i32>,
+    /// HPA form: the ceiling at `from`, when the schedule sets one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_max_replicas: Option<i32>,
     #[serde(skip_serializing_if = "is_false")]
     pub initial_own: bool,
     pub initial_window: Option<String>,
@@ -200,6 +212,9 @@ pub struct TransitionOut {
     pub at: String,
     /// Null for the level `own`.
     pub replicas: Option<i32>,
+    /// HPA form: `maxReplicas` from then on, when the schedule sets it.
+    #[serde(rename = "maxReplicas", skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<i32>,
     #[serde(skip_serializing_if = "is_false")]
     pub own: bool,
     pub window: Option<String>,
@@ -225,6 +240,7 @@ pub fn range(
         to: rfc3339(to),
         time_zone: schedule.time_zone().name().to_string(),
         initial_replicas: initial.count().replicas(),
+        initial_max_replicas: initial.ceiling,
         initial_own: initial.count() == Count::Own,
         initial_reason: initial.why(),
         initial_window: initial.window_label,
@@ -237,6 +253,7 @@ pub fn range(
                 TransitionOut {
                     at: rfc3339(t.at),
                     replicas: t.count().replicas(),
+                    max_replicas: t.ceiling,
                     own: t.count() == Count::Own,
                     reason: eval.why(),
                     window: eval.window_label,
@@ -257,6 +274,9 @@ pub fn point_table(schedule: &Schedule, p: &PointPreview, at: DateTime<Utc>) -> 
     let mut s = String::new();
     let _ = writeln!(s, "at:        {} ({})", p.at, local(schedule, at));
     let _ = writeln!(s, "replicas:  {}", shown(p.desired_replicas));
+    if let Some(max) = p.max_replicas {
+        let _ = writeln!(s, "ceiling:   {max} (the HPA's maxReplicas)");
+    }
     let _ = writeln!(s, "why:       {}", p.reason);
     if p.suspended {
         let _ = writeln!(
@@ -299,22 +319,37 @@ fn shown(replicas: Option<i32>) -> String {
 }
 
 pub fn range_table(schedule: &Schedule, r: &RangePreview) -> String {
-    let row = |s: &mut String, at: &str, replicas: Option<i32>, reason: &str| {
+    // A MAX column (an HPA's ceiling) only where the schedule sets one.
+    let ceilings =
+        r.initial_max_replicas.is_some() || r.transitions.iter().any(|t| t.max_replicas.is_some());
+    let row = |s: &mut String, at: &str, replicas: Option<i32>, max: Option<i32>, reason: &str| {
         let replicas = shown(replicas);
         let local = parse_rfc3339(at)
             .map(|t| local(schedule, t))
             .unwrap_or_default();
-        let _ = writeln!(s, "{at:<22} {local:<34} {replicas:>8}  {reason}");
+        let max = match (ceilings, max) {
+            (false, _) => String::new(),
+            (true, Some(m)) => format!(" {m:>5}"),
+            (true, None) => format!(" {:>5}", "own"),
+        };
+        let _ = writeln!(s, "{at:<22} {local:<34} {replicas:>8}{max}  {reason}");
     };
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<22} {:<34} {:>8}  WHY",
+        "{:<22} {:<34} {:>8}{}  WHY",
         "AT (UTC)",
         format!("LOCAL ({})", r.time_zone),
-        "REPLICAS"
+        "REPLICAS",
+        if ceilings { "   MAX" } else { "" }
     );
-    row(&mut s, &r.from, r.initial_replicas, &r.initial_reason);
+    row(
+        &mut s,
+        &r.from,
+        r.initial_replicas,
+        r.initial_max_replicas,
+        &r.initial_reason,
+    );
     for t in &r.transitions {
         let reason = match t.write_at.as_deref().and_then(parse_rfc3339) {
             Some(w) => format!(
@@ -325,7 +360,7 @@ pub fn range_table(schedule: &Schedule, r: &RangePreview) -> String {
             ),
             None => t.reason.clone(),
         };
-        row(&mut s, &t.at, t.replicas, &reason);
+        row(&mut s, &t.at, t.replicas, t.max_replicas, &reason);
     }
     s
 }
@@ -481,6 +516,36 @@ mod tests {
         let bad = SEED.replace("endTime: 17", "endTime: 9");
         let err = parse_manifest("bad.yaml", &bad).unwrap_err().to_string();
         assert!(err.contains("spec.schedulingConfig[0].endTime"), "{err}");
+    }
+
+    #[test]
+    fn the_range_table_has_a_max_column_only_where_the_schedule_sets_ceilings() {
+        let hpa = r#"
+apiVersion: schedule.rs/v1
+kind: TDSet
+metadata: {name: web}
+spec:
+  scaleTargetRef: {apiVersion: autoscaling/v2, kind: HorizontalPodAutoscaler, name: web}
+  defaultReplica: 2
+  schedulingConfig:
+  - {name: day, startTime: "08:00", endTime: "18:00", replica: 10, maxReplica: 50}
+  - {name: evening, startTime: "18:00", endTime: "22:00", replica: 10, maxReplica: 20}
+"#;
+        let (_, s) = parse_manifest("hpa", hpa).unwrap();
+        let from = parse_rfc3339("2026-05-01T07:00:00Z").unwrap();
+        let r = range(&s, from, from + Duration::hours(16), Duration::zero());
+        let table = range_table(&s, &r);
+        assert!(
+            table.lines().next().unwrap().contains("REPLICAS   MAX"),
+            "{table}"
+        );
+        // The night: the HPA's own; the evening changes the ceiling alone.
+        assert!(table.lines().nth(1).unwrap().contains("  own  "), "{table}");
+        let evening = table.lines().find(|l| l.contains("18:00:00Z")).unwrap();
+        assert!(evening.contains("      10    20  "), "{table}");
+        let (_, plain) = parse_manifest("seed", SEED).unwrap();
+        let r = range(&plain, from, from + Duration::hours(16), Duration::zero());
+        assert!(!range_table(&plain, &r).contains("MAX"));
     }
 
     #[test]

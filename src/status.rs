@@ -302,6 +302,8 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
         active_override: i.evaluation.and_then(|e| e.override_label.clone()),
         next_transition_time: i.next.map(|n| rfc3339(n.at)),
         next_replicas: i.next.and_then(|n| n.count().replicas()),
+        desired_max_replicas: i.evaluation.and_then(|e| e.ceiling),
+        next_max_replicas: i.next.and_then(|n| n.ceiling),
         next_write_time: i
             .next_write
             .filter(|w| i.next.is_some_and(|n| *w < n.at))
@@ -352,6 +354,11 @@ pub fn failed_transition(
     now: DateTime<Utc>,
 ) -> Option<HistoryEntry> {
     let p = previous?;
+    // A change of an HPA's ceiling alone is no change of count (its failure is reported
+    // as Degraded and in an Event).
+    if p.next_replicas == p.desired_replicas && p.next_max_replicas != p.desired_max_replicas {
+        return None;
+    }
     let at = p.next_transition_time.as_deref()?;
     let write = p.next_write_time.as_deref().unwrap_or(at);
     crate::preview::parse_rfc3339(write).filter(|t| *t <= now)?;
@@ -633,6 +640,7 @@ mod tests {
             override_label: None,
             holiday: false,
             ramp: None,
+            ceiling: None,
             ahead_of: None,
         };
         let ok = next_status(&inputs(None, &eval, None, "2026-01-01T00:00:00Z"));
@@ -668,6 +676,7 @@ mod tests {
             override_label: None,
             holiday: false,
             ramp: None,
+            ceiling: None,
             ahead_of: None,
         }
     }
@@ -703,6 +712,31 @@ mod tests {
             reason: "window".into(),
             message: None,
         }
+    }
+
+    #[test]
+    fn a_failed_change_of_ceiling_alone_is_no_change_of_count_in_history() {
+        let previous = TDSetStatus {
+            desired_replicas: Some(10),
+            replicas: Some(10),
+            next_transition_time: Some("2026-01-01T18:00:00Z".into()),
+            next_replicas: Some(10),
+            desired_max_replicas: Some(50),
+            next_max_replicas: Some(20),
+            ..TDSetStatus::default()
+        };
+        let problem = Problem::ApiError("refused".into());
+        let now = DateTime::parse_from_rfc3339("2026-01-01T18:00:01Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(failed_transition(Some(&previous), &problem, now), None);
+        // A change of count is recorded as it failed.
+        let count = TDSetStatus {
+            next_replicas: Some(2),
+            ..previous
+        };
+        let entry = failed_transition(Some(&count), &problem, now).unwrap();
+        assert_eq!((entry.from, entry.to), (Some(10), Some(2)));
     }
 
     #[test]

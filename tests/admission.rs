@@ -774,3 +774,69 @@ async fn a_calendar_with_a_date_that_does_not_exist_is_rejected() {
         );
     }
 }
+
+/// Scheduled HPA ceilings (`maxReplica`): at least the floor beside them, only for an HPA,
+/// never with a ramp; the field named.
+#[tokio::test]
+async fn scheduled_ceilings_are_checked_at_admission() {
+    let (_, ns) = setup("adm-ceiling").await;
+    let hpa = "  scaleTargetRef: {apiVersion: autoscaling/v2, kind: HorizontalPodAutoscaler, name: web}\n";
+    let spec = |windows: &str, rest: &str| {
+        format!("{hpa}  defaultReplica: 2\n  schedulingConfig:\n{windows}{rest}")
+    };
+    let day = "  - {startTime: 9, endTime: 17, replica: 10, maxReplica: 50}\n";
+    let override_ = "  overrides: [{start: \"2026-12-24T00:00:00Z\", end: \"2026-12-25T00:00:00Z\", replica: 1, maxReplica: 3}]\n";
+    for ok in [
+        spec(day, ""),
+        spec(day, "  defaultMaxReplica: 5\n"),
+        spec(day, override_),
+        spec(
+            "  - {startTime: 9, endTime: 17, replica: 10, maxReplica: 10}\n",
+            "",
+        ),
+    ] {
+        let (accepted, out) = apply(&manifest(&ns.name, &ok));
+        assert!(accepted, "rejected:\n{ok}\n{out}");
+    }
+    let cases = [
+        (
+            spec(
+                "  - {startTime: 9, endTime: 17, replica: 10, maxReplica: 5}\n",
+                "",
+            ),
+            "spec.schedulingConfig[0].maxReplica",
+        ),
+        (
+            spec(day, "  defaultMaxReplica: 1\n"),
+            "spec.defaultMaxReplica",
+        ),
+        (
+            spec(day, &override_.replace("maxReplica: 3", "maxReplica: 0")),
+            "spec.overrides[0].maxReplica",
+        ),
+        (
+            spec(
+                day,
+                &override_.replace("replica: 1, maxReplica: 3", "replica: 4, maxReplica: 3"),
+            ),
+            "spec.overrides[0].maxReplica",
+        ),
+        (
+            spec(day, "").replace(
+                "autoscaling/v2, kind: HorizontalPodAutoscaler",
+                "apps/v1, kind: Deployment",
+            ),
+            "need spec.scaleTargetRef to a HorizontalPodAutoscaler",
+        ),
+        (
+            spec(day, "  ramp: {step: 1, every: 1m}\n"),
+            "and no spec.ramp",
+        ),
+    ];
+    for (bad, field) in cases {
+        let (accepted, out) = apply(&manifest(&ns.name, &bad));
+        assert!(!accepted, "accepted:\n{bad}");
+        assert!(out.contains(field), "{field} not named:\n{bad}\n{out}");
+    }
+    ns.cleanup().await;
+}

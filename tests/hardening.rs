@@ -54,23 +54,6 @@ fn runs_nginx(replicas: i32) -> Value {
     )
 }
 
-/// Waits until TDSet `name` is Degraded for `reason`; its message.
-async fn degraded_for(client: &Client, ns: &str, name: &str, reason: &str) -> String {
-    let t = tdset_with_reason(client, ns, name, "Degraded", reason).await;
-    let degraded = condition(&t, "Degraded").expect("a Degraded condition");
-    assert_eq!(degraded.status, "True", "{degraded:?}");
-    degraded.message.clone()
-}
-
-fn hpa(name: &str, target: &str, min: i32, max: i32) -> Value {
-    json!({
-        "metadata": {"name": name},
-        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
-                 "minReplicas": min, "maxReplicas": max,
-                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]}
-    })
-}
-
 /// Someone's Deployment "web" at 1, the operator, and TDSet `name` that scales it to 4 at
 /// noon; returns once it is at 4.
 async fn web_at_4_held_by(client: &Client, ns: &str, name: &str) -> Operator {

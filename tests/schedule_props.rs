@@ -55,6 +55,7 @@ fn window() -> impl Strategy<Value = Window> {
                 start_time: t(s),
                 end_time: t(e),
                 replica,
+                max_replica: None,
                 days: days.map(|d| d.into_iter().map(|i| Day::ALL[i]).collect()),
             }
         })
@@ -211,6 +212,7 @@ fn one_window(tz: &str, start: (u8, u8), end: (u8, u8)) -> Schedule {
             start_time: TimeOfDay::hm(start.0, start.1).unwrap(),
             end_time: TimeOfDay::hm(end.0, end.1).unwrap(),
             replica: 9,
+            max_replica: None,
             days: None,
         }],
         default_replica: Some(1),
@@ -343,6 +345,7 @@ fn calendar_spec() -> impl Strategy<Value = (TDSetSpec, DateTime<Utc>)> {
                         start: (base + Duration::minutes(start)).to_rfc3339(),
                         end: (base + Duration::minutes(start + len)).to_rfc3339(),
                         replica: Some(replica),
+                        max_replica: None,
                         reason: reason.then(|| format!("o{start}")),
                     })
                     .collect();

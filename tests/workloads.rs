@@ -54,15 +54,6 @@ fn floor_of(name: &str, default: i32) -> TDSet {
     )
 }
 
-fn hpa(name: &str, target: &str, min: i32, max: i32) -> Value {
-    json!({
-        "metadata": {"name": name},
-        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
-                 "minReplicas": min, "maxReplicas": max,
-                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]}
-    })
-}
-
 /// The object without what the API server and controllers keep changing, and without the
 /// replica count: what the operator must never touch.
 fn untouchable(mut v: Value) -> Value {

@@ -40,6 +40,7 @@ pub const MAX_REPLICAS: i32 = 10_000;
     printcolumn = r#"{"name":"Suspended","type":"boolean","jsonPath":".spec.suspend","description":"True while the operator writes nothing to the workload"}"#,
     printcolumn = r#"{"name":"Next","type":"string","jsonPath":".status.nextTransitionTime","description":"When the replica count changes next"}"#,
     printcolumn = r#"{"name":"Next-Replicas","type":"integer","jsonPath":".status.nextReplicas","priority":1}"#,
+    printcolumn = r#"{"name":"Max","type":"integer","jsonPath":".status.desiredMaxReplicas","priority":1,"description":"HPA form: the maxReplicas the schedule sets now (absent: the HPA's own)"}"#,
     printcolumn = r#"{"name":"Degraded","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status","priority":1}"#,
     printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.target.name","priority":1,"description":"The referenced object (scaleTargetRef)"}"#,
     printcolumn = r#"{"name":"Targets","type":"string","jsonPath":".status.group.targets","description":"Group form: workloads at their scheduled count / workloads held"}"#,
@@ -75,6 +76,17 @@ pub const MAX_REPLICAS: i32 = 10_000;
         "rule": "!has(self.service) || !(has(self.scaleTargetRef) || has(self.scaleTargetSelector))",
         "message": "spec.service needs an owned Deployment (spec.container or spec.template); a referenced or selected workload's Service is managed with it",
         "fieldPath": ".service",
+        "reason": "FieldValueForbidden"
+    },
+    {
+        "rule": "!has(self.defaultMaxReplica) || !has(self.defaultReplica) || self.defaultMaxReplica >= self.defaultReplica",
+        "message": "spec.defaultMaxReplica (the HPA's ceiling) must be at least spec.defaultReplica (its floor)",
+        "fieldPath": ".defaultMaxReplica",
+        "reason": "FieldValueInvalid"
+    },
+    {
+        "rule": "(!has(self.defaultMaxReplica) && self.schedulingConfig.all(w, !has(w.maxReplica)) && (!has(self.overrides) || self.overrides.all(o, !has(o.maxReplica)))) || (has(self.scaleTargetRef) && self.scaleTargetRef.kind == 'HorizontalPodAutoscaler' && self.scaleTargetRef.apiVersion.startsWith('autoscaling/') && !has(self.ramp))",
+        "message": "maxReplica and defaultMaxReplica set a HorizontalPodAutoscaler's maxReplicas: they need spec.scaleTargetRef to a HorizontalPodAutoscaler, and no spec.ramp",
         "reason": "FieldValueForbidden"
     },
     {
@@ -121,6 +133,11 @@ pub struct TDSetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 10000))]
     pub default_replica: Option<i32>,
+    /// HPA form only: the HPA's `maxReplicas` when no window is active, at least
+    /// `defaultReplica`. Absent: the HPA's own `maxReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub default_max_replica: Option<i32>,
     /// The longest wait in minutes between two full checks (a drift safety net, not the
     /// boundary precision). Default 5.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,6 +280,11 @@ pub struct Holiday(
     "message": "end must be after start",
     "fieldPath": ".end",
     "reason": "FieldValueInvalid"
+}, {
+    "rule": "!has(self.maxReplica) || !has(self.replica) || self.maxReplica >= self.replica",
+    "message": "maxReplica (the HPA's ceiling) must be at least replica (its floor)",
+    "fieldPath": ".maxReplica",
+    "reason": "FieldValueInvalid"
 }]))]
 pub struct Override {
     /// RFC 3339 instant with an offset or Z, e.g. "2026-11-27T08:00:00+01:00".
@@ -276,6 +298,11 @@ pub struct Override {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 10000))]
     pub replica: Option<i32>,
+    /// HPA form only: the HPA's `maxReplicas` while the override is active, at least
+    /// `replica`. Absent: the HPA's own `maxReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_replica: Option<i32>,
     /// Shown in status and Events, e.g. "product launch".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
@@ -470,6 +497,11 @@ pub struct ServiceSpec {
     "message": "endTime must differ from startTime (a window needs a length; use startTime > endTime to wrap midnight)",
     "fieldPath": ".endTime",
     "reason": "FieldValueInvalid"
+}, {
+    "rule": "!has(self.maxReplica) || self.maxReplica >= self.replica",
+    "message": "maxReplica (the HPA's ceiling) must be at least replica (its floor)",
+    "fieldPath": ".maxReplica",
+    "reason": "FieldValueInvalid"
 }]))]
 pub struct Window {
     /// Optional label shown in status, events and metrics.
@@ -486,6 +518,11 @@ pub struct Window {
     /// Replicas while this window is active.
     #[schemars(range(min = 0, max = 10000))]
     pub replica: i32,
+    /// HPA form only: the HPA's `maxReplicas` while this window is active (its ceiling), at
+    /// least `replica`. Absent: the HPA's own `maxReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_replica: Option<i32>,
     /// The days on which the window starts; absent means every day.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 8), extend("x-kubernetes-list-type" = "set"))]
@@ -687,6 +724,14 @@ pub struct TDSetStatus {
     pub next_transition_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_replicas: Option<i32>,
+    /// HPA form with a scheduled ceiling (`maxReplica`): the HPA's `maxReplicas` the schedule
+    /// sets now; absent: the HPA's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_max_replicas: Option<i32>,
+    /// The ceiling from the next transition on (see `desiredMaxReplicas`); a transition may
+    /// change the ceiling alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_max_replicas: Option<i32>,
     /// When the next change's write starts, when that is before `nextTransitionTime`: a
     /// scale-up written ahead so that its replicas are ready by then (`spec.warmUp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -823,6 +868,11 @@ pub struct TargetStatus {
     /// deletion with `onDelete: Restore`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_replicas: Option<i32>,
+    /// With an HPA's floor and a scheduled ceiling (`maxReplica`): the HPA's own
+    /// `maxReplicas`, recorded before the TDSet first set it; given back when no ceiling
+    /// applies, and when the TDSet lets go of the HPA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_max_replicas: Option<i32>,
     /// With an HPA's floor: the HPA's workload this TDSet put to sleep (an HPA cannot hold 0),
     /// recorded before it was; woken to the HPA's own floor when the TDSet lets go, or when the
     /// HPA goes or points at another workload.

@@ -59,6 +59,10 @@ pub enum PluginCommand {
         name: String,
         #[arg(long)]
         replicas: i32,
+        /// HPA form: the HPA's maxReplicas meanwhile (at least --replicas); without it the
+        /// ceiling the schedule has then stays in force.
+        #[arg(long)]
+        max_replicas: Option<i32>,
         #[command(flatten)]
         span: Span,
         /// Shown in status, Events and preview.
@@ -213,6 +217,7 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
         PluginCommand::Override {
             name,
             replicas,
+            max_replicas,
             span: s,
             reason,
         } => {
@@ -222,13 +227,17 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                 start: rfc3339(start),
                 end: rfc3339(end),
                 replica: Some(replicas),
+                max_replica: max_replicas,
                 reason,
             };
             let mine = with_override(owned_overrides(&tdset), new.clone(), now);
             apply(&api, &ns, &name, json!({"overrides": mine})).await?;
             Ok(format!(
-                "tdset.schedule.rs/{name} override {} replicas from {} until {}{}\n",
+                "tdset.schedule.rs/{name} override {} replicas{} from {} until {}{}\n",
                 replicas,
+                max_replicas
+                    .map(|m| format!(" (maxReplicas {m})"))
+                    .unwrap_or_default(),
                 new.start,
                 new.end,
                 new.reason.map(|r| format!(" ({r})")).unwrap_or_default()
@@ -252,6 +261,7 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                 start: rfc3339(start),
                 end: rfc3339(end),
                 replica: None,
+                max_replica: None,
                 reason: Some(reason.unwrap_or_else(|| "woken by hand".into())),
             };
             let mine = with_override(owned_overrides(&tdset), new.clone(), now);
@@ -660,6 +670,7 @@ mod tests {
             start: start.into(),
             end: end.into(),
             replica: Some(1),
+            max_replica: None,
             reason: None,
         }
     }

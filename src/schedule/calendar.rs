@@ -130,6 +130,8 @@ pub(super) struct CompiledOverride {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     pub replicas: i32,
+    /// `maxReplica`: an HPA's ceiling while it is active.
+    pub ceiling: Option<i32>,
     pub label: String,
 }
 
@@ -163,6 +165,7 @@ pub(super) fn compile_overrides(
                 start,
                 end,
                 replicas: o.replica.unwrap_or(super::OWN),
+                ceiling: o.max_replica,
                 label: o.label(),
             }),
             (Ok(_), Ok(_)) => errors.push(SpecError {

@@ -100,7 +100,7 @@ impl Schedule {
         let count = self.evaluate(now).count();
         let lead = clamp(lead);
         let ahead_of = (lead > Duration::zero())
-            .then(|| self.next_transition(now))
+            .then(|| self.next_count_change(now, count, now + lead))
             .flatten()
             .filter(|t| t.at - lead <= now && rises(count, t.count()));
         Led {
@@ -120,15 +120,9 @@ impl Schedule {
         let mut eval = self.evaluate(now);
         let next = self.next_transition(now);
         let count = eval.count();
-        let next_write = next.map(|n| {
-            let start = n.at - lead;
-            if rises(count, n.count()) && start > now {
-                start
-            } else {
-                n.at
-            }
-        });
-        if let Some(t) = next
+        let change = next.and_then(|n| self.count_change_from(n, count, n.at + lead));
+        let next_write = next.map(|n| write_start(n, change, count, lead, now));
+        if let Some(t) = change
             .filter(|t| lead > Duration::zero() && t.at - lead <= now && rises(count, t.count()))
         {
             eval.replicas = t.replicas;
@@ -154,12 +148,39 @@ impl Schedule {
         let lead = clamp(lead);
         let next = self.next_transition(now)?;
         let count = self.evaluate(now).count();
-        let start = next.at - lead;
-        Some(if rises(count, next.count()) && start > now {
-            start
-        } else {
-            next.at
-        })
+        let change = self.count_change_from(next, count, next.at + lead);
+        Some(write_start(next, change, count, lead, now))
+    }
+
+    /// The first transition after `now` that changes the count from `count`, passing over
+    /// those that change an HPA's ceiling alone (a rise is led past them, not held behind
+    /// them), while they are no later than `until`.
+    fn next_count_change(
+        &self,
+        now: DateTime<Utc>,
+        count: Count,
+        until: DateTime<Utc>,
+    ) -> Option<Transition> {
+        self.count_change_from(self.next_transition(now)?, count, until)
+    }
+
+    /// `next_count_change` from the transition `t` on.
+    fn count_change_from(
+        &self,
+        mut t: Transition,
+        count: Count,
+        until: DateTime<Utc>,
+    ) -> Option<Transition> {
+        for _ in 0..MAX_PASSED {
+            if t.count() != count {
+                return Some(t);
+            }
+            if t.at > until {
+                return None;
+            }
+            t = self.next_transition(t.at)?;
+        }
+        None
     }
 
     /// Every transition in `(from, to]`, each with when its write starts (a rise's may come
@@ -175,13 +196,18 @@ impl Schedule {
         let Some(first) = transitions.first() else {
             return vec![];
         };
-        // The transition before the first, if one lies within its reach (at most an hour).
+        // The change of count before the first transition, if one lies within its reach (at
+        // most an hour). A change of an HPA's ceiling alone holds no rise back.
         let reach = first.at - lead;
-        let mut previous = if reach < from {
-            self.transitions(reach, from).last().map(|t| t.at)
-        } else {
-            None
-        };
+        let mut previous = None;
+        if reach < from {
+            let mut count = self.evaluate(reach).count();
+            for t in self.transitions(reach, from) {
+                if t.count() != count {
+                    (previous, count) = (Some(t.at), t.count());
+                }
+            }
+        }
         let mut count = self.evaluate(from).count();
         let mut out = Vec::with_capacity(transitions.len());
         for t in transitions {
@@ -195,10 +221,32 @@ impl Schedule {
                 from: count,
                 write_at,
             });
-            previous = Some(t.at);
+            if t.count() != count {
+                previous = Some(t.at);
+            }
             count = t.count();
         }
         out
+    }
+}
+
+/// How many transitions that change a ceiling alone a rise is looked for past: a bound on the
+/// work (a ceiling changes at a window's or an override's edge, a few in an hour).
+const MAX_PASSED: usize = 64;
+
+/// When what is written changes after `now`: at the next transition `next`, or before it, at
+/// the start of the write of the next change of count (`change`) when that is a rise not yet
+/// led to.
+fn write_start(
+    next: Transition,
+    change: Option<Transition>,
+    count: Count,
+    lead: Duration,
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
+    match change {
+        Some(c) if rises(count, c.count()) && c.at - lead > now => (c.at - lead).min(next.at),
+        _ => next.at,
     }
 }
 
@@ -229,6 +277,64 @@ mod tests {
         }))
         .unwrap();
         Schedule::compile(&spec).unwrap()
+    }
+
+    #[test]
+    fn a_change_of_ceiling_alone_inside_the_lead_does_not_hold_the_rise_back() {
+        // An HPA: floor 2 under 5 by night; 2 under 8 from 08:58 (the ceiling alone changes);
+        // 10 under 50 from 09:00. With a 5-minute lead the rise is written at 08:55, not
+        // after 08:58.
+        let spec: TDSetSpec = serde_json::from_value(serde_json::json!({
+            "scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web"},
+            "defaultReplica": 2,
+            "defaultMaxReplica": 5,
+            "schedulingConfig": [
+                {"startTime": "08:58", "endTime": "09:00", "replica": 2, "maxReplica": 8},
+                {"startTime": "09:00", "endTime": "17:00", "replica": 10, "maxReplica": 50}
+            ]
+        }))
+        .unwrap();
+        let s = Schedule::compile(&spec).unwrap();
+        let lead = Duration::minutes(5);
+        let nine = utc("2026-05-04T09:00:00Z");
+        let led = s.led(utc("2026-05-04T08:55:00Z"), lead);
+        assert_eq!(led.count, Count::Replicas(10));
+        assert_eq!(
+            led.ahead_of.map(|t| (t.at, t.ceiling)),
+            Some((nine, Some(50)))
+        );
+        assert_eq!(
+            s.led(utc("2026-05-04T08:54:59Z"), lead).count,
+            Count::Replicas(2)
+        );
+        let (eval, next, next_write) = s.led_at(utc("2026-05-04T08:50:00Z"), lead);
+        assert_eq!(eval.replicas, 2);
+        assert_eq!(next.map(|t| t.at), Some(utc("2026-05-04T08:58:00Z")));
+        assert_eq!(next_write, Some(utc("2026-05-04T08:55:00Z")));
+        let (eval, next, _) = s.led_at(utc("2026-05-04T08:56:00Z"), lead);
+        assert_eq!((eval.replicas, eval.ceiling), (10, Some(5)));
+        assert_eq!(eval.ahead_of.map(|t| t.at), Some(nine));
+        assert_eq!(next.map(|t| t.at), Some(utc("2026-05-04T08:58:00Z")));
+        assert_eq!(
+            s.next_led_write(utc("2026-05-04T08:00:00Z"), lead),
+            Some(utc("2026-05-04T08:55:00Z"))
+        );
+        let writes: Vec<_> = s
+            .led_transitions(
+                utc("2026-05-04T08:00:00Z"),
+                utc("2026-05-04T10:00:00Z"),
+                lead,
+            )
+            .into_iter()
+            .map(|t| (t.transition.at, t.write_at))
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                (utc("2026-05-04T08:58:00Z"), utc("2026-05-04T08:58:00Z")),
+                (nine, utc("2026-05-04T08:55:00Z")),
+            ]
+        );
     }
 
     #[test]

@@ -91,6 +91,8 @@ pub struct Schedule {
     tz: Tz,
     windows: Vec<CompiledWindow>,
     default_replicas: i32,
+    /// `defaultMaxReplica`.
+    default_ceiling: Option<i32>,
     /// Sorted, deduplicated minutes of the day at which some window starts or ends, always
     /// including 0 so that day-filtered windows (and holidays) are re-evaluated at midnight.
     boundaries: Vec<u16>,
@@ -108,6 +110,8 @@ struct CompiledWindow {
     start: u16,
     end: u16,
     replicas: i32,
+    /// `maxReplica`: an HPA's ceiling while the window is active.
+    ceiling: Option<i32>,
     /// Bit `d` set when the window may start on weekday `d` (0 = Monday); `HOL` when it may
     /// start on a holiday. A window without `days` has every bit.
     days: u8,
@@ -132,6 +136,9 @@ pub struct Evaluation {
     pub holiday: bool,
     /// Mid-ramp (`replicas != level`): which way it is going.
     pub ramp: Option<RampPhase>,
+    /// The HPA's ceiling the level's source sets (`maxReplica`, `defaultMaxReplica`); `None`:
+    /// the HPA's own `maxReplicas`.
+    pub ceiling: Option<i32>,
     /// The rise `replicas` is written ahead of (`warmUp`, see `lead.rs`): then `replicas` is
     /// that transition's count, not yet the schedule's.
     pub ahead_of: Option<Transition>,
@@ -183,6 +190,9 @@ pub struct Transition {
     pub at: DateTime<Utc>,
     /// [`OWN`] only in the group form (read it through `count`).
     pub replicas: i32,
+    /// The HPA's ceiling from then on (see `Evaluation::ceiling`). A transition may change the
+    /// ceiling alone.
+    pub ceiling: Option<i32>,
 }
 
 impl Transition {
@@ -228,6 +238,7 @@ impl fmt::Display for Warning {
 #[derive(Clone, Copy, Debug)]
 struct Level {
     replicas: i32,
+    ceiling: Option<i32>,
     window: Option<usize>,
     override_: Option<usize>,
     holiday: bool,
@@ -299,6 +310,7 @@ impl Schedule {
                 start: w.start_time.minute_of_day(),
                 end: w.end_time.minute_of_day(),
                 replicas: w.replica,
+                ceiling: w.max_replica,
                 days: match &w.days {
                     None => u8::MAX,
                     Some(days) => days.iter().fold(0u8, |m, d| m | 1 << d.index()),
@@ -329,6 +341,7 @@ impl Schedule {
             tz,
             windows,
             default_replicas: spec.default_replica.unwrap_or(OWN),
+            default_ceiling: spec.default_max_replica,
             boundaries,
             holidays,
             overrides,
@@ -361,6 +374,7 @@ impl Schedule {
             override_label: level.override_.map(|i| self.overrides[i].label.clone()),
             holiday: level.holiday,
             ramp: phase,
+            ceiling: level.ceiling,
             ahead_of: None,
         }
     }
@@ -368,6 +382,8 @@ impl Schedule {
     fn level_at(&self, at: DateTime<Utc>) -> Level {
         let local = at.with_timezone(&self.tz).naive_local();
         let holiday = self.holidays.contains(local.date());
+        let window = self.active_at_local(local);
+        let ceiling = window.map_or(self.default_ceiling, |i| self.windows[i].ceiling);
         if let Some(i) = self
             .overrides
             .iter()
@@ -375,14 +391,17 @@ impl Schedule {
         {
             return Level {
                 replicas: self.overrides[i].replicas,
+                // An override without a ceiling (a boost from the plugin) keeps the one in
+                // force; the HPA plan raises it to the override's floor where it is lower.
+                ceiling: self.overrides[i].ceiling.or(ceiling),
                 window: None,
                 override_: Some(i),
                 holiday,
             };
         }
-        let window = self.active_at_local(local);
         Level {
             replicas: window.map_or(self.default_replicas, |i| self.windows[i].replicas),
+            ceiling,
             window,
             override_: None,
             holiday,
@@ -416,13 +435,13 @@ impl Schedule {
         })
     }
 
-    /// Whether the level can never change.
+    /// Whether the level (and the ceiling) can never change.
     fn level_is_constant(&self) -> bool {
         self.windows
             .iter()
-            .map(|w| w.replicas)
-            .chain(self.overrides.iter().map(|o| o.replicas))
-            .all(|r| r == self.default_replicas)
+            .map(|w| (w.replicas, w.ceiling))
+            .chain(self.overrides.iter().map(|o| (o.replicas, o.ceiling)))
+            .all(|r| r == (self.default_replicas, self.default_ceiling))
     }
 
     /// The earliest instant strictly after `now` at which the count changes, and the count
@@ -432,6 +451,7 @@ impl Schedule {
             None => self.next_level_change(now).map(|c| Transition {
                 at: c.at,
                 replicas: c.after,
+                ceiling: c.ceiling,
             }),
             Some(ramp) => RampWalk::new(self, ramp, now).next(),
         }
@@ -461,7 +481,8 @@ impl Schedule {
         if self.level_is_constant() {
             return None;
         }
-        let current = self.level_at(now).replicas;
+        let now_level = self.level_at(now);
+        let current = now_level.replicas;
         let limit = match self.lookahead_until {
             Some(until) => (now + HORIZON).max(until.min(now + MAX_LOOKAHEAD)),
             None => now + HORIZON,
@@ -485,12 +506,14 @@ impl Schedule {
                 next = next.min(edge);
             }
             t = next;
-            let replicas = self.level_at(t).replicas;
-            if replicas != current {
+            let level = self.level_at(t);
+            // A ceiling changes what the HPA form writes, as a count does.
+            if level.replicas != current || level.ceiling != now_level.ceiling {
                 return Some(LevelChange {
                     at: t,
                     before: current,
-                    after: replicas,
+                    after: level.replicas,
+                    ceiling: level.ceiling,
                 });
             }
         }
@@ -672,7 +695,12 @@ impl Iterator for RampWalk<'_> {
                 Some(at) => {
                     let replicas = self.ramp.count_at(at, s.level_at(at).replicas, changes);
                     (self.t, self.count) = (at, replicas);
-                    return Some(Transition { at, replicas });
+                    // A ramp and a ceiling do not combine (refused at admission).
+                    return Some(Transition {
+                        at,
+                        replicas,
+                        ceiling: None,
+                    });
                 }
                 // The level is constant after this stretch and every step has been taken.
                 None if *last => return None,
@@ -718,12 +746,99 @@ mod tests {
             start_time: TimeOfDay::parse_hhmm(start).unwrap(),
             end_time: TimeOfDay::parse_hhmm(end).unwrap(),
             replica,
+            max_replica: None,
             days: None,
         }
     }
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    /// `windows` over HPA web (UTC), `default` under the default ceiling `default_max`.
+    fn hpa_spec(windows: Vec<Window>, default: i32, default_max: i32) -> TDSetSpec {
+        let mut s = spec("UTC", windows, default);
+        s.container = None;
+        s.scale_target_ref = Some(crate::api::ScaleTargetRef {
+            api_version: "autoscaling/v2".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            name: "web".into(),
+        });
+        s.default_max_replica = Some(default_max);
+        s
+    }
+
+    #[test]
+    fn a_ceiling_follows_its_source_and_a_change_of_ceiling_alone_is_a_transition() {
+        // By day floor 10 under a ceiling of 50, in the evening floor 10 under 20, at night
+        // floor 2 under the default ceiling 5.
+        let mut day = w("08:00", "18:00", 10);
+        day.max_replica = Some(50);
+        let mut evening = w("18:00", "22:00", 10);
+        evening.max_replica = Some(20);
+        let s = hpa_spec(vec![day, evening], 2, 5);
+        let schedule = Schedule::compile(&s).unwrap();
+        assert_eq!(
+            schedule.evaluate(at("2026-05-01T12:00:00Z")).ceiling,
+            Some(50)
+        );
+        assert_eq!(
+            schedule.evaluate(at("2026-05-01T03:00:00Z")).ceiling,
+            Some(5)
+        );
+        let got: Vec<(DateTime<Utc>, i32, Option<i32>)> = schedule
+            .transitions(at("2026-05-01T07:00:00Z"), at("2026-05-01T23:00:00Z"))
+            .into_iter()
+            .map(|t| (t.at, t.replicas, t.ceiling))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (at("2026-05-01T08:00:00Z"), 10, Some(50)),
+                // The count stays 10; only the ceiling changes, and the HPA is written for it.
+                (at("2026-05-01T18:00:00Z"), 10, Some(20)),
+                (at("2026-05-01T22:00:00Z"), 2, Some(5)),
+            ]
+        );
+        // Without ceilings nothing changes: no transition where the count stays.
+        let plain = Schedule::compile(&spec(
+            "UTC",
+            vec![w("08:00", "18:00", 10), w("18:00", "22:00", 10)],
+            2,
+        ))
+        .unwrap();
+        assert_eq!(
+            plain
+                .transitions(at("2026-05-01T07:00:00Z"), at("2026-05-01T23:00:00Z"))
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn an_override_without_a_ceiling_keeps_the_one_in_force() {
+        // Night floor 2 under the default ceiling 5; a boost to 8 from 01:00 to 03:00 names
+        // no ceiling (the plugin's never do): 5 stays in force (the HPA plan raises it to the
+        // boost's floor), rather than the HPA's own for the length of the boost.
+        let mut s = hpa_spec(vec![w("08:00", "18:00", 10)], 2, 5);
+        let boost = |max: Option<i32>| crate::api::Override {
+            start: "2026-05-01T01:00:00Z".into(),
+            end: "2026-05-01T03:00:00Z".into(),
+            replica: Some(8),
+            max_replica: max,
+            reason: None,
+        };
+        s.overrides = vec![boost(None)];
+        let schedule = Schedule::compile(&s).unwrap();
+        let e = schedule.evaluate(at("2026-05-01T02:00:00Z"));
+        assert_eq!((e.replicas, e.ceiling), (8, Some(5)));
+        // One that names a ceiling sets it.
+        s.overrides = vec![boost(Some(40))];
+        let schedule = Schedule::compile(&s).unwrap();
+        assert_eq!(
+            schedule.evaluate(at("2026-05-01T02:00:00Z")).ceiling,
+            Some(40)
+        );
     }
 
     #[test]
@@ -764,7 +879,8 @@ mod tests {
             next,
             Transition {
                 at: at("2026-03-08T07:00:00Z"),
-                replicas: 7
+                replicas: 7,
+                ceiling: None
             }
         );
     }
@@ -784,7 +900,8 @@ mod tests {
             got,
             want.map(|(t, r)| Transition {
                 at: at(t),
-                replicas: r
+                replicas: r,
+                ceiling: None
             })
             .to_vec()
         );
@@ -809,7 +926,8 @@ mod tests {
             next,
             Transition {
                 at: at("2026-05-01T19:00:00Z"),
-                replicas: 2
+                replicas: 2,
+                ceiling: None
             }
         );
         // 19:00-00:00 (2) then 00:00-01:00 default (3).

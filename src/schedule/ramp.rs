@@ -38,6 +38,8 @@ pub(super) struct LevelChange {
     pub at: DateTime<Utc>,
     pub before: i32,
     pub after: i32,
+    /// The ceiling from then on (never set with a ramp: admission refuses both).
+    pub ceiling: Option<i32>,
 }
 
 impl CompiledRamp {
@@ -257,11 +259,13 @@ mod tests {
                 at: t("2026-05-01T09:00:00Z"),
                 before: 2,
                 after: 10,
+                ceiling: None,
             },
             LevelChange {
                 at: t("2026-05-01T17:00:00Z"),
                 before: 10,
                 after: 2,
+                ceiling: None,
             },
         ];
         let level = |s: &str| {

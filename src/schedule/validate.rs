@@ -170,6 +170,57 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
             "applies to spec.scaleTargetRef only".into(),
         );
     }
+    // Ceilings (maxReplica): at least the floor beside them, and only for an HPA, without a ramp.
+    let ceilings: Vec<(String, Option<i32>, i32)> = spec
+        .scheduling_config
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| {
+            w.max_replica.map(|m| {
+                (
+                    format!("spec.schedulingConfig[{i}].maxReplica"),
+                    Some(w.replica),
+                    m,
+                )
+            })
+        })
+        .chain(spec.overrides.iter().enumerate().filter_map(|(i, o)| {
+            o.max_replica
+                .map(|m| (format!("spec.overrides[{i}].maxReplica"), o.replica, m))
+        }))
+        .chain(spec.default_max_replica.map(|m| {
+            (
+                "spec.defaultMaxReplica".to_string(),
+                spec.default_replica,
+                m,
+            )
+        }))
+        .collect();
+    let hpa = spec.scale_target_ref.as_ref().is_some_and(|r| r.is_hpa());
+    for (field, floor, ceiling) in &ceilings {
+        if !(1..=MAX_REPLICAS).contains(ceiling) {
+            err(
+                field.clone(),
+                format!("{ceiling} is out of range 1..{MAX_REPLICAS}"),
+            );
+        }
+        if let Some(floor) = floor
+            && ceiling < floor
+        {
+            err(
+                field.clone(),
+                format!(
+                    "{ceiling} is below the floor beside it ({floor}): the HPA's ceiling must be at least its floor"
+                ),
+            );
+        }
+        if !hpa || spec.ramp.is_some() {
+            err(
+                field.clone(),
+                "sets a HorizontalPodAutoscaler's maxReplicas: it needs spec.scaleTargetRef to a HorizontalPodAutoscaler, and no spec.ramp".into(),
+            );
+        }
+    }
     if let Some(svc) = &spec.service
         && !(1..=65535).contains(&svc.port)
     {

@@ -76,6 +76,16 @@ pub fn app_deployment(name: &str, replicas: i32) -> serde_json::Value {
     })
 }
 
+/// HPA `name` over Deployment `target`, `min..max` replicas on CPU.
+pub fn hpa(name: &str, target: &str, min: i32, max: i32) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                 "minReplicas": min, "maxReplicas": max,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]}
+    })
+}
+
 /// Deletes TDSet `name` and waits until it is gone (its finalizer done).
 pub async fn delete_tdset_and_wait(client: &Client, ns: &str, name: &str) {
     Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), ns)

@@ -125,3 +125,11 @@ pub async fn tdset_with_reason(
     })
     .await
 }
+
+/// Waits until TDSet `name` is Degraded for `reason`; its message.
+pub async fn degraded_for(client: &Client, ns: &str, name: &str, reason: &str) -> String {
+    let t = tdset_with_reason(client, ns, name, "Degraded", reason).await;
+    let degraded = condition(&t, "Degraded").expect("a Degraded condition");
+    assert_eq!(degraded.status, "True", "{degraded:?}");
+    degraded.message.clone()
+}

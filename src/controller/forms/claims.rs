@@ -100,9 +100,10 @@ pub(crate) fn own_count(
 }
 
 /// Another TDSet that holds `r` and has recorded the same own count (`original`, of object
-/// `uid`) as this one: it gives that count back when it lets go, so this TDSet need not
-/// (and must not write over it). A holder that has not recorded it, or recorded another,
-/// may not: then this TDSet gives its count back, a second write rather than a lost count.
+/// `uid`) as this one, and the same own `maxReplicas` where this one recorded one
+/// (`original_max`): it gives them back when it lets go, so this TDSet need not (and must
+/// not write over it). A holder that has not recorded them, or recorded others, may not:
+/// then this TDSet gives them back, a second write rather than a lost count.
 pub(crate) fn holder_with_same_original(
     tdset: &TDSet,
     ctx: &Context,
@@ -110,12 +111,30 @@ pub(crate) fn holder_with_same_original(
     r: &ScaleTargetRef,
     uid: Option<&str>,
     original: i32,
+    original_max: Option<i32>,
 ) -> Option<String> {
     let holder = ctx.index.holder(ns, r.group(), &r.kind, &r.name)?;
     if holder == tdset.name_any() {
         return None;
     }
-    (ctx.index.original_of(key(ns, r), uid?, &holder) == Some(original)).then_some(holder)
+    let uid = uid?;
+    let same_max =
+        original_max.is_none_or(|m| ctx.index.original_max_of(key(ns, r), uid, &holder) == Some(m));
+    (ctx.index.original_of(key(ns, r), uid, &holder) == Some(original) && same_max)
+        .then_some(holder)
+}
+
+/// The HPA `r`'s own `maxReplicas` as another TDSet records it (see
+/// `TargetIndex::original_max_elsewhere`).
+pub(crate) fn own_max_elsewhere(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    uid: Option<&str>,
+) -> Option<i32> {
+    ctx.index
+        .original_max_elsewhere(key(ns, r), uid?, &tdset.name_any())
 }
 
 /// `held_outcome` for a target another TDSet claims, unless the target is not there: then it

@@ -1,20 +1,22 @@
 //! `scaleTargetRef` to an HPA: the schedule is its floor (see `workload::hpa`); a floor of 0
 //! puts the HPA's target to sleep (an HPA cannot hold 0).
 
+use kube::ResourceExt;
 use tracing::debug;
 
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
 use super::target::{Record, ensure_durable, problem_outcome, target_status};
-use crate::api::{Asleep, ScaleTargetRef};
+use crate::api::{Asleep, ScaleTargetRef, TargetStatus};
 use crate::controller::io::target::{
-    read_hpa, resolve_and_read, write, write_if_unchanged, write_min_replicas,
+    read_hpa, resolve_and_read, write, write_if_unchanged, write_max_replicas, write_min_replicas,
 };
 use crate::controller::lane::{EventType, note};
 use crate::controller::state::{Answer, Context, Outcome, Resolved, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
+use crate::workload::contest::Verdict;
 use crate::workload::hpa::{self, HpaView};
 use crate::workload::savings::{Requests, Saved};
 
@@ -109,16 +111,49 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         }
         record.status.asleep = None;
     }
-    let mut plan = hpa::plan(eval.replicas, &hpa, target.replicas);
+    // The HPA's own ceiling: as recorded; or as a TDSet that set a ceiling records it (a
+    // younger claim that held the HPA until this one came); else the one it has.
+    let own = record
+        .status
+        .original_max_replicas
+        .or_else(|| claims::own_max_elsewhere(tdset, ctx, ns, r, uid.as_deref()))
+        .unwrap_or(hpa.max_replicas);
+    let ceiling = Ceiling {
+        in_force: hpa::ceiling_in_force(eval.ceiling, eval.ahead_of.map(|t| t.ceiling), own),
+        own,
+    };
+    let mut plan = hpa::plan(
+        eval.replicas,
+        ceiling.in_force,
+        Some(own),
+        &hpa,
+        target.replicas,
+    );
     if turn.write == Write::Never {
         plan.min_replicas = None;
+        plan.max_replicas = None;
         plan.scale_target = None;
     }
-    apply(&mut turn, r, hpa, uid, record, target, plan).await
+    apply(&mut turn, r, hpa, uid, record, target, plan, ceiling).await
+}
+
+/// The HPA's `maxReplicas` as this TDSet sees it.
+#[derive(Clone, Copy)]
+struct Ceiling {
+    /// The schedule's ceiling in force (`hpa::ceiling_in_force`); `None`: the HPA's own.
+    in_force: Option<i32>,
+    /// The HPA's own.
+    own: i32,
+}
+
+/// The key of the TDSet's contest over an HPA's `maxReplicas` (see `workload::contest`).
+pub(crate) fn ceiling_contest_key(tdset_key: &str) -> String {
+    format!("{tdset_key}/maxReplicas")
 }
 
 /// Writes what the plan asks for (the floor, then the target's count), the HPA's own floor
 /// made durable first.
+#[allow(clippy::too_many_arguments)]
 async fn apply(
     turn: &mut Turn<'_>,
     r: &ScaleTargetRef,
@@ -126,9 +161,21 @@ async fn apply(
     uid: Option<String>,
     mut record: Record,
     mut target: HpaTarget,
-    plan: hpa::FloorPlan,
+    mut plan: hpa::FloorPlan,
+    ceiling: Ceiling,
 ) -> Result<Outcome> {
     let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
+    // Someone keeps setting maxReplicas back (a GitOps tool's self-heal): the ceiling is put
+    // back less and less often, as a count is, rather than at watch speed.
+    let key = ceiling_contest_key(&format!("{ns}/{}", tdset.name_any()));
+    let now = tokio::time::Instant::now();
+    let mut retry = None;
+    if let Some(max) = plan.max_replicas
+        && let Verdict::Wait(until) = ctx.contest(&key, |c| c.decide(max, now))
+    {
+        retry = Some(until.duration_since(now));
+        plan = plan.without_ceiling(&hpa);
+    }
     if plan.scale_target == Some(0) {
         // Which workload this TDSet puts to sleep, durable before it does: whatever happens
         // to the HPA (deleted, pointed elsewhere), the workload is woken.
@@ -141,18 +188,49 @@ async fn apply(
             record.durable = false;
         }
     }
-    if plan.min_replicas.is_some() || plan.scale_target.is_some() {
+    if plan.max_replicas.is_some()
+        && ceiling.in_force.is_some()
+        && record.status.original_max_replicas.is_none()
+    {
+        // The HPA's own ceiling, durable before the first one of the schedule's replaces it.
+        record.status.original_max_replicas = Some(ceiling.own);
+        record.durable = false;
+    }
+    if plan.min_replicas.is_some() || plan.scale_target.is_some() || plan.max_replicas.is_some() {
         ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
     }
     let (floor_before, target_before) = (hpa.min(), target.replicas);
+    let max_first = plan.max_first(&hpa);
+    let uid_ = uid.as_deref();
+    if max_first && let Err(p) = set_ceiling(turn, r, &mut hpa, uid_, &plan, ceiling, None).await? {
+        return Ok(problem_outcome(p, r, record.status));
+    }
+    let mut lowered = None;
     if let Some(min) = plan.min_replicas {
         if let Err(p) = write_min_replicas(ctx, ns, r, uid.as_deref(), min).await? {
             return Ok(problem_outcome(p, r, record.status));
         }
-        let change = format!("set HorizontalPodAutoscaler {} minReplicas", r.name);
-        turn.events
-            .push(record_scale(ctx, tdset, &change, hpa.min(), min, eval));
+        if plan.floor > 0 {
+            let change = format!("set HorizontalPodAutoscaler {} minReplicas", r.name);
+            turn.events
+                .push(record_scale(ctx, tdset, &change, hpa.min(), min, eval));
+        } else {
+            // Asleep: lowered under the ceiling that follows, not a change of count.
+            lowered = Some(hpa.min());
+        }
         hpa.min_replicas = Some(min);
+    }
+    if !max_first
+        && let Err(p) = set_ceiling(turn, r, &mut hpa, uid_, &plan, ceiling, lowered).await?
+    {
+        return Ok(problem_outcome(p, r, record.status));
+    }
+    if plan.max_replicas.is_some() {
+        ctx.contest(&key, |c| c.wrote(hpa.max_replicas, now));
+    }
+    if ceiling.in_force.is_none() && hpa.max_replicas == ceiling.own {
+        // The HPA's own ceiling is back: nothing of it is this TDSet's to give back any more.
+        record.status.original_max_replicas = None;
     }
     if let (Some(n), Some(res)) = (plan.scale_target, target.resource.as_ref()) {
         if let Err(p) = write(ctx, ns, &target.reference, res, n).await? {
@@ -174,15 +252,75 @@ async fn apply(
     let scaled = plan
         .scale_target
         .map(|_| target_before.unwrap_or(0))
-        .or(plan.min_replicas.map(|_| floor_before));
-    Ok(outcome(
+        .or(plan
+            .min_replicas
+            .filter(|_| plan.floor > 0)
+            .map(|_| floor_before));
+    let fight = ctx.contest(&key, |c| c.fight(now));
+    let mut out = outcome(
         r,
         &hpa,
         record,
         target,
         &plan,
         scaled.map(Scaled::from_count),
+    );
+    if fight.is_some() && out.problem.is_none() {
+        out.problem = Some(conflicting_ceiling_writer(r));
+    }
+    out.retry = out.retry.or(retry);
+    Ok(out)
+}
+
+/// Another writer keeps setting `maxReplicas` back.
+fn conflicting_ceiling_writer(r: &ScaleTargetRef) -> Problem {
+    Problem::ConflictingWriter(format!(
+        "spec.maxReplicas of HorizontalPodAutoscaler {} keeps being set back by another writer; \
+         the operator now puts the schedule's ceiling back less and less often instead of \
+         fighting it. Stop that writer from managing maxReplicas (a server-side apply that \
+         leaves the field out, or have it ignore the field)",
+        r.name
     ))
+}
+
+/// Writes the plan's `maxReplicas`, if any, with its Event (`lowered`: the floor it had, when
+/// it was lowered under this ceiling while the target sleeps).
+async fn set_ceiling(
+    turn: &mut Turn<'_>,
+    r: &ScaleTargetRef,
+    hpa: &mut HpaView,
+    uid: Option<&str>,
+    plan: &hpa::FloorPlan,
+    ceiling: Ceiling,
+    lowered: Option<i32>,
+) -> Answer<()> {
+    let Some(max) = plan.max_replicas else {
+        return Ok(Ok(()));
+    };
+    if let Err(p) = write_max_replicas(turn.ctx, turn.ns, r, uid, max).await? {
+        return Ok(Err(p));
+    }
+    let mut why = match ceiling.in_force {
+        Some(_) => "the schedule's ceiling".to_string(),
+        None => "its own, given back".to_string(),
+    };
+    if let Some(from) = lowered {
+        why.push_str(&format!(
+            "; minReplicas lowered from {from} to {} under it while its target sleeps",
+            hpa.min()
+        ));
+    }
+    turn.events.push(note(
+        turn.tdset,
+        EventType::Normal,
+        "CeilingSet",
+        format!(
+            "set HorizontalPodAutoscaler {} maxReplicas from {} to {max} ({why})",
+            r.name, hpa.max_replicas
+        ),
+    ));
+    hpa.max_replicas = max;
+    Ok(Ok(()))
 }
 
 /// What the form observed and wrote.
@@ -238,6 +376,76 @@ fn outcome(
             target.ready,
         )))
     }
+}
+
+/// Lets go of an HPA as its status records it (`recorded`), only on the object it was
+/// recorded from: its own `maxReplicas` given back whatever `onDelete` says (a ceiling left
+/// behind would cap its scaling for good); with `restore` (`onDelete: Restore`, the own
+/// floor recorded) its floor put back; both in the order the API server accepts (see
+/// `hpa::released`); and a target the schedule put to 0 woken to the floor that stays, the
+/// HPA would not wake it. What was done, if anything.
+pub(crate) async fn let_go(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    recorded: &TargetStatus,
+    restore: Option<i32>,
+) -> Answer<Option<String>> {
+    let (mut hpa, seen) = match read_hpa(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if let (Some(a), Some(b)) = (recorded.uid.as_deref(), seen.as_deref())
+        && a != b
+    {
+        return Ok(Err(Problem::TargetNotFound(format!(
+            "{r} was deleted and created again since its count was recorded; the new object is \
+             left as it is"
+        ))));
+    }
+    let plan = hpa::released(&hpa, recorded.original_max_replicas, restore);
+    let mut done = Vec::new();
+    let max_first = plan.max_first(&hpa);
+    for step in [max_first, !max_first, max_first] {
+        // max, then min (or min, then max): the first and last passes write the ceiling.
+        match (step, plan.max_replicas, plan.min_replicas) {
+            (true, Some(max), _) if hpa.max_replicas != max => {
+                if let Err(p) = write_max_replicas(ctx, ns, r, seen.as_deref(), max).await? {
+                    return Ok(Err(p));
+                }
+                done.push(format!(
+                    "gave HorizontalPodAutoscaler {} its own maxReplicas back ({} -> {max})",
+                    r.name, hpa.max_replicas
+                ));
+                hpa.max_replicas = max;
+            }
+            (false, _, Some(min)) if hpa.min() != min => {
+                if let Err(p) = write_min_replicas(ctx, ns, r, seen.as_deref(), min).await? {
+                    return Ok(Err(p));
+                }
+                done.push(format!(
+                    "restored HorizontalPodAutoscaler {} minReplicas to {min}",
+                    r.name
+                ));
+                hpa.min_replicas = Some(min);
+            }
+            _ => {}
+        }
+    }
+    if let Ok((res, view)) = resolve_and_read(ctx, ns, &hpa.target).await?
+        && view.spec_replicas == 0
+    {
+        let to = hpa.min().max(1);
+        let read_at = view.resource_version.as_deref();
+        if let Err(p) = write_if_unchanged(ctx, ns, &hpa.target, &res, to, read_at).await? {
+            return Ok(Err(p));
+        }
+        done.push(format!(
+            "woke {} to {to} replicas, the floor of HorizontalPodAutoscaler {}",
+            hpa.target, r.name
+        ));
+    }
+    Ok(Ok((!done.is_empty()).then(|| done.join("; "))))
 }
 
 /// Whether `asleep` is the workload `reference` (object `uid`).

@@ -92,6 +92,7 @@ pub(crate) async fn target_status(
                 uid: uid.map(String::from),
                 field: field.into(),
                 original_replicas: observed.map(|(count, _)| count),
+                original_max_replicas: None,
                 asleep: None,
             },
             durable: false,

@@ -354,6 +354,26 @@ pub(crate) async fn read_hpa(
         }))
 }
 
+/// Sets an HPA's `maxReplicas` (a merge patch guarded by its uid, see
+/// `hpa::max_replicas_patch`).
+pub(crate) async fn write_max_replicas(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    uid: Option<&str>,
+    max: i32,
+) -> Answer<()> {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+    ctx.metrics.write("horizontalpodautoscalers", "patch");
+    let body = hpa::max_replicas_patch(uid, max);
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let sent = api.patch(&r.name, &pp, &Patch::Merge(&body)).await;
+    hpa_written(sent, ns, r, "maxReplicas")
+}
+
 /// Sets an HPA's `spec.minReplicas` (server-side apply, guarded by the uid it was read with).
 pub(crate) async fn write_min_replicas(
     ctx: &Context,
@@ -365,28 +385,31 @@ pub(crate) async fn write_min_replicas(
     let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
     ctx.metrics.write("horizontalpodautoscalers", "apply");
     let body = hpa::min_replicas_body(&r.name, uid, min);
-    match api
-        .patch(
-            &r.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-    {
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let sent = api.patch(&r.name, &pp, &Patch::Apply(&body)).await;
+    hpa_written(sent, ns, r, "minReplicas")
+}
+
+/// What a write of an HPA's `field` came to: refused (not granted), or the HPA gone or
+/// replaced by another object of that name (the uid no longer matches), are problems.
+fn hpa_written(
+    sent: kube::Result<HorizontalPodAutoscaler>,
+    ns: &str,
+    r: &ScaleTargetRef,
+    field: &str,
+) -> Answer<()> {
+    match sent {
         Ok(_) => Ok(Ok(())),
         Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Err(Problem::Forbidden(format!(
             "the operator may not patch HorizontalPodAutoscaler {} in namespace {ns}: {}; its ClusterRole \
              needs patch on autoscaling horizontalpodautoscalers",
             r.name, s.message
         )))),
-        // Gone, or replaced by another object of that name (the uid no longer matches).
         Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {
             Ok(Err(Problem::TargetNotFound(format!(
-                "{r} was deleted (or replaced) while it was being scaled"
+                "{r} was deleted (or replaced) while its {field} was being set"
             ))))
         }
-        Err(e) => Err(Error::kube(format!("setting minReplicas of {r} in {ns}"))(
-            e,
-        )),
+        Err(e) => Err(Error::kube(format!("setting {field} of {r} in {ns}"))(e)),
     }
 }

@@ -200,12 +200,19 @@ async fn let_go(
     };
     let uid = recorded.uid.as_deref();
     // Held by another TDSet now (an older claim took it over while this one waited) that
-    // recorded the same own count: its count is that one's to write, and it gives the own
-    // count back when it lets go.
-    if let Some(holder) = recorded
-        .original_replicas
-        .and_then(|original| claims::holder_with_same_original(tdset, ctx, ns, &r, uid, original))
-    {
+    // recorded the same own count (and ceiling): its count is that one's to write, and it
+    // gives the own count back when it lets go.
+    if let Some(holder) = recorded.original_replicas.and_then(|original| {
+        claims::holder_with_same_original(
+            tdset,
+            ctx,
+            ns,
+            &r,
+            uid,
+            original,
+            recorded.original_max_replicas,
+        )
+    }) {
         info!(%holder, why, "left the target to its holder");
         return Ok(());
     }
@@ -219,6 +226,24 @@ async fn let_go(
         _ => Ok(None),
     };
     let (verb, result) = match recorded.original_replicas {
+        _ if r.is_hpa() => {
+            let restore = recorded.original_replicas.filter(|_| restores(tdset));
+            let released = hpa_floor::let_go(ctx, ns, &r, recorded, restore).await;
+            let result = refused_on_delete(released, why)?;
+            match result {
+                // Restore without a record of the own floor: what could be done is, and the
+                // floor's is said to have failed.
+                Ok(done) if restores(tdset) && restore.is_none() => (
+                    "restore",
+                    Err(Problem::TargetNotFound(format!(
+                        "no original count of {r} was recorded{}",
+                        done.map_or_else(String::new, |d| format!(" ({d})"))
+                    ))),
+                ),
+                result if restores(tdset) => ("restore", result),
+                result => ("let go of", result),
+            }
+        }
         Some(original) if restores(tdset) => {
             let restored = restore(tdset, ctx, ns, &r, original, uid).await;
             ("restore", refused_on_delete(restored, why)?)
@@ -229,10 +254,6 @@ async fn let_go(
                 "no original count of {r} was recorded"
             ))),
         ),
-        _ if r.is_hpa() => {
-            let woken = wake(ctx, ns, &r, uid).await;
-            ("wake the target of", refused_on_delete(woken, why)?)
-        }
         _ => return Ok(()),
     };
     let result = with_asleep_woken(woke, result, &r);
@@ -325,33 +346,6 @@ async fn restore(
     original: i32,
     uid: Option<&str>,
 ) -> Answer<Option<String>> {
-    if r.is_hpa() {
-        let (hpa, seen) = match scale::read_hpa(ctx, ns, r).await? {
-            Ok(found) => found,
-            Err(p) => return Ok(Err(p)),
-        };
-        if let Err(p) = same_object(r, uid, seen.as_deref()) {
-            return Ok(Err(p));
-        }
-        // An HPA's maximum lowered since: its floor may not be above it.
-        let original = original.min(hpa.max_replicas);
-        if hpa.min() != original
-            && let Err(p) = scale::write_min_replicas(ctx, ns, r, seen.as_deref(), original).await?
-        {
-            return Ok(Err(p));
-        }
-        // A target the schedule put to sleep is woken to the restored floor.
-        if let Ok((res, view)) = scale::resolve_and_read(ctx, ns, &hpa.target).await?
-            && view.spec_replicas == 0
-            && let Err(p) = scale::write(ctx, ns, &hpa.target, &res, original.max(1)).await?
-        {
-            return Ok(Err(p));
-        }
-        return Ok(Ok(Some(format!(
-            "restored HorizontalPodAutoscaler {} minReplicas to {original}",
-            r.name
-        ))));
-    }
     let (res, view) = match scale::resolve_and_read(ctx, ns, r).await? {
         Ok(found) => found,
         Err(p) => return Ok(Err(p)),
@@ -374,37 +368,4 @@ async fn restore(
         return Ok(Err(p));
     }
     Ok(Ok(Some(format!("restored {r} to {original} replicas"))))
-}
-
-/// An HPA's target that the schedule put to 0 (which the HPA cannot hold, so it stays there)
-/// is woken to the HPA's floor when the TDSet lets go of the HPA without restoring it.
-async fn wake(
-    ctx: &Context,
-    ns: &str,
-    r: &ScaleTargetRef,
-    uid: Option<&str>,
-) -> Answer<Option<String>> {
-    let (hpa, seen) = match scale::read_hpa(ctx, ns, r).await? {
-        Ok(found) => found,
-        Err(p) => return Ok(Err(p)),
-    };
-    if let Err(p) = same_object(r, uid, seen.as_deref()) {
-        return Ok(Err(p));
-    }
-    let (res, view) = match scale::resolve_and_read(ctx, ns, &hpa.target).await? {
-        Ok(found) => found,
-        Err(p) => return Ok(Err(p)),
-    };
-    if view.spec_replicas != 0 {
-        return Ok(Ok(None));
-    }
-    let to = hpa.min().max(1);
-    let read_at = view.resource_version.as_deref();
-    if let Err(p) = scale::write_if_unchanged(ctx, ns, &hpa.target, &res, to, read_at).await? {
-        return Ok(Err(p));
-    }
-    Ok(Ok(Some(format!(
-        "woke {} to {to} replicas, the floor of HorizontalPodAutoscaler {}",
-        hpa.target, r.name
-    ))))
 }

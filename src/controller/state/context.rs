@@ -89,6 +89,8 @@ impl Context {
     pub(crate) fn forget(&self, key: &str) {
         if let Ok(mut c) = self.contests.lock() {
             c.remove(key);
+            // An HPA's ceiling is contested apart from its floor (see `hpa_floor`).
+            c.remove(&format!("{key}/maxReplicas"));
         }
         if let Ok(mut f) = self.failures.lock() {
             f.remove(key);

@@ -54,6 +54,9 @@ struct Recorded {
     /// The count it sets (`desiredReplicas`): its original is the own count of an object
     /// only while the object runs what it set.
     sets: Option<i32>,
+    /// An HPA's own `maxReplicas` (`originalMaxReplicas`), while a ceiling of its schedule's
+    /// replaces it.
+    original_max: Option<i32>,
 }
 
 /// The target the TDSet's status records, and its key.
@@ -70,6 +73,7 @@ fn recorded(tdset: &TDSet) -> Option<Recorded> {
         uid: t.uid.clone()?,
         original: t.original_replicas?,
         sets: tdset.status.as_ref()?.desired_replicas,
+        original_max: t.original_max_replicas,
     })
 }
 
@@ -138,6 +142,37 @@ impl TargetIndex {
         let claims = index.by_tdset.get(&tdset_ref_named(key.0, who))?;
         let r = index.recorded(key, uid, who)?;
         (!claims.deleting).then_some(r.original)
+    }
+
+    /// The own `maxReplicas` of the HPA `uid` that another TDSet's status records (it set a
+    /// ceiling and has not given it back): the ceiling the HPA has is that TDSet's, not the
+    /// HPA's own, for a TDSet taking the HPA over from it. Kept while that TDSet is deleted:
+    /// until its record is gone it may not have given the ceiling back.
+    pub fn original_max_elsewhere(
+        &self,
+        key: (&str, &str, &str, &str),
+        uid: &str,
+        me: &str,
+    ) -> Option<i32> {
+        let index = self.0.read().ok()?;
+        let claims = index.by_target.get(&owned_key(key))?;
+        claims.iter().find_map(|(_, other)| {
+            (other != me)
+                .then(|| index.recorded(key, uid, other)?.original_max)
+                .flatten()
+        })
+    }
+
+    /// The own `maxReplicas` TDSet `who`'s status records for the HPA `uid`, if any (see
+    /// `original_of`).
+    pub fn original_max_of(
+        &self,
+        key: (&str, &str, &str, &str),
+        uid: &str,
+        who: &str,
+    ) -> Option<i32> {
+        let index = self.0.read().ok()?;
+        index.recorded(key, uid, who)?.original_max
     }
 
     /// The TDSets of the namespace whose claims are younger than `than`: those a group with
