@@ -13,6 +13,7 @@
 //! when a rise is written ahead of its transition (`warmUp`), in `lead.rs`.
 
 mod calendar;
+pub mod ics;
 mod lead;
 mod ramp;
 mod validate;

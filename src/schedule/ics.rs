@@ -1,0 +1,581 @@
+//! Holidays read from an iCalendar document (RFC 5545), as teams keep them (a country's
+//! published `.ics`, a Google or Outlook export): all-day events, date ranges, and yearly
+//! rules. Pure: a document and the years wanted in; date ranges, or every reason the document
+//! cannot be used, out.
+//!
+//! The content lines (unfolding, parameters, escapes) are read by the `icalendar` crate's
+//! parser; what an event means as a holiday is decided here. What is refused, each with a
+//! message naming the event: an event with a time of day (a holiday is a whole day in the
+//! TDSet's own zone), a rule other than `FREQ=YEARLY` or with parts a holiday list has no use
+//! for, and anything past the bounds below. A document with any such event gives no dates at
+//! all: half a holiday list is worse than none, and the calendar says why.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::RangeInclusive;
+
+use chrono::{Datelike, Duration, NaiveDate, Weekday};
+use icalendar::parser::{Component, Property};
+
+/// The largest document read (a ConfigMap holds at most 1 MiB).
+pub const MAX_ICS_BYTES: usize = 1024 * 1024;
+/// The most events a document may hold.
+pub const MAX_ICS_EVENTS: usize = 5000;
+/// The most date ranges the years wanted may hold (a country has a few dozen a year).
+pub const MAX_ICS_RANGES: usize = 2000;
+/// The longest event, in days.
+pub const MAX_EVENT_DAYS: i64 = 366;
+/// How deep components may nest (VCALENDAR > VEVENT > VALARM, with room to spare): the parser
+/// recurses per level, so a hostile document could otherwise exhaust the stack.
+const MAX_DEPTH: usize = 8;
+/// How many years before the years wanted a rule's count is followed from its start.
+const MAX_RULE_YEARS: i32 = 1000;
+/// The most problems reported (the first ones are enough to fix the document).
+const MAX_PROBLEMS: usize = 5;
+/// The most days the rules may look at, over the whole document: what bounds the work of a
+/// hostile one (5000 rules of every day of the month, counted from 1000 years back).
+const MAX_RULE_WORK: usize = 5_000_000;
+
+/// The all-day dates an iCalendar document gives in `years`, as sorted inclusive ranges; or
+/// what makes it unusable (at most `MAX_PROBLEMS` reasons, each naming its event).
+pub fn holiday_ranges(
+    text: &str,
+    years: RangeInclusive<i32>,
+) -> Result<Vec<(NaiveDate, NaiveDate)>, Vec<String>> {
+    if text.len() > MAX_ICS_BYTES {
+        return Err(vec![format!(
+            "the document is {} bytes; at most {MAX_ICS_BYTES} are read",
+            text.len()
+        )]);
+    }
+    let unfolded = icalendar::parser::unfold(text);
+    if let Some(line) = too_deep(&unfolded) {
+        return Err(vec![format!(
+            "line {line}: components nest more than {MAX_DEPTH} deep"
+        )]);
+    }
+    let roots = icalendar::parser::read_calendar_simple(&unfolded).map_err(|e| {
+        let at = unfolded.len() - e.input.len();
+        let line = unfolded.get(..at).unwrap_or_default().matches('\n').count() + 1;
+        let text: String = unfolded
+            .get(at..)
+            .unwrap_or_default()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(80)
+            .collect();
+        vec![format!(
+            "line {line} (unfolded) cannot be read as iCalendar: {text:?}"
+        )]
+    })?;
+    let Some(calendar) = roots.iter().find(|c| named(c, "VCALENDAR")) else {
+        return Err(vec!["no BEGIN:VCALENDAR ... END:VCALENDAR".into()]);
+    };
+    let events: Vec<&Component<'_>> = calendar
+        .components
+        .iter()
+        .filter(|c| named(c, "VEVENT"))
+        .collect();
+    if events.len() > MAX_ICS_EVENTS {
+        return Err(vec![format!(
+            "{} events; at most {MAX_ICS_EVENTS} are read",
+            events.len()
+        )]);
+    }
+    let (first, last) = (*years.start(), *years.end());
+    let (Some(from), Some(to)) = (
+        NaiveDate::from_ymd_opt(first, 1, 1),
+        NaiveDate::from_ymd_opt(last, 12, 31),
+    ) else {
+        return Ok(vec![]);
+    };
+    let mut problems = Vec::new();
+    let mut read = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        match Event::read(e) {
+            Ok(Some(event)) => read.push(event),
+            Ok(None) => {}
+            Err(why) => problems.push(format!("event {} ({}): {why}", i + 1, summary(e))),
+        }
+    }
+    // Occurrences moved or cancelled by a RECURRENCE-ID event leave their rule.
+    let moved: HashMap<&str, HashSet<NaiveDate>> = read.iter().fold(HashMap::new(), |mut m, e| {
+        if let (Some(uid), Some(at)) = (e.uid.as_deref(), e.recurrence_id) {
+            m.entry(uid).or_default().insert(at);
+        }
+        m
+    });
+    let mut ranges = Vec::new();
+    let mut work = 0usize;
+    for event in &read {
+        let skip = match (event.recurrence_id, event.uid.as_deref()) {
+            (None, Some(uid)) => moved.get(uid),
+            _ => None,
+        };
+        match event.starts(from, to, &mut work) {
+            Ok(starts) => {
+                for start in starts {
+                    if skip.is_some_and(|s| s.contains(&start)) || event.exdates.contains(&start) {
+                        continue;
+                    }
+                    let end = start + Duration::days(event.days - 1);
+                    if end >= from && start <= to {
+                        ranges.push((start, end));
+                    }
+                }
+            }
+            Err(why) => problems.push(format!("event {}: {why}", event.summary)),
+        }
+        if work > MAX_RULE_WORK {
+            return Err(vec![format!(
+                "the rules take too long to expand (more than {MAX_RULE_WORK} days looked at); \
+                 list fewer, or start their counts later"
+            )]);
+        }
+        if ranges.len() > MAX_ICS_RANGES {
+            return Err(vec![format!(
+                "more than {MAX_ICS_RANGES} holidays in {first}..{last}; at most {MAX_ICS_RANGES} are read"
+            )]);
+        }
+    }
+    if !problems.is_empty() {
+        problems.truncate(MAX_PROBLEMS);
+        return Err(problems);
+    }
+    ranges.sort_unstable();
+    ranges.dedup();
+    Ok(ranges)
+}
+
+/// The line at which BEGIN lines first nest deeper than `MAX_DEPTH`, if they do.
+fn too_deep(unfolded: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, line) in unfolded.lines().enumerate() {
+        let line = line.trim_end().to_ascii_uppercase();
+        if line.starts_with("BEGIN:") {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Some(i + 1);
+            }
+        } else if line.starts_with("END:") {
+            depth = depth.saturating_sub(1);
+        }
+    }
+    None
+}
+
+fn named(c: &Component<'_>, name: &str) -> bool {
+    c.name.as_str().eq_ignore_ascii_case(name)
+}
+
+fn prop<'a>(c: &'a Component<'_>, name: &str) -> Option<&'a Property<'a>> {
+    c.properties
+        .iter()
+        .find(|p| p.name.as_str().eq_ignore_ascii_case(name))
+}
+
+fn props<'a>(c: &'a Component<'_>, name: &'a str) -> impl Iterator<Item = &'a Property<'a>> {
+    c.properties
+        .iter()
+        .filter(move |p| p.name.as_str().eq_ignore_ascii_case(name))
+}
+
+fn summary(c: &Component<'_>) -> String {
+    prop(c, "SUMMARY").map_or_else(
+        || "no SUMMARY".to_string(),
+        |p| format!("{:?}", p.val.as_str().chars().take(80).collect::<String>()),
+    )
+}
+
+/// One all-day event, read.
+#[derive(Debug)]
+struct Event {
+    summary: String,
+    uid: Option<String>,
+    /// `RECURRENCE-ID`: the occurrence of the event `uid` this one replaces.
+    recurrence_id: Option<NaiveDate>,
+    start: NaiveDate,
+    /// How many days it covers (`DTEND` is exclusive).
+    days: i64,
+    rule: Option<Yearly>,
+    rdates: Vec<NaiveDate>,
+    exdates: HashSet<NaiveDate>,
+}
+
+impl Event {
+    /// The event, `None` when it is cancelled, or why it cannot be a holiday.
+    fn read(c: &Component<'_>) -> Result<Option<Event>, String> {
+        if prop(c, "STATUS").is_some_and(|s| s.val.as_str().eq_ignore_ascii_case("CANCELLED")) {
+            return Ok(None);
+        }
+        let start = match prop(c, "DTSTART") {
+            Some(p) => date(p)?,
+            None => return Err("no DTSTART".into()),
+        };
+        let days = match (prop(c, "DTEND"), prop(c, "DURATION")) {
+            (Some(p), _) => {
+                let end = date(p)?;
+                if end <= start {
+                    return Err(format!(
+                        "DTEND {end} is not after DTSTART {start} (DTEND is the day after the last)"
+                    ));
+                }
+                (end - start).num_days()
+            }
+            (None, Some(p)) => days_of(p.val.as_str())?,
+            (None, None) => 1,
+        };
+        if days > MAX_EVENT_DAYS {
+            return Err(format!(
+                "{days} days long; at most {MAX_EVENT_DAYS} are read"
+            ));
+        }
+        let mut rdates = Vec::new();
+        for p in props(c, "RDATE") {
+            rdates.extend(dates(p)?);
+        }
+        let mut exdates = HashSet::new();
+        for p in props(c, "EXDATE") {
+            exdates.extend(dates(p)?);
+        }
+        let rule = match prop(c, "RRULE") {
+            Some(p) => Some(Yearly::parse(p.val.as_str(), start)?),
+            None => None,
+        };
+        Ok(Some(Event {
+            summary: summary(c),
+            uid: prop(c, "UID").map(|p| p.val.as_str().to_string()),
+            recurrence_id: prop(c, "RECURRENCE-ID").map(date).transpose()?,
+            start,
+            days,
+            rule,
+            rdates,
+            exdates,
+        }))
+    }
+
+    /// The days its occurrences start on, from those that can reach `[from, to]`.
+    fn starts(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+        work: &mut usize,
+    ) -> Result<Vec<NaiveDate>, String> {
+        let reach = from - Duration::days(self.days - 1);
+        let mut out: Vec<NaiveDate> = match &self.rule {
+            None => vec![self.start],
+            Some(rule) => rule.starts(self.start, reach, to, work)?,
+        };
+        out.extend(self.rdates.iter().copied());
+        out.retain(|d| *d >= reach && *d <= to);
+        Ok(out)
+    }
+}
+
+/// A date value: `VALUE=DATE` (`YYYYMMDD`), whatever `TZID` says (an all-day event is that
+/// day wherever it is read). A date with a time of day is refused.
+fn date(p: &Property<'_>) -> Result<NaiveDate, String> {
+    let v = p.val.as_str().trim();
+    let name = p.name.as_str().to_ascii_uppercase();
+    if v.contains('T') {
+        return Err(format!(
+            "{name} {v} has a time of day; only all-day events ({name};VALUE=DATE:YYYYMMDD) \
+             are holidays"
+        ));
+    }
+    NaiveDate::parse_from_str(v, "%Y%m%d")
+        .map_err(|_| format!("{name} {v:?} is not a date YYYYMMDD"))
+}
+
+/// The dates of an `RDATE`/`EXDATE` (a comma-separated list).
+fn dates(p: &Property<'_>) -> Result<Vec<NaiveDate>, String> {
+    let name = p.name.as_str().to_ascii_uppercase();
+    p.val
+        .as_str()
+        .split(',')
+        .map(|v| {
+            let v = v.trim();
+            if v.contains('T') {
+                return Err(format!(
+                    "{name} {v} has a time of day; only dates ({name};VALUE=DATE:YYYYMMDD) are read"
+                ));
+            }
+            NaiveDate::parse_from_str(v, "%Y%m%d")
+                .map_err(|_| format!("{name} {v:?} is not a date YYYYMMDD"))
+        })
+        .collect()
+}
+
+/// A `DURATION` in whole days (`P1D`, `P2W`); a time part is refused.
+fn days_of(v: &str) -> Result<i64, String> {
+    let bad = || format!("DURATION {v:?} is not a whole number of days (P1D, P2W)");
+    let body = v.trim().strip_prefix('P').ok_or_else(bad)?;
+    let at = body.len().checked_sub(1).ok_or_else(bad)?;
+    let (n, unit) = (
+        body.get(..at).ok_or_else(bad)?,
+        body.get(at..).ok_or_else(bad)?,
+    );
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let days = match unit {
+        "D" => n,
+        "W" => n.saturating_mul(7),
+        _ => return Err(bad()),
+    };
+    (1..=MAX_EVENT_DAYS)
+        .contains(&days)
+        .then_some(days)
+        .ok_or_else(bad)
+}
+
+/// `RRULE:FREQ=YEARLY`, with the parts a holiday list uses.
+#[derive(Debug)]
+struct Yearly {
+    interval: i32,
+    count: Option<u32>,
+    until: Option<NaiveDate>,
+    months: Vec<u32>,
+    month_days: Vec<i32>,
+    /// (ordinal, weekday): ordinal 0 is every such weekday of the period.
+    days: Vec<(i32, Weekday)>,
+}
+
+impl Yearly {
+    fn parse(rule: &str, start: NaiveDate) -> Result<Yearly, String> {
+        let mut y = Yearly {
+            interval: 1,
+            count: None,
+            until: None,
+            months: vec![],
+            month_days: vec![],
+            days: vec![],
+        };
+        let mut freq = None;
+        for part in rule.split(';').filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("RRULE part {part:?} is not KEY=VALUE"))?;
+            let bad = || format!("RRULE {k}={v} cannot be read");
+            match k.to_ascii_uppercase().as_str() {
+                "FREQ" => freq = Some(v.to_ascii_uppercase()),
+                "INTERVAL" => y.interval = v.parse().ok().filter(|n| *n >= 1).ok_or_else(bad)?,
+                "COUNT" => y.count = Some(v.parse().ok().filter(|n| *n >= 1).ok_or_else(bad)?),
+                "UNTIL" => y.until = Some(until(v).ok_or_else(bad)?),
+                "BYMONTH" => y.months = list(v, |m: u32| (1..=12).contains(&m)).ok_or_else(bad)?,
+                "BYMONTHDAY" => {
+                    y.month_days =
+                        list(v, |d: i32| d != 0 && (-31..=31).contains(&d)).ok_or_else(bad)?
+                }
+                "BYDAY" => {
+                    y.days = v
+                        .split(',')
+                        .map(weekday_rule)
+                        .collect::<Option<_>>()
+                        .ok_or_else(bad)?
+                }
+                "WKST" => {}
+                other => {
+                    return Err(format!(
+                        "RRULE {other} is not read: yearly rules with BYMONTH, BYMONTHDAY, BYDAY, \
+                         INTERVAL, COUNT and UNTIL are"
+                    ));
+                }
+            }
+        }
+        match freq.as_deref() {
+            Some("YEARLY") => {}
+            Some(f) => {
+                return Err(format!(
+                    "RRULE FREQ={f} is not read: only yearly rules (FREQ=YEARLY) are; list the \
+                     dates instead"
+                ));
+            }
+            None => return Err("RRULE without FREQ".into()),
+        }
+        if y.count.is_some() && y.until.is_some() {
+            return Err("RRULE has both COUNT and UNTIL".into());
+        }
+        if y.months.is_empty() && y.month_days.is_empty() && y.days.is_empty() {
+            // The day of DTSTART each year (a 29 February only in leap years).
+            (y.months, y.month_days) = (vec![start.month()], vec![start.day() as i32]);
+        } else if y.months.is_empty() && y.days.is_empty() {
+            y.months = (1..=12).collect();
+        }
+        Ok(y)
+    }
+
+    /// The occurrences' days from `from` to `to`: DTSTART first, as RFC 5545 counts it.
+    fn starts(
+        &self,
+        start: NaiveDate,
+        from: NaiveDate,
+        to: NaiveDate,
+        work: &mut usize,
+    ) -> Result<Vec<NaiveDate>, String> {
+        if self.count.is_some() && from.year() - start.year() > MAX_RULE_YEARS {
+            return Err(format!(
+                "a counted rule that starts more than {MAX_RULE_YEARS} years before {}",
+                from.year()
+            ));
+        }
+        // Without a count, the years before `from` need not be walked.
+        let first = match self.count {
+            Some(_) => start.year(),
+            None => start.year().max(from.year() - 1),
+        };
+        let mut out = vec![];
+        let mut n = 1u32;
+        if start >= from && start <= to {
+            out.push(start);
+        }
+        for year in first..=to.year() {
+            if (year - start.year()).rem_euclid(self.interval) != 0 {
+                continue;
+            }
+            if *work > MAX_RULE_WORK {
+                return Ok(out);
+            }
+            *work += if self.months.is_empty() {
+                366
+            } else {
+                31 * self.months.len()
+            };
+            for d in self.in_year(year) {
+                if d <= start {
+                    continue;
+                }
+                if self.until.is_some_and(|u| d > u) || self.count.is_some_and(|c| n >= c) {
+                    return Ok(out);
+                }
+                n += 1;
+                if d >= from && d <= to {
+                    out.push(d);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The rule's days in `year`, sorted.
+    fn in_year(&self, year: i32) -> Vec<NaiveDate> {
+        let mut out = Vec::new();
+        if self.months.is_empty() {
+            // BYDAY over the whole year (an ordinal counts within the year).
+            let days = year_days(year);
+            out.extend(self.by_day(&days));
+        } else {
+            for &m in &self.months {
+                let days = month_days(year, m);
+                let chosen: Vec<NaiveDate> =
+                    match (self.days.is_empty(), self.month_days.is_empty()) {
+                        (true, true) => vec![],
+                        (true, false) => self.by_month_day(&days),
+                        (false, true) => self.by_day(&days),
+                        // BYMONTHDAY limits BYDAY: "the Tuesday from the 2nd to the 8th".
+                        (false, false) => {
+                            let md = self.by_month_day(&days);
+                            self.by_day(&days)
+                                .into_iter()
+                                .filter(|d| md.contains(d))
+                                .collect()
+                        }
+                    };
+                out.extend(chosen);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    fn by_month_day(&self, days: &[NaiveDate]) -> Vec<NaiveDate> {
+        let len = days.len() as i32;
+        self.month_days
+            .iter()
+            .filter_map(|&d| {
+                let i = if d > 0 { d - 1 } else { len + d };
+                usize::try_from(i).ok().and_then(|i| days.get(i).copied())
+            })
+            .collect()
+    }
+
+    fn by_day(&self, days: &[NaiveDate]) -> Vec<NaiveDate> {
+        let mut out = Vec::new();
+        for &(n, wd) in &self.days {
+            let matching: Vec<NaiveDate> =
+                days.iter().copied().filter(|d| d.weekday() == wd).collect();
+            match n {
+                0 => out.extend(matching),
+                n if n > 0 => out.extend(matching.get(n as usize - 1)),
+                n => out.extend(
+                    usize::try_from(matching.len() as i32 + n)
+                        .ok()
+                        .and_then(|i| matching.get(i)),
+                ),
+            }
+        }
+        out
+    }
+}
+
+/// The last day of a rule's `UNTIL`: a date; or a date-time, which Outlook writes for all-day
+/// rules as the UTC instant of the last occurrence's local midnight (20301224T230000Z for the
+/// 25th in Berlin). Every zone is within 14 hours of UTC, so the day of that instant plus 14
+/// hours is the last day it can mean.
+fn until(v: &str) -> Option<NaiveDate> {
+    let day = NaiveDate::parse_from_str(v.get(..8)?, "%Y%m%d").ok()?;
+    match v.get(8..) {
+        None | Some("") => Some(day),
+        Some(time) => {
+            let t =
+                chrono::NaiveTime::parse_from_str(time.trim_end_matches('Z'), "T%H%M%S").ok()?;
+            Some((day.and_time(t) + Duration::hours(14)).date())
+        }
+    }
+}
+
+/// A comma-separated list of numbers, each `ok`.
+fn list<T: std::str::FromStr + Copy>(v: &str, ok: impl Fn(T) -> bool) -> Option<Vec<T>> {
+    v.split(',')
+        .map(|x| x.trim().parse::<T>().ok().filter(|n| ok(*n)))
+        .collect()
+}
+
+/// `4TH`, `-1MO`, `SU`.
+fn weekday_rule(v: &str) -> Option<(i32, Weekday)> {
+    let v = v.trim().to_ascii_uppercase();
+    let at = v.len().checked_sub(2)?;
+    let (n, wd) = (v.get(..at)?, v.get(at..)?);
+    let wd = match wd {
+        "MO" => Weekday::Mon,
+        "TU" => Weekday::Tue,
+        "WE" => Weekday::Wed,
+        "TH" => Weekday::Thu,
+        "FR" => Weekday::Fri,
+        "SA" => Weekday::Sat,
+        "SU" => Weekday::Sun,
+        _ => return None,
+    };
+    let n = match n {
+        "" => 0,
+        n => n
+            .trim_start_matches('+')
+            .parse::<i32>()
+            .ok()
+            .filter(|n| *n != 0 && n.abs() <= 53)?,
+    };
+    Some((n, wd))
+}
+
+fn month_days(year: i32, month: u32) -> Vec<NaiveDate> {
+    (1..=31)
+        .map_while(|d| NaiveDate::from_ymd_opt(year, month, d))
+        .collect()
+}
+
+fn year_days(year: i32) -> Vec<NaiveDate> {
+    (1..=12).flat_map(|m| month_days(year, m)).collect()
+}
+
+#[cfg(test)]
+mod tests;
