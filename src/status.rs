@@ -279,6 +279,8 @@ pub struct Inputs<'a> {
     pub suspended: bool,
     /// The change this reconcile made to the workload's count, for `history`.
     pub change: Option<HistoryEntry>,
+    /// HPA form: the ceiling in force (`desiredMaxReplicas`).
+    pub ceiling: Option<i32>,
     /// The shard this operator is (`status.shard`); unsharded, the field is left as it was.
     pub shard: Option<&'a str>,
     pub now: DateTime<Utc>,
@@ -302,7 +304,7 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
         active_override: i.evaluation.and_then(|e| e.override_label.clone()),
         next_transition_time: i.next.map(|n| rfc3339(n.at)),
         next_replicas: i.next.and_then(|n| n.count().replicas()),
-        desired_max_replicas: i.evaluation.and_then(|e| e.ceiling),
+        desired_max_replicas: i.ceiling,
         next_max_replicas: i.next.and_then(|n| n.ceiling),
         next_write_time: i
             .next_write
@@ -623,6 +625,7 @@ mod tests {
             problem,
             suspended: false,
             change: None,
+            ceiling: None,
             shard: None,
             now: DateTime::parse_from_rfc3339(now)
                 .unwrap()

@@ -371,3 +371,76 @@ async fn a_writer_that_keeps_resetting_max_replicas_is_reported_and_not_followed
     op.stop().await;
     ns.cleanup().await;
 }
+
+/// The same takeover by an older TDSet with no ceiling of its own: it gives the HPA's own 10
+/// back. Once the HPA's owner sets another maxReplicas, the younger TDSet's old record says
+/// nothing of it any more: neither the holder nor the younger TDSet, when it goes, writes its
+/// 10 over the owner's 15 (a review found both did).
+#[tokio::test]
+async fn a_ceiling_the_owner_set_after_a_takeover_is_left_to_the_owner() {
+    let (client, ns) = setup("ceil-owner").await;
+    let n = &ns.name;
+    for name in ["web", "other"] {
+        let _: Deployment = create_object(&client, n, app_deployment(name, 2)).await;
+        let _: HorizontalPodAutoscaler = create_object(&client, n, hpa(name, name, 2, 10)).await;
+    }
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(
+        &client,
+        n,
+        &tdset("older", ceilings("other", 9, 2, None, 2, json!({}))),
+    )
+    .await;
+    create_tdset(
+        &client,
+        n,
+        &tdset("younger", ceilings("web", 9, 2, Some(4), 2, json!({}))),
+    )
+    .await;
+    hpa_at(&client, n, "web", 2, 4).await;
+    patch_spec(
+        &client,
+        n,
+        "older",
+        json!({"scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web"}}),
+    )
+    .await;
+    // The holder has no ceiling: the HPA's own comes back.
+    hpa_at(&client, n, "web", 2, 10).await;
+    tdset_with_reason(&client, n, "younger", "Degraded", "ConflictingTDSet").await;
+
+    // The owner raises the HPA's maxReplicas.
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), n);
+    let owner = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    let hpa_patches = || {
+        op.counter("tdset_api_writes_total{resource=\"horizontalpodautoscalers\",verb=\"patch\"")
+    };
+    let before = hpa_patches();
+    api.patch(
+        "web",
+        &owner,
+        &Patch::Merge(json!({"spec": {"maxReplicas": 15}})),
+    )
+    .await
+    .unwrap();
+    // Both TDSets are reconciled on the HPA's change; give them time to (wrongly) write.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(limits(&api.get("web").await.unwrap()), Some((2, 15)));
+    assert_eq!(
+        hpa_patches() - before,
+        0.0,
+        "the owner's maxReplicas was written over"
+    );
+
+    delete_tdset_and_wait(&client, n, "younger").await;
+    assert_eq!(
+        limits(&api.get("web").await.unwrap()),
+        Some((2, 15)),
+        "the younger TDSet gave its old record back over the owner's"
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}

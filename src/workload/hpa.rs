@@ -29,6 +29,23 @@ pub struct HpaView {
     /// Its own floor when a group holds it (the group's record on it says so), else
     /// `minReplicas`.
     pub own_min: i32,
+    /// Whether `maxReplicas` was last set by this operator (its field manager owns it, in
+    /// `managedFields`; false where they were not read): the ceiling on the HPA is then a
+    /// TDSet's, not one its owner set since.
+    pub max_by_operator: bool,
+}
+
+/// Whether `ours` owns `spec.maxReplicas` in `managed` (an HPA's `managedFields`).
+pub fn max_managed_by(
+    managed: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry],
+    ours: &str,
+) -> bool {
+    managed.iter().any(|m| {
+        m.manager.as_deref() == Some(ours)
+            && m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:spec/f:maxReplicas").is_some())
+    })
 }
 
 impl HpaView {
@@ -182,6 +199,7 @@ mod tests {
             },
             current_replicas: Some(3),
             own_min: min.unwrap_or(1),
+            max_by_operator: false,
         }
     }
 

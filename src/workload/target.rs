@@ -85,6 +85,7 @@ mod tests {
             target,
             current_replicas: None,
             own_min: 1,
+            max_by_operator: false,
         }
     }
 

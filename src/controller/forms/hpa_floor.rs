@@ -111,12 +111,18 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         }
         record.status.asleep = None;
     }
-    // The HPA's own ceiling: as recorded; or as a TDSet that set a ceiling records it (a
-    // younger claim that held the HPA until this one came); else the one it has.
+    // The HPA's own ceiling: as recorded; or, while the ceiling on the HPA is one this
+    // operator wrote, as the TDSet that set it records it (a younger claim that held the HPA
+    // until this one came; its record says nothing once the owner set another since); else
+    // the one it has.
     let own = record
         .status
         .original_max_replicas
-        .or_else(|| claims::own_max_elsewhere(tdset, ctx, ns, r, uid.as_deref()))
+        .or_else(|| {
+            hpa.max_by_operator
+                .then(|| claims::own_max_elsewhere(tdset, ctx, ns, r, uid.as_deref()))
+                .flatten()
+        })
         .unwrap_or(hpa.max_replicas);
     let ceiling = Ceiling {
         in_force: hpa::ceiling_in_force(eval.ceiling, eval.ahead_of.map(|t| t.ceiling), own),
@@ -269,6 +275,7 @@ async fn apply(
         out.problem = Some(conflicting_ceiling_writer(r));
     }
     out.retry = out.retry.or(retry);
+    out.ceiling = ceiling.in_force.map(|c| c.max(eval.replicas).max(1));
     Ok(out)
 }
 
@@ -403,7 +410,11 @@ pub(crate) async fn let_go(
              left as it is"
         ))));
     }
-    let plan = hpa::released(&hpa, recorded.original_max_replicas, restore);
+    // A ceiling the owner set since this TDSet's is the owner's: it stays.
+    let own_max = recorded
+        .original_max_replicas
+        .filter(|_| hpa.max_by_operator);
+    let plan = hpa::released(&hpa, own_max, restore);
     let mut done = Vec::new();
     let max_first = plan.max_first(&hpa);
     for step in [max_first, !max_first, max_first] {
@@ -413,8 +424,14 @@ pub(crate) async fn let_go(
                 if let Err(p) = write_max_replicas(ctx, ns, r, seen.as_deref(), max).await? {
                     return Ok(Err(p));
                 }
+                let raised = match own_max {
+                    Some(own) if own < max => {
+                        format!("; its own {own} is below the floor it keeps")
+                    }
+                    _ => String::new(),
+                };
                 done.push(format!(
-                    "gave HorizontalPodAutoscaler {} its own maxReplicas back ({} -> {max})",
+                    "gave HorizontalPodAutoscaler {} its own maxReplicas back ({} -> {max}{raised})",
                     r.name, hpa.max_replicas
                 ));
                 hpa.max_replicas = max;

@@ -69,6 +69,17 @@ pub(crate) async fn target_status(
     }
     let queued = recorded(ctx.statuses.current(tdset));
     Ok(match (found, queued) {
+        // What this operator decided last, not yet known durable, differs from the durable
+        // record (a field set and cleared since, `originalMaxReplicas` or `asleep`, when the
+        // cache is older than the last write and a newer status is queued): the decision
+        // holds, and is written again before the next change that needs it.
+        (Some(t), Some(q)) if q != t => Record {
+            status: TargetStatus {
+                uid: q.uid.clone().or(uid.map(String::from)),
+                ..q
+            },
+            durable: false,
+        },
         (Some(t), _) => Record {
             status: TargetStatus {
                 uid: t.uid.clone().or(uid.map(String::from)),

@@ -328,6 +328,11 @@ pub(crate) fn hpa_view(h: &HorizontalPodAutoscaler) -> Option<HpaView> {
         },
         current_replicas: h.status.as_ref().and_then(|s| s.current_replicas),
         own_min: group::own_floor(h.annotations(), spec.min_replicas.unwrap_or(1)),
+        max_by_operator: h
+            .metadata
+            .managed_fields
+            .as_deref()
+            .is_some_and(|m| hpa::max_managed_by(m, FIELD_MANAGER)),
     })
 }
 

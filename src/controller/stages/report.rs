@@ -108,6 +108,7 @@ pub(crate) async fn report(
         problem: problem.as_ref(),
         suspended: tdset.spec.is_suspended(),
         change,
+        ceiling: outcome.ceiling.or(eval.ceiling),
         shard: ctx.shard.as_ref().map(|s| s.name()),
         now,
     });

@@ -32,6 +32,9 @@ pub(crate) struct Outcome {
     pub failed: bool,
     /// What the schedule removes now, when the baseline is known.
     pub saved: Option<Saved>,
+    /// HPA form: the ceiling in force as the form writes it (raised to the floor, held under
+    /// the higher one while a rise is written ahead), for `status.desiredMaxReplicas`.
+    pub ceiling: Option<i32>,
 }
 
 /// A change of the count, for `status.history`.
@@ -73,6 +76,7 @@ impl Outcome {
             group: None,
             failed: false,
             saved: None,
+            ceiling: None,
         }
     }
 

@@ -703,3 +703,62 @@ async fn a_workload_left_asleep_is_woken_only_if_nobody_wrote_it_since_it_was_re
         );
     }
 }
+
+/// An HPA's own `maxReplicas`, recorded and written at the boundary, is not lost when the next
+/// reconcile runs on a cached TDSet older than that write while the status that carries it is
+/// still queued (a review found the own ceiling then read off the HPA: the schedule's 20).
+#[tokio::test(start_paused = true)]
+async fn an_own_ceiling_only_queued_survives_a_reconcile_on_an_older_cached_tdset() {
+    let server = ApiServer::start();
+    let hpa = json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-hpa", "resourceVersion": "20"},
+        "spec": {"minReplicas": 2, "maxReplicas": 20,
+                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
+        "status": {"currentReplicas": 2, "desiredReplicas": 2},
+    });
+    let mut t = tdset(json!({
+        "scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web"},
+        "defaultReplica": 2,
+        "defaultMaxReplica": 20,
+    }));
+    t.metadata.finalizers = Some(vec!["schedule.rs/restore-target".into()]);
+    // The cache: the floor's record from an earlier day, no ceiling's.
+    let target = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                        "name": "web", "uid": "uid-hpa", "field": "spec.minReplicas",
+                        "originalReplicas": 2});
+    t.status = Some(
+        serde_json::from_value(json!({"desiredReplicas": 2, "target": target.clone()})).unwrap(),
+    );
+    server.returns("GET", &format!("{HPAS}/web"), hpa.clone());
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(2));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "31"));
+    let mut operator = Operator::at(&server, NOW);
+    operator.hpas(vec![hpa]);
+    // What the boundary's reconcile queued after its writes: the own 10 recorded.
+    let mut queued = t.status.clone().unwrap();
+    queued.target.as_mut().unwrap().original_max_replicas = Some(10);
+    operator
+        .ctx
+        .statuses
+        .queued(&t, std::sync::Arc::new(queued));
+
+    operator.reconcile_as_cached(&t).await.unwrap();
+
+    let sent = server.sent();
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.contains("horizontalpodautoscalers/web") && r.starts_with("PATCH")),
+        "{:?}",
+        server.requests()
+    );
+    let last = sent.last().expect("a status written");
+    assert_eq!(
+        last.body["status"]["target"]["originalMaxReplicas"], 10,
+        "{}",
+        last.body
+    );
+}
