@@ -171,7 +171,7 @@ pub fn run_preview(args: &PreviewArgs, now: DateTime<Utc>) -> Result<String> {
         .iter()
         .map(|path| preview::load_calendar(path))
         .collect::<Result<Vec<_>>>()?;
-    let (schedule, missing) = preview::compile(file, &tdset, &calendars)?;
+    let (schedule, missing) = preview::compile(file, &tdset, &calendars, &Default::default())?;
     let out = run_preview_of(args, now, &schedule, &tdset)?;
     Ok(
         match preview::missing_calendars_note(&missing, "given (--calendar FILE)") {

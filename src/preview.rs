@@ -22,7 +22,7 @@ pub fn load_manifest(path: &str) -> Result<(TDSet, Schedule)> {
 
 pub fn parse_manifest(path: &str, text: &str) -> Result<(TDSet, Schedule)> {
     let tdset: TDSet = parse_object(path, text, "TDSet")?;
-    let (schedule, _) = compile(path, &tdset, &[])?;
+    let (schedule, _) = compile(path, &tdset, &[], &Default::default())?;
     Ok((tdset, schedule))
 }
 
@@ -35,12 +35,17 @@ pub fn load_calendar(path: &str) -> Result<TDCalendar> {
     parse_object(path, &text, "TDCalendar")
 }
 
-/// Compiles a TDSet's schedule with the calendars it names among `calendars`; returns the
-/// names it gives that are not among them (their dates do not apply, as in the controller).
+/// A calendar's iCalendar document as read for a preview: its dates, or why there are none.
+pub type Document = std::result::Result<Vec<crate::api::Holiday>, String>;
+
+/// Compiles a TDSet's schedule with the calendars it names among `calendars` (and the dates of
+/// their iCalendar documents, by calendar, as `documents` has read them); returns the names it
+/// gives that are not among them (their dates do not apply, as in the controller).
 pub fn compile(
     path: &str,
     tdset: &TDSet,
     calendars: &[TDCalendar],
+    documents: &std::collections::HashMap<String, Document>,
 ) -> Result<(Schedule, Vec<String>)> {
     let mut found = Vec::new();
     let mut missing = Vec::new();
@@ -53,12 +58,34 @@ pub fn compile(
             continue;
         };
         // As in the controller: a calendar whose dates cannot be read is left out.
-        let bad = unreadable(&c.spec.holidays);
+        let mut bad = unreadable(&c.spec.holidays);
+        let document = match (&c.spec.ics, documents.get(&name.0)) {
+            (None, _) => None,
+            (Some(_), Some(Ok(dates))) => Some(dates),
+            (Some(_), Some(Err(why))) => {
+                bad.push(why.clone());
+                None
+            }
+            (Some(_), None) => {
+                bad.push(
+                    "its iCalendar document is in a ConfigMap, which a preview of a file does \
+                     not read (`kubectl tdset preview NAME` does)"
+                        .into(),
+                );
+                None
+            }
+        };
         if bad.is_empty() {
             found.push(SharedHolidays {
                 calendar: &name.0,
                 holidays: &c.spec.holidays,
             });
+            if let Some(dates) = document {
+                found.push(SharedHolidays {
+                    calendar: &name.0,
+                    holidays: dates,
+                });
+            }
         } else {
             missing.push(format!(
                 "{} (dates it cannot read: {})",

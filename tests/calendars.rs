@@ -37,10 +37,20 @@ impl Calendar {
     }
 
     async fn set(&self, holidays: &[&str]) {
+        self.apply(json!({"holidays": holidays})).await;
+    }
+
+    /// The calendar takes its dates from key `holidays.ics` of ConfigMap `ns/name`.
+    async fn set_ics(&self, ns: &str, name: &str) {
+        self.apply(json!({"ics": {"configMapRef": {"name": name, "namespace": ns, "key": "holidays.ics"}}}))
+            .await;
+    }
+
+    async fn apply(&self, spec: Value) {
         let calendar: TDCalendar = serde_json::from_value(json!({
             "apiVersion": "schedule.rs/v1", "kind": "TDCalendar",
             "metadata": {"name": self.name},
-            "spec": {"holidays": holidays},
+            "spec": spec,
         }))
         .unwrap();
         self.api
@@ -314,4 +324,131 @@ async fn a_calendar_stored_with_a_date_that_does_not_exist_freezes_no_tdset() {
     })
     .await;
     cp.stop();
+}
+
+/// ConfigMap `holidays` in `ns` holding `ics` at key `holidays.ics`.
+async fn set_document(client: &kube::Client, ns: &str, ics: &str) {
+    let cm = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "holidays"},
+        "data": {"holidays.ics": ics},
+    });
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .patch(
+            "holidays",
+            &PatchParams::apply("tdset-tests").force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .expect("applying the ConfigMap");
+}
+
+/// A published holiday file's shape (Google's export: CRLF, folded lines, `VALUE=DATE`, `X-`
+/// properties) with one holiday on `day` (YYYYMMDD), and a yearly rule.
+fn document(day: &str) -> String {
+    [
+        "BEGIN:VCALENDAR",
+        "PRODID:-//Google Inc//Google Calendar 70.9054//EN",
+        "VERSION:2.0",
+        "X-WR-CALNAME:Company holidays",
+        "BEGIN:VEVENT",
+        &format!("DTSTART;VALUE=DATE:{day}"),
+        "SUMMARY:Founders' day",
+        "DESCRIPTION:The office is closed\\, all teams. See the intranet for the long ",
+        " er text of this folded line",
+        "END:VEVENT",
+        "BEGIN:VEVENT",
+        "DTSTART;TZID=Europe/Berlin;VALUE=DATE:20201225",
+        "RRULE:FREQ=YEARLY;BYMONTH=12;BYMONTHDAY=25",
+        "SUMMARY:Christmas Day",
+        "END:VEVENT",
+        "END:VCALENDAR",
+        "",
+    ]
+    .join("\r\n")
+}
+
+/// A calendar whose dates come from an iCalendar document in a ConfigMap: its holiday
+/// stops the weekday window; an edit of the ConfigMap applies at once; a document the
+/// operator cannot read (an event with a time of day) or one that is gone is said on the
+/// calendar and the TDSet, and freezes no TDSet.
+#[tokio::test]
+async fn a_calendar_takes_its_dates_from_an_icalendar_document_in_a_configmap() {
+    let (client, ns) = setup("calendar-ics").await;
+    let n = &ns.name;
+    let calendar = Calendar::new(&client, "ics");
+    set_document(&client, n, &document("20261203")).await;
+    calendar.set_ics(n, "holidays").await;
+    // Thursday 2026-12-03, 10:00 UTC: a holiday by the document.
+    let clock = SystemClock::starting_at(utc("2026-12-03T10:00:00Z"));
+    let _op = Operator::start_reporting_calendars(&client, n, clock);
+    create_tdset(&client, n, &tdset("web", weekdays("UTC", &calendar.name))).await;
+    deployment_at(&client, n, "web", 1).await;
+    let c = eventually(GUARD, "the calendar's days reported", || async {
+        let c = calendar.api.get(&calendar.name).await.ok()?;
+        (c.status.as_ref()?.days? > 1).then_some(c)
+    })
+    .await;
+    // The day, and Christmas in each of the years read (2025..2028).
+    assert_eq!(c.status.as_ref().unwrap().days, Some(5), "{:?}", c.status);
+    assert_eq!(c.status.as_ref().unwrap().problem, None);
+    // The plugin's preview of the live TDSet reads the document as the operator does.
+    let (ok, out, err) = kubectl_tdset(
+        &plugin_dir(),
+        &[
+            "preview",
+            "web",
+            "-n",
+            n,
+            "--at",
+            "2026-12-03T10:00:00Z",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["desiredReplicas"].as_i64(), v["holiday"].as_bool()),
+        (Some(1), Some(true)),
+        "{v}"
+    );
+
+    // The holiday moves to Friday: today is a working day again, at once.
+    set_document(&client, n, &document("20261204")).await;
+    deployment_at(&client, n, "web", 3).await;
+
+    // Back on today, but as an event with a time of day: refused, said on the calendar and
+    // the TDSet, and the TDSet schedules without the calendar's dates.
+    let timed = document("20261203").replace(
+        "DTSTART;VALUE=DATE:20261203",
+        "DTSTART;TZID=Europe/Berlin:20261203T090000",
+    );
+    set_document(&client, n, &timed).await;
+    let t = tdset_with_reason(&client, n, "web", "Degraded", "CalendarInvalid").await;
+    let message = condition(&t, "Degraded").unwrap().message.clone();
+    assert!(message.contains("has a time of day"), "{message}");
+    assert!(message.contains("Founders' day"), "{message}");
+    eventually(GUARD, "the calendar's problem reported", || async {
+        let c = calendar.api.get(&calendar.name).await.ok()?;
+        c.status?
+            .problem
+            .filter(|p| p.contains("has a time of day"))
+    })
+    .await;
+    deployment_at(&client, n, "web", 3).await;
+
+    // Fixed: its date applies again. Then the ConfigMap goes: said, and nothing frozen.
+    set_document(&client, n, &document("20261203")).await;
+    deployment_at(&client, n, "web", 1).await;
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), n)
+        .delete("holidays", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t = tdset_with_reason(&client, n, "web", "Degraded", "CalendarInvalid").await;
+    let message = condition(&t, "Degraded").unwrap().message.clone();
+    assert!(message.contains("does not exist"), "{message}");
+    deployment_at(&client, n, "web", 3).await;
+    calendar.delete().await;
+    ns.cleanup().await;
 }

@@ -46,8 +46,13 @@ async fn examples_apply_and_converge_to_preview() {
     let mut applied = Vec::new();
     for path in &examples {
         let (tdset, _) = tdset_operator::preview::load_manifest(path.to_str().unwrap()).unwrap();
-        let (schedule, missing) =
-            tdset_operator::preview::compile(path.to_str().unwrap(), &tdset, &calendars).unwrap();
+        let (schedule, missing) = tdset_operator::preview::compile(
+            path.to_str().unwrap(),
+            &tdset,
+            &calendars,
+            &Default::default(),
+        )
+        .unwrap();
         assert!(
             missing.is_empty(),
             "{}: no calendar {missing:?} in examples/calendars",

@@ -268,6 +268,17 @@ async fn every_option_renders_objects_the_api_server_accepts() {
             {"apiGroups": ["schedule.rs"], "resources": ["tdcalendars/status"], "verbs": ["patch"]}
         ])
     );
+    // ConfigMaps (calendars' iCalendar documents) are read in the release's namespace only.
+    let documents = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Role" && d["metadata"]["name"] == "tdset-operator-calendar-documents"
+        })
+        .expect("the calendar documents Role");
+    assert_eq!(
+        documents["rules"],
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}])
+    );
     let crd = docs
         .iter()
         .find(|d| d["kind"] == "CustomResourceDefinition")

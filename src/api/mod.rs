@@ -231,6 +231,39 @@ pub struct TDCalendarSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 366))]
     pub holidays: Vec<Holiday>,
+    /// More dates, from an iCalendar (RFC 5545) document in a ConfigMap: all-day events,
+    /// date ranges and yearly rules, as published holiday files and calendar exports hold
+    /// them. An edit of the ConfigMap reaches the TDSets at once. A document the operator
+    /// cannot read (an event with a time of day, a rule other than yearly, a malformed line,
+    /// more than 1 MiB) is said in `status.problem`, and none of this calendar's dates apply
+    /// until it is fixed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ics: Option<IcsSource>,
+}
+
+/// Where a calendar's iCalendar document is.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IcsSource {
+    pub config_map_ref: ConfigMapKeyRef,
+}
+
+/// A key of a ConfigMap, in any namespace (a calendar is cluster policy).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub struct ConfigMapKeyRef {
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub namespace: String,
+    /// The data key that holds the document, e.g. `holidays.ics`.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
 }
 
 /// What the operator reports on a calendar.

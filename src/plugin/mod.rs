@@ -176,7 +176,18 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                     live.push(found);
                 }
             }
-            let (schedule, missing) = crate::preview::compile(&name, &tdset, &live)?;
+            // Their iCalendar documents, read as the operator reads them.
+            let mut documents = std::collections::HashMap::new();
+            for c in &live {
+                if let Some(r) = &c.spec.ics {
+                    let client = api.clone().into_client();
+                    documents.insert(
+                        c.metadata.name.clone().unwrap_or_default(),
+                        document(client, r, now).await,
+                    );
+                }
+            }
+            let (schedule, missing) = crate::preview::compile(&name, &tdset, &live, &documents)?;
             let mut out = run_preview_of(&args, now, &schedule, &tdset)?;
             if tdset.spec.scale_target_selector.is_some() {
                 // A group: its workloads, and what each gets at the next transition.
@@ -301,6 +312,33 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
             ))
         }
     }
+}
+
+/// The dates of a calendar's iCalendar document, read from its ConfigMap for the years the
+/// operator reads, or why there are none.
+async fn document(
+    client: kube::Client,
+    r: &crate::api::IcsSource,
+    now: DateTime<Utc>,
+) -> crate::preview::Document {
+    let c = &r.config_map_ref;
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client, &c.namespace)
+        .get_opt(&c.name)
+        .await
+        .map_err(|e| format!("ConfigMap {}/{} cannot be read: {e}", c.namespace, c.name))?
+        .ok_or_else(|| format!("ConfigMap {}/{} does not exist", c.namespace, c.name))?;
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&c.key))
+        .ok_or_else(|| {
+            format!(
+                "ConfigMap {}/{} has no key {:?}",
+                c.namespace, c.name, c.key
+            )
+        })?;
+    crate::schedule::ics::holidays_around(text, chrono::Datelike::year(&now))
+        .map_err(|why| format!("its iCalendar document: {}", why.join("; ")))
 }
 
 /// `kubectl tdset calendars`: the users are the TDSets of every namespace, or of the current

@@ -35,6 +35,24 @@ const MAX_PROBLEMS: usize = 5;
 /// hostile one (5000 rules of every day of the month, counted from 1000 years back).
 const MAX_RULE_WORK: usize = 5_000_000;
 
+/// The years a document's dates are read for, around `year` (now's): last year's, for a range
+/// that reaches into this one, and two ahead, for the schedule's look ahead.
+pub fn years_around(year: i32) -> RangeInclusive<i32> {
+    (year - 1)..=(year + 2)
+}
+
+/// `holiday_ranges` for the years around `year`, as holidays (`YYYY-MM-DD`, or an inclusive
+/// range `YYYY-MM-DD/YYYY-MM-DD`).
+pub fn holidays_around(text: &str, year: i32) -> Result<Vec<crate::api::Holiday>, Vec<String>> {
+    Ok(holiday_ranges(text, years_around(year))?
+        .into_iter()
+        .map(|(a, b)| match a == b {
+            true => crate::api::Holiday(a.to_string()),
+            false => crate::api::Holiday(format!("{a}/{b}")),
+        })
+        .collect())
+}
+
 /// The all-day dates an iCalendar document gives in `years`, as sorted inclusive ranges; or
 /// what makes it unusable (at most `MAX_PROBLEMS` reasons, each naming its event).
 pub fn holiday_ranges(
@@ -54,19 +72,12 @@ pub fn holiday_ranges(
         )]);
     }
     let roots = icalendar::parser::read_calendar_simple(&unfolded).map_err(|e| {
-        let at = unfolded.len() - e.input.len();
+        let at = unfolded.len().saturating_sub(e.input.len());
         let line = unfolded.get(..at).unwrap_or_default().matches('\n').count() + 1;
-        let text: String = unfolded
-            .get(at..)
-            .unwrap_or_default()
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .chars()
-            .take(80)
-            .collect();
+        // Only the line's number, not its text: a calendar's status is readable by many, and
+        // its ConfigMap may hold something else than a calendar.
         vec![format!(
-            "line {line} (unfolded) cannot be read as iCalendar: {text:?}"
+            "line {line} (unfolded) cannot be read as iCalendar"
         )]
     })?;
     let Some(calendar) = roots.iter().find(|c| named(c, "VCALENDAR")) else {

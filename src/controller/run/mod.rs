@@ -25,8 +25,8 @@ use super::driver::{error_policy, reconcile};
 use super::io::target::hpa_view;
 use super::lane;
 use super::state::{
-    CalendarIndex, Context, Discovery, GroupIndex, ShardOptions, Sharding, TargetIndex, Wakeups,
-    api_backoff, fill_loop, let_go_loop,
+    CalendarIndex, Context, Discovery, GroupIndex, IcsSources, ShardOptions, Sharding, TargetIndex,
+    Wakeups, api_backoff, fill_loop, let_go_loop,
 };
 use crate::api::TDSet;
 use crate::cache::{Cached, TDSetRef};
@@ -202,6 +202,7 @@ pub(crate) async fn run_controller(
     let index = TargetIndex::default();
     let groups = GroupIndex::default();
     let calendar_index = CalendarIndex::default();
+    let ics = Arc::new(IcsSources::default());
     let statuses = Arc::new(StatusMemo::default());
     let own_writes = Arc::new(OwnWrites::default());
     // Twice what can run, so a reconcile that ends finds the next one already waiting.
@@ -268,6 +269,7 @@ pub(crate) async fn run_controller(
         index: index.clone(),
         groups: groups.clone(),
         calendars: calendar_store.clone(),
+        ics: ics.clone(),
         failures: Default::default(),
         contests: Default::default(),
         pod_forms: opts.pod_forms.clone(),
@@ -312,6 +314,7 @@ pub(crate) async fn run_controller(
             ctx.synced.clone(),
             wakeups.clone(),
         );
+        let ics = ics.clone();
         tokio::spawn(async move {
             let synced =
                 |r: Option<Result<(), reflector::store::WriterDropped>>| matches!(r, Some(Ok(())));
@@ -321,6 +324,7 @@ pub(crate) async fn run_controller(
                     && synced(s.wait_until_ready().now_or_never())
                     && synced(h.wait_until_ready().now_or_never())
                     && synced(c.wait_until_ready().now_or_never())
+                    && ics.ready()
                 {
                     info!("caches synced; ready");
                     all_synced.store(true, Ordering::SeqCst);
@@ -338,8 +342,18 @@ pub(crate) async fn run_controller(
             client.clone(),
             calendar_store.clone(),
             calendar_index.clone(),
+            ics.clone(),
+            ctx.clock.clone(),
         ))
     });
+    // Aborted with the controller: the watches only feed the documents' cache.
+    let ics_watches = tokio::spawn(calendars::watch_ics_sources(
+        watch_client.clone(),
+        calendar_store.clone(),
+        ics.clone(),
+        calendar_index.clone(),
+        wakeups.clone(),
+    ));
     info!(
         namespace = opts.namespace.as_deref().unwrap_or("(all)"),
         "starting the TDSet controller"
@@ -360,7 +374,7 @@ pub(crate) async fn run_controller(
     };
     // A TDSet's own changes reach the controller as wakeups (see state/wakeups.rs): a start against
     // 10 000 TDSets would otherwise queue all of them in kube-runtime at once.
-    let on_calendar = calendars::on_calendar(&calendar_index, &wakeups);
+    let on_calendar = calendars::on_calendar(&calendar_index, &wakeups, &ics);
     let drive_tdset_watch = tdset_stream.filter_map(|_| futures::future::ready(None::<TDSetRef>));
     let routing = TargetRouting {
         index: index.clone(),
@@ -432,6 +446,7 @@ pub(crate) async fn run_controller(
     if let Some(usage) = usage {
         usage.abort();
     }
+    ics_watches.abort();
     if lost {
         // Dropping the controller dropped its reconciles mid-flight; nothing queued is sent.
         lane.close();

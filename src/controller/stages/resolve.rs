@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::warn;
 
-use crate::api::{TDCalendar, TDSet, TDSetSpec, TDSetStatus};
-use crate::controller::state::{Answer, Context};
+use crate::api::{Holiday, TDCalendar, TDSet, TDSetSpec, TDSetStatus};
+use crate::controller::state::{Answer, Context, IcsDates};
 use crate::error::Error;
 use crate::schedule::{Evaluation, Schedule, SharedHolidays, Transition, Warning, unreadable};
 use crate::status::Problem;
@@ -51,14 +51,42 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
     let (found, missing_calendars) = calendars(&ctx.calendars, &tdset.spec);
     // A calendar with a date the operator cannot read (stored before the schema checked its
     // dates) is left out, as a missing one is: it must not freeze every TDSet that names it.
+    // So is one whose iCalendar document gives no dates (missing, unreadable, refused); one
+    // whose document is not read yet holds the TDSet as it is, rather than let it write a
+    // count that the document's holidays may change at once.
+    let year = now.year();
+    let mut pending = Vec::new();
     let (found, unreadable): (Vec<_>, Vec<_>) = found
         .into_iter()
         .map(|c| {
-            let bad = unreadable(&c.spec.holidays);
-            (c, bad)
+            let mut bad = unreadable(&c.spec.holidays);
+            let dates = match c.spec.ics.as_ref().map(|r| ctx.ics.dates(r, year)) {
+                None => None,
+                Some(IcsDates::Dates(d)) => Some(d),
+                Some(IcsDates::Problem(why)) => {
+                    bad.push(why);
+                    None
+                }
+                Some(IcsDates::Pending) => {
+                    pending.push(c.meta().name.clone().unwrap_or_default());
+                    None
+                }
+            };
+            ((c, dates), bad)
         })
         .partition(|(_, bad)| bad.is_empty());
-    let found: Vec<Arc<TDCalendar>> = found.into_iter().map(|(c, _)| c).collect();
+    if !pending.is_empty() {
+        return Ok(Err(Problem::CalendarInvalid(format!(
+            "the iCalendar document of TDCalendar {} is not read yet; the workload is left as \
+             it is until it is",
+            pending.join(", ")
+        ))));
+    }
+    let found: Vec<Found> = found.into_iter().map(|(c, _)| c).collect();
+    let unreadable: Vec<(Arc<TDCalendar>, Vec<String>)> = unreadable
+        .into_iter()
+        .map(|((c, _), bad)| (c, bad))
+        .collect();
     let schedule = match Schedule::compile_with(&tdset.spec, &holidays(&found)) {
         Ok(s) => s,
         Err(errors) => {
@@ -119,13 +147,24 @@ fn calendars(store: &Store<TDCalendar>, spec: &TDSetSpec) -> (Vec<Arc<TDCalendar
     (found, missing)
 }
 
-/// The holidays of the calendars found, for `Schedule::compile_with`.
-fn holidays(found: &[Arc<TDCalendar>]) -> Vec<SharedHolidays<'_>> {
+/// A calendar found, with the dates of its iCalendar document, if it has one.
+type Found = (Arc<TDCalendar>, Option<Arc<Vec<Holiday>>>);
+
+/// The holidays of the calendars found (their own dates, and those of their iCalendar
+/// documents), for `Schedule::compile_with`.
+fn holidays(found: &[Found]) -> Vec<SharedHolidays<'_>> {
     found
         .iter()
-        .map(|c| SharedHolidays {
-            calendar: c.meta().name.as_deref().unwrap_or_default(),
-            holidays: &c.spec.holidays,
+        .flat_map(|(c, ics)| {
+            let calendar = c.meta().name.as_deref().unwrap_or_default();
+            std::iter::once(SharedHolidays {
+                calendar,
+                holidays: &c.spec.holidays,
+            })
+            .chain(
+                ics.as_deref()
+                    .map(|holidays| SharedHolidays { calendar, holidays }),
+            )
         })
         .collect()
 }

@@ -50,6 +50,8 @@ pub struct Context {
     pub groups: GroupIndex,
     /// Every TDCalendar.
     pub calendars: Store<crate::api::TDCalendar>,
+    /// The iCalendar documents calendars take dates from (`spec.ics`).
+    pub ics: Arc<super::IcsSources>,
     /// Consecutive failed reconciles per TDSet ("ns/name"), for the error backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Where `container` and `template` TDSets may run pods.

@@ -328,6 +328,7 @@ impl Operator {
             index: TargetIndex::default(),
             groups: GroupIndex::default(),
             calendars,
+            ics: Default::default(),
             failures: Default::default(),
             pod_forms: AllowedIn::Anywhere,
             group_form: AllowedIn::Anywhere,
