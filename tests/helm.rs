@@ -277,7 +277,7 @@ async fn every_option_renders_objects_the_api_server_accepts() {
         .expect("the calendar documents Role");
     assert_eq!(
         documents["rules"],
-        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}])
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]}])
     );
     let crd = docs
         .iter()

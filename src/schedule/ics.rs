@@ -3,8 +3,11 @@
 //! rules. Pure: a document and the years wanted in; date ranges, or every reason the document
 //! cannot be used, out.
 //!
-//! The content lines (unfolding, parameters, escapes) are read by the `icalendar` crate's
-//! parser; what an event means as a holiday is decided here. What is refused, each with a
+//! The content lines are read here, in one pass over the text without recursion (unfolding,
+//! parameters with quoted values, BEGIN/END kept on a bounded stack): the `icalendar` crate's
+//! parser was tried first, and a review found it recursing once per nesting level (a stack
+//! overflow, an abort no handler catches) and quadratic on LF line ends (the ends a ConfigMap
+//! written from YAML has). What is refused, each with a
 //! message naming the event: an event with a time of day (a holiday is a whole day in the
 //! TDSet's own zone), a rule other than `FREQ=YEARLY` or with parts a holiday list has no use
 //! for, and anything past the bounds below. A document with any such event gives no dates at
@@ -14,7 +17,6 @@ use std::collections::{HashMap, HashSet};
 use std::ops::RangeInclusive;
 
 use chrono::{Datelike, Duration, NaiveDate, Weekday};
-use icalendar::parser::{Component, Property};
 
 /// The largest document read (a ConfigMap holds at most 1 MiB).
 pub const MAX_ICS_BYTES: usize = 1024 * 1024;
@@ -65,29 +67,7 @@ pub fn holiday_ranges(
             text.len()
         )]);
     }
-    let unfolded = icalendar::parser::unfold(text);
-    if let Some(line) = too_deep(&unfolded) {
-        return Err(vec![format!(
-            "line {line}: components nest more than {MAX_DEPTH} deep"
-        )]);
-    }
-    let roots = icalendar::parser::read_calendar_simple(&unfolded).map_err(|e| {
-        let at = unfolded.len().saturating_sub(e.input.len());
-        let line = unfolded.get(..at).unwrap_or_default().matches('\n').count() + 1;
-        // Only the line's number, not its text: a calendar's status is readable by many, and
-        // its ConfigMap may hold something else than a calendar.
-        vec![format!(
-            "line {line} (unfolded) cannot be read as iCalendar"
-        )]
-    })?;
-    let Some(calendar) = roots.iter().find(|c| named(c, "VCALENDAR")) else {
-        return Err(vec!["no BEGIN:VCALENDAR ... END:VCALENDAR".into()]);
-    };
-    let events: Vec<&Component<'_>> = calendar
-        .components
-        .iter()
-        .filter(|c| named(c, "VEVENT"))
-        .collect();
+    let events = read_events(text).map_err(|why| vec![why])?;
     if events.len() > MAX_ICS_EVENTS {
         return Err(vec![format!(
             "{} events; at most {MAX_ICS_EVENTS} are read",
@@ -103,20 +83,19 @@ pub fn holiday_ranges(
     };
     let mut problems = Vec::new();
     let mut read = Vec::new();
+    // Occurrences moved or cancelled by a RECURRENCE-ID event leave their rule.
+    let mut moved: HashMap<String, HashSet<NaiveDate>> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
+        let uid = e.value("UID");
+        if let (Some(uid), Some(Ok(at))) = (uid, e.prop("RECURRENCE-ID").map(date)) {
+            moved.entry(uid.to_string()).or_default().insert(at);
+        }
         match Event::read(e) {
             Ok(Some(event)) => read.push(event),
             Ok(None) => {}
-            Err(why) => problems.push(format!("event {} ({}): {why}", i + 1, summary(e))),
+            Err(why) => problems.push(clip(&format!("event {} ({}): {why}", i + 1, summary(e)))),
         }
     }
-    // Occurrences moved or cancelled by a RECURRENCE-ID event leave their rule.
-    let moved: HashMap<&str, HashSet<NaiveDate>> = read.iter().fold(HashMap::new(), |mut m, e| {
-        if let (Some(uid), Some(at)) = (e.uid.as_deref(), e.recurrence_id) {
-            m.entry(uid).or_default().insert(at);
-        }
-        m
-    });
     let mut ranges = Vec::new();
     let mut work = 0usize;
     for event in &read {
@@ -136,7 +115,7 @@ pub fn holiday_ranges(
                     }
                 }
             }
-            Err(why) => problems.push(format!("event {}: {why}", event.summary)),
+            Err(why) => problems.push(clip(&format!("event {}: {why}", event.summary))),
         }
         if work > MAX_RULE_WORK {
             return Err(vec![format!(
@@ -159,43 +138,196 @@ pub fn holiday_ranges(
     Ok(ranges)
 }
 
-/// The line at which BEGIN lines first nest deeper than `MAX_DEPTH`, if they do.
-fn too_deep(unfolded: &str) -> Option<usize> {
-    let mut depth = 0usize;
-    for (i, line) in unfolded.lines().enumerate() {
-        let line = line.trim_end().to_ascii_uppercase();
-        if line.starts_with("BEGIN:") {
-            depth += 1;
-            if depth > MAX_DEPTH {
-                return Some(i + 1);
+/// One component's content lines: `NAME;PARAM=V;...:VALUE`, the name upper-cased.
+#[derive(Debug, Default)]
+struct Comp {
+    props: Vec<Prop>,
+}
+
+#[derive(Debug)]
+struct Prop {
+    name: String,
+    value: String,
+}
+
+impl Comp {
+    fn prop(&self, name: &str) -> Option<&Prop> {
+        self.props.iter().find(|p| p.name == name)
+    }
+
+    fn props<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Prop> {
+        self.props.iter().filter(move |p| p.name == name)
+    }
+
+    fn value(&self, name: &str) -> Option<&str> {
+        self.prop(name).map(|p| p.value.as_str())
+    }
+}
+
+/// The `VEVENT`s of the document's `VCALENDAR`, their own properties (not their alarms'), in
+/// one pass: lines unfolded (CRLF or LF, a space or tab continues a line), a byte-order mark
+/// skipped, blank lines passed over, BEGIN/END checked against each other on a stack at most
+/// `MAX_DEPTH` deep. Parameters are not kept: none changes what a date means here (`VALUE=DATE`
+/// is read off the value's form, and `TZID` does not apply to a date).
+fn read_events(text: &str) -> Result<Vec<Comp>, String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut stack: Vec<String> = Vec::new();
+    let mut events = Vec::new();
+    let mut event: Option<Comp> = None;
+    let mut calendars = 0;
+    for (line_no, line) in unfolded(text) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (name, value) = content_line(&line)
+            .ok_or_else(|| format!("line {line_no} cannot be read as an iCalendar content line"))?;
+        match name.as_str() {
+            "BEGIN" => {
+                let component = value.trim().to_ascii_uppercase();
+                if stack.len() >= MAX_DEPTH {
+                    return Err(format!(
+                        "line {line_no}: components nest more than {MAX_DEPTH} deep"
+                    ));
+                }
+                match (stack.len(), component.as_str()) {
+                    (0, "VCALENDAR") => calendars += 1,
+                    (0, _) => {
+                        return Err(format!(
+                            "line {line_no}: BEGIN:{} outside BEGIN:VCALENDAR",
+                            clip_value(&component)
+                        ));
+                    }
+                    (1, "VEVENT") => {
+                        if events.len() >= MAX_ICS_EVENTS {
+                            return Err(format!(
+                                "more than {MAX_ICS_EVENTS} events; at most {MAX_ICS_EVENTS} are read"
+                            ));
+                        }
+                        event = Some(Comp::default());
+                    }
+                    _ => {}
+                }
+                stack.push(component);
             }
-        } else if line.starts_with("END:") {
-            depth = depth.saturating_sub(1);
+            "END" => {
+                let component = value.trim().to_ascii_uppercase();
+                match stack.pop() {
+                    Some(open) if open == component => {}
+                    Some(open) => {
+                        return Err(format!(
+                            "line {line_no}: END:{} does not close BEGIN:{}",
+                            clip_value(&component),
+                            clip_value(&open)
+                        ));
+                    }
+                    None => return Err(format!("line {line_no}: END without BEGIN")),
+                }
+                if stack.len() == 1
+                    && component == "VEVENT"
+                    && let Some(e) = event.take()
+                {
+                    events.push(e);
+                }
+            }
+            _ if stack.len() == 2 => {
+                if let Some(e) = event.as_mut() {
+                    e.props.push(Prop { name, value });
+                }
+            }
+            _ if stack.is_empty() => {
+                return Err(format!(
+                    "line {line_no}: a property outside BEGIN:VCALENDAR"
+                ));
+            }
+            _ => {}
         }
     }
-    None
+    if let Some(open) = stack.last() {
+        return Err(format!("BEGIN:{} is not closed", clip_value(open)));
+    }
+    if calendars == 0 {
+        return Err("no BEGIN:VCALENDAR ... END:VCALENDAR".into());
+    }
+    Ok(events)
 }
 
-fn named(c: &Component<'_>, name: &str) -> bool {
-    c.name.as_str().eq_ignore_ascii_case(name)
+/// The logical lines of `text` (continuations joined), each with the number of its first line.
+fn unfolded(text: &str) -> impl Iterator<Item = (usize, String)> + '_ {
+    let mut lines = text.split('\n').enumerate().peekable();
+    std::iter::from_fn(move || {
+        let (i, first) = lines.next()?;
+        let mut line = first.strip_suffix('\r').unwrap_or(first).to_string();
+        while let Some((_, next)) = lines.peek() {
+            let Some(rest) = next.strip_prefix([' ', '\t']) else {
+                break;
+            };
+            line.push_str(rest.strip_suffix('\r').unwrap_or(rest));
+            lines.next();
+        }
+        Some((i + 1, line))
+    })
 }
 
-fn prop<'a>(c: &'a Component<'_>, name: &str) -> Option<&'a Property<'a>> {
-    c.properties
-        .iter()
-        .find(|p| p.name.as_str().eq_ignore_ascii_case(name))
+/// `NAME[;PARAM=VALUE...]:VALUE` into the upper-cased name and the value; a colon inside a
+/// quoted parameter value does not end the parameters.
+fn content_line(line: &str) -> Option<(String, String)> {
+    let name_end = line.find([';', ':'])?;
+    let name = &line[..name_end];
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return None;
+    }
+    let mut quoted = false;
+    let mut value_at = None;
+    for (i, c) in line[name_end..].char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            ':' if !quoted => {
+                value_at = Some(name_end + i + 1);
+                break;
+            }
+            _ => {}
+        }
+    }
+    Some((name.to_ascii_uppercase(), line[value_at?..].to_string()))
 }
 
-fn props<'a>(c: &'a Component<'_>, name: &'a str) -> impl Iterator<Item = &'a Property<'a>> {
-    c.properties
-        .iter()
-        .filter(move |p| p.name.as_str().eq_ignore_ascii_case(name))
+/// A value as it may appear in a message: short, and only printable ASCII.
+fn clip_value(v: &str) -> String {
+    let shown: String = v
+        .chars()
+        .take(40)
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    match v.chars().count() > 40 {
+        true => format!("{shown}..."),
+        false => shown,
+    }
 }
 
-fn summary(c: &Component<'_>) -> String {
-    prop(c, "SUMMARY").map_or_else(
+/// A problem as it is reported: at most 300 characters (a calendar's status and every TDSet
+/// naming it carry it).
+fn clip(problem: &str) -> String {
+    match problem.chars().count() > 300 {
+        true => format!("{}...", problem.chars().take(300).collect::<String>()),
+        false => problem.to_string(),
+    }
+}
+
+fn summary(c: &Comp) -> String {
+    c.value("SUMMARY").map_or_else(
         || "no SUMMARY".to_string(),
-        |p| format!("{:?}", p.val.as_str().chars().take(80).collect::<String>()),
+        |v| {
+            format!(
+                "{:?}",
+                clip_value(&v.replace("\\,", ",").replace("\\;", ";"))
+            )
+        },
     )
 }
 
@@ -216,15 +348,17 @@ struct Event {
 
 impl Event {
     /// The event, `None` when it is cancelled, or why it cannot be a holiday.
-    fn read(c: &Component<'_>) -> Result<Option<Event>, String> {
-        if prop(c, "STATUS").is_some_and(|s| s.val.as_str().eq_ignore_ascii_case("CANCELLED")) {
+    fn read(c: &Comp) -> Result<Option<Event>, String> {
+        if c.value("STATUS")
+            .is_some_and(|s| s.trim().eq_ignore_ascii_case("CANCELLED"))
+        {
             return Ok(None);
         }
-        let start = match prop(c, "DTSTART") {
+        let start = match c.prop("DTSTART") {
             Some(p) => date(p)?,
             None => return Err("no DTSTART".into()),
         };
-        let days = match (prop(c, "DTEND"), prop(c, "DURATION")) {
+        let days = match (c.prop("DTEND"), c.prop("DURATION")) {
             (Some(p), _) => {
                 let end = date(p)?;
                 if end <= start {
@@ -234,7 +368,7 @@ impl Event {
                 }
                 (end - start).num_days()
             }
-            (None, Some(p)) => days_of(p.val.as_str())?,
+            (None, Some(p)) => days_of(p.value.as_str())?,
             (None, None) => 1,
         };
         if days > MAX_EVENT_DAYS {
@@ -243,21 +377,21 @@ impl Event {
             ));
         }
         let mut rdates = Vec::new();
-        for p in props(c, "RDATE") {
+        for p in c.props("RDATE") {
             rdates.extend(dates(p)?);
         }
         let mut exdates = HashSet::new();
-        for p in props(c, "EXDATE") {
+        for p in c.props("EXDATE") {
             exdates.extend(dates(p)?);
         }
-        let rule = match prop(c, "RRULE") {
-            Some(p) => Some(Yearly::parse(p.val.as_str(), start)?),
+        let rule = match c.prop("RRULE") {
+            Some(p) => Some(Yearly::parse(p.value.as_str(), start)?),
             None => None,
         };
         Ok(Some(Event {
             summary: summary(c),
-            uid: prop(c, "UID").map(|p| p.val.as_str().to_string()),
-            recurrence_id: prop(c, "RECURRENCE-ID").map(date).transpose()?,
+            uid: c.value("UID").map(str::to_string),
+            recurrence_id: c.prop("RECURRENCE-ID").map(date).transpose()?,
             start,
             days,
             rule,
@@ -286,41 +420,47 @@ impl Event {
 
 /// A date value: `VALUE=DATE` (`YYYYMMDD`), whatever `TZID` says (an all-day event is that
 /// day wherever it is read). A date with a time of day is refused.
-fn date(p: &Property<'_>) -> Result<NaiveDate, String> {
-    let v = p.val.as_str().trim();
-    let name = p.name.as_str().to_ascii_uppercase();
+fn date(p: &Prop) -> Result<NaiveDate, String> {
+    let v = p.value.trim();
+    let name = &p.name;
     if v.contains('T') {
         return Err(format!(
-            "{name} {v} has a time of day; only all-day events ({name};VALUE=DATE:YYYYMMDD) \
-             are holidays"
+            "{name} {} has a time of day; only all-day events ({name};VALUE=DATE:YYYYMMDD) \
+             are holidays",
+            clip_value(v)
         ));
     }
     NaiveDate::parse_from_str(v, "%Y%m%d")
-        .map_err(|_| format!("{name} {v:?} is not a date YYYYMMDD"))
+        .map_err(|_| format!("{name} {:?} is not a date YYYYMMDD", clip_value(v)))
 }
 
 /// The dates of an `RDATE`/`EXDATE` (a comma-separated list).
-fn dates(p: &Property<'_>) -> Result<Vec<NaiveDate>, String> {
-    let name = p.name.as_str().to_ascii_uppercase();
-    p.val
-        .as_str()
+fn dates(p: &Prop) -> Result<Vec<NaiveDate>, String> {
+    let name = &p.name;
+    p.value
         .split(',')
         .map(|v| {
             let v = v.trim();
             if v.contains('T') {
                 return Err(format!(
-                    "{name} {v} has a time of day; only dates ({name};VALUE=DATE:YYYYMMDD) are read"
+                    "{name} {} has a time of day; only dates ({name};VALUE=DATE:YYYYMMDD) are read",
+                    clip_value(v)
                 ));
             }
             NaiveDate::parse_from_str(v, "%Y%m%d")
-                .map_err(|_| format!("{name} {v:?} is not a date YYYYMMDD"))
+                .map_err(|_| format!("{name} {:?} is not a date YYYYMMDD", clip_value(v)))
         })
         .collect()
 }
 
 /// A `DURATION` in whole days (`P1D`, `P2W`); a time part is refused.
 fn days_of(v: &str) -> Result<i64, String> {
-    let bad = || format!("DURATION {v:?} is not a whole number of days (P1D, P2W)");
+    let bad = || {
+        format!(
+            "DURATION {:?} is not a whole number of days (P1D, P2W)",
+            clip_value(v)
+        )
+    };
     let body = v.trim().strip_prefix('P').ok_or_else(bad)?;
     let at = body.len().checked_sub(1).ok_or_else(bad)?;
     let (n, unit) = (
@@ -365,8 +505,8 @@ impl Yearly {
         for part in rule.split(';').filter(|p| !p.is_empty()) {
             let (k, v) = part
                 .split_once('=')
-                .ok_or_else(|| format!("RRULE part {part:?} is not KEY=VALUE"))?;
-            let bad = || format!("RRULE {k}={v} cannot be read");
+                .ok_or_else(|| format!("RRULE part {:?} is not KEY=VALUE", clip_value(part)))?;
+            let bad = || format!("RRULE {}={} cannot be read", clip_value(k), clip_value(v));
             match k.to_ascii_uppercase().as_str() {
                 "FREQ" => freq = Some(v.to_ascii_uppercase()),
                 "INTERVAL" => y.interval = v.parse().ok().filter(|n| *n >= 1).ok_or_else(bad)?,
@@ -387,8 +527,9 @@ impl Yearly {
                 "WKST" => {}
                 other => {
                     return Err(format!(
-                        "RRULE {other} is not read: yearly rules with BYMONTH, BYMONTHDAY, BYDAY, \
-                         INTERVAL, COUNT and UNTIL are"
+                        "RRULE {} is not read: yearly rules with BYMONTH, BYMONTHDAY, BYDAY, \
+                         INTERVAL, COUNT and UNTIL are",
+                        clip_value(other)
                     ));
                 }
             }
@@ -397,8 +538,9 @@ impl Yearly {
             Some("YEARLY") => {}
             Some(f) => {
                 return Err(format!(
-                    "RRULE FREQ={f} is not read: only yearly rules (FREQ=YEARLY) are; list the \
-                     dates instead"
+                    "RRULE FREQ={} is not read: only yearly rules (FREQ=YEARLY) are; list the \
+                     dates instead",
+                    clip_value(f)
                 ));
             }
             None => return Err("RRULE without FREQ".into()),
@@ -406,11 +548,29 @@ impl Yearly {
         if y.count.is_some() && y.until.is_some() {
             return Err("RRULE has both COUNT and UNTIL".into());
         }
-        if y.months.is_empty() && y.month_days.is_empty() && y.days.is_empty() {
+        // Each list once, in order: at most 12 months, 62 month days, 7 x 107 weekday rules.
+        y.months.sort_unstable();
+        y.months.dedup();
+        y.month_days.sort_unstable();
+        y.month_days.dedup();
+        y.days
+            .sort_unstable_by_key(|(n, wd)| (*n, wd.num_days_from_monday()));
+        y.days.dedup();
+        // What RFC 5545 takes from DTSTART where the rule does not say it.
+        match (
+            y.months.is_empty(),
+            y.month_days.is_empty(),
+            y.days.is_empty(),
+        ) {
             // The day of DTSTART each year (a 29 February only in leap years).
-            (y.months, y.month_days) = (vec![start.month()], vec![start.day() as i32]);
-        } else if y.months.is_empty() && y.days.is_empty() {
-            y.months = (1..=12).collect();
+            (true, true, true) => {
+                (y.months, y.month_days) = (vec![start.month()], vec![start.day() as i32])
+            }
+            // BYMONTH alone: DTSTART's day of those months (Australia Day: BYMONTH=1 from the 26th).
+            (false, true, true) => y.month_days = vec![start.day() as i32],
+            // BYMONTHDAY without BYMONTH: every month (with BYDAY, it limits BYDAY there).
+            (true, false, _) => y.months = (1..=12).collect(),
+            _ => {}
         }
         Ok(y)
     }
@@ -446,11 +606,14 @@ impl Yearly {
             if *work > MAX_RULE_WORK {
                 return Ok(out);
             }
-            *work += if self.months.is_empty() {
-                366
-            } else {
-                31 * self.months.len()
-            };
+            // The days looked at, each against every rule part.
+            let parts = 1 + self.days.len() + self.month_days.len();
+            *work += parts
+                * if self.months.is_empty() {
+                    366
+                } else {
+                    31 * self.months.len()
+                };
             for d in self.in_year(year) {
                 if d <= start {
                     continue;
@@ -484,7 +647,8 @@ impl Yearly {
                         (false, true) => self.by_day(&days),
                         // BYMONTHDAY limits BYDAY: "the Tuesday from the 2nd to the 8th".
                         (false, false) => {
-                            let md = self.by_month_day(&days);
+                            let md: HashSet<NaiveDate> =
+                                self.by_month_day(&days).into_iter().collect();
                             self.by_day(&days)
                                 .into_iter()
                                 .filter(|d| md.contains(d))
@@ -511,12 +675,16 @@ impl Yearly {
     }
 
     fn by_day(&self, days: &[NaiveDate]) -> Vec<NaiveDate> {
+        // The period's days by weekday, once: each rule part is then one lookup.
+        let mut by_weekday: [Vec<NaiveDate>; 7] = Default::default();
+        for d in days {
+            by_weekday[d.weekday().num_days_from_monday() as usize].push(*d);
+        }
         let mut out = Vec::new();
         for &(n, wd) in &self.days {
-            let matching: Vec<NaiveDate> =
-                days.iter().copied().filter(|d| d.weekday() == wd).collect();
+            let matching = &by_weekday[wd.num_days_from_monday() as usize];
             match n {
-                0 => out.extend(matching),
+                0 => out.extend(matching.iter().copied()),
                 n if n > 0 => out.extend(matching.get(n as usize - 1)),
                 n => out.extend(
                     usize::try_from(matching.len() as i32 + n)

@@ -239,6 +239,6 @@ async fn watch_one(
 fn present(cm: &ConfigMap) -> IcsSource {
     IcsSource::Present {
         resource_version: cm.resource_version().unwrap_or_default(),
-        data: cm.data.clone().unwrap_or_default(),
+        data: Arc::new(cm.data.clone().unwrap_or_default()),
     }
 }

@@ -24,7 +24,7 @@ pub enum Source {
     Failed(String),
     Present {
         resource_version: String,
-        data: BTreeMap<String, String>,
+        data: Arc<BTreeMap<String, String>>,
     },
 }
 
@@ -123,7 +123,7 @@ impl IcsSources {
             .ok()
             .and_then(|s| s.get(&key).cloned())
             .unwrap_or(Source::Pending);
-        let (rv, text) = match source {
+        let (rv, data) = match source {
             Source::Pending => return IcsDates::Pending,
             Source::Missing => return IcsDates::Problem(format!("{cm} does not exist")),
             Source::Failed(why) => {
@@ -132,24 +132,26 @@ impl IcsSources {
             Source::Present {
                 resource_version,
                 data,
-            } => match data.get(&r.config_map_ref.key) {
-                Some(text) => (resource_version, text.clone()),
-                None => {
-                    return IcsDates::Problem(format!(
-                        "{cm} has no key {:?}",
-                        r.config_map_ref.key
-                    ));
-                }
-            },
+            } => (resource_version, data),
+        };
+        let Some(text) = data.get(&r.config_map_ref.key) else {
+            return IcsDates::Problem(format!(
+                "{cm} has no key {:?} (a document that is not UTF-8 lands in binaryData, which is \
+                 not read)",
+                r.config_map_ref.key
+            ));
         };
         let memo = (key, r.config_map_ref.key.clone(), year);
-        if let Ok(read) = self.read.lock()
-            && let Some((read_rv, dates)) = read.get(&memo)
+        // Read under the lock: the TDSets an edit wakes all ask at once, and one reads it.
+        let Ok(mut read) = self.read.lock() else {
+            return IcsDates::Problem("the operator's memo of documents is poisoned".into());
+        };
+        if let Some((read_rv, dates)) = read.get(&memo)
             && *read_rv == rv
         {
             return dates.clone();
         }
-        let dates = match ics::holidays_around(&text, year) {
+        let dates = match ics::holidays_around(text, year) {
             Ok(holidays) => IcsDates::Dates(Arc::new(holidays)),
             Err(why) => IcsDates::Problem(format!(
                 "the iCalendar document in {cm}, key {:?}: {}",
@@ -157,9 +159,7 @@ impl IcsSources {
                 why.join("; ")
             )),
         };
-        if let Ok(mut read) = self.read.lock() {
-            read.insert(memo, (rv, dates.clone()));
-        }
+        read.insert(memo, (rv, dates.clone()));
         dates
     }
 }

@@ -281,8 +281,12 @@ fn what_cannot_be_read_is_said_with_where_it_is() {
         refused(garbled)
     );
     let unclosed = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260101\nEND:VEVENT\n";
-    assert!(refused(unclosed).contains("cannot be read as iCalendar"));
-    assert!(refused("").contains("cannot be read as iCalendar"));
+    assert!(refused(unclosed).contains("BEGIN:VCALENDAR is not closed"));
+    assert!(refused("").contains("no BEGIN:VCALENDAR"));
+    // The line's number only, never its text (it may be anything a ConfigMap holds).
+    assert!(!refused(garbled).contains("colon"), "{}", refused(garbled));
+    let crossed = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nEND:VTODO\nEND:VCALENDAR\n";
+    assert!(refused(crossed).contains("line 3: END:VTODO does not close BEGIN:VEVENT"));
     let no_start = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nSUMMARY:x\nEND:VEVENT\nEND:VCALENDAR\n";
     assert!(refused(no_start).contains("no DTSTART"));
     let backwards = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260105\nDTEND;VALUE=DATE:20260105\nEND:VEVENT\nEND:VCALENDAR\n";
@@ -327,7 +331,7 @@ fn the_bounds_hold_for_a_hostile_document() {
     );
     assert!(
         holiday_ranges(
-            &format!("BEGIN:VCALENDAR\n{}END:VCALENDAR\n", never.repeat(100)),
+            &format!("BEGIN:VCALENDAR\n{}END:VCALENDAR\n", never.repeat(30)),
             2026..=2026
         )
         .is_ok()
@@ -336,6 +340,80 @@ fn the_bounds_hold_for_a_hostile_document() {
     let daily = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260101\nRRULE:FREQ=YEARLY;BYDAY=MO,TU,WE,TH,FR,SA,SU\nEND:VEVENT\nEND:VCALENDAR\n";
     assert_eq!(holiday_ranges(daily, 2026..=2026).unwrap().len(), 365);
     assert!(holiday_ranges(daily, 2026..=2032).unwrap_err()[0].contains("holidays in"));
+}
+
+#[test]
+fn what_a_second_review_found_is_read_right() {
+    let read = |doc: &str, years| days(&holiday_ranges(doc, years).unwrap());
+    // A rule with BYMONTH alone takes its day from DTSTART (Australia Day, as Mozilla's and
+    // Apple's holiday files write it); the first version gave nothing after DTSTART.
+    let australia = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20020126\nRRULE:FREQ=YEARLY;INTERVAL=1;BYMONTH=1\nSUMMARY:Australia Day\nEND:VEVENT\nEND:VCALENDAR\n";
+    assert_eq!(read(australia, 2026..=2026), ["2026-01-26"]);
+    // A cancelled override cancels its occurrence.
+    let cancelled = "BEGIN:VCALENDAR
+BEGIN:VEVENT
+UID:f
+DTSTART;VALUE=DATE:20250601
+RRULE:FREQ=YEARLY
+END:VEVENT
+BEGIN:VEVENT
+UID:f
+RECURRENCE-ID;VALUE=DATE:20260601
+STATUS:CANCELLED
+DTSTART;VALUE=DATE:20260601
+END:VEVENT
+END:VCALENDAR
+";
+    assert_eq!(read(cancelled, 2026..=2027), ["2027-06-01"]);
+    // BYMONTHDAY limits BYDAY in every month when BYMONTH is absent: Friday the 13th.
+    let friday13 = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260213\nRRULE:FREQ=YEARLY;BYDAY=FR;BYMONTHDAY=13\nEND:VEVENT\nEND:VCALENDAR\n";
+    assert_eq!(
+        read(friday13, 2026..=2026),
+        ["2026-02-13", "2026-03-13", "2026-11-13"]
+    );
+    // Line ends mixed, a byte-order mark, trailing blanks, lower-case names, blank lines.
+    let mixed = "\u{feff}BEGIN:VCALENDAR\r\nX-A:1\nbegin:vevent  \n\ndtstart;value=date:20261225\r\nEND:VEVENT\r\nend:vcalendar\r\n";
+    assert_eq!(read(mixed, 2026..=2026), ["2026-12-25"]);
+}
+
+#[test]
+fn a_hostile_document_is_refused_cheaply_and_briefly() {
+    let refused = |doc: &str| holiday_ranges(doc, 2026..=2026).unwrap_err().join("; ");
+    // END and BEGIN on one line: the first version's depth guard counted only lines that begin
+    // with BEGIN, and the parser it used recursed once per level, 40 000 deep: the stack
+    // overflowed and the process aborted.
+    let nested = format!(
+        "BEGIN:VCALENDAR\n{}",
+        "BEGIN:X\nEND:XBEGIN:X\n".repeat(40_000)
+    );
+    let why = refused(&nested);
+    assert!(why.contains("does not close"), "{why}");
+    // A megabyte of short LF lines is read in one pass (the first version's parser scanned to
+    // the end of the text for each line: minutes).
+    let lines = format!("BEGIN:VCALENDAR\n{}END:VCALENDAR\n", "X:\n".repeat(340_000));
+    assert_eq!(holiday_ranges(&lines, 2026..=2026).unwrap(), vec![]);
+    // A rule with a list of 150 000 weekdays is the distinct ones it holds.
+    let long = format!(
+        "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260101\nRRULE:FREQ=YEARLY;BYMONTH=1;BYDAY={};BYMONTHDAY={}\nEND:VEVENT\nEND:VCALENDAR\n",
+        vec!["MO"; 150_000].join(","),
+        vec!["31"; 100_000].join(",")
+    );
+    // (DTSTART itself, as RFC 5545 counts it; no Monday of 2026 is 31 January.)
+    assert_eq!(
+        days(&holiday_ranges(&long, 2026..=2026).unwrap()),
+        ["2026-01-01"]
+    );
+    // A value of almost a megabyte is never repeated: each problem is at most 300 characters.
+    let big = format!(
+        "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART:{}\nEND:VEVENT\nEND:VCALENDAR\n",
+        "\u{1}".repeat(900_000)
+    );
+    let why = holiday_ranges(&big, 2026..=2026).unwrap_err();
+    assert!(
+        why.iter().all(|p| p.chars().count() <= 303),
+        "{}",
+        why[0].len()
+    );
 }
 
 proptest! {
