@@ -26,8 +26,7 @@ pub const MAX_ICS_EVENTS: usize = 5000;
 pub const MAX_ICS_RANGES: usize = 2000;
 /// The longest event, in days.
 pub const MAX_EVENT_DAYS: i64 = 366;
-/// How deep components may nest (VCALENDAR > VEVENT > VALARM, with room to spare): the parser
-/// recurses per level, so a hostile document could otherwise exhaust the stack.
+/// How deep components may nest (VCALENDAR > VEVENT > VALARM, with room to spare).
 const MAX_DEPTH: usize = 8;
 /// How many years before the years wanted a rule's count is followed from its start.
 const MAX_RULE_YEARS: i32 = 1000;
@@ -86,7 +85,7 @@ pub fn holiday_ranges(
     // Occurrences moved or cancelled by a RECURRENCE-ID event leave their rule.
     let mut moved: HashMap<String, HashSet<NaiveDate>> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
-        let uid = e.value("UID");
+        let uid = e.value("UID").map(str::trim);
         if let (Some(uid), Some(Ok(at))) = (uid, e.prop("RECURRENCE-ID").map(date)) {
             moved.entry(uid.to_string()).or_default().insert(at);
         }
@@ -137,6 +136,20 @@ pub fn holiday_ranges(
     ranges.dedup();
     Ok(ranges)
 }
+
+/// The properties of an event that are read.
+const READ: [&str; 10] = [
+    "DTSTART",
+    "DTEND",
+    "DURATION",
+    "RRULE",
+    "RDATE",
+    "EXDATE",
+    "UID",
+    "RECURRENCE-ID",
+    "STATUS",
+    "SUMMARY",
+];
 
 /// One component's content lines: `NAME;PARAM=V;...:VALUE`, the name upper-cased.
 #[derive(Debug, Default)]
@@ -231,7 +244,10 @@ fn read_events(text: &str) -> Result<Vec<Comp>, String> {
             }
             _ if stack.len() == 2 => {
                 if let Some(e) = event.as_mut() {
-                    e.props.push(Prop { name, value });
+                    // Only what `Event::read` looks at: a megabyte of other lines costs nothing.
+                    if READ.contains(&name.as_str()) {
+                        e.props.push(Prop { name, value });
+                    }
                 }
             }
             _ if stack.is_empty() => {
@@ -361,12 +377,16 @@ impl Event {
         let days = match (c.prop("DTEND"), c.prop("DURATION")) {
             (Some(p), _) => {
                 let end = date(p)?;
-                if end <= start {
+                // Some generators write a one-day event with DTEND on its own day.
+                if end == start {
+                    1
+                } else if end < start {
                     return Err(format!(
-                        "DTEND {end} is not after DTSTART {start} (DTEND is the day after the last)"
+                        "DTEND {end} is before DTSTART {start} (DTEND is the day after the last)"
                     ));
+                } else {
+                    (end - start).num_days()
                 }
-                (end - start).num_days()
             }
             (None, Some(p)) => days_of(p.value.as_str())?,
             (None, None) => 1,
@@ -390,7 +410,7 @@ impl Event {
         };
         Ok(Some(Event {
             summary: summary(c),
-            uid: c.value("UID").map(str::to_string),
+            uid: c.value("UID").map(|u| u.trim().to_string()),
             recurrence_id: c.prop("RECURRENCE-ID").map(date).transpose()?,
             start,
             days,
@@ -502,10 +522,11 @@ impl Yearly {
             days: vec![],
         };
         let mut freq = None;
-        for part in rule.split(';').filter(|p| !p.is_empty()) {
+        for part in rule.split(';').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| format!("RRULE part {:?} is not KEY=VALUE", clip_value(part)))?;
+            let (k, v) = (k.trim(), v.trim());
             let bad = || format!("RRULE {}={} cannot be read", clip_value(k), clip_value(v));
             match k.to_ascii_uppercase().as_str() {
                 "FREQ" => freq = Some(v.to_ascii_uppercase()),
@@ -741,7 +762,7 @@ fn weekday_rule(v: &str) -> Option<(i32, Weekday)> {
             .trim_start_matches('+')
             .parse::<i32>()
             .ok()
-            .filter(|n| *n != 0 && n.abs() <= 53)?,
+            .filter(|n| *n != 0 && (-53..=53).contains(n))?,
     };
     Some((n, wd))
 }

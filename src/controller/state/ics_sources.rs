@@ -143,9 +143,11 @@ impl IcsSources {
         };
         let memo = (key, r.config_map_ref.key.clone(), year);
         // Read under the lock: the TDSets an edit wakes all ask at once, and one reads it.
-        let Ok(mut read) = self.read.lock() else {
-            return IcsDates::Problem("the operator's memo of documents is poisoned".into());
-        };
+        // A poisoned lock still holds whole entries: the map changes only after a read ends.
+        let mut read = self
+            .read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((read_rv, dates)) = read.get(&memo)
             && *read_rv == rv
         {

@@ -289,8 +289,8 @@ fn what_cannot_be_read_is_said_with_where_it_is() {
     assert!(refused(crossed).contains("line 3: END:VTODO does not close BEGIN:VEVENT"));
     let no_start = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nSUMMARY:x\nEND:VEVENT\nEND:VCALENDAR\n";
     assert!(refused(no_start).contains("no DTSTART"));
-    let backwards = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260105\nDTEND;VALUE=DATE:20260105\nEND:VEVENT\nEND:VCALENDAR\n";
-    assert!(refused(backwards).contains("is not after DTSTART"));
+    let backwards = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260105\nDTEND;VALUE=DATE:20260104\nEND:VEVENT\nEND:VCALENDAR\n";
+    assert!(refused(backwards).contains("is before DTSTART"));
     let not_a_date =
         "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20270229\nEND:VEVENT\nEND:VCALENDAR\n";
     assert!(refused(not_a_date).contains("is not a date"));
@@ -371,6 +371,29 @@ END:VCALENDAR
         read(friday13, 2026..=2026),
         ["2026-02-13", "2026-03-13", "2026-11-13"]
     );
+    // What a third review found: blanks around rule parts and UIDs, DTEND on the day itself
+    // (some generators write one-day events so), and an ordinal that overflowed `abs`.
+    let blanks = "BEGIN:VCALENDAR
+BEGIN:VEVENT
+UID:f
+DTSTART;VALUE=DATE:20250601
+RRULE:FREQ=YEARLY ; COUNT=5 
+END:VEVENT
+BEGIN:VEVENT
+UID:f 
+RECURRENCE-ID;VALUE=DATE:20260601
+STATUS:CANCELLED
+DTSTART;VALUE=DATE:20260601
+END:VEVENT
+BEGIN:VEVENT
+DTSTART;VALUE=DATE:20261005
+DTEND;VALUE=DATE:20261005
+END:VEVENT
+END:VCALENDAR
+";
+    assert_eq!(read(blanks, 2026..=2027), ["2026-10-05", "2027-06-01"]);
+    let overflow = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260101\nRRULE:FREQ=YEARLY;BYDAY=-2147483648MO\nEND:VEVENT\nEND:VCALENDAR\n";
+    assert!(holiday_ranges(overflow, 2026..=2026).unwrap_err()[0].contains("cannot be read"));
     // Line ends mixed, a byte-order mark, trailing blanks, lower-case names, blank lines.
     let mixed = "\u{feff}BEGIN:VCALENDAR\r\nX-A:1\nbegin:vevent  \n\ndtstart;value=date:20261225\r\nEND:VEVENT\r\nend:vcalendar\r\n";
     assert_eq!(read(mixed, 2026..=2026), ["2026-12-25"]);
