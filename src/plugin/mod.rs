@@ -327,18 +327,11 @@ async fn document(
         .await
         .map_err(|e| format!("ConfigMap {}/{} cannot be read: {e}", c.namespace, c.name))?
         .ok_or_else(|| format!("ConfigMap {}/{} does not exist", c.namespace, c.name))?;
-    let text = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(&c.key))
-        .ok_or_else(|| {
-            format!(
-                "ConfigMap {}/{} has no key {:?}",
-                c.namespace, c.name, c.key
-            )
-        })?;
-    crate::schedule::ics::holidays_around(text, chrono::Datelike::year(&now))
-        .map_err(|why| format!("its iCalendar document: {}", why.join("; ")))
+    crate::schedule::ics::document_holidays(
+        &cm.data.unwrap_or_default(),
+        r,
+        chrono::Datelike::year(&now),
+    )
 }
 
 /// `kubectl tdset calendars`: the users are the TDSets of every namespace, or of the current

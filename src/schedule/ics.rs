@@ -54,6 +54,33 @@ pub fn holidays_around(text: &str, year: i32) -> Result<Vec<crate::api::Holiday>
         .collect())
 }
 
+/// The holidays of the document a calendar names (`r`), from its ConfigMap's `data`, for the
+/// years around `year`; or why there are none, naming the ConfigMap and the key. What the
+/// operator and `kubectl tdset preview NAME` both read.
+pub fn document_holidays(
+    data: &std::collections::BTreeMap<String, String>,
+    r: &crate::api::IcsSource,
+    year: i32,
+) -> Result<Vec<crate::api::Holiday>, String> {
+    let c = &r.config_map_ref;
+    let Some(text) = data.get(&c.key) else {
+        return Err(format!(
+            "ConfigMap {}/{} has no key {:?} (a document that is not UTF-8 lands in binaryData, \
+             which is not read)",
+            c.namespace, c.name, c.key
+        ));
+    };
+    holidays_around(text, year).map_err(|why| {
+        format!(
+            "the iCalendar document in ConfigMap {}/{}, key {:?}: {}",
+            c.namespace,
+            c.name,
+            c.key,
+            why.join("; ")
+        )
+    })
+}
+
 /// The all-day dates an iCalendar document gives in `years`, as sorted inclusive ranges; or
 /// what makes it unusable (at most `MAX_PROBLEMS` reasons, each naming its event).
 pub fn holiday_ranges(

@@ -134,13 +134,6 @@ impl IcsSources {
                 data,
             } => (resource_version, data),
         };
-        let Some(text) = data.get(&r.config_map_ref.key) else {
-            return IcsDates::Problem(format!(
-                "{cm} has no key {:?} (a document that is not UTF-8 lands in binaryData, which is \
-                 not read)",
-                r.config_map_ref.key
-            ));
-        };
         let memo = (key, r.config_map_ref.key.clone(), year);
         // Read under the lock: the TDSets an edit wakes all ask at once, and one reads it.
         // A poisoned lock still holds whole entries: the map changes only after a read ends.
@@ -153,13 +146,9 @@ impl IcsSources {
         {
             return dates.clone();
         }
-        let dates = match ics::holidays_around(text, year) {
+        let dates = match ics::document_holidays(&data, r, year) {
             Ok(holidays) => IcsDates::Dates(Arc::new(holidays)),
-            Err(why) => IcsDates::Problem(format!(
-                "the iCalendar document in {cm}, key {:?}: {}",
-                r.config_map_ref.key,
-                why.join("; ")
-            )),
+            Err(why) => IcsDates::Problem(why),
         };
         read.insert(memo, (rv, dates.clone()));
         dates
