@@ -154,7 +154,20 @@ pub(crate) fn operator_with(
     log: &std::path::Path,
     extra: &[&str],
 ) -> OperatorProcess {
-    let op = OperatorProcess::launch(Launch {
+    let op = launch_operator(kubeconfig, ns, fake_now, log, extra);
+    op.wait_ready(Duration::from_secs(120), log);
+    op
+}
+
+/// `operator_with`, not waited for.
+pub(crate) fn launch_operator(
+    kubeconfig: &std::path::Path,
+    ns: Option<&str>,
+    fake_now: Option<DateTime<Utc>>,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> OperatorProcess {
+    OperatorProcess::launch(Launch {
         namespace: ns,
         log: log.to_path_buf(),
         log_level: "warn".into(),
@@ -165,9 +178,7 @@ pub(crate) fn operator_with(
         // only thing this stops.
         scrape_timeout: Duration::from_secs(120),
         ..Launch::new(kubeconfig, "bench.log")
-    });
-    op.wait_ready(Duration::from_secs(120), log);
-    op
+    })
 }
 
 /// The TDSet and TDCalendar CRDs, as checked in.

@@ -11,6 +11,10 @@
 //!                                                restart: memory of a restarted operator,
 //!                                                history: the same with every history full,
 //!                                                writes: a scale's cost by write kind,
+//!                                                statuswrites: a status write's cost by kind,
+//!                                                kconverge: N = 1000 by kubectl apply,
+//!                                                fleet (only when named): 100 000 TDSets over
+//!                                                500 namespaces, one operator then 4 shards,
 //!                                                group: the group form at a boundary of 1000,
 //!                                                100 joins, 100 groups x 100 in memory,
 //!                                                warmup: warmUp Measured against none at
@@ -43,8 +47,10 @@ use tdset_operator::api::TDSet;
 
 mod boundary;
 mod fixtures;
+mod fleet;
 mod group;
 mod measure;
+mod status_cost;
 mod steady;
 mod warm_up;
 
@@ -191,6 +197,9 @@ fn main() {
         if want("writes") {
             b.writes(1000).await;
         }
+        if want("statuswrites") {
+            b.status_writes(1000).await;
+        }
         if want("steady") {
             let secs = std::env::var("TDSET_BENCH_STEADY_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
             b.steady(1000, secs).await;
@@ -215,6 +224,12 @@ fn main() {
         }
         if want("warmup") {
             b.warm_up(1000).await;
+        }
+        if want("kconverge") {
+            b.kubectl_converge(1000).await;
+        }
+        if args.iter().any(|a| a == "fleet") {
+            b.fleet().await;
         }
         if want("history") {
             b.restart_with(10_000, true).await;
