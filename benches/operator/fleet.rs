@@ -526,8 +526,13 @@ impl Bench {
                 .iter()
                 .map(|op| op.metric("tdset_api_writes_total"))
                 .sum();
+            let kinds = ops
+                .iter()
+                .map(|op| op.writes_by_kind())
+                .collect::<Vec<_>>()
+                .join(" / ");
             format!(
-                "{:.0} writes in 60 s over all shards (target 0: {})",
+                "{:.0} writes in 60 s over all shards (target 0: {}; each shard's writes so far, by kind: {kinds})",
                 w1 - w0,
                 if w1 == w0 { "met" } else { "MISSED" }
             )

@@ -114,8 +114,12 @@ impl Bench {
             "server-side apply of the whole status, one history entry",
             "server-side apply of the whole status, as the admin (no RBAC check)",
             "server-side apply of the whole status, as the admin, to a copy of the CRD without CEL rules",
+            "JSON merge patch of desiredReplicas alone, uid + resourceVersion guard (the least a status write can send)",
         ];
-        for (round, order) in [[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0]].iter().enumerate() {
+        for (round, order) in [[0, 1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1, 0]]
+            .iter()
+            .enumerate()
+        {
             for &kind in order {
                 // Where each object stands, as a cache would know it.
                 let mut rvs = HashMap::new();
@@ -133,6 +137,12 @@ impl Bench {
                     3 => serde_json::to_vec(&ssa("s0", &uids["s0"], 0))
                         .unwrap()
                         .len(),
+                    6 => {
+                        serde_json::to_vec(&json!({"status": {"desiredReplicas": 1}}))
+                            .unwrap()
+                            .len()
+                            + 90
+                    }
                     _ => serde_json::to_vec(&json!({"status": diff})).unwrap().len() + 90,
                 };
                 let (size, entries) = if kind == 3 {
@@ -195,6 +205,21 @@ impl Bench {
                                         )
                                         .await
                                         .unwrap();
+                                    return t0.elapsed().as_secs_f64();
+                                }
+                                6 => {
+                                    // Only the count: the object stays as large as before.
+                                    let status = json!({"desiredReplicas": new["desiredReplicas"]});
+                                    sa.patch_status(
+                                        &name,
+                                        &PatchParams {
+                                            field_manager: Some(manager.into()),
+                                            ..Default::default()
+                                        },
+                                        &Patch::Merge(json!({"metadata": meta, "status": status})),
+                                    )
+                                    .await
+                                    .unwrap();
                                     return t0.elapsed().as_secs_f64();
                                 }
                                 _ => {}
