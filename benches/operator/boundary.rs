@@ -152,16 +152,13 @@ impl Bench {
         let boundary_real = spawned + chrono::Duration::from_std(lead).unwrap();
         // The profile: what each phase cost, from just before the boundary.
         let probes: Vec<(String, u32)> = ops.iter().map(|op| (op.addr.clone(), op.pid())).collect();
-        let at_boundary = {
-            let (probes, client, logs) = (probes.clone(), self.client.clone(), self.logs.clone());
-            let wait = (boundary_real - Utc::now() - chrono::Duration::seconds(3))
-                .to_std()
-                .unwrap_or_default();
-            tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                Snapshot::take(&probes, &client, &logs).await
-            })
-        };
+        let at_boundary = Snapshot::ahead_of(
+            boundary_real,
+            Duration::from_secs(3),
+            &probes,
+            &self.client,
+            &self.logs,
+        );
         // Every status at the new count, watched from before the boundary: a list of N TDSets
         // taken once the scale phase ends would load the API server in the phase it measures.
         let statuses_at_new_count = tokio::spawn(all_where(

@@ -373,16 +373,13 @@ impl Bench {
         to: i32,
         boundary_real: DateTime<Utc>,
     ) -> (String, Vec<f64>, f64) {
-        let at_boundary = {
-            let (probes, client, logs) = (probes.to_vec(), self.client.clone(), self.logs.clone());
-            let wait = (boundary_real - Utc::now() - chrono::Duration::seconds(3))
-                .to_std()
-                .unwrap_or_default();
-            tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                Snapshot::take(&probes, &client, &logs).await
-            })
-        };
+        let at_boundary = Snapshot::ahead_of(
+            boundary_real,
+            Duration::from_secs(3),
+            probes,
+            &self.client,
+            &self.logs,
+        );
         let statuses = tokio::spawn(all_where(
             Api::<TDSet>::all(self.client.clone()),
             count,

@@ -59,16 +59,13 @@ impl Bench {
         let boundary_real = spawned + chrono::Duration::from_std(lead).unwrap();
         // The profile of the boundary, and of the direct patches below, for comparison.
         let probes = vec![(op.addr.clone(), op.pid())];
-        let at_boundary = {
-            let (probes, client, logs) = (probes.clone(), self.client.clone(), self.logs.clone());
-            let wait = (boundary_real - Utc::now() - chrono::Duration::seconds(3))
-                .to_std()
-                .unwrap_or_default();
-            tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                Snapshot::take(&probes, &client, &logs).await
-            })
-        };
+        let at_boundary = Snapshot::ahead_of(
+            boundary_real,
+            Duration::from_secs(3),
+            &probes,
+            &self.client,
+            &self.logs,
+        );
         let (seen, before) = watch_replicas(
             deploys.clone(),
             n,

@@ -108,6 +108,25 @@ impl Snapshot {
         }
     }
 
+    /// A snapshot taken `before` the real instant `at`, in the background: the start of a
+    /// boundary's profile, taken while the caller watches for the boundary.
+    pub(crate) fn ahead_of(
+        at: DateTime<Utc>,
+        before: Duration,
+        ops: &[(String, u32)],
+        client: &Client,
+        logs: &std::path::Path,
+    ) -> tokio::task::JoinHandle<Snapshot> {
+        let (ops, client, logs) = (ops.to_vec(), client.clone(), logs.to_path_buf());
+        let wait = (at - Utc::now() - chrono::Duration::from_std(before).unwrap_or_default())
+            .to_std()
+            .unwrap_or_default();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            Snapshot::take(&ops, &client, &logs).await
+        })
+    }
+
     /// The phase from `self` to `later`, one line: its length, CPU, reconciles, and the API
     /// requests made more than `min` times, with the API server's mean time per request.
     pub(crate) fn phase(&self, later: &Snapshot, name: &str, min: f64) -> String {
