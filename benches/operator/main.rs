@@ -12,6 +12,8 @@
 //!                                                history: the same with every history full,
 //!                                                writes: a scale's cost by write kind,
 //!                                                statuswrites: a status write's cost by kind,
+//!                                                against the floors of a custom resource and
+//!                                                of a Deployment,
 //!                                                kconverge: N = 1000 by kubectl apply,
 //!                                                fleet (only when named): 100 000 TDSets over
 //!                                                500 namespaces, one operator then 4 shards,
@@ -25,7 +27,8 @@
 //!
 //! Rooms: this file (the run, its report in BENCHMARKS.md), `fixtures` (what the scenarios
 //! create; the operator through the test support's launcher), `measure` (CPU, memory, the API
-//! server's counters, lags), and the scenarios: `boundary`, `steady`, `group`.
+//! server's counters, lags), and the scenarios: `boundary`, `steady`, `group`, `status_cost`,
+//! `fleet`, `warm_up`.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;

@@ -63,6 +63,14 @@ fn merge_diff(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::V
     }
 }
 
+/// Where a write kind goes.
+enum To {
+    Tdset(Api<TDSet>),
+    Dynamic(Api<kube::api::DynamicObject>),
+    /// A Deployment itself (`spec.replicas`), not a status.
+    Scale(Api<Deployment>),
+}
+
 impl Bench {
     pub(crate) async fn status_writes(&mut self, n: usize) {
         let ns = self.namespace(&format!("statuscost{n}")).await;
@@ -106,7 +114,38 @@ impl Bench {
             })
             .await;
         let size = serde_json::to_vec(&status_at(k)).unwrap().len();
-        let (nocel, nocel_admin) = self.without_cel(&ns.name, n, k).await;
+        /// Every CEL rule taken out.
+        fn strip(v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    m.remove("x-kubernetes-validations");
+                    m.values_mut().for_each(strip);
+                }
+                serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+                _ => {}
+            }
+        }
+        let (nocel, nocel_admin) = self
+            .copy_of_crd(&ns.name, n, k, "nocel.schedule.rs", strip)
+            .await;
+        // No schema at all: what validating the TDSet costs, against storing the same object.
+        let (schemaless, _) = self
+            .copy_of_crd(&ns.name, n, k, "schemaless.schedule.rs", |schema| {
+                *schema = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+            })
+            .await;
+        // The status's schema alone taken out (the spec's and its CEL rules kept).
+        let (untyped_status, _) = self
+            .copy_of_crd(&ns.name, n, k, "untypedstatus.schedule.rs", |schema| {
+                schema["properties"]["status"] =
+                    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+            })
+            .await;
+        // The floors: the least custom resource there can be, and the Deployments the boundary
+        // benchmarks' direct patches write.
+        let floor = self.minimal_resources(&ns.name, n).await;
+        let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
+        create_all(&deploys, app_deployments("s", n, 1)).await;
         let kinds = [
             "server-side apply of the whole status (before)",
             "JSON merge patch of the whole status, uid + resourceVersion guard",
@@ -115,11 +154,14 @@ impl Bench {
             "server-side apply of the whole status, as the admin (no RBAC check)",
             "server-side apply of the whole status, as the admin, to a copy of the CRD without CEL rules",
             "JSON merge patch of desiredReplicas alone, uid + resourceVersion guard (the least a status write can send)",
+            "floor of a custom resource: JSON merge patch of the one-field status of a CRD with a one-field spec, no CEL, as the admin",
+            "floor of the direct patches: JSON merge patch of a Deployment's spec.replicas, as the admin",
+            "JSON merge patch of desiredReplicas alone, as the admin, to a copy of the CRD with no schema (x-kubernetes-preserve-unknown-fields; the same object)",
+            "JSON merge patch of desiredReplicas alone, as the admin, to a copy of the CRD whose status has no schema (the spec's and the CEL rules kept)",
         ];
-        for (round, order) in [[0, 1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1, 0]]
-            .iter()
-            .enumerate()
-        {
+        let forward: Vec<usize> = (0..kinds.len()).collect();
+        let backward: Vec<usize> = forward.iter().rev().copied().collect();
+        for (round, order) in [forward, backward].iter().enumerate() {
             for &kind in order {
                 // Where each object stands, as a cache would know it.
                 let mut rvs = HashMap::new();
@@ -143,16 +185,26 @@ impl Bench {
                             .len()
                             + 90
                     }
+                    7 | 9 | 10 => serde_json::to_vec(&json!({"status": {"desiredReplicas": 1}}))
+                        .unwrap()
+                        .len(),
+                    8 => serde_json::to_vec(&json!({"spec": {"replicas": 1}}))
+                        .unwrap()
+                        .len(),
                     _ => serde_json::to_vec(&json!({"status": diff})).unwrap().len() + 90,
                 };
-                let (size, entries) = if kind == 3 {
-                    let small = status_at(k % 2);
-                    (
-                        serde_json::to_vec(&small).unwrap().len(),
-                        small["history"].as_array().map_or(0, Vec::len),
-                    )
-                } else {
-                    (size, MAX_HISTORY)
+                let stored = match kind {
+                    3 => {
+                        let small = status_at(k % 2);
+                        format!(
+                            "the status itself {} bytes, {} history entries",
+                            serde_json::to_vec(&small).unwrap().len(),
+                            small["history"].as_array().map_or(0, Vec::len),
+                        )
+                    }
+                    7 => "the status itself one field".to_string(),
+                    8 => "a Deployment as Helm creates it".to_string(),
+                    _ => format!("the status itself {size} bytes, {MAX_HISTORY} history entries"),
                 };
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let cpu0 = control_plane_cpu(&self.logs);
@@ -161,6 +213,9 @@ impl Bench {
                     .map(|i| {
                         let (sa, name) = (sa.clone(), format!("s{i}"));
                         let (admin, nocel) = (api.clone(), nocel.clone());
+                        let (floor, deploys) = (floor.clone(), deploys.clone());
+                        let (schemaless, untyped_status) =
+                            (schemaless.clone(), untyped_status.clone());
                         let nocel_uid = nocel_admin.get(&name).cloned();
                         let (uid, rv) = (uids[&name].clone(), rvs[&name].clone());
                         let (new, diff) = (new.clone(), diff.clone());
@@ -177,45 +232,72 @@ impl Bench {
                                     "metadata": {"name": name, "uid": uid}, "status": status}),
                                 )
                             };
-                            // `None`: the copy of the CRD without CEL rules (a dynamic type).
-                            let (api, pp, patch) = match kind {
-                                0 => (Some(sa), apply, whole(&uid, new, "schedule.rs")),
+                            let count = json!(new["desiredReplicas"]);
+                            let (to, pp, patch) = match kind {
+                                0 => (To::Tdset(sa), apply, whole(&uid, new, "schedule.rs")),
                                 1 => (
-                                    Some(sa),
+                                    To::Tdset(sa),
                                     merge,
                                     Patch::Merge(json!({"metadata": meta, "status": new})),
                                 ),
                                 2 => (
-                                    Some(sa),
+                                    To::Tdset(sa),
                                     merge,
                                     Patch::Merge(json!({"metadata": meta, "status": diff})),
                                 ),
                                 3 => (
-                                    Some(sa),
+                                    To::Tdset(sa),
                                     apply,
                                     whole(&uid, status_at(k % 2), "schedule.rs"),
                                 ),
-                                4 => (Some(admin), apply, whole(&uid, new, "schedule.rs")),
+                                4 => (To::Tdset(admin), apply, whole(&uid, new, "schedule.rs")),
                                 5 => {
                                     let uid = nocel_uid.unwrap_or_default();
-                                    (None, apply, whole(&uid, new, "nocel.schedule.rs"))
+                                    (
+                                        To::Dynamic(nocel),
+                                        apply,
+                                        whole(&uid, new, "nocel.schedule.rs"),
+                                    )
                                 }
                                 // Only the count: the object stays as large as before.
-                                _ => {
-                                    let status = json!({"desiredReplicas": new["desiredReplicas"]});
+                                6 => {
+                                    let status = json!({"desiredReplicas": count});
                                     (
-                                        Some(sa),
+                                        To::Tdset(sa),
                                         merge,
                                         Patch::Merge(json!({"metadata": meta, "status": status})),
                                     )
                                 }
+                                10 => (
+                                    To::Dynamic(untyped_status),
+                                    merge,
+                                    Patch::Merge(json!({"status": {"desiredReplicas": count}})),
+                                ),
+                                9 => (
+                                    To::Dynamic(schemaless),
+                                    merge,
+                                    Patch::Merge(json!({"status": {"desiredReplicas": count}})),
+                                ),
+                                7 => (
+                                    To::Dynamic(floor),
+                                    merge,
+                                    Patch::Merge(json!({"status": {"desiredReplicas": count}})),
+                                ),
+                                _ => (
+                                    To::Scale(deploys),
+                                    merge,
+                                    Patch::Merge(json!({"spec": {"replicas": count}})),
+                                ),
                             };
-                            match api {
-                                Some(api) => {
+                            match to {
+                                To::Tdset(api) => {
                                     api.patch_status(&name, &pp, &patch).await.unwrap();
                                 }
-                                None => {
-                                    nocel.patch_status(&name, &pp, &patch).await.unwrap();
+                                To::Dynamic(api) => {
+                                    api.patch_status(&name, &pp, &patch).await.unwrap();
+                                }
+                                To::Scale(api) => {
+                                    api.patch(&name, &pp, &patch).await.unwrap();
                                 }
                             }
                             t0.elapsed().as_secs_f64()
@@ -231,7 +313,7 @@ impl Bench {
                 let (p50, p99, _) = summary(&done);
                 let _ = writeln!(
                     self.report,
-                    "| status write by kind, round {} | N = {n} | {}: {n} writes in {wall:.2} s (done p50 {p50:.2} s, p99 {p99:.2} s) | kube-apiserver + etcd {cpu:.2} CPU-s ({:.2} ms each); body {bytes} bytes; the status itself {size} bytes, {entries} history entries |",
+                    "| status write by kind, round {} | N = {n} | {}: {n} writes in {wall:.2} s (done p50 {p50:.2} s, p99 {p99:.2} s) | kube-apiserver + etcd {cpu:.2} CPU-s ({:.2} ms each); body {bytes} bytes; {stored} |",
                     round + 1,
                     kinds[kind],
                     cpu * 1000.0 / n as f64,
@@ -246,35 +328,27 @@ impl Bench {
         ns.cleanup().await;
     }
 
-    /// The TDSet CRD copied under group `nocel.schedule.rs` with every CEL rule taken out, and
-    /// `n` of its TDSets in `ns` at status `k`: what the rules cost a status write. Returns an
-    /// admin's API for them and their uids.
-    async fn without_cel(
+    /// The TDSet CRD copied under `group` and changed by `edit` (its `openAPIV3Schema`), and
+    /// `n` of its TDSets in `ns` at status `k`: what a part of the schema costs a status write.
+    /// Returns an admin's API for them and their uids.
+    async fn copy_of_crd(
         &self,
         ns: &str,
         n: usize,
         k: usize,
+        group: &str,
+        edit: impl Fn(&mut serde_json::Value),
     ) -> (Api<kube::api::DynamicObject>, HashMap<String, String>) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        fn strip(v: &mut serde_json::Value) {
-            match v {
-                serde_json::Value::Object(m) => {
-                    m.remove("x-kubernetes-validations");
-                    m.values_mut().for_each(strip);
-                }
-                serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
-                _ => {}
-            }
-        }
         let text = std::fs::read_to_string(repo_root().join("crds/tdset.yaml")).unwrap();
         let mut crd: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
-        strip(&mut crd);
-        crd["metadata"] = json!({"name": "tdsets.nocel.schedule.rs"});
-        crd["spec"]["group"] = json!("nocel.schedule.rs");
+        edit(&mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
+        crd["metadata"] = json!({"name": format!("tdsets.{group}")});
+        crd["spec"]["group"] = json!(group);
         let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
         Api::<CustomResourceDefinition>::all(self.client.clone())
             .patch(
-                "tdsets.nocel.schedule.rs",
+                &format!("tdsets.{group}"),
                 &PatchParams::apply("bench").force(),
                 &Patch::Apply(&crd),
             )
@@ -282,9 +356,9 @@ impl Bench {
             .unwrap();
         tokio::time::sleep(Duration::from_secs(3)).await;
         let ar = kube::api::ApiResource {
-            group: "nocel.schedule.rs".into(),
+            group: group.into(),
             version: "v1".into(),
-            api_version: "nocel.schedule.rs/v1".into(),
+            api_version: format!("{group}/v1"),
             kind: "TDSet".into(),
             plural: "tdsets".into(),
         };
@@ -298,7 +372,7 @@ impl Bench {
                     1,
                 ))
                 .unwrap();
-                t["apiVersion"] = json!("nocel.schedule.rs/v1");
+                t["apiVersion"] = json!(format!("{group}/v1"));
                 serde_json::from_value(t).unwrap()
             })
             .collect();
@@ -306,7 +380,7 @@ impl Bench {
         let mut uids = HashMap::new();
         for t in api.list(&ListParams::default()).await.unwrap() {
             let (name, uid) = (t.name_any(), t.uid().unwrap());
-            let body = json!({"apiVersion": "nocel.schedule.rs/v1", "kind": "TDSet",
+            let body = json!({"apiVersion": format!("{group}/v1"), "kind": "TDSet",
                 "metadata": {"name": name, "uid": uid}, "status": status_at(k)});
             api.patch_status(
                 &name,
@@ -318,5 +392,53 @@ impl Bench {
             uids.insert(name, uid);
         }
         (api, uids)
+    }
+
+    /// A CRD with a one-field spec and a one-field status and no CEL rule, and `n` of its
+    /// objects in `ns`: the least a custom resource's status write can cost.
+    async fn minimal_resources(&self, ns: &str, n: usize) -> Api<kube::api::DynamicObject> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let int = json!({"type": "object", "properties": {"replicas": {"type": "integer"}}});
+        let status =
+            json!({"type": "object", "properties": {"desiredReplicas": {"type": "integer"}}});
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "floors.floor.schedule.rs"},
+            "spec": {"group": "floor.schedule.rs", "scope": "Namespaced",
+                "names": {"plural": "floors", "singular": "floor", "kind": "Floor"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "properties": {"spec": int, "status": status}}}}]}
+        }))
+        .unwrap();
+        Api::<CustomResourceDefinition>::all(self.client.clone())
+            .patch(
+                "floors.floor.schedule.rs",
+                &PatchParams::apply("bench").force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let ar = kube::api::ApiResource {
+            group: "floor.schedule.rs".into(),
+            version: "v1".into(),
+            api_version: "floor.schedule.rs/v1".into(),
+            kind: "Floor".into(),
+            plural: "floors".into(),
+        };
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
+        let objs = (0..n)
+            .map(|i| {
+                serde_json::from_value(
+                    json!({"apiVersion": "floor.schedule.rs/v1", "kind": "Floor",
+                    "metadata": {"name": format!("s{i}")}, "spec": {"replicas": 1}}),
+                )
+                .unwrap()
+            })
+            .collect();
+        create_all(&api, objs).await;
+        api
     }
 }
