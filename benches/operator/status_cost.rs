@@ -1,6 +1,8 @@
 //! What one TDSet status write costs the API server, by how it is sent (issue 37): N TDSets
-//! with a full status (three conditions, a full history), each written N times per kind at
-//! 16 in flight from the operator's identity, in two mirrored rounds.
+//! with a full status (three conditions, a full history), each written once per kind at 16
+//! in flight, in two mirrored rounds; beside them the same write to copies of the CRD with
+//! less schema, and the floors (a one-field custom resource, a Deployment's count). Each
+//! write sets a count no earlier write left, so none is a no-op.
 
 use super::*;
 use kube::api::{Patch, PatchParams};
@@ -64,11 +66,79 @@ fn merge_diff(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::V
 }
 
 /// Where a write kind goes.
+#[derive(Clone, Copy)]
 enum To {
-    Tdset(Api<TDSet>),
-    Dynamic(Api<kube::api::DynamicObject>),
-    /// A Deployment itself (`spec.replicas`), not a status.
-    Scale(Api<Deployment>),
+    /// The TDSet, as the operator's ServiceAccount.
+    Tdset,
+    /// The TDSet, as the admin.
+    TdsetAdmin,
+    NoCel,
+    Schemaless,
+    UntypedStatus,
+    Floor,
+    /// A Deployment itself (`spec.replicas`), not a status, as the ServiceAccount.
+    Deployment,
+}
+
+/// One write kind at one step: what each object is sent.
+struct Write {
+    kind: usize,
+    /// The whole status the operator would write now.
+    new: serde_json::Value,
+    /// What changed from the stored status.
+    diff: serde_json::Value,
+    /// The count the count-only kinds set.
+    count: usize,
+}
+
+impl Write {
+    /// Where the write goes, its parameters and its patch, for object `name`.
+    fn of(&self, name: &str, uid: &str, rv: &str) -> (To, PatchParams, Patch<serde_json::Value>) {
+        let manager = tdset_operator::workload::owned::FIELD_MANAGER;
+        let apply = PatchParams::apply(manager).force();
+        let merge = PatchParams {
+            field_manager: Some(manager.into()),
+            ..Default::default()
+        };
+        let whole = |status: serde_json::Value, group: &str| {
+            Patch::Apply(json!({"apiVersion": format!("{group}/v1"), "kind": "TDSet",
+                   "metadata": {"name": name, "uid": uid}, "status": status}))
+        };
+        let guarded = |status: serde_json::Value| {
+            Patch::Merge(json!({"metadata": {"uid": uid, "resourceVersion": rv}, "status": status}))
+        };
+        let count_only = Patch::Merge(json!({"status": {"desiredReplicas": self.count}}));
+        match self.kind {
+            0 => (To::Tdset, apply, whole(self.new.clone(), "schedule.rs")),
+            1 => (To::Tdset, merge, guarded(self.new.clone())),
+            2 => (To::Tdset, merge, guarded(self.diff.clone())),
+            3 => (To::Tdset, apply, whole(status_at(0), "schedule.rs")),
+            4 => (
+                To::TdsetAdmin,
+                apply,
+                whole(self.new.clone(), "schedule.rs"),
+            ),
+            5 => (
+                To::NoCel,
+                apply,
+                whole(self.new.clone(), "nocel.schedule.rs"),
+            ),
+            6 => (
+                To::Tdset,
+                merge,
+                guarded(json!({"desiredReplicas": self.count})),
+            ),
+            7 => (To::Floor, merge, count_only),
+            8 => (
+                To::Deployment,
+                PatchParams::default(),
+                Patch::Merge(json!({"spec": {"replicas": self.count}})),
+            ),
+            9 => (To::Schemaless, merge, count_only),
+            10 => (To::UntypedStatus, merge, count_only),
+            _ => (To::TdsetAdmin, merge, count_only),
+        }
+    }
 }
 
 impl Bench {
@@ -146,56 +216,54 @@ impl Bench {
         let floor = self.minimal_resources(&ns.name, n).await;
         let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &ns.name);
         create_all(&deploys, app_deployments("s", n, 1)).await;
+        let sa_deploys: Api<Deployment> = Api::namespaced(self.sa_client.clone(), &ns.name);
         let kinds = [
             "server-side apply of the whole status (before)",
             "JSON merge patch of the whole status, uid + resourceVersion guard",
             "JSON merge patch of what changed, uid + resourceVersion guard",
             "server-side apply of the whole status, one history entry",
-            "server-side apply of the whole status, as the admin (no RBAC check)",
+            "server-side apply of the whole status, as the admin (no RBAC check, exempt from priority and fairness)",
             "server-side apply of the whole status, as the admin, to a copy of the CRD without CEL rules",
-            "JSON merge patch of desiredReplicas alone, uid + resourceVersion guard (the least a status write can send)",
+            "JSON merge patch of desiredReplicas alone, uid + resourceVersion guard (the least the operator's identity can send)",
             "floor of a custom resource: JSON merge patch of the one-field status of a CRD with a one-field spec, no CEL, as the admin",
-            "floor of the direct patches: JSON merge patch of a Deployment's spec.replicas, as the admin",
+            "floor of the direct patches: JSON merge patch of a Deployment's spec.replicas, as the ServiceAccount, as the boundary benchmarks send it",
             "JSON merge patch of desiredReplicas alone, as the admin, to a copy of the CRD with no schema (x-kubernetes-preserve-unknown-fields; the same object)",
             "JSON merge patch of desiredReplicas alone, as the admin, to a copy of the CRD whose status has no schema (the spec's and the CEL rules kept)",
+            "JSON merge patch of desiredReplicas alone, as the admin, to the TDSet (the same write as the floor's and the copies')",
         ];
         let forward: Vec<usize> = (0..kinds.len()).collect();
         let backward: Vec<usize> = forward.iter().rev().copied().collect();
         for (round, order) in [forward, backward].iter().enumerate() {
             for &kind in order {
-                // Where each object stands, as a cache would know it.
+                // Where each object stands, as a cache would know it; every TDSet holds the
+                // same status, so the diff is taken from the first one's.
                 let mut rvs = HashMap::new();
+                let mut stored_status = serde_json::Value::Null;
                 for t in api.list(&ListParams::default()).await.unwrap() {
+                    if t.name_any() == "s0" {
+                        stored_status = serde_json::to_value(&t.status).unwrap();
+                    }
                     rvs.insert(t.name_any(), t.resource_version().unwrap());
                 }
-                let (old, new) = (status_at(k), status_at(k + 1));
+                let new = status_at(k + 1);
+                // Never a count any earlier write of any kind left: each write changes the object.
+                let count = 100 + k;
                 k += 1;
-                let diff = merge_diff(&old, &new);
-                let bytes = match kind {
-                    0 | 4 | 5 => serde_json::to_vec(&ssa("s0", &uids["s0"], k))
-                        .unwrap()
-                        .len(),
-                    1 => serde_json::to_vec(&json!({"status": new})).unwrap().len() + 90,
-                    3 => serde_json::to_vec(&ssa("s0", &uids["s0"], 0))
-                        .unwrap()
-                        .len(),
-                    6 => {
-                        serde_json::to_vec(&json!({"status": {"desiredReplicas": 1}}))
-                            .unwrap()
-                            .len()
-                            + 90
+                let write = Write {
+                    kind,
+                    new: new.clone(),
+                    diff: merge_diff(&stored_status, &new),
+                    count,
+                };
+                let bytes = match write.of("s0", &uids["s0"], &rvs["s0"]).2 {
+                    Patch::Apply(body) | Patch::Merge(body) => {
+                        serde_json::to_vec(&body).unwrap().len()
                     }
-                    7 | 9 | 10 => serde_json::to_vec(&json!({"status": {"desiredReplicas": 1}}))
-                        .unwrap()
-                        .len(),
-                    8 => serde_json::to_vec(&json!({"spec": {"replicas": 1}}))
-                        .unwrap()
-                        .len(),
-                    _ => serde_json::to_vec(&json!({"status": diff})).unwrap().len() + 90,
+                    _ => 0,
                 };
                 let stored = match kind {
                     3 => {
-                        let small = status_at(k % 2);
+                        let small = status_at(0);
                         format!(
                             "the status itself {} bytes, {} history entries",
                             serde_json::to_vec(&small).unwrap().len(),
@@ -211,95 +279,36 @@ impl Bench {
                 let t0 = Instant::now();
                 let done: Vec<f64> = stream::iter(0..n)
                     .map(|i| {
-                        let (sa, name) = (sa.clone(), format!("s{i}"));
-                        let (admin, nocel) = (api.clone(), nocel.clone());
-                        let (floor, deploys) = (floor.clone(), deploys.clone());
+                        let name = format!("s{i}");
+                        let uid = match kind {
+                            5 => nocel_admin.get(&name).cloned().unwrap_or_default(),
+                            _ => uids[&name].clone(),
+                        };
+                        let (to, pp, patch) = write.of(&name, &uid, &rvs[&name]);
+                        let (sa, admin, nocel) = (sa.clone(), api.clone(), nocel.clone());
+                        let (floor, sa_deploys) = (floor.clone(), sa_deploys.clone());
                         let (schemaless, untyped_status) =
                             (schemaless.clone(), untyped_status.clone());
-                        let nocel_uid = nocel_admin.get(&name).cloned();
-                        let (uid, rv) = (uids[&name].clone(), rvs[&name].clone());
-                        let (new, diff) = (new.clone(), diff.clone());
                         async move {
-                            let meta = json!({"uid": uid, "resourceVersion": rv});
-                            let apply = PatchParams::apply(manager).force();
-                            let merge = PatchParams {
-                                field_manager: Some(manager.into()),
-                                ..Default::default()
-                            };
-                            let whole = |uid: &str, status: serde_json::Value, group: &str| {
-                                Patch::Apply(
-                                    json!({"apiVersion": format!("{group}/v1"), "kind": "TDSet",
-                                    "metadata": {"name": name, "uid": uid}, "status": status}),
-                                )
-                            };
-                            let count = json!(new["desiredReplicas"]);
-                            let (to, pp, patch) = match kind {
-                                0 => (To::Tdset(sa), apply, whole(&uid, new, "schedule.rs")),
-                                1 => (
-                                    To::Tdset(sa),
-                                    merge,
-                                    Patch::Merge(json!({"metadata": meta, "status": new})),
-                                ),
-                                2 => (
-                                    To::Tdset(sa),
-                                    merge,
-                                    Patch::Merge(json!({"metadata": meta, "status": diff})),
-                                ),
-                                3 => (
-                                    To::Tdset(sa),
-                                    apply,
-                                    whole(&uid, status_at(k % 2), "schedule.rs"),
-                                ),
-                                4 => (To::Tdset(admin), apply, whole(&uid, new, "schedule.rs")),
-                                5 => {
-                                    let uid = nocel_uid.unwrap_or_default();
-                                    (
-                                        To::Dynamic(nocel),
-                                        apply,
-                                        whole(&uid, new, "nocel.schedule.rs"),
-                                    )
-                                }
-                                // Only the count: the object stays as large as before.
-                                6 => {
-                                    let status = json!({"desiredReplicas": count});
-                                    (
-                                        To::Tdset(sa),
-                                        merge,
-                                        Patch::Merge(json!({"metadata": meta, "status": status})),
-                                    )
-                                }
-                                10 => (
-                                    To::Dynamic(untyped_status),
-                                    merge,
-                                    Patch::Merge(json!({"status": {"desiredReplicas": count}})),
-                                ),
-                                9 => (
-                                    To::Dynamic(schemaless),
-                                    merge,
-                                    Patch::Merge(json!({"status": {"desiredReplicas": count}})),
-                                ),
-                                7 => (
-                                    To::Dynamic(floor),
-                                    merge,
-                                    Patch::Merge(json!({"status": {"desiredReplicas": count}})),
-                                ),
-                                _ => (
-                                    To::Scale(deploys),
-                                    merge,
-                                    Patch::Merge(json!({"spec": {"replicas": count}})),
-                                ),
-                            };
                             match to {
-                                To::Tdset(api) => {
-                                    api.patch_status(&name, &pp, &patch).await.unwrap();
+                                To::Tdset => sa.patch_status(&name, &pp, &patch).await.map(drop),
+                                To::TdsetAdmin => {
+                                    admin.patch_status(&name, &pp, &patch).await.map(drop)
                                 }
-                                To::Dynamic(api) => {
-                                    api.patch_status(&name, &pp, &patch).await.unwrap();
+                                To::NoCel => nocel.patch_status(&name, &pp, &patch).await.map(drop),
+                                To::Schemaless => {
+                                    schemaless.patch_status(&name, &pp, &patch).await.map(drop)
                                 }
-                                To::Scale(api) => {
-                                    api.patch(&name, &pp, &patch).await.unwrap();
+                                To::UntypedStatus => untyped_status
+                                    .patch_status(&name, &pp, &patch)
+                                    .await
+                                    .map(drop),
+                                To::Floor => floor.patch_status(&name, &pp, &patch).await.map(drop),
+                                To::Deployment => {
+                                    sa_deploys.patch(&name, &pp, &patch).await.map(drop)
                                 }
                             }
+                            .unwrap();
                             t0.elapsed().as_secs_f64()
                         }
                     })
