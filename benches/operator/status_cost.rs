@@ -348,30 +348,12 @@ impl Bench {
         group: &str,
         edit: impl Fn(&mut serde_json::Value),
     ) -> (Api<kube::api::DynamicObject>, HashMap<String, String>) {
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         let text = std::fs::read_to_string(repo_root().join("crds/tdset.yaml")).unwrap();
         let mut crd: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
         edit(&mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
         crd["metadata"] = json!({"name": format!("tdsets.{group}")});
         crd["spec"]["group"] = json!(group);
-        let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
-        Api::<CustomResourceDefinition>::all(self.client.clone())
-            .patch(
-                &format!("tdsets.{group}"),
-                &PatchParams::apply("bench").force(),
-                &Patch::Apply(&crd),
-            )
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let ar = kube::api::ApiResource {
-            group: group.into(),
-            version: "v1".into(),
-            api_version: format!("{group}/v1"),
-            kind: "TDSet".into(),
-            plural: "tdsets".into(),
-        };
-        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
+        let api = self.install_crd(ns, crd).await;
         let objs: Vec<kube::api::DynamicObject> = (0..n)
             .map(|i| {
                 let mut t = serde_json::to_value(bench_tdset(
@@ -406,38 +388,24 @@ impl Bench {
     /// A CRD with a one-field spec and a one-field status and no CEL rule, and `n` of its
     /// objects in `ns`: the least a custom resource's status write can cost.
     async fn minimal_resources(&self, ns: &str, n: usize) -> Api<kube::api::DynamicObject> {
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         let int = json!({"type": "object", "properties": {"replicas": {"type": "integer"}}});
         let status =
             json!({"type": "object", "properties": {"desiredReplicas": {"type": "integer"}}});
-        let crd: CustomResourceDefinition = serde_json::from_value(json!({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "floors.floor.schedule.rs"},
-            "spec": {"group": "floor.schedule.rs", "scope": "Namespaced",
-                "names": {"plural": "floors", "singular": "floor", "kind": "Floor"},
-                "versions": [{"name": "v1", "served": true, "storage": true,
-                    "subresources": {"status": {}},
-                    "schema": {"openAPIV3Schema": {"type": "object",
-                        "properties": {"spec": int, "status": status}}}}]}
-        }))
-        .unwrap();
-        Api::<CustomResourceDefinition>::all(self.client.clone())
-            .patch(
-                "floors.floor.schedule.rs",
-                &PatchParams::apply("bench").force(),
-                &Patch::Apply(&crd),
+        let api = self
+            .install_crd(
+                ns,
+                json!({
+                    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                    "metadata": {"name": "floors.floor.schedule.rs"},
+                    "spec": {"group": "floor.schedule.rs", "scope": "Namespaced",
+                        "names": {"plural": "floors", "singular": "floor", "kind": "Floor"},
+                        "versions": [{"name": "v1", "served": true, "storage": true,
+                            "subresources": {"status": {}},
+                            "schema": {"openAPIV3Schema": {"type": "object",
+                                "properties": {"spec": int, "status": status}}}}]}
+                }),
             )
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let ar = kube::api::ApiResource {
-            group: "floor.schedule.rs".into(),
-            version: "v1".into(),
-            api_version: "floor.schedule.rs/v1".into(),
-            kind: "Floor".into(),
-            plural: "floors".into(),
-        };
-        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
+            .await;
         let objs = (0..n)
             .map(|i| {
                 serde_json::from_value(
@@ -449,5 +417,29 @@ impl Bench {
             .collect();
         create_all(&api, objs).await;
         api
+    }
+
+    /// Applies `crd` (one version, `v1`), gives the API server a moment to serve it, and
+    /// returns an admin's API for its objects in `ns`.
+    async fn install_crd(&self, ns: &str, crd: serde_json::Value) -> Api<kube::api::DynamicObject> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+        Api::<CustomResourceDefinition>::all(self.client.clone())
+            .patch(
+                &crd.name_any(),
+                &PatchParams::apply("bench").force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let ar = kube::api::ApiResource {
+            group: crd.spec.group.clone(),
+            version: "v1".into(),
+            api_version: format!("{}/v1", crd.spec.group),
+            kind: crd.spec.names.kind.clone(),
+            plural: crd.spec.names.plural.clone(),
+        };
+        Api::namespaced_with(self.client.clone(), ns, &ar)
     }
 }
