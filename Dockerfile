@@ -24,7 +24,11 @@ ENTRYPOINT ["/usr/local/bin/tdset-operator"]
 CMD ["run"]
 
 FROM runtime AS prebuilt
-COPY target/release/tdset-operator /usr/local/bin/tdset-operator
+# The host-built binary: the release build by default. The tests and the demo pass the binary
+# the tests were built with (BINARY, from a build context that holds only it), so the test
+# command builds the operator once.
+ARG BINARY=target/release/tdset-operator
+COPY ${BINARY} /usr/local/bin/tdset-operator
 
 FROM runtime
 COPY --from=build /src/target/release/tdset-operator /usr/local/bin/tdset-operator

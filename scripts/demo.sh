@@ -12,6 +12,8 @@
 #   kube-proxy; scripts/real-node.sh), the operator built into its image and installed by the
 #   Helm chart as pods beside the workloads, whose containers really run (a small HTTP server
 #   stands in for the examples' images: nothing can be pulled here).
+# TDSET_OPERATOR_BIN=PATH runs (and builds the image from) a binary already built instead of
+# the release build (the test command passes the one its tests were built with).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 STATE="${TDSET_DEMO_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tdset-operator/demo}"
@@ -19,6 +21,7 @@ CP=scripts/control-plane.sh
 REAL=0
 [[ "${2:-}" == "--real-node" || "${1:-}" == "--real-node" ]] && REAL=1
 WORKLOAD_IMAGE=localhost/tdset/httpd:1
+BIN="${TDSET_OPERATOR_BIN:-$PWD/target/release/tdset-operator}"
 # The examples as written, or with their images replaced by one the real node has.
 example() { if [[ $REAL -eq 1 ]]; then sed "s#image: .*#image: $WORKLOAD_IMAGE#" "$1"; else cat "$1"; fi; }
 
@@ -39,9 +42,9 @@ start() {
   echo "== building the control plane (cached after the first run) and the operator"
   $CP install >/dev/null
   # The same build command as the Dockerfile.
-  cargo build --release --locked --bin tdset-operator
+  [[ -n "${TDSET_OPERATOR_BIN:-}" ]] || cargo build --release --locked --bin tdset-operator
   # The plugin is the same binary, installed as kubectl-tdset.
-  mkdir -p "$STATE/bin" && ln -sf "$PWD/target/release/tdset-operator" "$STATE/bin/kubectl-tdset"
+  mkdir -p "$STATE/bin" && ln -sf "$BIN" "$STATE/bin/kubectl-tdset"
   export KUBECONFIG
   if [[ $REAL -eq 1 ]]; then
     echo "== starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a real node (containerd, kubelet, kube-proxy)"
@@ -54,7 +57,10 @@ start() {
   kubectl create namespace temp >/dev/null 2>&1 || true
   if [[ $REAL -eq 1 ]]; then
     echo "== building the operator's image (Dockerfile, target prebuilt) and installing the Helm chart with it"
-    $CP build-image localhost/tdset/operator:demo "$STATE/operator-image.tar" --target prebuilt . >/dev/null
+    # The Dockerfile's prebuilt target, from a build context that holds the binary alone.
+    mkdir -p "$STATE/image" && cp "$BIN" "$STATE/image/tdset-operator"
+    $CP build-image localhost/tdset/operator:demo "$STATE/operator-image.tar" --target prebuilt \
+      --build-arg BINARY=tdset-operator -f Dockerfile "$STATE/image" >/dev/null
     $CP load-image "$STATE" "$STATE/operator-image.tar" 2>/dev/null
     "$($CP helm-dir)/helm" install tdset-operator deploy/helm/tdset-operator -n tdset-system --create-namespace \
       --set image.repository=localhost/tdset/operator --set image.tag=demo --set image.pullPolicy=Never \
@@ -124,7 +130,7 @@ start_operator() {
   done
   kubectl wait --for condition=Established crd/tdsets.schedule.rs --timeout=1s
   echo "== starting the operator (log: $STATE/logs/operator.log, metrics: http://127.0.0.1:18080/metrics)"
-  ./target/release/tdset-operator run --kubeconfig "$KUBECONFIG" --metrics-addr 127.0.0.1:18080 \
+  "$BIN" run --kubeconfig "$KUBECONFIG" --metrics-addr 127.0.0.1:18080 \
     >"$STATE/logs/operator.log" 2>&1 &
   echo $! >"$STATE/operator.pid"
   for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.2; done
@@ -151,7 +157,7 @@ show() {
   local from to
   from="$(date -u +%Y-%m-%dT00:00:00Z)"; to="$(date -u -d '+7 days' +%Y-%m-%dT00:00:00Z)"
   echo "\$ tdset-operator preview -f examples/business-hours.yaml -o chart --from $from --to $to"
-  ./target/release/tdset-operator preview -f examples/business-hours.yaml -o chart --from "$from" --to "$to" --width 112
+  "$BIN" preview -f examples/business-hours.yaml -o chart --from "$from" --to "$to" --width 112
 }
 
 metrics_hint() {
@@ -169,8 +175,9 @@ case "${1:-start}" in
     cat <<EOT
 
 The demo keeps running. Explore it with:
-  export KUBECONFIG=$STATE/kubeconfig PATH=$($CP bin-dir):\$PATH
+  export KUBECONFIG=$STATE/kubeconfig PATH=$STATE/bin:$($CP bin-dir):\$PATH
   kubectl get tds -A -o wide; kubectl -n temp scale deploy/tdset-hello-world --replicas=9   # reverted at once
+  kubectl tdset preview dev-sleep -n dev; kubectl tdset history dev-sleep -n dev; kubectl tdset savings -A
 $(metrics_hint)
 Stop it with:
   scripts/demo.sh stop
@@ -181,10 +188,10 @@ EOT
     trap stop EXIT
     start
     export KUBECONFIG="$STATE/kubeconfig"; PATH="$($CP bin-dir):$PATH"
-    want="$(./target/release/tdset-operator preview -f examples/tdset_helloworld.yaml -o json | python3 -c 'import sys,json; print(json.load(sys.stdin)["desiredReplicas"])')"
+    want="$("$BIN" preview -f examples/tdset_helloworld.yaml -o json | python3 -c 'import sys,json; print(json.load(sys.stdin)["desiredReplicas"])')"
     got="$(kubectl -n temp get deploy tdset-hello-world -o jsonpath='{.spec.replicas}')"
     [[ "$got" == "$want" ]] || { echo "demo smoke: Deployment has $got replicas, preview says $want" >&2; exit 1; }
-    want_ref="$(./target/release/tdset-operator preview -f examples/existing-deployment.yaml -o json | python3 -c 'import sys,json; print(json.load(sys.stdin)["desiredReplicas"])')"
+    want_ref="$("$BIN" preview -f examples/existing-deployment.yaml -o json | python3 -c 'import sys,json; print(json.load(sys.stdin)["desiredReplicas"])')"
     got_ref="$(kubectl -n temp get deploy shop-frontend -o jsonpath='{.spec.replicas}')"
     [[ "$got_ref" == "$want_ref" ]] || { echo "demo smoke: referenced Deployment has $got_ref replicas, preview says $want_ref" >&2; exit 1; }
     asleep="$(kubectl -n dev get deploy api web -o jsonpath='{.items[*].spec.replicas}')"

@@ -48,18 +48,38 @@ else
   echo "test.sh: clippy is not installed (rustup component add clippy); only checking the build" >&2
   cargo check --all-targets --quiet
 fi
-# The release binary: the operator's image (tests/real_node.rs) is built from it, as README
-# "Build the image" says; a cargo inside the tests would wait on this run's lock.
-cargo build --release --locked --bin tdset-operator
-cargo test --lib --bins --tests "$@"
+# One build: the tests, and the operator's binary they launch, which the real node's image and
+# the demo take too (no second, release build; the Dockerfile's `prebuilt` target takes a binary).
+if [[ $# -gt 0 ]]; then
+  cargo test --locked --lib --bins --tests "$@"
+  exit
+fi
+cargo test --locked --no-run --lib --bins --tests --message-format=json-render-diagnostics \
+  >"$state/build.json"
+# Each test binary as "NAME EXECUTABLE" (the crate's unit tests: lib, bin-NAME), and the operator.
+python3 - "$state/build.json" >"$state/binaries" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    t = m["target"]
+    if m["profile"]["test"]:
+        name = t["name"] if t["kind"] == ["test"] else ("lib" if "lib" in t["kind"] else "bin-" + t["name"])
+        print(name, m["executable"])
+    elif t["kind"] == ["bin"] and t["name"] == "tdset-operator":
+        print("operator", m["executable"])
+EOF
+operator="$(awk '$1 == "operator" {print $2}' "$state/binaries")"
+[[ -x "$operator" ]] || { echo "test.sh: the build named no operator binary" >&2; exit 1; }
+grep -v '^operator ' "$state/binaries" | scripts/run-tests.sh "$state/tests"
 # The README's demo, start to stop, on its own control plane.
-if [[ $# -eq 0 ]]; then
-  scripts/demo.sh smoke
-  # And on a real node: the operator as pods installed by the chart, the workloads' containers
-  # really running.
-  if scripts/control-plane.sh node-check; then
-    TDSET_DEMO_DIR="$state/demo-real-node" scripts/demo.sh smoke --real-node
-  else
-    echo "test.sh: skipping the real-node demo (see above)" >&2
-  fi
+export TDSET_OPERATOR_BIN="$operator"
+scripts/demo.sh smoke
+# And on a real node: the operator as pods installed by the chart, the workloads' containers
+# really running.
+if scripts/control-plane.sh node-check; then
+  TDSET_DEMO_DIR="$state/demo-real-node" scripts/demo.sh smoke --real-node
+else
+  echo "test.sh: skipping the real-node demo (see above)" >&2
 fi

@@ -13,7 +13,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -30,40 +30,18 @@ const IMAGE_REPO: &str = "localhost/tdset/operator";
 const IMAGE_TAG: &str = "test";
 const WORKLOAD_IMAGE: &str = "localhost/tdset/httpd:1";
 
-/// The release binary the image takes (`cargo build --release`; scripts/test.sh builds it
-/// before the tests). A nested cargo would wait on the test run's own lock, so it is checked,
-/// not built, here.
-fn release_binary() -> PathBuf {
-    let bin = repo_root().join("target/release/tdset-operator");
-    let built = std::fs::metadata(&bin)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|_| {
-            panic!(
-                "{} missing; run: cargo build --release --locked --bin tdset-operator",
-                bin.display()
-            )
-        });
-    let newest = newest_source(&repo_root().join("src"));
-    assert!(
-        built >= newest,
-        "{} is older than the sources; run: cargo build --release --locked --bin tdset-operator",
-        bin.display()
-    );
-    bin
-}
-
-fn newest_source(dir: &Path) -> SystemTime {
-    let mut newest = SystemTime::UNIX_EPOCH;
-    for entry in std::fs::read_dir(dir).expect("reading src/").flatten() {
-        let path = entry.path();
-        let t = if path.is_dir() {
-            newest_source(&path)
-        } else {
-            entry.metadata().and_then(|m| m.modified()).expect("mtime")
-        };
-        newest = newest.max(t);
-    }
-    newest
+/// A build context holding only the binary these tests were built with, for the Dockerfile's
+/// `prebuilt` target (`--build-arg BINARY=tdset-operator`): the test command builds the operator
+/// once, and the image runs the very code under test.
+fn image_context(dir: &Path) -> PathBuf {
+    let context = dir.join("image-context");
+    std::fs::create_dir_all(&context).expect("creating the image's build context");
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_tdset-operator"),
+        context.join("tdset-operator"),
+    )
+    .expect("copying the operator's binary into the build context");
+    context
 }
 
 fn script_output(what: &str, args: &[&str]) -> String {
@@ -165,7 +143,6 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
         eprintln!("SKIPPED: this machine cannot run a real node: {why}");
         return;
     }
-    let binary = release_binary();
     let dir = std::env::temp_dir().join(format!("tdset-real-node-{}", unique_suffix()));
     let host = HostState::now();
     let t = Instant::now();
@@ -177,6 +154,8 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     let t = Instant::now();
     let archive = dir.join("operator-image.tar");
     let tag = format!("{IMAGE_REPO}:{IMAGE_TAG}");
+    let context = image_context(&dir);
+    let dockerfile = repo_root().join("Dockerfile");
     script_output(
         "building the operator's image",
         &[
@@ -185,7 +164,11 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
             archive.to_str().unwrap(),
             "--target",
             "prebuilt",
-            ".",
+            "--build-arg",
+            "BINARY=tdset-operator",
+            "-f",
+            dockerfile.to_str().unwrap(),
+            context.to_str().unwrap(),
         ],
     );
     script_output(
@@ -198,7 +181,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     );
     eprintln!(
         "image built from {} and loaded in {:.1}s",
-        binary.display(),
+        env!("CARGO_BIN_EXE_tdset-operator"),
         t.elapsed().as_secs_f64()
     );
     let client = client_for(&kc).await;

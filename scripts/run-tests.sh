@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs the built test binaries side by side against the one control plane of scripts/test.sh.
+#
+#   run-tests.sh LOGDIR < LIST      LIST: one "NAME EXECUTABLE" line per test binary
+#
+# Most of a test's time is spent waiting on the API server, on controllers or on a schedule's
+# boundary, not on the CPU: run one binary after the other (cargo test's way) and the suite
+# waits its waits one by one. Here TDSET_TEST_JOBS binaries run at once, each with
+# TDSET_TEST_THREADS tests at once (every test has its own namespace), the slowest first so
+# that the last to finish is a short one. Each binary's output goes to LOGDIR/NAME.log and is
+# printed whole when it fails; a table of the binaries' times ends the run. Exits 1 if any
+# binary failed.
+set -uo pipefail
+
+logs="${1:?usage: run-tests.sh LOGDIR < LIST}"
+jobs="${TDSET_TEST_JOBS:-4}"
+threads="${TDSET_TEST_THREADS:-4}"
+mkdir -p "$logs"
+
+# The slowest binaries first (measured: README "Development notes"); the rest in any order.
+slow=(real_node group group_order warm_up faults hardening history boundary_order helm shards
+  calendars hpa_ceilings workloads reconcile prometheus)
+declare -A exe_of
+while read -r n exe; do exe_of[$n]="$exe"; done
+ordered=()
+for n in "${slow[@]}"; do [[ -n "${exe_of[$n]:-}" ]] && ordered+=("$n"); done
+for n in "${!exe_of[@]}"; do [[ " ${slow[*]} " == *" $n "* ]] || ordered+=("$n"); done
+
+declare -A started name
+failed=()
+results=()
+finish() {
+  local pid="$1" rc="$2" n="${name[$1]}" secs
+  secs=$(( $(date +%s) - started[$1] ))
+  local summary
+  summary="$(grep -E '^test result:' "$logs/$n.log" | tail -1)"
+  if [[ "$rc" -eq 0 ]]; then
+    echo "run-tests: ok     $n (${secs}s) ${summary#test result: }"
+  else
+    echo "run-tests: FAILED $n (${secs}s, exit $rc); its output:"
+    sed 's/^/    /' "$logs/$n.log"
+    failed+=("$n")
+  fi
+  results+=("$secs $n")
+}
+
+running=()
+# Waits for one running binary to end, and reports it.
+reap() {
+  local done_pid rc p rest=()
+  wait -n -p done_pid "${running[@]}"; rc=$?
+  finish "$done_pid" "$rc"
+  for p in "${running[@]}"; do [[ "$p" == "$done_pid" ]] || rest+=("$p"); done
+  running=("${rest[@]}")
+}
+for n in "${ordered[@]}"; do
+  while [[ ${#running[@]} -ge $jobs ]]; do reap; done
+  "${exe_of[$n]}" --test-threads "$threads" >"$logs/$n.log" 2>&1 &
+  started[$!]=$(date +%s); name[$!]="$n"; running+=($!)
+done
+while [[ ${#running[@]} -gt 0 ]]; do reap; done
+
+echo "run-tests: the binaries' wall times (s), $jobs at once with $threads threads each:"
+printf '%s\n' "${results[@]}" | sort -rn | head -15 | sed 's/^/    /'
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "run-tests: failed: ${failed[*]}" >&2
+  exit 1
+fi
