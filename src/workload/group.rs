@@ -372,6 +372,18 @@ pub struct Plan {
 /// - Nothing else is written: not an excluded workload, not one held elsewhere, not one
 ///   carrying another TDSet's record while not held.
 pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
+    plan_within(me, level, members, usize::MAX)
+}
+
+/// `plan`, taking no workload past `room` held in all: what the TDSet holds is listed by its
+/// label, at most `room` objects a reconcile (`--group-max-workloads`), and a workload held
+/// but not read would never be given its own count back. One past it runs as it is, and is
+/// said in the status.
+pub fn plan_within(me: &str, level: Count, members: &[Member], room: usize) -> Plan {
+    let holding = (members.iter())
+        .filter(|m| m.record.as_ref().is_some_and(|r| r.holder == me))
+        .count();
+    let mut takes_left = room.saturating_sub(holding);
     let mut writes = Vec::new();
     let mut status = GroupStatus::default();
     let mut held = 0;
@@ -457,13 +469,27 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
                 why,
             })
         };
-        if let Some(w) = write {
+        // A take: this TDSet's record where there was none of its own.
+        let taking = mine.is_none() && write.as_ref().is_some_and(|w| w.record.is_some());
+        let past_room = taking && takes_left == 0;
+        if taking && !past_room {
+            takes_left -= 1;
+        }
+        if let Some(w) = write.filter(|_| !past_room) {
             writes.push(w);
         }
         if !counted {
             continue;
         }
-        match held_back(level, m, &floors) {
+        let back = if past_room {
+            Some(format!(
+                "not taken: the TDSet holds {holding} workloads, as many as one reconcile reads \
+                 (--group-max-workloads {room}, HPAs included); it runs as it is"
+            ))
+        } else {
+            held_back(level, m, &floors)
+        };
+        match back {
             Some(message) => {
                 if status.not_at_schedule.len() < MAX_LISTED {
                     status.not_at_schedule.push(MemberStatus {

@@ -571,3 +571,45 @@ fn a_custom_kind_crashed_between_its_record_and_its_scale_keeps_its_own_count() 
     m.value = Value::Replicas(0);
     assert_eq!(m.own(), Value::Replicas(0));
 }
+
+/// Issue 48: with room for 3, a group holding a, b, c does not take a fourth workload that
+/// sorts first (it would hold 4 and read 3: the one not read never gets its own count back).
+#[test]
+fn a_group_takes_no_workload_past_what_one_reconcile_reads() {
+    let mut ms = vec![deployment("a", 2), deployment("b", 2), deployment("c", 2)];
+    let night = plan_within("sleep", Count::Replicas(0), &ms, 3);
+    assert_eq!(night.writes.len(), 3);
+    apply_all(&mut ms, &night);
+    ms.insert(0, deployment("0", 4));
+    let again = plan_within("sleep", Count::Replicas(0), &ms, 3);
+    assert!(again.writes.is_empty(), "{:?}", again.writes);
+    let left = &again.status.not_at_schedule;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].name, "0");
+    assert!(
+        left[0].message.contains("--group-max-workloads 3"),
+        "{left:?}"
+    );
+    assert_eq!(again.status.targets, "3/4");
+    // One let go (its own count again), and the room is there the next time.
+    ms[3].place = Place::Excluded;
+    let day = plan_within("sleep", Count::Replicas(0), &ms, 3);
+    assert_eq!(
+        day.writes.iter().map(|w| w.member).collect::<Vec<_>>(),
+        [3],
+        "the excluded one is released first; its record still counts until it is gone"
+    );
+    apply_all(&mut ms, &day);
+    let next = plan_within("sleep", Count::Replicas(0), &ms, 3);
+    assert_eq!(
+        next.writes.iter().map(|w| w.member).collect::<Vec<_>>(),
+        [0]
+    );
+    // Without a cap, nothing changes: every held workload is taken.
+    let mut fresh = vec![deployment("0", 4), deployment("a", 2)];
+    fresh.extend((0..5).map(|i| deployment(&format!("w{i}"), 1)));
+    assert_eq!(
+        plan("sleep", Count::Replicas(0), &fresh).writes.len(),
+        fresh.len()
+    );
+}

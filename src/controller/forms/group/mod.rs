@@ -95,11 +95,11 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     .collect::<Vec<_>>()
     .join(",");
     let queries = |kind: &Kind| queries(kind, &held, &held_by_others, &selected);
-    let keep = Keep::new(ctx, ns, &tdset.name_any(), Some(&selector)).with_tiers(tiers);
+    let keep = Keep::new(ctx, ns, &tdset.name_any(), Some(&selector), tiers);
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
     let (listed, members) = place::all(&placing, &kinds, observed);
     let level = eval.count();
-    let plan = group::plan(&name, level, &members);
+    let plan = group::plan_within(&name, level, &members, ctx.group_max_workloads);
     let previous = ctx.statuses.current(tdset);
     // Suspended, nothing is scheduled, so nothing is ordered.
     let ordered = (mode != Mode::Never).then(|| {

@@ -9,7 +9,7 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{GroupKind, NamedKind, ScaleTargetSelector, TDSet};
@@ -19,14 +19,9 @@ use crate::status::Problem;
 use crate::workload::group::{self, Member, Place, Record, Value};
 use crate::workload::savings::Requests;
 
-/// Bytes a page of a list aims at: one page's response is held whole while it is decoded
-/// (the decoded objects only as `Lean`), so a page is sized by what its objects weigh. With
-/// 16 groups listing at once, 4 objects and 2 MB (not 8 and 4 MB) took the worst case's
-/// restart peak from 227.5 to 119.9 MiB (BENCHMARKS.md).
-const PAGE_BYTES: usize = 2 << 20;
-/// Objects on a list's first page, before their size is known (one may be up to 1.5 MB).
-const FIRST_PAGE: u32 = 4;
-/// The most objects a page asks for.
+/// Objects a page of a list asks for. A page is decoded as it arrives, one object at a time,
+/// each reduced to what the plan keeps before the next is read (`fetch`): what a page costs
+/// does not depend on how large a tenant makes its objects, nor on their order.
 const PAGE: u32 = 250;
 
 /// A kind a group selects, resolved to its resource.
@@ -164,19 +159,13 @@ pub(super) fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg:
     ))
 }
 
-/// What placing reads of a listed workload's labels, decided as each page is decoded so that
+/// What placing reads of a listed workload's labels, decided as each object is decoded so that
 /// no label is kept: whether this TDSet's selector picks it, and the oldest other group of the
 /// namespace that selects it without excluding it. Labels, unlike annotations, have no bound
 /// in all (a workload may carry 1 MB of them), and a namespace may hold many groups, each
 /// naming other keys.
 pub(super) struct Keep {
-    /// This TDSet's name and selector (none when only its records are listed).
-    me: String,
-    mine: Option<group::Selector>,
-    /// `order`'s tiers.
-    tiers: Vec<group::Selector>,
-    /// The namespace's groups, oldest claim first (from the index).
-    groups: Vec<(Claim, std::sync::Arc<GroupEntry>)>,
+    placer: std::sync::Arc<Placer>,
     /// Objects still to be read of what the TDSet selects, and of what carries its label
     /// (which anyone who can read the TDSet's uid can put on anything): each
     /// `--group-max-workloads`.
@@ -184,23 +173,41 @@ pub(super) struct Keep {
     pub(super) held_budget: std::sync::atomic::AtomicUsize,
 }
 
+/// What placing reads of the group, shared with the thread that decodes a page.
+struct Placer {
+    /// This TDSet's name and selector (none when only its records are listed).
+    me: String,
+    mine: Option<group::Selector>,
+    /// `order`'s tiers.
+    tiers: Vec<group::Selector>,
+    /// The namespace's groups, oldest claim first (from the index).
+    groups: Vec<(Claim, std::sync::Arc<GroupEntry>)>,
+}
+
 impl Keep {
-    pub(super) fn new(ctx: &Context, ns: &str, me: &str, mine: Option<&group::Selector>) -> Keep {
+    /// `mine`: this TDSet's selector (none when only its records are listed); `tiers`: those
+    /// of `order`, read from each workload's labels.
+    pub(super) fn new(
+        ctx: &Context,
+        ns: &str,
+        me: &str,
+        mine: Option<&group::Selector>,
+        tiers: Vec<group::Selector>,
+    ) -> Keep {
         Keep {
-            me: me.to_string(),
-            mine: mine.cloned(),
-            tiers: Vec::new(),
-            groups: ctx.groups.in_namespace(ns),
+            placer: std::sync::Arc::new(Placer {
+                me: me.to_string(),
+                mine: mine.cloned(),
+                tiers,
+                groups: ctx.groups.in_namespace(ns),
+            }),
             budget: ctx.group_max_workloads.into(),
             held_budget: ctx.group_max_workloads.into(),
         }
     }
+}
 
-    /// The same, with the tiers of `order` read from each workload's labels.
-    pub(super) fn with_tiers(self, tiers: Vec<group::Selector>) -> Keep {
-        Keep { tiers, ..self }
-    }
-
+impl Placer {
     /// What placing needs of `labels` (of workload `name` of `kind`).
     fn placing(&self, kind: &GroupKind, name: &str, labels: &BTreeMap<String, String>) -> Placed {
         let (g, k) = (kind.group(), kind.kind());
@@ -243,22 +250,26 @@ pub(super) fn placed(o: &DynamicObject) -> Placed {
 /// characters) or a count. A longer one is no record of this operator's.
 const MAX_RECORD_VALUE: usize = 253;
 
-/// Lists one kind in the namespace, page by page, keeping only what the plan reads.
+/// Lists one kind in the namespace, page by page, keeping only what the plan reads, and at
+/// most what is left of `budget`.
 async fn list(
     ctx: &Context,
     ns: &str,
     kind: &Kind,
     labels: &str,
     keep: &Keep,
-    budget: Option<&std::sync::atomic::AtomicUsize>,
+    budget: &std::sync::atomic::AtomicUsize,
 ) -> Answer<Listing> {
+    use std::sync::atomic::Ordering::Relaxed;
     let request =
         kube::core::Request::new(<Lean as kube::Resource>::url_path(&kind.resource, Some(ns)));
     let mut out = Vec::new();
-    let mut truncated = false;
-    let mut params = ListParams::default().labels(labels).limit(FIRST_PAGE);
+    let mut params = ListParams::default().labels(labels);
     loop {
-        let page = match fetch(ctx, &request, &params).await {
+        let left = budget.load(Relaxed);
+        // With no budget left, one object says whether there was more.
+        params = params.limit(u32::try_from(left).unwrap_or(PAGE).clamp(1, PAGE));
+        let page = match fetch(ctx, &request, &params, kind, &keep.placer, left).await {
             Ok(page) => page,
             Err(kube::Error::Api(s)) if s.is_forbidden() => {
                 return Ok(Err(forbidden("list", &kind.resource, "", ns, &s.message)));
@@ -284,30 +295,13 @@ async fn list(
                 ))(e));
             }
         };
-        let (mut page, bytes) = page;
-        let mut next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        if let Some(budget) = budget {
-            use std::sync::atomic::Ordering::Relaxed;
-            let left = budget.load(Relaxed);
-            if page.items.len() > left {
-                page.items.truncate(left);
-                next = None;
-                truncated = true;
-            }
-            budget.store(left - page.items.len(), Relaxed);
-            if left == page.items.len() && next.is_some() {
-                next = None;
-                truncated = true;
-            }
-        }
-        // The next page is sized by what this one's objects weigh.
-        let each = bytes / page.items.len().max(1);
-        let limit = (PAGE_BYTES / each.max(1)).clamp(FIRST_PAGE as usize, PAGE as usize);
-        params = params.limit(limit as u32);
-        out.extend(page.items.into_iter().map(|o| o.into_dynamic(kind, keep)));
-        match next {
-            Some(token) => params = params.continue_token(&token),
-            None => {
+        budget.store(left - page.objects.len(), Relaxed);
+        out.extend(page.objects);
+        // Past the budget: objects this page left out, or more pages with nothing left to read.
+        let truncated = page.beyond || (page.next.is_some() && budget.load(Relaxed) == 0);
+        match page.next {
+            Some(token) if !truncated => params = params.continue_token(&token),
+            _ => {
                 return Ok(Ok(Listing {
                     objects: out,
                     truncated,
@@ -323,23 +317,129 @@ struct Listing {
     truncated: bool,
 }
 
-/// One page of a list, and its size in bytes (read whole, then decoded as `Lean`).
+/// One page of a list as kept: at most `room` objects, whether it had more, and the token of
+/// the next page.
+#[derive(Default)]
+struct Page {
+    objects: Vec<DynamicObject>,
+    beyond: bool,
+    next: Option<String>,
+}
+
+/// Reads one page, decoding it as it arrives (on a blocking thread: serde_json reads a
+/// stream synchronously). Each object is reduced to what the plan keeps
+/// (`Lean::into_dynamic`) before the next is read, so a page costs its largest object and
+/// what is kept of the rest, whatever its objects weigh in all.
 async fn fetch(
     ctx: &Context,
     request: &kube::core::Request,
     params: &ListParams,
-) -> kube::Result<(kube::core::ObjectList<Lean>, usize)> {
-    use futures::AsyncReadExt;
+    kind: &Kind,
+    placer: &std::sync::Arc<Placer>,
+    room: usize,
+) -> kube::Result<Page> {
+    use tokio_util::compat::FuturesAsyncReadCompatExt;
     let http = request.list(params).map_err(kube::Error::BuildRequest)?;
-    let mut body = Vec::new();
-    ctx.client
-        .request_stream(http)
-        .await?
-        .read_to_end(&mut body)
-        .await
-        .map_err(kube::Error::ReadEvents)?;
-    let page = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
-    Ok((page, body.len()))
+    let body = ctx.client.request_stream(http).await?;
+    let body = tokio_util::io::SyncIoBridge::new(body.compat());
+    let (group_kind, resource) = (kind.kind.clone(), kind.resource.clone());
+    let placer = placer.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(body));
+        let page = PageSeed {
+            kind: (&group_kind, &resource),
+            placer: &placer,
+            room,
+        }
+        .deserialize(&mut de)?;
+        de.end()?;
+        Ok(page)
+    })
+    .await
+    .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e)))?
+    .map_err(kube::Error::SerdeError)
+}
+
+/// Decodes a list's body into a `Page` (its `metadata.continue` and its `items`, one at a
+/// time); everything else of the body is skipped.
+struct PageSeed<'a> {
+    kind: (&'a GroupKind, &'a ApiResource),
+    placer: &'a Placer,
+    room: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for PageSeed<'_> {
+    type Value = Page;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Page, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PageSeed<'_> {
+    type Value = Page;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Page, A::Error> {
+        #[derive(Deserialize)]
+        struct ListMeta {
+            #[serde(rename = "continue")]
+            next: Option<String>,
+        }
+        let mut page = Page::default();
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "metadata" => {
+                    page.next = (map.next_value::<ListMeta>()?.next).filter(|c| !c.is_empty())
+                }
+                "items" => map.next_value_seed(Items {
+                    seed: &self,
+                    page: &mut page,
+                })?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(page)
+    }
+}
+
+/// A list's `items`, each kept as `Lean::into_dynamic` makes it, while there is room.
+struct Items<'a, 'b> {
+    seed: &'a PageSeed<'b>,
+    page: &'a mut Page,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Items<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Items<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list's items")
+    }
+    fn visit_unit<E>(self) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<(), A::Error> {
+        let (kind, resource) = self.seed.kind;
+        while let Some(o) = seq.next_element::<Lean>()? {
+            if self.page.objects.len() < self.seed.room {
+                (self.page.objects).push(o.into_dynamic(kind, resource, self.seed.placer));
+            } else {
+                self.page.beyond = true;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where a listed object keeps what one replica requests (its pod template is not kept).
@@ -455,13 +555,13 @@ pub(super) async fn observe(
             let Some(labels) = queries[k].get(round) else {
                 continue;
             };
-            // What it holds (round 0) and what it selects each have the budget; the HPAs of
-            // the namespace are read whole (the operator's HPA cache holds them all anyway,
-            // and a workload whose HPA another holds must never be missed).
+            // What it holds (round 0) and what it selects each have the budget, the
+            // namespace's HPAs too (which workloads an HPA scales is known from the
+            // operator's HPA cache, not from this list: an HPA past the budget is a floor
+            // not set, never a workload written under its HPA).
             let budget = match round {
-                _ if is_hpa(kind) => None,
-                0 => Some(&keep.held_budget),
-                _ => Some(&keep.budget),
+                0 => &keep.held_budget,
+                _ => &keep.budget,
             };
             match list(ctx, ns, kind, labels, keep, budget).await? {
                 Ok(found) => {
@@ -712,11 +812,15 @@ impl Lean {
     /// only what the plan reads: of its labels what placing reads (`placed`), the controller's
     /// ownerReference, and of the pod template the requests of one replica, summed
     /// (`requests_of`).
-    fn into_dynamic(mut self, kind: &Kind, keep: &Keep) -> DynamicObject {
-        let resource = &kind.resource;
+    fn into_dynamic(
+        mut self,
+        kind: &GroupKind,
+        resource: &ApiResource,
+        placer: &Placer,
+    ) -> DynamicObject {
         let labels = self.metadata.labels.take().unwrap_or_default();
         let name = self.metadata.name.as_deref().unwrap_or_default();
-        let placed = keep.placing(&kind.kind, name, &labels);
+        let placed = placer.placing(kind, name, &labels);
         drop(labels);
         if let Some(refs) = self.metadata.owner_references.as_mut() {
             refs.retain(|r| r.controller == Some(true));

@@ -44,13 +44,17 @@ pub(crate) async fn release_all(
     let uid = tdset.uid().unwrap_or_default();
     let mine = |_: &Kind| vec![format!("{}={uid}", group::HELD_BY_UID)];
     // A workload changed between the list and the write (409) is listed and planned again: a
-    // record must not be left behind because someone scaled at the wrong moment.
-    for attempt in 1..=RELEASE_ATTEMPTS {
+    // record must not be left behind because someone scaled at the wrong moment. What it holds
+    // past one reconcile's reads (`--group-max-workloads`) is listed again once the first are
+    // given back (they no longer carry its label), until a round gives nothing back.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
         let mut changed = None;
         // Each round's own: a kind that cannot be listed is said once, not once a round.
         let mut problems = unlisted.clone();
         let mut refused = Vec::new();
-        let keep = Keep::new(ctx, ns, &name, None);
+        let keep = Keep::new(ctx, ns, &name, None, Vec::new());
         let (found, listed) = observe(ctx, ns, &kinds, mine, &keep, &mut problems).await?;
         // A kind that exists but could not be listed (not granted, the API server failing)
         // may still hold records: the group is not done with. One whose CRD is gone is not
@@ -118,11 +122,29 @@ pub(crate) async fn release_all(
         if let Some(e) = failed {
             return Err(e);
         }
+        let past_cap = (problems.iter()).any(|p| matches!(p, Problem::TooManyWorkloads(_)));
         match changed {
-            Some(why) if attempt == RELEASE_ATTEMPTS => return Err(Error::Contended(why)),
+            Some(why) if attempt >= RELEASE_ATTEMPTS => return Err(Error::Contended(why)),
             Some(_) => {}
+            None if past_cap && !released.is_empty() => attempt = 0,
             None => {
                 let stuck = !refused.is_empty() || unlisted_kind;
+                if past_cap {
+                    // What carries its label past the cap and could not be given back (or
+                    // carries the label with no record of this TDSet: anyone who can read its
+                    // uid can put it on anything).
+                    problems.retain(|p| !matches!(p, Problem::TooManyWorkloads(_)));
+                    problems.push(Problem::TooManyWorkloads(format!(
+                        "more than --group-max-workloads ({}) objects carry this TDSet's label \
+                         {}={uid} and the last {} read could not be given their own count \
+                         back; those past them were not read. Find them with: kubectl get \
+                         deployments,statefulsets,cronjobs,hpa -n {ns} -l {}={uid}",
+                        ctx.group_max_workloads,
+                        group::HELD_BY_UID,
+                        ctx.group_max_workloads,
+                        group::HELD_BY_UID,
+                    )));
+                }
                 refused.extend(problems);
                 return Ok(Release {
                     problems: refused,
@@ -131,10 +153,6 @@ pub(crate) async fn release_all(
             }
         }
     }
-    Ok(Release {
-        problems: unlisted,
-        stuck: false,
-    })
 }
 
 /// Rounds of listing and writing when letting go, before the reconcile fails and retries.
