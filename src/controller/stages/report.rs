@@ -46,34 +46,59 @@ pub(crate) async fn report(
     outcome: Outcome,
     events: &mut Events,
 ) -> Result<Next> {
-    let Resolved {
-        now,
-        interval,
-        eval,
-        next,
-        next_write,
-        warnings,
-        previous,
-        due,
-        calendar_problem,
-        source,
-    } = resolved;
     if let Some(saved) = outcome.saved {
-        ctx.metrics
-            .saved(&format!("{ns}/{}", tdset.name_any()), saved.replicas, now);
+        ctx.metrics.saved(
+            &format!("{ns}/{}", tdset.name_any()),
+            saved.replicas,
+            resolved.now,
+        );
     }
-    // A calendar that does not exist is reported, unless the workload has a worse problem.
-    let problem = outcome.problem.clone().or(calendar_problem);
+    let change = change(ctx, &resolved, &outcome);
+    let recorded = change.is_some();
+    let mut new_status = next_status(tdset, ctx, &resolved, &outcome, change);
+    // The scale-ups the workload now serves: how long they took, and how late they were.
+    let readiness = match &outcome.workload {
+        Ok(o) => o.ready.map_or(Readiness::NotReported, Readiness::Reported),
+        Err(_) => Readiness::Unknown,
+    };
+    let seen = warm_up::Seen {
+        readiness,
+        written_now: recorded,
+        since: ctx.leading_since,
+        now: ctx.clock.now(),
+    };
+    let risen = warm_up::settle(&tdset.spec, &mut new_status, seen);
+    let relearnt = risen.iter().any(|r| r.sampled)
+        && new_status.warm_up.as_ref().map(|w| &w.lead)
+            != (resolved.previous.as_ref())
+                .and_then(|p| p.warm_up.as_ref())
+                .map(|w| &w.lead);
+    let awaiting = warm_up::awaiting(&new_status);
+    report_risen(tdset, ctx, &new_status, &risen, events);
+    write_status(tdset, ctx, resolved.previous.as_ref(), new_status, events).await?;
 
+    let wait = wait(tdset, &resolved, &outcome, relearnt, (awaiting, readiness));
+    // The wait is logged by the driver, which may shorten it (some writes failed).
+    let eval = &resolved.eval;
+    debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?resolved.next.map(|n| n.at), "reconciled");
+    Ok(Next {
+        wait,
+        failed: outcome.failed,
+    })
+}
+
+/// The change this reconcile made, for `status.history` (at the transition's instant when
+/// one was due), and the transition lag it observed. A change that did not land at all is
+/// recorded only when one was due (a workload that keeps refusing writes would otherwise add
+/// an entry every reconcile).
+fn change(ctx: &Context, resolved: &Resolved<'_>, outcome: &Outcome) -> Option<HistoryEntry> {
+    let (eval, due, now) = (&resolved.eval, resolved.due, resolved.now);
     let landed = outcome.scaled.as_ref().is_some_and(|s| s.landed);
     if let Some(due) = due.filter(|_| landed) {
         let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
         ctx.metrics.transition_lag.observe(lag);
     }
-    // The change, for status.history: at the transition's instant when one was due.
-    // A change that did not land at all is recorded only when one was due (a workload that
-    // keeps refusing writes would otherwise add an entry every reconcile).
-    let change = (outcome.scaled.clone())
+    (outcome.scaled.clone())
         .filter(|s| s.landed || due.is_some())
         .map(|s| HistoryEntry {
             // A rise written ahead is recorded at its transition, applied before it.
@@ -89,17 +114,26 @@ pub(crate) async fn report(
             to: s.to.or(eval.count().replicas()),
             reason: eval.why(),
             message: s.failed.map(|m| status::clipped(&m)),
-        });
+        })
+}
 
-    let recorded = change.is_some();
-    // Status (pure), written only when it differs.
-    let mut new_status = status::next_status(&Inputs {
-        previous: previous.as_ref(),
+/// The next status (pure: `status::next_status`) from what was resolved and observed.
+fn next_status(
+    tdset: &TDSet,
+    ctx: &Context,
+    resolved: &Resolved<'_>,
+    outcome: &Outcome,
+    change: Option<HistoryEntry>,
+) -> TDSetStatus {
+    // A calendar that does not exist is reported, unless the workload has a worse problem.
+    let problem = (outcome.problem.clone()).or(resolved.calendar_problem.clone());
+    status::next_status(&Inputs {
+        previous: resolved.previous.as_ref(),
         generation: tdset.meta().generation,
-        evaluation: Some(&eval),
-        next: next.as_ref(),
-        next_write,
-        warnings: &warnings,
+        evaluation: Some(&resolved.eval),
+        next: resolved.next.as_ref(),
+        next_write: resolved.next_write,
+        warnings: &resolved.warnings,
         notices: &outcome.notices,
         workload: outcome.workload.as_ref(),
         target: outcome.target.as_ref(),
@@ -108,33 +142,25 @@ pub(crate) async fn report(
         problem: problem.as_ref(),
         suspended: tdset.spec.is_suspended(),
         change,
-        ceiling: outcome.ceiling.or(eval.ceiling),
+        ceiling: outcome.ceiling.or(resolved.eval.ceiling),
         shard: ctx.shard.as_ref().map(|s| s.name()),
-        now,
-    });
-    // The scale-ups the workload now serves: how long they took, and how late they were.
-    let readiness = match &outcome.workload {
-        Ok(o) => o.ready.map_or(Readiness::NotReported, Readiness::Reported),
-        Err(_) => Readiness::Unknown,
-    };
-    let seen = warm_up::Seen {
-        readiness,
-        written_now: recorded,
-        since: ctx.leading_since,
-        now: ctx.clock.now(),
-    };
-    let risen = warm_up::settle(&tdset.spec, &mut new_status, seen);
-    let relearnt = risen.iter().any(|r| r.sampled)
-        && new_status.warm_up.as_ref().map(|w| &w.lead)
-            != previous
-                .as_ref()
-                .and_then(|p| p.warm_up.as_ref())
-                .map(|w| &w.lead);
-    let awaiting = warm_up::awaiting(&new_status);
-    report_risen(tdset, ctx, &new_status, &risen, events);
-    write_status(tdset, ctx, previous.as_ref(), new_status, events).await?;
+        now: resolved.now,
+    })
+}
 
-    let mut wait = match next_write {
+/// How long until the TDSet is looked at again: until what is written changes next (at most
+/// its interval), sooner for a retry the forms asked for, at once for a new lead, and while a
+/// group's scale-up with `warmUp` is not yet ready (`awaiting`: since its write), soon enough
+/// to read its time to Ready.
+fn wait(
+    tdset: &TDSet,
+    resolved: &Resolved<'_>,
+    outcome: &Outcome,
+    relearnt: bool,
+    (awaiting, readiness): (Option<chrono::DateTime<chrono::Utc>>, Readiness),
+) -> Duration {
+    let (now, interval) = (resolved.now, resolved.interval);
+    let mut wait = match resolved.next_write {
         Some(at) => (at - now).to_std().unwrap_or_default().min(interval),
         None => interval,
     };
@@ -152,7 +178,7 @@ pub(crate) async fn report(
     // so a time to Ready is read at most a fifth too long), for at most `READY_WATCH_FOR`.
     let warm_up_on = tdset.spec.warm_up_mode() != crate::api::WarmUpMode::Off;
     if let (Source::Group(_), Some(written), true, Readiness::Reported(_)) =
-        (source, awaiting, warm_up_on, readiness)
+        (resolved.source, awaiting, warm_up_on, readiness)
     {
         // A write "after now" (a status edited by hand, a clock stepped back) is not waited on.
         if let Ok(since) = (now - written).to_std()
@@ -161,12 +187,7 @@ pub(crate) async fn report(
             wait = wait.min((since / 5).clamp(READY_POLL, READY_POLL_MAX));
         }
     }
-    // The wait is logged by the driver, which may shorten it (some writes failed).
-    debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?next.map(|n| n.at), "reconciled");
-    Ok(Next {
-        wait,
-        failed: outcome.failed,
-    })
+    wait
 }
 
 /// A group left behind with workloads not yet given back stays in the status (and is tried
