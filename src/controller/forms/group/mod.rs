@@ -56,25 +56,14 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         write: mode,
         events,
     } = turn;
-    // The claim of the spec this reconcile runs on (the index may have moved past it).
-    let me = claim_of(tdset);
-    let invalid = |field: String| {
-        move |message| Error::InvalidSpec(vec![crate::schedule::SpecError { field, message }])
-    };
-    let selector = group::Selector::compile(&sel.selector)
-        .map_err(invalid("spec.scaleTargetSelector.selector".into()))?;
-    let tiers = (sel.order.iter().enumerate())
-        .map(|(i, t)| {
-            group::Selector::compile(&t.0)
-                .map_err(invalid(format!("spec.scaleTargetSelector.order[{i}]")))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let (selector, tiers) = selectors(sel)?;
     let placing = Placing {
         tdset,
         ctx,
         ns,
         sel,
-        me,
+        // The claim of the spec this reconcile runs on (the index may have moved past it).
+        me: claim_of(tdset),
         hpas: &hpas_in(ctx, ns),
     };
     let mut problems = Vec::new();
@@ -82,38 +71,14 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let kinds = kinds(ctx, sel, &recorded, &mut problems).await?;
     let name = tdset.name_any();
     let uid = tdset.uid().unwrap_or_default();
-    let held = format!("{}={uid}", group::HELD_BY_UID);
-    let selected = selector.to_query();
-    let held_by_others = [
-        selected.as_str(),
-        group::HELD_BY_UID,
-        &format!("{}!={uid}", group::HELD_BY_UID),
-    ]
-    .iter()
-    .filter(|q| !q.is_empty())
-    .copied()
-    .collect::<Vec<_>>()
-    .join(",");
-    let queries = |kind: &Kind| queries(kind, &held, &held_by_others, &selected);
-    let keep = Keep::new(ctx, ns, &tdset.name_any(), Some(&selector), tiers);
+    let labels = Queries::of(&uid, &selector);
+    let queries = |kind: &Kind| queries(kind, &labels);
+    let keep = Keep::new(ctx, ns, &name, Some(&selector), tiers);
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
     let (listed, members) = place::all(&placing, &kinds, observed);
     let level = eval.count();
     let plan = group::plan_within(&name, level, &members, ctx.group_max_workloads);
     let previous = ctx.statuses.current(tdset);
-    // Suspended, nothing is scheduled, so nothing is ordered.
-    let ordered = (mode != Mode::Never).then(|| {
-        let found = order::Found {
-            listed: &listed,
-            members: &members,
-            writes: &plan.writes,
-        };
-        let change = group::order::Change {
-            level: level.to_string(),
-            generation: tdset.metadata.generation.unwrap_or_default(),
-        };
-        order::gate(sel, previous.as_ref(), found, change, ctx.clock.now())
-    });
     let group = Group {
         tdset,
         ctx,
@@ -123,38 +88,15 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         listed: &listed,
         members: &members,
     };
-    let written = if mode == Mode::Never {
-        // Letting go is not scheduling: a workload excluded or no longer selected gets its own
-        // count back while suspended too, and those still held are left as they are.
-        let leaving: Vec<group::Write> = (plan.writes.iter())
-            .filter(|w| matches!(w.why, Why::Left(_)))
-            .cloned()
-            .collect();
-        let mut written = write_all(&group, &leaving).await?;
-        written
-            .failed
-            .extend(Written::suspended(&plan, &members).failed);
-        written
-    } else {
-        let sending = match &ordered {
-            Some(o) => o.sending(&plan.writes),
-            None => plan.writes.clone(),
-        };
-        write_all(&group, &sending).await?
-    };
-    let mut status = plan.status.clone();
+    // Suspended, nothing is scheduled, so nothing is ordered.
+    let ordered = (mode != Mode::Never).then(|| gate(&group, sel, previous.as_ref(), &plan, level));
+    let written = write_planned(&group, &plan, mode, ordered.as_ref()).await?;
     let writes_failed = written.first_error.is_some();
-    let mut problems = with_write_problems(problems, &written);
-    // A cap reached, then workloads held elsewhere, are said last: a failure of this TDSet's
-    // own comes first (only the first problem is Degraded's).
-    problems.sort_by_key(|p| matches!(p, Problem::TooManyWorkloads(_)));
-    problems.extend(conflicts(&members));
-    group::not_reached(&mut status, &members, &written.failed);
-    status.held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
+    let problems = with_write_problems(problems, &written, &members);
+    let held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
+    let status = group_status(&plan, &members, &written, ordered.as_ref(), held_kinds);
     let continuing = ordered.as_ref().is_some_and(|o| o.gate.continuing);
     if let Some(o) = &ordered {
-        group::not_reached(&mut status, &members, &o.held(&plan.writes, &members));
-        status.order = o.status(&written.done);
         o.report(tdset, ctx, events);
     }
     // The level has not changed since the last status: a write of it is a workload joining
@@ -195,6 +137,90 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     Ok(out)
 }
 
+/// The group's selector and `order`'s tiers, compiled; one the API server would not parse is
+/// the spec's error, with its field.
+fn selectors(sel: &ScaleTargetSelector) -> Result<(group::Selector, Vec<group::Selector>)> {
+    let invalid = |field: String| {
+        move |message| Error::InvalidSpec(vec![crate::schedule::SpecError { field, message }])
+    };
+    let selector = group::Selector::compile(&sel.selector)
+        .map_err(invalid("spec.scaleTargetSelector.selector".into()))?;
+    let tiers = (sel.order.iter().enumerate())
+        .map(|(i, t)| {
+            group::Selector::compile(&t.0)
+                .map_err(invalid(format!("spec.scaleTargetSelector.order[{i}]")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((selector, tiers))
+}
+
+/// Which of the plan's writes the tiers of `order` let through now (see `order::gate`).
+fn gate(
+    g: &Group<'_>,
+    sel: &ScaleTargetSelector,
+    previous: Option<&crate::api::TDSetStatus>,
+    plan: &group::Plan,
+    level: Count,
+) -> order::Ordered {
+    let found = order::Found {
+        listed: g.listed,
+        members: g.members,
+        writes: &plan.writes,
+    };
+    let change = group::order::Change {
+        level: level.to_string(),
+        generation: g.tdset.metadata.generation.unwrap_or_default(),
+    };
+    order::gate(sel, previous, found, change, g.ctx.clock.now())
+}
+
+/// The group's status: the plan's, less what was not reached (a write that failed, a tier
+/// held back), with the kinds it may still hold and the progress of `order`.
+fn group_status(
+    plan: &group::Plan,
+    members: &[Member],
+    written: &Written,
+    ordered: Option<&order::Ordered>,
+    held_kinds: Vec<String>,
+) -> GroupStatus {
+    let mut status = plan.status.clone();
+    group::not_reached(&mut status, members, &written.failed);
+    status.held_kinds = held_kinds;
+    if let Some(o) = ordered {
+        group::not_reached(&mut status, members, &o.held(&plan.writes, members));
+        status.order = o.status(&written.done);
+    }
+    status
+}
+
+/// Sends what the plan asks for: suspended, only what the TDSet lets go of (letting go is not
+/// scheduling: a workload excluded or no longer selected gets its own count back while
+/// suspended too, and those still held are left as they are); otherwise what the tiers of
+/// `order` let through.
+async fn write_planned(
+    group: &Group<'_>,
+    plan: &group::Plan,
+    mode: Mode,
+    ordered: Option<&order::Ordered>,
+) -> Result<Written> {
+    if mode == Mode::Never {
+        let leaving: Vec<group::Write> = (plan.writes.iter())
+            .filter(|w| matches!(w.why, Why::Left(_)))
+            .cloned()
+            .collect();
+        let mut written = write_all(group, &leaving).await?;
+        written
+            .failed
+            .extend(Written::suspended(plan, group.members).failed);
+        return Ok(written);
+    }
+    let sending = match ordered {
+        Some(o) => o.sending(&plan.writes),
+        None => plan.writes.clone(),
+    };
+    write_all(group, &sending).await
+}
+
 /// The target this TDSet recorded in the form it left (`scaleTargetRef`), kept in its status
 /// until that workload no longer needs it: until the group's record, carrying the same own
 /// count, is on it (or it runs its own count again). A write that failed must not lose the
@@ -230,23 +256,52 @@ fn left_target(
     (!settled).then_some(t)
 }
 
-/// The label selectors a kind is listed with, in this order: what the TDSet holds (its
-/// record's label); of what it selects, what other groups hold, then all of it; and for the
-/// HPAs all of the namespace's (a few: which are floors is known once listed). Past the cap,
-/// what another group holds is still read: that group yields it when this one is the older
-/// claim, and nobody else would wake it.
-fn queries(kind: &Kind, held: &str, held_by_others: &str, selected: &str) -> Vec<String> {
-    let mut q = vec![held.to_string()];
+/// The label selectors a group lists with: what the TDSet holds (its record's label, by
+/// uid); of what it selects, what other groups hold; and all it selects.
+struct Queries {
+    held: String,
+    held_by_others: String,
+    selected: String,
+}
+
+impl Queries {
+    fn of(uid: &str, selector: &group::Selector) -> Queries {
+        let selected = selector.to_query();
+        let held_by_others = [
+            selected.as_str(),
+            group::HELD_BY_UID,
+            &format!("{}!={uid}", group::HELD_BY_UID),
+        ]
+        .iter()
+        .filter(|q| !q.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(",");
+        Queries {
+            held: format!("{}={uid}", group::HELD_BY_UID),
+            held_by_others,
+            selected,
+        }
+    }
+}
+
+/// The label selectors a kind is listed with, in this order: what the TDSet holds; of what it
+/// selects, what other groups hold, then all of it; and for the HPAs all of the namespace's
+/// (a few: which are floors is known once listed). Past the cap, what another group holds is
+/// still read: that group yields it when this one is the older claim, and nobody else would
+/// wake it.
+fn queries(kind: &Kind, q: &Queries) -> Vec<String> {
+    let mut out = vec![q.held.clone()];
     if kind.selected {
         if !is_hpa(kind) {
-            q.push(held_by_others.to_string());
+            out.push(q.held_by_others.clone());
         }
-        q.push(selected.to_string());
+        out.push(q.selected.clone());
     }
     if is_hpa(kind) {
-        q.push(String::new());
+        out.push(String::new());
     }
-    q
+    out
 }
 
 /// The group as one reconcile found it, for its writes.
@@ -415,7 +470,14 @@ async fn write_all(g: &Group<'_>, planned: &[group::Write]) -> Result<Written> {
 /// before them, a write that failed outright after those (looked at again with the error
 /// policy's backoff; the writes that landed are reported anyway), and another writer that
 /// keeps setting workloads back first of all.
-fn with_write_problems(mut problems: Vec<Problem>, written: &Written) -> Vec<Problem> {
+/// What the reconcile found and what its writes came to, in the order they are reported: a
+/// failure of this TDSet's own first (only the first problem is Degraded's), then a cap
+/// reached, then workloads held elsewhere.
+fn with_write_problems(
+    mut problems: Vec<Problem>,
+    written: &Written,
+    members: &[Member],
+) -> Vec<Problem> {
     problems.extend(written.problems.iter().cloned());
     if let Some(e) = &written.first_error {
         warn!(error = %e, "a group write failed");
@@ -435,6 +497,8 @@ fn with_write_problems(mut problems: Vec<Problem>, written: &Written) -> Vec<Pro
             )),
         );
     }
+    problems.sort_by_key(|p| matches!(p, Problem::TooManyWorkloads(_)));
+    problems.extend(conflicts(members));
     problems
 }
 
