@@ -94,7 +94,12 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         .clone()
         .filter(|a| !asleep_is(a, &target.reference, target.uid.as_deref()))
     {
-        let to = record.status.original_replicas.unwrap_or(1).max(1);
+        // To the floor of the HPA it was put to sleep through (one of its name since
+        // replaced: that one's, as recorded).
+        let to = (record.asleep_floor.take())
+            .or(record.status.original_replicas)
+            .unwrap_or(1)
+            .max(1);
         match wake_asleep(ctx, ns, &left, to).await? {
             Ok(Some(done)) => turn.events.push(note(
                 tdset,
