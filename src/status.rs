@@ -645,6 +645,7 @@ mod tests {
             ramp: None,
             ceiling: None,
             ahead_of: None,
+            scheduled: 4,
         };
         let ok = next_status(&inputs(None, &eval, None, "2026-01-01T00:00:00Z"));
         let p = Problem::ApiError("connection refused".into());
@@ -681,6 +682,7 @@ mod tests {
             ramp: None,
             ceiling: None,
             ahead_of: None,
+            scheduled: replicas,
         }
     }
 

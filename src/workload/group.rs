@@ -362,8 +362,17 @@ pub struct Plan {
     pub status: GroupStatus,
 }
 
-/// What to write to each member for `level`, as TDSet `me`.
+/// What to write to each member for `level`, as TDSet `me`, when nothing is written ahead
+/// (see `plan_ahead`).
+pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
+    plan_ahead(me, level, level, members)
+}
+
+/// What to write to each member for `level`, as TDSet `me`, while the schedule itself is at
+/// `scheduled` (a rise written ahead of its transition, `warmUp`, has `level` above it).
 ///
+/// - A CronJob follows `scheduled`, never the lead: its suspend is no capacity to warm up,
+///   and lifted early it would let jobs start before the window does.
 /// - A held workload goes to the level's value; its own count is the record's (or, where the
 ///   value now differs from what the record says was set, the value now), or, without a
 ///   record, the value now. A change is recorded in the same write.
@@ -371,7 +380,7 @@ pub struct Plan {
 /// - A workload that carries this TDSet's record but is no longer held is released too.
 /// - Nothing else is written: not an excluded workload, not one held elsewhere, not one
 ///   carrying another TDSet's record while not held.
-pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
+pub fn plan_ahead(me: &str, level: Count, scheduled: Count, members: &[Member]) -> Plan {
     let mut writes = Vec::new();
     let mut status = GroupStatus::default();
     let mut held = 0;
@@ -420,6 +429,7 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
             // Its HPA carries any count but 0.
             (Count::Replicas(n), Some(_), _) if n > 0 => Count::Own,
             (Count::Replicas(n), _, Some((_, max))) => Count::Replicas(n.min(*max)),
+            _ if matches!(own, Value::Suspended(_)) => scheduled,
             _ => level,
         };
         let to = Value::at(effective, own);

@@ -89,6 +89,39 @@ fn a_boundary_records_the_own_count_in_the_same_write_and_the_end_gives_it_back(
 }
 
 #[test]
+fn a_rise_written_ahead_wakes_the_workloads_but_leaves_a_cronjob_to_its_transition() {
+    let mut ms = vec![deployment("api", 3), cronjob("report", false)];
+    let night = plan("sleep", Count::Replicas(0), &ms);
+    apply_all(&mut ms, &night);
+    // warmUp: the wake-up to `own` is written ahead while the schedule still says 0.
+    let ahead = plan_ahead("sleep", Count::Own, Count::Replicas(0), &ms);
+    let writes: Vec<_> = ahead.writes.iter().map(|w| (w.member, w.to)).collect();
+    assert_eq!(
+        writes,
+        [(0, Value::Replicas(3))],
+        "only api, not the CronJob"
+    );
+    assert_eq!(ahead.status.targets, "2/2");
+    apply_all(&mut ms, &ahead);
+    // At the transition the CronJob gets its own suspend back, with its record gone.
+    let at = plan_ahead("sleep", Count::Own, Count::Own, &ms);
+    let writes: Vec<_> = at
+        .writes
+        .iter()
+        .map(|w| (w.member, w.to, w.why.clone()))
+        .collect();
+    assert_eq!(writes, [(1, Value::Suspended(false), Why::Own)]);
+    assert!(at.writes[0].record.is_none());
+    // A numeric rise written ahead (0, then 2): the same.
+    let mut ms = vec![deployment("api", 3), cronjob("report", false)];
+    let night = plan("sleep", Count::Replicas(0), &ms);
+    apply_all(&mut ms, &night);
+    let ahead = plan_ahead("sleep", Count::Replicas(2), Count::Replicas(0), &ms);
+    let writes: Vec<_> = ahead.writes.iter().map(|w| (w.member, w.to)).collect();
+    assert_eq!(writes, [(0, Value::Replicas(2))]);
+}
+
+#[test]
 fn a_count_set_by_someone_else_while_held_becomes_the_own_count() {
     let mut ms = vec![deployment("api", 3)];
     let night = plan("sleep", Count::Replicas(0), &ms);

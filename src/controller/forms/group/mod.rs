@@ -99,7 +99,8 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
     let (listed, members) = place::all(&placing, &kinds, observed);
     let level = eval.count();
-    let plan = group::plan(&name, level, &members);
+    // A rise written ahead (warmUp) moves the workloads' counts, not a CronJob's suspend.
+    let plan = group::plan_ahead(&name, level, eval.scheduled_count(), &members);
     let previous = ctx.statuses.current(tdset);
     // Suspended, nothing is scheduled, so nothing is ordered.
     let ordered = (mode != Mode::Never).then(|| {
