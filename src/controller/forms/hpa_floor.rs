@@ -56,6 +56,16 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             return Ok(problem_outcome(p, r, recorded.status));
         }
     };
+    // KEDA makes this HPA and keeps its floor at its ScaledObject's minReplicaCount: a floor
+    // written here would be put back at once, again and again. Refused, nothing written.
+    if let Some(owner) = &hpa.scaled_object {
+        return Ok(claims::held_outcome(
+            tdset,
+            ctx,
+            managed_by_keda(r, owner),
+            r,
+        ));
+    }
     // A group's floor on it is not its own (see `group::own_floor`), nor another TDSet's.
     let own = claims::own_count(tdset, ctx, ns, r, uid.as_deref(), hpa.min(), hpa.own_min);
     let observed = Some((own, uid.as_deref()));
@@ -286,6 +296,18 @@ fn change(plan: &hpa::FloorPlan, floor_before: i32, target_before: Option<i32>) 
         to: Some(plan.floor),
         ..Scaled::from_count(from)
     })
+}
+
+/// The HPA is KEDA's: ScaledObject `owner` owns it.
+fn managed_by_keda(r: &ScaleTargetRef, owner: &str) -> Problem {
+    Problem::ManagedByKeda(format!(
+        "HorizontalPodAutoscaler {} is managed by KEDA: ScaledObject {owner} (keda.sh) owns it \
+         and sets its minReplicas from its minReplicaCount, so a floor written here would be \
+         put back at once; the operator writes nothing to it. Schedule the workload through \
+         ScaledObject {owner} instead (e.g. KEDA's cron trigger), or point spec.scaleTargetRef \
+         at an HPA that KEDA does not own",
+        r.name
+    ))
 }
 
 /// Another writer keeps setting `maxReplicas` back.
@@ -524,6 +546,7 @@ mod tests {
             current_replicas: Some(min),
             own_min: min,
             max_by_operator: false,
+            scaled_object: None,
         }
     }
 
