@@ -48,6 +48,8 @@ pub mod reason {
     pub const SCALE_NOT_SUPPORTED: &str = "ScaleNotSupported";
     pub const FORBIDDEN: &str = "Forbidden";
     pub const CONFLICTING_AUTOSCALER: &str = "ConflictingAutoscaler";
+    /// The HPA form on an HPA that KEDA makes and keeps (a ScaledObject owns it).
+    pub const MANAGED_BY_KEDA: &str = "ManagedByKeda";
     pub const INVALID_TEMPLATE: &str = "InvalidTemplate";
     pub const CONFLICTING_TDSET: &str = "ConflictingTDSet";
     pub const CONFLICTING_WRITER: &str = "ConflictingWriter";
@@ -76,6 +78,9 @@ pub enum Problem {
     Forbidden(String),
     /// An HPA scales the referenced object; the TDSet should target the HPA instead.
     ConflictingAutoscaler(String),
+    /// The referenced HPA is KEDA's (a ScaledObject owns it): KEDA sets its floor, and would
+    /// put back any other at once. Nothing is written to it.
+    ManagedByKeda(String),
     /// Another TDSet holds the workload (the older claim, or its owner).
     ConflictingTDSet(String),
     /// Some of a group's workloads are held elsewhere (another TDSet, their own controller):
@@ -106,6 +111,7 @@ impl Problem {
             Problem::ScaleNotSupported(_) => reason::SCALE_NOT_SUPPORTED,
             Problem::Forbidden(_) => reason::FORBIDDEN,
             Problem::ConflictingAutoscaler(_) => reason::CONFLICTING_AUTOSCALER,
+            Problem::ManagedByKeda(_) => reason::MANAGED_BY_KEDA,
             Problem::ConflictingTDSet(_) | Problem::PartlyHeldElsewhere(_) => {
                 reason::CONFLICTING_TDSET
             }
@@ -140,6 +146,7 @@ impl Problem {
             | Problem::ScaleNotSupported(m)
             | Problem::Forbidden(m)
             | Problem::ConflictingAutoscaler(m)
+            | Problem::ManagedByKeda(m)
             | Problem::ConflictingTDSet(m)
             | Problem::PartlyHeldElsewhere(m)
             | Problem::ConflictingWriter(m)
@@ -645,6 +652,7 @@ mod tests {
             ramp: None,
             ceiling: None,
             ahead_of: None,
+            scheduled: 4,
         };
         let ok = next_status(&inputs(None, &eval, None, "2026-01-01T00:00:00Z"));
         let p = Problem::ApiError("connection refused".into());
@@ -681,6 +689,7 @@ mod tests {
             ramp: None,
             ceiling: None,
             ahead_of: None,
+            scheduled: replicas,
         }
     }
 

@@ -291,3 +291,51 @@ async fn a_tier_that_never_gets_ready_is_passed_over_after_its_timeout_and_said(
     assert!(op.counter("tdset_group_tier_timeouts_total") >= 1.0);
     ns.cleanup().await;
 }
+
+/// An HPA is in the tier of the workload it scales, matched by kind and name: a StatefulSet
+/// `db` in the data tier with its HPA, beside an untiered Deployment also named `db`. Waking,
+/// the data tier's HPA floor is written with its tier, so the tier gets there and the next
+/// one follows (the first version put the HPA in the Deployment's tier, held its floor back
+/// behind the data tier that waited for it, and the data tier waited out `tierTimeout`).
+#[tokio::test]
+async fn an_hpa_wakes_in_the_tier_of_its_own_workload_not_of_a_same_named_one() {
+    let (client, ns) = setup("group-order-hpa").await;
+    let n = &ns.name;
+    let recorder = Recorder::start(&client, n);
+    let _: k8s_openapi::api::apps::v1::StatefulSet = create_object(
+        &client,
+        n,
+        json!({
+            "metadata": {"name": "db", "labels": {"app": "db-sts", "env": "dev", "tier": "data"}},
+            "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db-sts"}},
+                     "template": {"metadata": {"labels": {"app": "db-sts"}},
+                                  "spec": {"containers": [{"name": "app", "image": "redis:7"}]}}}
+        }),
+    )
+    .await;
+    let mut hpa = hpa("db", "db", 1, 5);
+    hpa["spec"]["scaleTargetRef"]["kind"] = json!("StatefulSet");
+    let _: k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler =
+        create_object(&client, n, hpa).await;
+    let _: Deployment = create_object(&client, n, workload("db", None, 1, "1s")).await;
+    let clock = SystemClock::starting_at(utc(T0));
+    let _op = Operator::start(&client, n, clock, None, "test");
+    // Asleep until T0+15s, 2 of each after it; a tier is waited for far longer than the test.
+    let mut env = environment(&[(-60, 15)], Some("1h"));
+    env["scaleTargetSelector"]["kinds"] = json!(["Deployment", "StatefulSet"]);
+    env["defaultReplica"] = json!(2);
+    create_tdset(&client, n, &tdset("env", env)).await;
+    recorder.until(0, "db", "asleep", |spec, _| spec == 0).await;
+
+    // Waking: the StatefulSet's floor of 2 is its tier's, so the data tier gets there and the
+    // Deployment db, in the last tier, follows.
+    let mark = recorder.log().len();
+    recorder
+        .until(mark, "db", "set to 2", |spec, _| spec == 2)
+        .await;
+    let sts: k8s_openapi::api::apps::v1::StatefulSet =
+        Api::namespaced(client.clone(), n).get("db").await.unwrap();
+    let ready = sts.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    assert!(ready >= 2, "the data tier was passed over: {ready} ready");
+    ns.cleanup().await;
+}

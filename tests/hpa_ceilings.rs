@@ -444,3 +444,59 @@ async fn a_ceiling_the_owner_set_after_a_takeover_is_left_to_the_owner() {
     op.stop().await;
     ns.cleanup().await;
 }
+
+/// A scale-up the HPA's own ceiling clamps (a floor of 10 asked, `maxReplicas` 5): what the
+/// workload can reach is 5, so its history entry is ready once 5 replicas are, and a
+/// Measured warm-up takes its time to Ready as a sample (the first version waited for 10
+/// forever: "not yet" in `kubectl tdset history`, and no sample ever).
+#[tokio::test]
+async fn a_scale_up_clamped_by_the_hpas_ceiling_is_ready_at_the_ceiling_and_measured() {
+    let (client, ns) = setup("ceil-clamped-ready").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, app_deployment("web", 2)).await;
+    let _: HorizontalPodAutoscaler = create_object(&client, n, hpa("web", "web", 2, 5)).await;
+    let t0 = utc("2026-05-01T12:00:00Z");
+    let rise = t0 + chrono::Duration::seconds(5);
+    let op = Operator::start(&client, n, SystemClock::starting_at(t0), None, "test");
+    let spec = json!({
+        "scaleTargetRef": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "name": "web"},
+        "schedulingConfig": [],
+        "defaultReplica": 2,
+        "overrides": [{"start": rise.to_rfc3339(), "end": (t0 + chrono::Duration::hours(1)).to_rfc3339(),
+                       "replica": 10, "reason": "launch"}],
+        "warmUp": {"mode": "Measured"},
+        "intervalMint": 1
+    });
+    create_tdset(&client, n, &tdset("sched", spec)).await;
+    hpa_at(&client, n, "web", 5, 5).await;
+    let t = object_where(
+        &client,
+        n,
+        "sched",
+        "the clamped scale-up seen ready",
+        |t: &TDSet| {
+            t.status.as_ref().is_some_and(|s| {
+                s.history
+                    .iter()
+                    .any(|e| utc(&e.at) == rise && e.ready_at.is_some())
+            })
+        },
+    )
+    .await;
+    let status = t.status.unwrap();
+    let entry = status.history.iter().find(|e| utc(&e.at) == rise).unwrap();
+    assert_eq!((entry.from, entry.to), (Some(2), Some(5)), "{entry:?}");
+    let warm_up = object_where(&client, n, "sched", "a sample", |t: &TDSet| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.warm_up.as_ref())
+            .is_some_and(|w| !w.samples.is_empty())
+    })
+    .await
+    .status
+    .and_then(|s| s.warm_up)
+    .unwrap();
+    assert_eq!(warm_up.basis, tdset_operator::api::LeadBasis::Measured);
+    op.stop().await;
+    ns.cleanup().await;
+}

@@ -268,3 +268,79 @@ async fn a_measured_lead_learns_the_time_to_ready_and_serves_at_the_transition()
     );
     ns.cleanup().await;
 }
+
+/// A group waking with a lead: its Deployment is written ahead, so that it serves at the
+/// transition, but its CronJob's suspend is no capacity to warm up: it follows the schedule
+/// and is lifted at the transition, not with the lead (the first version lifted it with the
+/// lead, so jobs could be created before the window began).
+#[tokio::test]
+async fn a_waking_groups_cronjob_is_unsuspended_at_the_transition_not_ahead() {
+    use k8s_openapi::api::batch::v1::CronJob;
+    let (client, ns) = setup("warm-up-cron").await;
+    let n = &ns.name;
+    let mut api = app_deployment("api", 1);
+    api["metadata"]["labels"]["env"] = json!("dev");
+    let _: Deployment = create_object(&client, n, api).await;
+    let _: CronJob = create_object(
+        &client,
+        n,
+        json!({
+            "metadata": {"name": "report", "labels": {"env": "dev"}},
+            "spec": {"schedule": "0 3 * * *",
+                     "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                         "containers": [{"name": "job", "image": "busybox", "command": ["true"]}]}}}}}
+        }),
+    )
+    .await;
+    let clock = SystemClock::starting_at(utc(T0));
+    let _op = Operator::start(&client, n, clock, None, "test");
+    // Asleep until T0+12s, each workload's own count (the level `own`) after it.
+    let spec = json!({
+        "scaleTargetSelector": {"kinds": ["Deployment", "CronJob"],
+                                "selector": {"matchLabels": {"env": "dev"}}},
+        "schedulingConfig": [],
+        "overrides": [{"start": at(-60).to_rfc3339(), "end": at(12).to_rfc3339(),
+                       "replica": 0, "reason": "night"}],
+        "warmUp": {"mode": "Fixed", "lead": "6s"},
+    });
+    create_tdset(&client, n, &tdset("env", spec)).await;
+    let suspended = |c: &CronJob| c.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+    object_where(&client, n, "report", "CronJob report suspended", suspended).await;
+    deployment_at(&client, n, "api", 0).await;
+
+    // The Deployment is written ahead of the transition...
+    let tdsets = Api::<TDSet>::namespaced(client.clone(), n);
+    let woken = eventually(GUARD, "the wake-up written ahead", || async {
+        let t = tdsets.get_status("env").await.ok()?;
+        (t.status?.history.into_iter())
+            .filter(|e| utc(&e.at) == at(12) && e.applied_at.is_some())
+            .min_by_key(applied)
+    })
+    .await;
+    assert!(applied(&woken) < at(12), "{woken:?}");
+    deployment_at(&client, n, "api", 1).await;
+    // ...the CronJob not: read before the transition, it is still suspended.
+    let report: CronJob = Api::namespaced(client.clone(), n)
+        .get("report")
+        .await
+        .unwrap();
+    if tdset_operator::clock::Clock::now(&clock) < at(12) {
+        let suspend = report.spec.as_ref().and_then(|s| s.suspend);
+        assert!(suspended(&report), "unsuspended ahead: suspend={suspend:?}");
+    }
+    // Its own change, lifted at the transition: recorded there, applied at or after it.
+    object_where(
+        &client,
+        n,
+        "report",
+        "CronJob report running",
+        |c: &CronJob| !suspended(c),
+    )
+    .await;
+    let lifted = entry_where(&client, n, "env", "the CronJob's change", |e| {
+        utc(&e.at) == at(12) && e.to == Some(2) && e.applied_at.is_some()
+    })
+    .await;
+    assert!(applied(&lifted) >= at(12), "{lifted:?}");
+    ns.cleanup().await;
+}

@@ -674,6 +674,86 @@ async fn a_sleeping_hpa_target_is_woken_when_the_hpa_is_pointed_elsewhere() {
     ns.cleanup().await;
 }
 
+/// An HPA deleted while its target sleeps and created again under its name for another
+/// workload: the new object (another uid) is not the one the record was made of, but the
+/// workload put to sleep through the old one is still asleep, and is woken to the floor the
+/// old HPA had; the schedule goes on with the new HPA's target.
+#[tokio::test]
+async fn a_sleeping_hpa_target_is_woken_when_its_hpa_is_created_again_for_another_workload() {
+    let (client, ns) = setup("wl-hpa-again").await;
+    let n = &ns.name;
+    web_with_hpa(&client, n, "web-hpa").await;
+    let _: Deployment = create_object(&client, n, app_deployment("web-v2", 3)).await;
+    create_tdset(&client, n, &floor_of("web-hpa", 0)).await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T20:00:00Z"));
+    let op = Operator::start(&client, n, clock, None, "test");
+    deployment_at(&client, n, "web", 0).await;
+
+    let hpas = Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), n);
+    hpas.delete("web-hpa", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(GUARD, "HPA web-hpa gone", || async {
+        matches!(hpas.get_opt("web-hpa").await, Ok(None)).then_some(())
+    })
+    .await;
+    let _: HorizontalPodAutoscaler =
+        create_object(&client, n, hpa("web-hpa", "web-v2", 3, 10)).await;
+    // The new HPA's target follows the schedule (0 at night)...
+    deployment_at(&client, n, "web-v2", 0).await;
+    // ...and the one the old HPA scaled is not left at 0: woken to that HPA's own floor (2).
+    deployment_at(&client, n, "web", 2).await;
+    // Deleted, the TDSet wakes the one asleep now (to the new HPA's floor), web stays awake.
+    delete_tdset_and_wait(&client, n, "sched").await;
+    deployment_at(&client, n, "web-v2", 3).await;
+    deployment_at(&client, n, "web", 2).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// An HPA that a KEDA ScaledObject owns: KEDA sets its `minReplicas` from the ScaledObject
+/// and would revert the schedule's floor at once, again and again. The TDSet refuses it with
+/// a reason of its own and a Warning naming the ScaledObject, and never writes the HPA.
+#[tokio::test]
+async fn an_hpa_a_keda_scaled_object_owns_is_refused_and_never_written() {
+    let (client, ns) = setup("wl-hpa-keda").await;
+    let n = &ns.name;
+    let _: Deployment = create_object(&client, n, app_deployment("web", 2)).await;
+    let owner = scaled_object(&client, n, "web", "web").await;
+    let mut made = hpa("keda-hpa-web", "web", 2, 10);
+    made["metadata"]["ownerReferences"] = json!([owner]);
+    let _: HorizontalPodAutoscaler = create_object(&client, n, made).await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(&client, n, &floor_of("keda-hpa-web", 1)).await;
+
+    let message = degraded_for(&client, n, "sched", "ManagedByKeda").await;
+    assert!(message.contains("ScaledObject web"), "{message}");
+    wait_for_event(&client, n, "sched", |(ty, r, m)| {
+        ty == "Warning" && r == "ManagedByKeda" && m.contains("ScaledObject web")
+    })
+    .await;
+    // Deleted, it lets go of nothing it never held: neither the HPA nor its workload was
+    // ever written by the operator.
+    delete_tdset_and_wait(&client, n, "sched").await;
+    let h: HorizontalPodAutoscaler = Api::namespaced(client.clone(), n)
+        .get("keda-hpa-web")
+        .await
+        .unwrap();
+    assert_eq!(h.spec.as_ref().and_then(|s| s.min_replicas), Some(2));
+    let d: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    for managed in [&h.metadata.managed_fields, &d.metadata.managed_fields] {
+        let managers: Vec<String> = (managed.iter().flatten())
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        assert!(
+            !managers.contains(&"tdset-operator".to_string()),
+            "{managers:?}"
+        );
+    }
+    op.stop().await;
+    ns.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_deployment_an_hpa_scales_is_not_fought_over() {
     let (client, ns) = setup("wl-conflict").await;

@@ -314,6 +314,12 @@ mod tests {
         let (eval, next, _) = s.led_at(utc("2026-05-04T08:56:00Z"), lead);
         assert_eq!((eval.replicas, eval.ceiling), (10, Some(5)));
         assert_eq!(eval.ahead_of.map(|t| t.at), Some(nine));
+        // What the schedule itself sets meanwhile is kept beside the count written ahead.
+        assert_eq!(eval.scheduled_count(), Count::Replicas(2));
+        assert_eq!(
+            s.evaluate_led(utc("2026-05-04T08:56:00Z"), lead).scheduled,
+            2
+        );
         assert_eq!(next.map(|t| t.at), Some(utc("2026-05-04T08:58:00Z")));
         assert_eq!(
             s.next_led_write(utc("2026-05-04T08:00:00Z"), lead),

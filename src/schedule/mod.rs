@@ -143,12 +143,21 @@ pub struct Evaluation {
     /// The rise `replicas` is written ahead of (`warmUp`, see `lead.rs`): then `replicas` is
     /// that transition's count, not yet the schedule's.
     pub ahead_of: Option<Transition>,
+    /// The count the schedule sets at this instant, `R(t)`: `replicas` before a rise written
+    /// ahead replaced it (`ahead_of`). What follows the schedule rather than the lead reads
+    /// it (a group's CronJobs: their suspend is no capacity to warm up).
+    pub scheduled: i32,
 }
 
 impl Evaluation {
     /// The count the operator sets, or `own`.
     pub fn count(&self) -> Count {
         Count::of(self.replicas)
+    }
+
+    /// The count the schedule sets now, or `own`, whatever a lead writes ahead.
+    pub fn scheduled_count(&self) -> Count {
+        Count::of(self.scheduled)
     }
 
     /// Why the count is what it is, in a few words (for Events and preview).
@@ -377,6 +386,7 @@ impl Schedule {
             ramp: phase,
             ceiling: level.ceiling,
             ahead_of: None,
+            scheduled: replicas,
         }
     }
 

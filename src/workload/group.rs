@@ -362,8 +362,18 @@ pub struct Plan {
     pub status: GroupStatus,
 }
 
-/// What to write to each member for `level`, as TDSet `me`.
+/// What to write to each member for `level`, as TDSet `me`, when nothing is written ahead
+/// and nothing bounds what it takes (see `plan_within`).
+pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
+    plan_within(me, level, level, members, usize::MAX)
+}
+
+/// What to write to each member for `level`, as TDSet `me`, while the schedule itself is at
+/// `scheduled` (a rise written ahead of its transition, `warmUp`, has `level` above it), taking
+/// no workload past `room` held in all.
 ///
+/// - A CronJob follows `scheduled`, never the lead: its suspend is no capacity to warm up,
+///   and lifted early it would let jobs start before the window does.
 /// - A held workload goes to the level's value; its own count is the record's (or, where the
 ///   value now differs from what the record says was set, the value now), or, without a
 ///   record, the value now. A change is recorded in the same write.
@@ -371,15 +381,16 @@ pub struct Plan {
 /// - A workload that carries this TDSet's record but is no longer held is released too.
 /// - Nothing else is written: not an excluded workload, not one held elsewhere, not one
 ///   carrying another TDSet's record while not held.
-pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
-    plan_within(me, level, members, usize::MAX)
-}
-
-/// `plan`, taking no workload past `room` held in all: what the TDSet holds is listed by its
-/// label, at most `room` objects a reconcile (`--group-max-workloads`), and a workload held
-/// but not read would never be given its own count back. One past it runs as it is, and is
-/// said in the status.
-pub fn plan_within(me: &str, level: Count, members: &[Member], room: usize) -> Plan {
+/// - What the TDSet holds is listed by its label, at most `room` objects a reconcile
+///   (`--group-max-workloads`), and a workload held but not read would never be given its own
+///   count back: one it would take past `room` runs as it is, and is said in the status.
+pub fn plan_within(
+    me: &str,
+    level: Count,
+    scheduled: Count,
+    members: &[Member],
+    room: usize,
+) -> Plan {
     let holding = (members.iter())
         .filter(|m| m.record.as_ref().is_some_and(|r| r.holder == me))
         .count();
@@ -432,6 +443,7 @@ pub fn plan_within(me: &str, level: Count, members: &[Member], room: usize) -> P
             // Its HPA carries any count but 0.
             (Count::Replicas(n), Some(_), _) if n > 0 => Count::Own,
             (Count::Replicas(n), _, Some((_, max))) => Count::Replicas(n.min(*max)),
+            _ if matches!(own, Value::Suspended(_)) => scheduled,
             _ => level,
         };
         let to = Value::at(effective, own);

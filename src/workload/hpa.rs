@@ -33,6 +33,20 @@ pub struct HpaView {
     /// `managedFields`; false where they were not read): the ceiling on the HPA is then a
     /// TDSet's, not one its owner set since.
     pub max_by_operator: bool,
+    /// The KEDA ScaledObject that owns it, if one does (`scaled_object_of`).
+    pub scaled_object: Option<String>,
+}
+
+/// The KEDA ScaledObject among an HPA's owners (`keda.sh`, kind ScaledObject), by name. KEDA
+/// makes that HPA and keeps its `minReplicas` at the ScaledObject's `minReplicaCount`: a
+/// floor written by anyone else is put back at once, so the HPA form refuses such an HPA.
+pub fn scaled_object_of(
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> Option<String> {
+    owners
+        .iter()
+        .find(|o| o.kind == "ScaledObject" && o.api_version.split('/').next() == Some("keda.sh"))
+        .map(|o| o.name.clone())
 }
 
 /// Whether `ours` owns `spec.maxReplicas` in `managed` (an HPA's `managedFields`).
@@ -200,7 +214,43 @@ mod tests {
             current_replicas: Some(3),
             own_min: min.unwrap_or(1),
             max_by_operator: false,
+            scaled_object: None,
         }
+    }
+
+    #[test]
+    fn an_hpa_a_keda_scaled_object_owns_is_told_by_its_owner() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let owner = |api_version: &str, kind: &str, name: &str| OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        assert_eq!(scaled_object_of(&[]), None);
+        assert_eq!(
+            scaled_object_of(&[owner("keda.sh/v1alpha1", "ScaledObject", "web")]),
+            Some("web".into())
+        );
+        // Whatever its version, and beside other owners.
+        assert_eq!(
+            scaled_object_of(&[
+                owner("v1", "ConfigMap", "settings"),
+                owner("keda.sh/v1", "ScaledObject", "api")
+            ]),
+            Some("api".into())
+        );
+        // Another group's ScaledObject, or another kind of KEDA's, is not it.
+        assert_eq!(
+            scaled_object_of(&[owner("example.com/v1", "ScaledObject", "web")]),
+            None
+        );
+        assert_eq!(
+            scaled_object_of(&[owner("keda.sh/v1alpha1", "ScaledJob", "web")]),
+            None
+        );
     }
 
     #[test]

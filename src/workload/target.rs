@@ -86,6 +86,7 @@ mod tests {
             current_replicas: None,
             own_min: 1,
             max_by_operator: false,
+            scaled_object: None,
         }
     }
 

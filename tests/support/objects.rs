@@ -151,6 +151,66 @@ pub async fn install_widget_crd(client: &Client) -> kube::api::ApiResource {
     )
 }
 
+/// KEDA's ScaledObject kind (`keda.sh/v1alpha1`), its schema left open: enough to own the
+/// HPAs a test makes the way KEDA does.
+pub async fn install_scaled_object_crd(client: &Client) {
+    let name = "scaledobjects.keda.sh";
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {"group": "keda.sh", "scope": "Namespaced",
+                 "names": {"plural": "scaledobjects", "singular": "scaledobject", "kind": "ScaledObject"},
+                 "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                     "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .expect("the ScaledObject CRD");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        name,
+        &PatchParams::apply("tdset-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("applying the ScaledObject CRD");
+    tokio::time::timeout(
+        GUARD,
+        await_condition(api, name, conditions::is_crd_established()),
+    )
+    .await
+    .expect("the ScaledObject CRD established")
+    .expect("watching the ScaledObject CRD");
+}
+
+/// A KEDA ScaledObject `name` over Deployment `target` (nothing acts on it: KEDA does not
+/// run), and the ownerReference KEDA puts on the HPA it makes for it.
+pub async fn scaled_object(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    target: &str,
+) -> serde_json::Value {
+    install_scaled_object_crd(client).await;
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    );
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"name": target}, "minReplicaCount": 2, "maxReplicaCount": 10}
+    }))
+    .expect("a ScaledObject");
+    let created = api
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("creating the ScaledObject");
+    serde_json::json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": name,
+        "uid": created.metadata.uid, "controller": true, "blockOwnerDeletion": true
+    })
+}
+
 /// Refuses a scale of Deployments in `ns` to `replicas`, as an admission policy would.
 pub struct RefuseScale {
     client: kube::Client,

@@ -56,6 +56,16 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             return Ok(problem_outcome(p, r, recorded.status));
         }
     };
+    // KEDA makes this HPA and keeps its floor at its ScaledObject's minReplicaCount: a floor
+    // written here would be put back at once, again and again. Refused, nothing written.
+    if let Some(owner) = &hpa.scaled_object {
+        return Ok(claims::held_outcome(
+            tdset,
+            ctx,
+            managed_by_keda(r, owner),
+            r,
+        ));
+    }
     // A group's floor on it is not its own (see `group::own_floor`), nor another TDSet's.
     let own = claims::own_count(tdset, ctx, ns, r, uid.as_deref(), hpa.min(), hpa.own_min);
     let observed = Some((own, uid.as_deref()));
@@ -94,7 +104,12 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         .clone()
         .filter(|a| !asleep_is(a, &target.reference, target.uid.as_deref()))
     {
-        let to = record.status.original_replicas.unwrap_or(1).max(1);
+        // To the floor of the HPA it was put to sleep through (one of its name since
+        // replaced: that one's, as recorded).
+        let to = (record.asleep_floor.take())
+            .or(record.status.original_replicas)
+            .unwrap_or(1)
+            .max(1);
         match wake_asleep(ctx, ns, &left, to).await? {
             Ok(Some(done)) => turn.events.push(note(
                 tdset,
@@ -254,29 +269,45 @@ async fn apply(
             record.status.asleep = None;
         }
     }
-    // The count before: the target's when it was put to sleep or woken, else the floor's.
-    let scaled = plan
-        .scale_target
-        .map(|_| target_before.unwrap_or(0))
-        .or(plan
-            .min_replicas
-            .filter(|_| plan.floor > 0)
-            .map(|_| floor_before));
+    let scaled = change(&plan, floor_before, target_before);
     let fight = ctx.contest(&key, |c| c.fight(now));
-    let mut out = outcome(
-        r,
-        &hpa,
-        record,
-        target,
-        &plan,
-        scaled.map(Scaled::from_count),
-    );
+    let mut out = outcome(r, &hpa, record, target, &plan, scaled);
     if fight.is_some() && out.problem.is_none() {
         out.problem = Some(conflicting_ceiling_writer(r));
     }
     out.retry = out.retry.or(retry);
     out.ceiling = ceiling.in_force.map(|c| c.max(eval.replicas).max(1));
     Ok(out)
+}
+
+/// The change of count the plan's writes made, for `status.history`. The count before: the
+/// target's when it was put to sleep or woken, else the floor's. The count after: the floor in
+/// force, what the workload can reach (a count above the HPA's ceiling is clamped to it), not
+/// the count the schedule asked for: a scale-up is ready, and timed, once that many are.
+fn change(plan: &hpa::FloorPlan, floor_before: i32, target_before: Option<i32>) -> Option<Scaled> {
+    let from = plan
+        .scale_target
+        .map(|_| target_before.unwrap_or(0))
+        .or(plan
+            .min_replicas
+            .filter(|_| plan.floor > 0)
+            .map(|_| floor_before))?;
+    Some(Scaled {
+        to: Some(plan.floor),
+        ..Scaled::from_count(from)
+    })
+}
+
+/// The HPA is KEDA's: ScaledObject `owner` owns it.
+fn managed_by_keda(r: &ScaleTargetRef, owner: &str) -> Problem {
+    Problem::ManagedByKeda(format!(
+        "HorizontalPodAutoscaler {} is managed by KEDA: ScaledObject {owner} (keda.sh) owns it \
+         and sets its minReplicas from its minReplicaCount, so a floor written here would be \
+         put back at once; the operator writes nothing to it. Schedule the workload through \
+         ScaledObject {owner} instead (e.g. KEDA's cron trigger), or point spec.scaleTargetRef \
+         at an HPA that KEDA does not own",
+        r.name
+    ))
 }
 
 /// Another writer keeps setting `maxReplicas` back.
@@ -495,4 +526,49 @@ pub(crate) async fn wake_asleep(
         return Ok(Err(p));
     }
     Ok(Ok(Some(format!("woke {} to {to} replicas", asleep.target))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::hpa::plan;
+
+    fn hpa(min: i32, max: i32) -> HpaView {
+        HpaView {
+            name: "web".into(),
+            min_replicas: Some(min),
+            max_replicas: max,
+            target: ScaleTargetRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "web".into(),
+            },
+            current_replicas: Some(min),
+            own_min: min,
+            max_by_operator: false,
+            scaled_object: None,
+        }
+    }
+
+    #[test]
+    fn a_rise_clamped_by_the_hpas_ceiling_goes_to_what_the_workload_can_reach() {
+        // 10 asked, maxReplicas 5: the floor, and the change, go from 2 to 5.
+        let h = hpa(2, 5);
+        let p = plan(10, None, None, &h, Some(2));
+        assert_eq!(p.clamped_from, Some(10));
+        let c = change(&p, h.min(), Some(2)).unwrap();
+        assert_eq!((c.from, c.to, c.landed), (2, Some(5), true));
+        // Woken from 0 under the same ceiling: from the target's 0 to 5.
+        let c = change(&plan(10, None, None, &h, Some(0)), h.min(), Some(0)).unwrap();
+        assert_eq!((c.from, c.to), (0, Some(5)));
+        // Put to sleep: from the target's count to 0.
+        let c = change(&plan(0, None, None, &h, Some(4)), h.min(), Some(4)).unwrap();
+        assert_eq!((c.from, c.to), (4, Some(0)));
+        // Already at the clamped floor: no write, no change.
+        let at = hpa(5, 5);
+        assert_eq!(
+            change(&plan(10, None, None, &at, Some(5)), 5, Some(5)),
+            None
+        );
+    }
 }

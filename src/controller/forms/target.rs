@@ -7,7 +7,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use tracing::debug;
 
-use crate::api::{ScaleTargetRef, TDSet, TDSetStatus, TargetStatus};
+use crate::api::{Asleep, ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::io::target::is_watched;
 use crate::controller::io::tdset::write_target_now;
 use crate::controller::state::{Context, Outcome};
@@ -24,6 +24,27 @@ const LOOK_AGAIN: Duration = Duration::from_secs(15);
 pub(crate) struct Record {
     pub status: TargetStatus,
     pub durable: bool,
+    /// When `status.asleep` comes from the record of an object of this name since replaced
+    /// (see `left_asleep`): that object's own floor, what the workload is woken to.
+    pub asleep_floor: Option<i32>,
+}
+
+/// What the record of `r` (`field`, the object `uid` now) takes over from `old`, a record of
+/// an object of the same name that was deleted and created again since (another uid): none
+/// of its counts (they were the old object's), but a workload this TDSet put to sleep
+/// through it, which still sleeps and which nobody else would wake, with the old object's
+/// own floor to wake it to. `None` when `old` is of this very object, or left none asleep.
+pub(crate) fn left_asleep(
+    old: &TargetStatus,
+    r: &ScaleTargetRef,
+    field: &str,
+    uid: Option<&str>,
+) -> Option<(Asleep, Option<i32>)> {
+    let replaced = old.names(r)
+        && old.field == field
+        && matches!((old.uid.as_deref(), uid), (Some(a), Some(b)) if a != b);
+    let asleep = old.asleep.clone().filter(|_| replaced)?;
+    Some((asleep, old.original_replicas))
 }
 
 /// What status says about the target. The original count is kept from the first takeover
@@ -32,7 +53,8 @@ pub(crate) struct Record {
 /// operator may list a revision from before the status that recorded it, and would otherwise
 /// take the count it set itself for the original. `observed` is the count to take for the
 /// original if none is recorded (the field's value now, or the own count a group recorded on
-/// the object it held) and the object's uid.
+/// the object it held) and the object's uid. A new record for an object that replaced one of
+/// its name keeps the workload left asleep through the old one (`left_asleep`).
 pub(crate) async fn target_status(
     tdset: &TDSet,
     ctx: &Context,
@@ -50,24 +72,29 @@ pub(crate) async fn target_status(
                 _ => true,
             }
     };
-    let recorded = |status: Option<TDSetStatus>| {
-        status
-            .and_then(|s| s.target)
+    let recorded = |target: Option<&TargetStatus>| {
+        target
             .filter(|t| same(t) && t.original_replicas.is_some())
+            .cloned()
     };
     // A record only queued in the lane is known, not durable: a crash loses it.
-    let mut found = recorded(ctx.statuses.durable(tdset));
+    let durable = ctx.statuses.durable(tdset).and_then(|s| s.target);
+    let mut found = recorded(durable.as_ref());
+    let mut live = None;
     if found.is_none() {
-        let live = Api::<TDSet>::namespaced(ctx.client.clone(), ns)
+        live = Api::<TDSet>::namespaced(ctx.client.clone(), ns)
             .get(&tdset.name_any())
             .await
             .map_err(Error::kube(format!(
                 "reading TDSet {ns}/{}",
                 tdset.name_any()
-            )))?;
-        found = recorded(live.status);
+            )))?
+            .status
+            .and_then(|s| s.target);
+        found = recorded(live.as_ref());
     }
-    let queued = recorded(ctx.statuses.current(tdset));
+    let current = ctx.statuses.current(tdset).and_then(|s| s.target);
+    let queued = recorded(current.as_ref());
     Ok(match (found, queued) {
         // What this operator decided last, not yet known durable, differs from the durable
         // record (a field set and cleared since, `originalMaxReplicas` or `asleep`, when the
@@ -79,6 +106,7 @@ pub(crate) async fn target_status(
                 ..q
             },
             durable: false,
+            asleep_floor: None,
         },
         (Some(t), _) => Record {
             status: TargetStatus {
@@ -86,6 +114,7 @@ pub(crate) async fn target_status(
                 ..t
             },
             durable: true,
+            asleep_floor: None,
         },
         // Recorded before this operator changed anything, not yet written: still the original.
         (None, Some(t)) => Record {
@@ -94,20 +123,30 @@ pub(crate) async fn target_status(
                 ..t
             },
             durable: false,
+            asleep_floor: None,
         },
-        (None, None) => Record {
-            status: TargetStatus {
-                api_version: r.api_version.clone(),
-                kind: r.kind.clone(),
-                name: r.name.clone(),
-                uid: uid.map(String::from),
-                field: field.into(),
-                original_replicas: observed.map(|(count, _)| count),
-                original_max_replicas: None,
-                asleep: None,
-            },
-            durable: false,
-        },
+        (None, None) => {
+            // The newest record first: what this operator decided last.
+            let left = [current, durable, live]
+                .iter()
+                .flatten()
+                .find_map(|old| left_asleep(old, r, field, uid));
+            let (asleep, asleep_floor) = left.unzip();
+            Record {
+                status: TargetStatus {
+                    api_version: r.api_version.clone(),
+                    kind: r.kind.clone(),
+                    name: r.name.clone(),
+                    uid: uid.map(String::from),
+                    field: field.into(),
+                    original_replicas: observed.map(|(count, _)| count),
+                    original_max_replicas: None,
+                    asleep,
+                },
+                durable: false,
+                asleep_floor: asleep_floor.flatten(),
+            }
+        }
     })
 }
 
@@ -144,5 +183,79 @@ pub(crate) fn problem_outcome(p: Problem, r: &ScaleTargetRef, target: TargetStat
         target: Some(target),
         retry,
         ..Outcome::missing(missing, Some(p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hpa_ref() -> ScaleTargetRef {
+        ScaleTargetRef {
+            api_version: "autoscaling/v2".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            name: "web-hpa".into(),
+        }
+    }
+
+    /// HPA web-hpa (uid `uid`, own floor 2) put Deployment web to sleep.
+    fn record_of(uid: &str) -> TargetStatus {
+        TargetStatus {
+            api_version: "autoscaling/v2".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            name: "web-hpa".into(),
+            uid: Some(uid.into()),
+            field: "spec.minReplicas".into(),
+            original_replicas: Some(2),
+            original_max_replicas: Some(10),
+            asleep: Some(Asleep {
+                target: ScaleTargetRef {
+                    api_version: "apps/v1".into(),
+                    kind: "Deployment".into(),
+                    name: "web".into(),
+                },
+                uid: Some("uid-web".into()),
+            }),
+        }
+    }
+
+    #[test]
+    fn an_hpa_created_again_keeps_the_workload_left_asleep_through_the_old_one() {
+        let old = record_of("uid-1");
+        let (asleep, floor) =
+            left_asleep(&old, &hpa_ref(), "spec.minReplicas", Some("uid-2")).unwrap();
+        assert_eq!(asleep, old.asleep.clone().unwrap());
+        assert_eq!(floor, Some(2), "woken to the old HPA's own floor");
+        // The same object: its record is kept whole, nothing to take over.
+        assert_eq!(
+            left_asleep(&old, &hpa_ref(), "spec.minReplicas", Some("uid-1")),
+            None
+        );
+        // Not known to be another object (gone, or read without its uid): the record stays.
+        assert_eq!(
+            left_asleep(&old, &hpa_ref(), "spec.minReplicas", None),
+            None
+        );
+        // Nothing asleep, another name or another field: nothing to take over.
+        let awake = TargetStatus {
+            asleep: None,
+            ..old.clone()
+        };
+        assert_eq!(
+            left_asleep(&awake, &hpa_ref(), "spec.minReplicas", Some("uid-2")),
+            None
+        );
+        let other = ScaleTargetRef {
+            name: "api-hpa".into(),
+            ..hpa_ref()
+        };
+        assert_eq!(
+            left_asleep(&old, &other, "spec.minReplicas", Some("uid-2")),
+            None
+        );
+        assert_eq!(
+            left_asleep(&old, &hpa_ref(), "spec.replicas", Some("uid-2")),
+            None
+        );
     }
 }

@@ -333,6 +333,7 @@ pub(crate) fn hpa_view(h: &HorizontalPodAutoscaler) -> Option<HpaView> {
             .managed_fields
             .as_deref()
             .is_some_and(|m| hpa::max_managed_by(m, FIELD_MANAGER)),
+        scaled_object: hpa::scaled_object_of(h.owner_references()),
     })
 }
 

@@ -89,6 +89,45 @@ fn a_boundary_records_the_own_count_in_the_same_write_and_the_end_gives_it_back(
 }
 
 #[test]
+fn a_rise_written_ahead_wakes_the_workloads_but_leaves_a_cronjob_to_its_transition() {
+    let mut ms = vec![deployment("api", 3), cronjob("report", false)];
+    let night = plan("sleep", Count::Replicas(0), &ms);
+    apply_all(&mut ms, &night);
+    // warmUp: the wake-up to `own` is written ahead while the schedule still says 0.
+    let ahead = plan_within("sleep", Count::Own, Count::Replicas(0), &ms, usize::MAX);
+    let writes: Vec<_> = ahead.writes.iter().map(|w| (w.member, w.to)).collect();
+    assert_eq!(
+        writes,
+        [(0, Value::Replicas(3))],
+        "only api, not the CronJob"
+    );
+    assert_eq!(ahead.status.targets, "2/2");
+    apply_all(&mut ms, &ahead);
+    // At the transition the CronJob gets its own suspend back, with its record gone.
+    let at = plan_within("sleep", Count::Own, Count::Own, &ms, usize::MAX);
+    let writes: Vec<_> = at
+        .writes
+        .iter()
+        .map(|w| (w.member, w.to, w.why.clone()))
+        .collect();
+    assert_eq!(writes, [(1, Value::Suspended(false), Why::Own)]);
+    assert!(at.writes[0].record.is_none());
+    // A numeric rise written ahead (0, then 2): the same.
+    let mut ms = vec![deployment("api", 3), cronjob("report", false)];
+    let night = plan("sleep", Count::Replicas(0), &ms);
+    apply_all(&mut ms, &night);
+    let ahead = plan_within(
+        "sleep",
+        Count::Replicas(2),
+        Count::Replicas(0),
+        &ms,
+        usize::MAX,
+    );
+    let writes: Vec<_> = ahead.writes.iter().map(|w| (w.member, w.to)).collect();
+    assert_eq!(writes, [(0, Value::Replicas(2))]);
+}
+
+#[test]
 fn a_count_set_by_someone_else_while_held_becomes_the_own_count() {
     let mut ms = vec![deployment("api", 3)];
     let night = plan("sleep", Count::Replicas(0), &ms);
@@ -577,11 +616,11 @@ fn a_custom_kind_crashed_between_its_record_and_its_scale_keeps_its_own_count() 
 #[test]
 fn a_group_takes_no_workload_past_what_one_reconcile_reads() {
     let mut ms = vec![deployment("a", 2), deployment("b", 2), deployment("c", 2)];
-    let night = plan_within("sleep", Count::Replicas(0), &ms, 3);
+    let night = plan_within("sleep", Count::Replicas(0), Count::Replicas(0), &ms, 3);
     assert_eq!(night.writes.len(), 3);
     apply_all(&mut ms, &night);
     ms.insert(0, deployment("0", 4));
-    let again = plan_within("sleep", Count::Replicas(0), &ms, 3);
+    let again = plan_within("sleep", Count::Replicas(0), Count::Replicas(0), &ms, 3);
     assert!(again.writes.is_empty(), "{:?}", again.writes);
     let left = &again.status.not_at_schedule;
     assert_eq!(left.len(), 1, "{left:?}");
@@ -593,14 +632,14 @@ fn a_group_takes_no_workload_past_what_one_reconcile_reads() {
     assert_eq!(again.status.targets, "3/4");
     // One let go (its own count again), and the room is there the next time.
     ms[3].place = Place::Excluded;
-    let day = plan_within("sleep", Count::Replicas(0), &ms, 3);
+    let day = plan_within("sleep", Count::Replicas(0), Count::Replicas(0), &ms, 3);
     assert_eq!(
         day.writes.iter().map(|w| w.member).collect::<Vec<_>>(),
         [3],
         "the excluded one is released first; its record still counts until it is gone"
     );
     apply_all(&mut ms, &day);
-    let next = plan_within("sleep", Count::Replicas(0), &ms, 3);
+    let next = plan_within("sleep", Count::Replicas(0), Count::Replicas(0), &ms, 3);
     assert_eq!(
         next.writes.iter().map(|w| w.member).collect::<Vec<_>>(),
         [0]

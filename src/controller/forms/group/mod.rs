@@ -77,7 +77,9 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
     let (listed, members) = place::all(&placing, &kinds, observed);
     let level = eval.count();
-    let plan = group::plan_within(&name, level, &members, ctx.group_max_workloads);
+    // A rise written ahead (warmUp) moves the workloads' counts, not a CronJob's suspend.
+    let scheduled = eval.scheduled_count();
+    let plan = group::plan_within(&name, level, scheduled, &members, ctx.group_max_workloads);
     let previous = ctx.statuses.current(tdset);
     let group = Group {
         tdset,

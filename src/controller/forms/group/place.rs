@@ -243,6 +243,27 @@ fn reported(o: &DynamicObject, path: &str) -> Option<i32> {
     int_at(o, path).or_else(|| o.data.pointer("/status/observedGeneration").map(|_| 0))
 }
 
+/// An HPA's floor is its workload's count: it is in that workload's tier. Its workload is
+/// the one it scales by kind, group and name (`autoscaled_by`, see `conflicting_hpa`), never
+/// a workload of another kind that has the same name.
+fn floor_tiers(listed: &mut [(usize, Listed)]) {
+    let tiers: Vec<(String, String, usize)> = (listed.iter())
+        .filter(|(_, l)| l.member.floor_of.is_none())
+        .filter_map(|(_, l)| {
+            let hpa = l.member.autoscaled_by.clone()?;
+            Some((hpa, l.member.name.clone(), l.tier))
+        })
+        .collect();
+    for (_, l) in listed.iter_mut() {
+        if let Some((workload, _)) = &l.member.floor_of
+            && let Some((_, _, t)) =
+                (tiers.iter()).find(|(hpa, name, _)| *hpa == l.member.name && name == workload)
+        {
+            l.tier = *t;
+        }
+    }
+}
+
 /// Places every listed object (index of its kind, the object, its value) for the plan, with
 /// what the status needs besides: the listed workloads, and the plan's members in that order.
 pub(super) fn all(
@@ -254,18 +275,7 @@ pub(super) fn all(
         .into_iter()
         .map(|(k, o, value)| (k, one(placing, &kinds[k], &o, value)))
         .collect();
-    // An HPA's floor is its workload's count: it is in that workload's tier.
-    let tiers: Vec<(String, usize)> = (listed.iter())
-        .filter(|(_, l)| l.member.floor_of.is_none())
-        .map(|(_, l)| (l.member.name.clone(), l.tier))
-        .collect();
-    for (_, l) in listed.iter_mut() {
-        if let Some((workload, _)) = &l.member.floor_of
-            && let Some((_, t)) = tiers.iter().find(|(n, _)| n == workload)
-        {
-            l.tier = *t;
-        }
-    }
+    floor_tiers(&mut listed);
     let mut members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
     // A workload whose HPA someone else schedules or manages is theirs: put to sleep by this
     // group, it would be woken by them (KEDA, a scaleTargetRef TDSet on the HPA), and the two
@@ -300,4 +310,59 @@ pub(super) fn all(
         }
     }
     (listed, members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(api_version: &str, kind: &str, name: &str, tier: usize) -> (usize, Listed) {
+        let member = Member {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{kind}-{name}"),
+            resource_version: None,
+            value: Value::Replicas(1),
+            record: None,
+            place: Place::Held,
+            autoscaled_by: None,
+            floor_of: None,
+            two_step: false,
+            handed_to: None,
+        };
+        let l = Listed {
+            member,
+            requests: Requests::default(),
+            running: None,
+            ready: None,
+            available: None,
+            floor_elsewhere: None,
+            tier,
+        };
+        (0, l)
+    }
+
+    #[test]
+    fn an_hpa_is_in_the_tier_of_the_workload_it_scales_not_of_a_same_named_one() {
+        // Tiers: 0 data, 1 the last. Deployment db untiered, listed first; StatefulSet db in
+        // data, scaled by HPA db-hpa (whose own labels put it in the last tier).
+        let mut all = vec![
+            listed("apps/v1", "Deployment", "db", 1),
+            listed("apps/v1", "StatefulSet", "db", 0),
+            listed("autoscaling/v2", "HorizontalPodAutoscaler", "db-hpa", 1),
+        ];
+        all[1].1.member.autoscaled_by = Some("db-hpa".into());
+        all[2].1.member.floor_of = Some(("db".into(), 5));
+        floor_tiers(&mut all);
+        assert_eq!(
+            all[2].1.tier, 0,
+            "the StatefulSet's tier, not the Deployment's"
+        );
+        // An HPA whose workload is not listed (or not the one it scales) keeps its own tier.
+        all[1].1.member.autoscaled_by = None;
+        all[2].1.tier = 1;
+        floor_tiers(&mut all);
+        assert_eq!(all[2].1.tier, 1);
+    }
 }
