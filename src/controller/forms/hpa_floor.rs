@@ -197,53 +197,17 @@ async fn apply(
         retry = Some(until.duration_since(now));
         plan = plan.without_ceiling(&hpa);
     }
-    if plan.scale_target == Some(0) {
-        // Which workload this TDSet puts to sleep, durable before it does: whatever happens
-        // to the HPA (deleted, pointed elsewhere), the workload is woken.
-        let asleep = Some(Asleep {
-            target: target.reference.clone(),
-            uid: target.uid.clone(),
-        });
-        if record.status.asleep != asleep {
-            record.status.asleep = asleep;
-            record.durable = false;
-        }
-    }
-    if plan.max_replicas.is_some()
-        && ceiling.in_force.is_some()
-        && record.status.original_max_replicas.is_none()
-    {
-        // The HPA's own ceiling, durable before the first one of the schedule's replaces it.
-        record.status.original_max_replicas = Some(ceiling.own);
-        record.durable = false;
-    }
-    if plan.min_replicas.is_some() || plan.scale_target.is_some() || plan.max_replicas.is_some() {
+    if to_record(&mut record, &plan, &target, ceiling) {
         ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
     }
     let (floor_before, target_before) = (hpa.min(), target.replicas);
-    let max_first = plan.max_first(&hpa);
-    let uid_ = uid.as_deref();
-    if max_first && let Err(p) = set_ceiling(turn, r, &mut hpa, uid_, &plan, ceiling, None).await? {
-        return Ok(problem_outcome(p, r, record.status));
-    }
-    let mut lowered = None;
-    if let Some(min) = plan.min_replicas {
-        if let Err(p) = write_min_replicas(ctx, ns, r, uid.as_deref(), min).await? {
-            return Ok(problem_outcome(p, r, record.status));
-        }
-        if plan.floor > 0 {
-            let change = format!("set HorizontalPodAutoscaler {} minReplicas", r.name);
-            turn.events
-                .push(record_scale(ctx, tdset, &change, hpa.min(), min, eval));
-        } else {
-            // Asleep: lowered under the ceiling that follows, not a change of count.
-            lowered = Some(hpa.min());
-        }
-        hpa.min_replicas = Some(min);
-    }
-    if !max_first
-        && let Err(p) = set_ceiling(turn, r, &mut hpa, uid_, &plan, ceiling, lowered).await?
-    {
+    let hpa_writes = HpaWrites {
+        r,
+        uid: uid.as_deref(),
+        plan: &plan,
+        ceiling,
+    };
+    if let Err(p) = hpa_writes.send(turn, &mut hpa).await? {
         return Ok(problem_outcome(p, r, record.status));
     }
     if plan.max_replicas.is_some() {
@@ -278,6 +242,77 @@ async fn apply(
     out.retry = out.retry.or(retry);
     out.ceiling = ceiling.in_force.map(|c| c.max(eval.replicas).max(1));
     Ok(out)
+}
+
+/// What must be on record, durable, before the plan's writes: which workload this TDSet puts
+/// to sleep (whatever happens to the HPA then, deleted or pointed elsewhere, it is woken), and
+/// the HPA's own ceiling before the first of the schedule's replaces it. Whether anything is
+/// to be written at all (then the record is made durable first).
+fn to_record(
+    record: &mut Record,
+    plan: &hpa::FloorPlan,
+    target: &HpaTarget,
+    ceiling: Ceiling,
+) -> bool {
+    if plan.scale_target == Some(0) {
+        let asleep = Some(Asleep {
+            target: target.reference.clone(),
+            uid: target.uid.clone(),
+        });
+        if record.status.asleep != asleep {
+            record.status.asleep = asleep;
+            record.durable = false;
+        }
+    }
+    if plan.max_replicas.is_some()
+        && ceiling.in_force.is_some()
+        && record.status.original_max_replicas.is_none()
+    {
+        record.status.original_max_replicas = Some(ceiling.own);
+        record.durable = false;
+    }
+    plan.min_replicas.is_some() || plan.scale_target.is_some() || plan.max_replicas.is_some()
+}
+
+/// The plan's writes to the HPA itself: its floor and its ceiling, in the order that keeps
+/// `minReplicas <= maxReplicas` at every step.
+struct HpaWrites<'a> {
+    r: &'a ScaleTargetRef,
+    uid: Option<&'a str>,
+    plan: &'a hpa::FloorPlan,
+    ceiling: Ceiling,
+}
+
+impl HpaWrites<'_> {
+    /// Sends them; `hpa` follows what was written. A refusal is the problem to report.
+    async fn send(&self, turn: &mut Turn<'_>, hpa: &mut HpaView) -> Answer<()> {
+        let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
+        let (r, uid, plan, ceiling) = (self.r, self.uid, self.plan, self.ceiling);
+        let max_first = plan.max_first(hpa);
+        if max_first && let Err(p) = set_ceiling(turn, r, hpa, uid, plan, ceiling, None).await? {
+            return Ok(Err(p));
+        }
+        let mut lowered = None;
+        if let Some(min) = plan.min_replicas {
+            if let Err(p) = write_min_replicas(ctx, ns, r, uid, min).await? {
+                return Ok(Err(p));
+            }
+            if plan.floor > 0 {
+                let change = format!("set HorizontalPodAutoscaler {} minReplicas", r.name);
+                turn.events
+                    .push(record_scale(ctx, tdset, &change, hpa.min(), min, eval));
+            } else {
+                // Asleep: lowered under the ceiling that follows, not a change of count.
+                lowered = Some(hpa.min());
+            }
+            hpa.min_replicas = Some(min);
+        }
+        if !max_first && let Err(p) = set_ceiling(turn, r, hpa, uid, plan, ceiling, lowered).await?
+        {
+            return Ok(Err(p));
+        }
+        Ok(Ok(()))
+    }
 }
 
 /// The change of count the plan's writes made, for `status.history`. The count before: the
