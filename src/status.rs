@@ -377,6 +377,7 @@ pub fn failed_transition(
         ready_at: None,
         from: p.replicas,
         to: Some(p.next_replicas?),
+        level: None,
         reason: "the scheduled change".into(),
         message: Some(clipped(&format!(
             "{}: {}",
@@ -721,6 +722,7 @@ mod tests {
             ready_at: None,
             from: Some(1),
             to: Some(to),
+            level: None,
             reason: "window".into(),
             message: None,
         }

@@ -203,18 +203,21 @@ async fn an_environment_wakes_tier_by_tier_and_sleeps_in_reverse() {
     assert!(took >= Duration::seconds(15), "{first:?}");
 
     // The second wake-up, at T0+150: written ahead by what the first took, each tier still
-    // after the one before it, and the whole environment ready by its transition.
-    let t = object_where(
-        &client,
-        n,
-        "env",
+    // after the one before it, and the whole environment ready by its transition. It is some
+    // 60 s away (GUARD) when the first was seen ready quickly: a longer guard, which only stops
+    // a hung test (the assertions below are about the operator's clock).
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), n);
+    let t = eventually(
+        Duration::seconds(240).to_std().unwrap(),
         "the second wake-up seen ready",
-        |t: &TDSet| {
-            t.status.as_ref().is_some_and(|s| {
+        || async {
+            let t = tdsets.get("env").await.ok()?;
+            let seen = t.status.as_ref().is_some_and(|s| {
                 s.history
                     .iter()
                     .any(|e| utc(&e.at) == at(150) && e.ready_at.is_some())
-            })
+            });
+            seen.then_some(t)
         },
     )
     .await;

@@ -877,6 +877,10 @@ pub struct HistoryEntry {
     /// The count the change set (or was to set); absent for the level `own` (group form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<i32>,
+    /// The group form: the level the change set (`own`, or the count each held workload gets);
+    /// `from` and `to` are then the sums of the held workloads' counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
     /// Why, in a few words: the window, override, holiday, default or ramp step.
     pub reason: String,
     /// Why the write failed (the last failure, when it succeeded after retries).

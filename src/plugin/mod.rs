@@ -397,9 +397,8 @@ pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
         return "no changes recorded yet\n".into();
     }
     let header = ["AT", "APPLIED", "LATE", "READY", "FROM", "TO", "REASON"].map(String::from);
-    let rows: Vec<[String; 7]> = history
-        .iter()
-        .map(|h| {
+    let rows: Vec<[String; 7]> = (history.iter().enumerate())
+        .map(|(i, h)| {
             let at = crate::preview::parse_rfc3339(&h.at);
             let applied = h
                 .applied_at
@@ -436,13 +435,28 @@ pub fn history_table(history: &[crate::api::HistoryEntry]) -> String {
                 Some(m) => format!("{} ({m})", h.reason),
                 None => h.reason.clone(),
             };
+            let from = h.from.map_or_else(|| "-".into(), |f| f.to_string());
+            let to = h.to.map_or_else(|| "own".to_string(), |n| n.to_string());
+            // A group: the level, and the sum of its workloads' counts beside it (the level
+            // before is the one the entry before set).
+            let (from, to) = match &h.level {
+                Some(level) => {
+                    let before = history.get(i + 1).and_then(|e| e.level.as_deref());
+                    let from = match before {
+                        Some(b) => format!("{b} ({from} in all)"),
+                        None => format!("{from} in all"),
+                    };
+                    (from, format!("{level} ({to} in all)"))
+                }
+                None => (from, to),
+            };
             [
                 h.at.clone(),
                 h.applied_at.clone().unwrap_or_else(|| "-".into()),
                 late,
                 ready,
-                h.from.map_or_else(|| "-".into(), |f| f.to_string()),
-                h.to.map_or_else(|| "own".to_string(), |n| n.to_string()),
+                from,
+                to,
                 reason,
             ]
         })
@@ -663,6 +677,28 @@ impl PluginCli {
 mod tests {
     use super::*;
 
+    /// A group's change says the level it set, and the sum of its workloads' counts beside it.
+    #[test]
+    fn a_groups_history_says_the_level_and_the_sum_beside_it() {
+        let entry = |level: &str, from: i32, to: Option<i32>| crate::api::HistoryEntry {
+            at: "2026-05-04T20:00:00Z".into(),
+            applied_at: Some("2026-05-04T20:00:00.300Z".into()),
+            from: Some(from),
+            to,
+            level: Some(level.into()),
+            reason: "window night is active".into(),
+            ..Default::default()
+        };
+        // Newest first: asleep (own -> 0), after a morning that woke it (0 -> own).
+        let table = history_table(&[entry("0", 6, Some(0)), entry("own", 0, Some(6))]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].contains("own (6 in all)"), "{table}");
+        assert!(lines[1].contains("0 (0 in all)"), "{table}");
+        // The oldest: the level before it is not known, the sum is.
+        assert!(lines[2].contains("0 in all"), "{table}");
+        assert!(lines[2].contains("own (6 in all)"), "{table}");
+    }
+
     /// A change written ahead (`warmUp`) says how far ahead; a late one how late.
     #[test]
     fn history_says_how_late_or_how_far_ahead_each_change_was_written() {
@@ -672,6 +708,7 @@ mod tests {
             ready_at: None,
             from: Some(2),
             to: Some(10),
+            level: None,
             reason: "window office is active".into(),
             message: None,
         };

@@ -362,6 +362,14 @@ pub struct Plan {
     pub status: GroupStatus,
 }
 
+/// The most objects carrying its label a group reads in one reconcile: twice what it may take
+/// of its own (`--group-max-workloads`), so that what younger groups yield to it (which it
+/// takes over past that) is read too. Anyone who can read a TDSet's uid can put its label on
+/// anything: a bound, not everything labelled.
+pub fn held_reads(room: usize) -> usize {
+    room.saturating_mul(2)
+}
+
 /// What to write to each member for `level`, as TDSet `me`, when nothing is written ahead
 /// and nothing bounds what it takes (see `plan_within`).
 pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
@@ -381,9 +389,12 @@ pub fn plan(me: &str, level: Count, members: &[Member]) -> Plan {
 /// - A workload that carries this TDSet's record but is no longer held is released too.
 /// - Nothing else is written: not an excluded workload, not one held elsewhere, not one
 ///   carrying another TDSet's record while not held.
-/// - What the TDSet holds is listed by its label, at most `room` objects a reconcile
-///   (`--group-max-workloads`), and a workload held but not read would never be given its own
-///   count back: one it would take past `room` runs as it is, and is said in the status.
+/// - A workload held but not read would never be given its own count back, and what the
+///   TDSet holds is listed by its label, at most `held_reads(room)` objects a reconcile
+///   (`room`: `--group-max-workloads`). It takes a workload no other TDSet records while it
+///   holds fewer than `room`; one a younger TDSet yields to it (that one's record on it, and
+///   nobody else would wake it) while it holds fewer than `held_reads(room)`. One past that
+///   runs as it is, and is said in the status.
 pub fn plan_within(
     me: &str,
     level: Count,
@@ -391,10 +402,10 @@ pub fn plan_within(
     members: &[Member],
     room: usize,
 ) -> Plan {
-    let holding = (members.iter())
+    let mut holding = (members.iter())
         .filter(|m| m.record.as_ref().is_some_and(|r| r.holder == me))
         .count();
-    let mut takes_left = room.saturating_sub(holding);
+    let held_at_first = holding;
     let mut writes = Vec::new();
     let mut status = GroupStatus::default();
     let mut held = 0;
@@ -481,11 +492,16 @@ pub fn plan_within(
                 why,
             })
         };
-        // A take: this TDSet's record where there was none of its own.
+        // A take: this TDSet's record where there was none of its own (a take-over: where
+        // another TDSet's was).
         let taking = mine.is_none() && write.as_ref().is_some_and(|w| w.record.is_some());
-        let past_room = taking && takes_left == 0;
+        let limit = match m.record {
+            Some(_) => held_reads(room),
+            None => room,
+        };
+        let past_room = taking && holding >= limit;
         if taking && !past_room {
-            takes_left -= 1;
+            holding += 1;
         }
         if let Some(w) = write.filter(|_| !past_room) {
             writes.push(w);
@@ -495,7 +511,7 @@ pub fn plan_within(
         }
         let back = if past_room {
             Some(format!(
-                "not taken: the TDSet holds {holding} workloads, as many as one reconcile reads \
+                "not taken: the TDSet holds {held_at_first} workloads, as many as it may take \
                  (--group-max-workloads {room}, HPAs included); it runs as it is"
             ))
         } else {

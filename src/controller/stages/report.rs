@@ -112,6 +112,7 @@ fn change(ctx: &Context, resolved: &Resolved<'_>, outcome: &Outcome) -> Option<H
             ready_at: None,
             from: Some(s.from),
             to: s.to.or(eval.count().replicas()),
+            level: matches!(resolved.source, Source::Group(_)).then(|| eval.count().to_string()),
             reason: eval.why(),
             message: s.failed.map(|m| status::clipped(&m)),
         })

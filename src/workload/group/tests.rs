@@ -644,6 +644,27 @@ fn a_group_takes_no_workload_past_what_one_reconcile_reads() {
         next.writes.iter().map(|w| w.member).collect::<Vec<_>>(),
         [0]
     );
+    // What a younger group yields to it (that group's record on it) is taken over past the
+    // room, up to what one reconcile reads of what it holds (`held_reads`: 6 here).
+    let mut yielded = deployment("z", 1);
+    yielded.record = Some(Record {
+        holder: "younger".into(),
+        own: Value::Replicas(5),
+        scheduled: Value::Replicas(1),
+        previous: None,
+    });
+    let mut with_z = ms.clone();
+    with_z.push(yielded);
+    let over = plan_within("sleep", Count::Replicas(0), Count::Replicas(0), &with_z, 3);
+    let z = over.writes.iter().find(|w| w.member == with_z.len() - 1);
+    let z = z.expect("z taken over past the room");
+    assert_eq!(z.record.as_ref().map(|r| r.own), Some(Value::Replicas(5)));
+    let full = plan_within("sleep", Count::Replicas(0), Count::Replicas(0), &with_z, 1);
+    assert!(
+        full.writes.iter().all(|w| w.member != with_z.len() - 1),
+        "room 1 reads 2 held, and it holds 2 already: {:?}",
+        full.writes
+    );
     // Without a cap, nothing changes: every held workload is taken.
     let mut fresh = vec![deployment("0", 4), deployment("a", 2)];
     fresh.extend((0..5).map(|i| deployment(&format!("w{i}"), 1)));

@@ -166,9 +166,9 @@ pub(super) fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg:
 /// naming other keys.
 pub(super) struct Keep {
     placer: std::sync::Arc<Placer>,
-    /// Objects still to be read of what the TDSet selects, and of what carries its label
-    /// (which anyone who can read the TDSet's uid can put on anything): each
-    /// `--group-max-workloads`.
+    /// Objects still to be read of what the TDSet selects (`--group-max-workloads`), and of
+    /// what carries its label (which anyone who can read the TDSet's uid can put on anything:
+    /// `group::held_reads`).
     pub(super) budget: std::sync::atomic::AtomicUsize,
     pub(super) held_budget: std::sync::atomic::AtomicUsize,
 }
@@ -202,7 +202,7 @@ impl Keep {
                 groups: ctx.groups.in_namespace(ns),
             }),
             budget: ctx.group_max_workloads.into(),
-            held_budget: ctx.group_max_workloads.into(),
+            held_budget: group::held_reads(ctx.group_max_workloads).into(),
         }
     }
 }

@@ -134,14 +134,14 @@ pub(crate) async fn release_all(
                     // carries the label with no record of this TDSet: anyone who can read its
                     // uid can put it on anything).
                     problems.retain(|p| !matches!(p, Problem::TooManyWorkloads(_)));
+                    let reads = group::held_reads(ctx.group_max_workloads);
                     problems.push(Problem::TooManyWorkloads(format!(
-                        "more than --group-max-workloads ({}) objects carry this TDSet's label \
-                         {}={uid} and the last {} read could not be given their own count \
-                         back; those past them were not read. Find them with: kubectl get \
-                         deployments,statefulsets,cronjobs,hpa -n {ns} -l {}={uid}",
-                        ctx.group_max_workloads,
+                        "more objects carry this TDSet's label {}={uid} than one reconcile reads \
+                         ({reads}: twice --group-max-workloads), and the last {reads} read could \
+                         not be given their own count back; those past them were not read. Find \
+                         them with: kubectl get deployments,statefulsets,cronjobs,hpa -n {ns} -l \
+                         {}={uid}",
                         group::HELD_BY_UID,
-                        ctx.group_max_workloads,
                         group::HELD_BY_UID,
                     )));
                 }
