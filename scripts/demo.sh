@@ -94,8 +94,11 @@ dev_namespace() {
   echo
   echo "== a dev namespace: Deployments api (3) and web (2), a CronJob, all labelled env=dev; one TDSet for all"
   kubectl create namespace dev --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  kubectl -n dev create deployment api --image="$image" --replicas=3 --dry-run=client -o yaml | kubectl label --local -f - env=dev -o yaml | kubectl apply -f - >/dev/null
-  kubectl -n dev create deployment web --image="$image" --replicas=2 --dry-run=client -o yaml | kubectl label --local -f - env=dev -o yaml | kubectl apply -f - >/dev/null
+  # Each pod asks for what a small service does, so the savings say what sleeping frees.
+  kubectl -n dev create deployment api --image="$image" --replicas=3 --dry-run=client -o yaml | kubectl label --local -f - env=dev -o yaml |
+    kubectl set resources --local -f - --requests=cpu=250m,memory=256Mi -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n dev create deployment web --image="$image" --replicas=2 --dry-run=client -o yaml | kubectl label --local -f - env=dev -o yaml |
+    kubectl set resources --local -f - --requests=cpu=100m,memory=128Mi -o yaml | kubectl apply -f - >/dev/null
   kubectl -n dev create cronjob report --image="$image" --schedule="0 3 * * *" --dry-run=client -o yaml | kubectl label --local -f - env=dev -o yaml | kubectl apply -f - >/dev/null
   kubectl apply -f examples/calendars/ >/dev/null
   example examples/sleep-dev-namespace.yaml | kubectl apply -n dev -f - >/dev/null
@@ -196,7 +199,10 @@ EOT
     [[ "$got_ref" == "$want_ref" ]] || { echo "demo smoke: referenced Deployment has $got_ref replicas, preview says $want_ref" >&2; exit 1; }
     asleep="$(kubectl -n dev get deploy api web -o jsonpath='{.items[*].spec.replicas}')"
     [[ "$asleep" == "0 0" ]] || { echo "demo smoke: the dev group is not asleep ($asleep)" >&2; exit 1; }
-    echo "demo smoke: ok ($got replicas owned, $got_ref referenced, as preview says; the dev group asleep)"
+    # 3 x 250m + 2 x 100m, and 3 x 256Mi + 2 x 128Mi.
+    saved="$(kubectl -n dev get tds dev-sleep -o jsonpath='{.status.savings.cpu} {.status.savings.memory}')"
+    [[ "$saved" == "0.95 1Gi" ]] || { echo "demo smoke: the dev group saves '$saved', not 0.95 CPU and 1Gi" >&2; exit 1; }
+    echo "demo smoke: ok ($got replicas owned, $got_ref referenced, as preview says; the dev group asleep, saving $saved)"
     ;;
   *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac

@@ -28,16 +28,25 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 need cargo || { echo "test.sh: no Rust toolchain; install it with rustup (https://rustup.rs) and retry" >&2; exit 1; }
 
-scripts/control-plane.sh install >/dev/null
+# Each phase's wall time, for README "Development notes" (the table of phases).
+phase_start=$SECONDS
+phase() {
+  echo "test.sh: phase '$1' took $((SECONDS - phase_start)) s ($((SECONDS / 60)) min since the start)" >&2
+  phase_start=$SECONDS
+}
 
 state="$(mktemp -d "${TMPDIR:-/tmp}/tdset-test.XXXXXX")"
+install_pid=""
+# A control plane's build still running is left to finish: what it builds is cached.
 cleanup() { scripts/control-plane.sh stop "$state" || true; rm -rf "$state"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-export TDSET_TEST_KUBECONFIG
-TDSET_TEST_KUBECONFIG="$(scripts/control-plane.sh start "$state" --kcm --watch $$)"
-export TDSET_TEST_STATE_DIR="$state"
-echo "test.sh: control plane up ($TDSET_TEST_KUBECONFIG); logs in $state/logs" >&2
+phase "tools"
+
+# The control plane's build (cached: seconds; cold: the longest phase) runs beside the Rust
+# builds below: each has stretches that leave a core idle (Go's links, cargo's serial crates).
+scripts/control-plane.sh install >"$state/install.log" 2>&1 &
+install_pid=$!
 
 cargo fmt --all -- --check
 # Lints, on every target; this also checks that the benchmarks build (they are not run: they
@@ -50,12 +59,30 @@ else
 fi
 # One build: the tests, and the operator's binary they launch, which the real node's image and
 # the demo take too (no second, release build; the Dockerfile's `prebuilt` target takes a binary).
+# The control plane, once built, started for the whole run.
+control_plane_up() {
+  if ! wait "$install_pid"; then
+    install_pid=""
+    cat "$state/install.log" >&2
+    echo "test.sh: building the control plane failed (above)" >&2
+    exit 1
+  fi
+  install_pid=""
+  phase "the control plane's build (what the Rust builds left of it)"
+  export TDSET_TEST_KUBECONFIG
+  TDSET_TEST_KUBECONFIG="$(scripts/control-plane.sh start "$state" --kcm --watch $$)"
+  export TDSET_TEST_STATE_DIR="$state"
+  echo "test.sh: control plane up ($TDSET_TEST_KUBECONFIG); logs in $state/logs" >&2
+}
 if [[ $# -gt 0 ]]; then
+  control_plane_up
   cargo test --locked --lib --bins --tests "$@"
   exit
 fi
 cargo test --locked --no-run --lib --bins --tests --message-format=json-render-diagnostics \
   >"$state/build.json"
+phase "lints and the build"
+control_plane_up
 # Each test binary as "NAME EXECUTABLE" (the crate's unit tests: lib, bin-NAME), and the operator.
 python3 - "$state/build.json" >"$state/binaries" <<'EOF'
 import json, sys
@@ -73,13 +100,16 @@ EOF
 operator="$(awk '$1 == "operator" {print $2}' "$state/binaries")"
 [[ -x "$operator" ]] || { echo "test.sh: the build named no operator binary" >&2; exit 1; }
 grep -v '^operator ' "$state/binaries" | scripts/run-tests.sh "$state/tests"
+phase "the tests"
 # The README's demo, start to stop, on its own control plane.
 export TDSET_OPERATOR_BIN="$operator"
 scripts/demo.sh smoke
+phase "the demo"
 # And on a real node: the operator as pods installed by the chart, the workloads' containers
 # really running.
 if scripts/control-plane.sh node-check; then
   TDSET_DEMO_DIR="$state/demo-real-node" scripts/demo.sh smoke --real-node
+  phase "the demo on a real node"
 else
   echo "test.sh: skipping the real-node demo (see above)" >&2
 fi
