@@ -5,16 +5,18 @@
 #
 # Most of a test's time is spent waiting on the API server, on controllers or on a schedule's
 # boundary, not on the CPU: run one binary after the other (cargo test's way) and the suite
-# waits its waits one by one. Here TDSET_TEST_JOBS binaries run at once, each with
-# TDSET_TEST_THREADS tests at once (every test has its own namespace), the slowest first so
-# that the last to finish is a short one. Each binary's output goes to LOGDIR/NAME.log and is
+# waits its waits one by one. Here TDSET_TEST_JOBS binaries run at once (default 2), each
+# with TDSET_TEST_THREADS tests at once (default 2; every test has its own namespace), the
+# slowest first so that the last to finish is a short one. On 2 cores, 2 x 2 keeps the machine
+# busy (load 2-5); 4 x 4 overloaded it (load 6-9) and tests that time a transition in real
+# seconds failed. Each binary's output goes to LOGDIR/NAME.log and is
 # printed whole when it fails; a table of the binaries' times ends the run. Exits 1 if any
 # binary failed.
 set -uo pipefail
 
 logs="${1:?usage: run-tests.sh LOGDIR < LIST}"
-jobs="${TDSET_TEST_JOBS:-4}"
-threads="${TDSET_TEST_THREADS:-4}"
+jobs="${TDSET_TEST_JOBS:-2}"
+threads="${TDSET_TEST_THREADS:-2}"
 mkdir -p "$logs"
 
 # The slowest binaries first (measured: README "Development notes"); the rest in any order.
