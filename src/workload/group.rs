@@ -402,8 +402,9 @@ pub fn plan_within(
     members: &[Member],
     room: usize,
 ) -> Plan {
+    // What it holds and keeps (those it lets go of now are given back in this same round).
     let mut holding = (members.iter())
-        .filter(|m| m.record.as_ref().is_some_and(|r| r.holder == me))
+        .filter(|m| m.place == Place::Held && m.record.as_ref().is_some_and(|r| r.holder == me))
         .count();
     let held_at_first = holding;
     let mut writes = Vec::new();
@@ -495,7 +496,9 @@ pub fn plan_within(
         // A take: this TDSet's record where there was none of its own (a take-over: where
         // another TDSet's was).
         let taking = mine.is_none() && write.as_ref().is_some_and(|w| w.record.is_some());
+        // An HPA's floor is held with its workload, which was taken within the room.
         let limit = match m.record {
+            _ if m.floor_of.is_some() => usize::MAX,
             Some(_) => held_reads(room),
             None => room,
         };

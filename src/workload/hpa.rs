@@ -45,7 +45,13 @@ pub fn scaled_object_of(
 ) -> Option<String> {
     owners
         .iter()
-        .find(|o| o.kind == "ScaledObject" && o.api_version.split('/').next() == Some("keda.sh"))
+        .find(|o| {
+            // KEDA makes itself the HPA's controller; any other owner reference (which anyone
+            // who may edit the HPA can add) is no ScaledObject managing it.
+            o.controller == Some(true)
+                && o.kind == "ScaledObject"
+                && o.api_version.split('/').next() == Some("keda.sh")
+        })
         .map(|o| o.name.clone())
 }
 
@@ -242,6 +248,11 @@ mod tests {
             ]),
             Some("api".into())
         );
+        // An owner reference that does not control it (anyone who may edit the HPA could add
+        // one) is not it.
+        let mut not_controller = owner("keda.sh/v1alpha1", "ScaledObject", "web");
+        not_controller.controller = None;
+        assert_eq!(scaled_object_of(&[not_controller]), None);
         // Another group's ScaledObject, or another kind of KEDA's, is not it.
         assert_eq!(
             scaled_object_of(&[owner("example.com/v1", "ScaledObject", "web")]),

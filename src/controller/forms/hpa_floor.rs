@@ -56,9 +56,33 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             return Ok(problem_outcome(p, r, recorded.status));
         }
     };
+    // A group's floor on it is not its own (see `group::own_floor`), nor another TDSet's.
+    let own = claims::own_count(tdset, ctx, ns, r, uid.as_deref(), hpa.min(), hpa.own_min);
+    let observed = Some((own, uid.as_deref()));
+    let record = target_status(tdset, ctx, ns, r, FIELD, observed).await?;
     // KEDA makes this HPA and keeps its floor at its ScaledObject's minReplicaCount: a floor
-    // written here would be put back at once, again and again. Refused, nothing written.
+    // written here would be put back at once, again and again. Refused, nothing written to it;
+    // a workload this TDSet put to sleep through it before KEDA took it is woken first (an HPA
+    // does not scale up from 0, and nobody else would).
     if let Some(owner) = &hpa.scaled_object {
+        if let Some(left) = &record.status.asleep {
+            let to = record.status.original_replicas.unwrap_or(1).max(1);
+            match wake_asleep(ctx, ns, left, to).await? {
+                Ok(Some(done)) => turn.events.push(note(
+                    tdset,
+                    EventType::Normal,
+                    "Restored",
+                    format!(
+                        "{done}: ScaledObject {owner} manages HorizontalPodAutoscaler {}",
+                        r.name
+                    ),
+                )),
+                Ok(None) => {}
+                Err(p) => {
+                    debug!(problem = %p.message(), "the workload left asleep cannot be woken")
+                }
+            }
+        }
         return Ok(claims::held_outcome(
             tdset,
             ctx,
@@ -66,10 +90,6 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             r,
         ));
     }
-    // A group's floor on it is not its own (see `group::own_floor`), nor another TDSet's.
-    let own = claims::own_count(tdset, ctx, ns, r, uid.as_deref(), hpa.min(), hpa.own_min);
-    let observed = Some((own, uid.as_deref()));
-    let record = target_status(tdset, ctx, ns, r, FIELD, observed).await?;
     let reference = hpa.target.clone();
     let target = match resolve_and_read(ctx, ns, &reference).await? {
         Ok((res, view)) => HpaTarget {

@@ -75,7 +75,8 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let queries = |kind: &Kind| queries(kind, &labels);
     let keep = Keep::new(ctx, ns, &name, Some(&selector), tiers);
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
-    let (listed, members) = place::all(&placing, &kinds, observed);
+    let hpas_whole = (kinds.iter().zip(&all_listed)).all(|(k, whole)| !is_hpa(k) || *whole);
+    let (listed, members) = place::all(&placing, &kinds, observed, hpas_whole);
     let level = eval.count();
     // A rise written ahead (warmUp) moves the workloads' counts, not a CronJob's suspend.
     let scheduled = eval.scheduled_count();

@@ -171,6 +171,9 @@ pub(super) struct Keep {
     /// `group::held_reads`).
     pub(super) budget: std::sync::atomic::AtomicUsize,
     pub(super) held_budget: std::sync::atomic::AtomicUsize,
+    /// The namespace's HPAs, read beside what it selects (not out of its budget:
+    /// `group::held_reads`).
+    hpa_budget: std::sync::atomic::AtomicUsize,
 }
 
 /// What placing reads of the group, shared with the thread that decodes a page.
@@ -203,6 +206,7 @@ impl Keep {
             }),
             budget: ctx.group_max_workloads.into(),
             held_budget: group::held_reads(ctx.group_max_workloads).into(),
+            hpa_budget: group::held_reads(ctx.group_max_workloads).into(),
         }
     }
 }
@@ -555,12 +559,12 @@ pub(super) async fn observe(
             let Some(labels) = queries[k].get(round) else {
                 continue;
             };
-            // What it holds (round 0) and what it selects each have the budget, the
-            // namespace's HPAs too (which workloads an HPA scales is known from the
-            // operator's HPA cache, not from this list: an HPA past the budget is a floor
-            // not set, never a workload written under its HPA).
+            // What it holds (round 0), what it selects and the namespace's HPAs each have a
+            // budget (which workloads an HPA scales is known from the operator's HPA cache;
+            // one whose HPA was not read is left alone, see `place::all`).
             let budget = match round {
                 0 => &keep.held_budget,
+                _ if is_hpa(kind) => &keep.hpa_budget,
                 _ => &keep.budget,
             };
             match list(ctx, ns, kind, labels, keep, budget).await? {

@@ -266,10 +266,15 @@ fn floor_tiers(listed: &mut [(usize, Listed)]) {
 
 /// Places every listed object (index of its kind, the object, its value) for the plan, with
 /// what the status needs besides: the listed workloads, and the plan's members in that order.
+///
+/// `hpas_whole`: whether every HPA of the namespace was listed. Where not, a workload an HPA
+/// scales whose HPA was not read, and which this TDSet does not hold yet, is left alone: who
+/// sets that HPA's floor (KEDA, a TDSet's `scaleTargetRef`) is not known.
 pub(super) fn all(
     placing: &Placing<'_>,
     kinds: &[Kind],
     observed: Vec<(usize, DynamicObject, Value)>,
+    hpas_whole: bool,
 ) -> (Vec<(usize, Listed)>, Vec<Member>) {
     let mut listed: Vec<(usize, Listed)> = observed
         .into_iter()
@@ -288,6 +293,25 @@ pub(super) fn all(
             m.place == Place::Held && m.autoscaled_by.as_deref() == Some(l.member.name.as_str())
         }) {
             m.place = Place::HeldElsewhere(by.clone());
+        }
+    }
+    if !hpas_whole {
+        let read: Vec<String> = (members.iter())
+            .filter(|m| m.floor_of.is_some())
+            .map(|m| m.name.clone())
+            .collect();
+        let me = placing.tdset.name_any();
+        for m in members
+            .iter_mut()
+            .filter(|m| m.place == Place::Held && m.record.as_ref().is_none_or(|r| r.holder != me))
+        {
+            if let Some(hpa) = m.autoscaled_by.as_ref().filter(|h| !read.contains(h)) {
+                m.place = Place::HeldElsewhere(format!(
+                    "its HorizontalPodAutoscaler {hpa} was not read (the namespace has more HPAs \
+                     than one reconcile reads: twice --group-max-workloads), so who sets its \
+                     floor is not known"
+                ));
+            }
         }
     }
     // An HPA is held with the workload whose floor it is (and only then).

@@ -48,7 +48,13 @@ pub(crate) async fn release_all(
     // past one reconcile's reads (`--group-max-workloads`) is listed again once the first are
     // given back (they no longer carry its label), until a round gives nothing back.
     let mut attempt = 0;
+    // What earlier rounds gave back: a round counts as progress only for a workload given back
+    // for the first time (an object that keeps a record whose fields another manager owns is
+    // "given back" again and again, and must not keep the loop going).
+    let mut given_back = std::collections::HashSet::new();
+    let mut round = 0;
     loop {
+        round += 1;
         attempt += 1;
         let mut changed = None;
         // Each round's own: a kind that cannot be listed is said once, not once a round.
@@ -72,11 +78,12 @@ pub(crate) async fn release_all(
         }
         // As a boundary's writes: a few at a time, each awaited whatever the others came to.
         let uid = uid.as_str();
-        let sends: Vec<BoxFuture<'_, (String, group::Write, Result<Sent>)>> = (writes.iter())
+        let sends: Vec<BoxFuture<'_, Released>> = (writes.iter())
             .map(|(kind, m, w)| {
                 async move {
                     let what = format!("{} {}", m.kind, m.name);
-                    (what, w.clone(), send(ctx, ns, kind, m, w, uid).await)
+                    let result = send(ctx, ns, kind, m, w, uid).await;
+                    (what, m.uid.clone(), w.clone(), result)
                 }
                 .boxed()
             })
@@ -86,12 +93,14 @@ pub(crate) async fn release_all(
             .collect()
             .await;
         let mut released = Vec::new();
+        let mut progress = false;
         let mut failed = None;
-        for (what, w, result) in sent {
+        for (what, workload_uid, w, result) in sent {
             match result {
                 Ok(Sent::Done) => {
                     info!(workload = %what, to = %w.to, "released");
                     released.push(format!("{what} ({})", w.to));
+                    progress |= given_back.insert(workload_uid);
                 }
                 Ok(Sent::Stale(why)) => changed = Some(why),
                 Ok(Sent::Gone(_)) => {}
@@ -126,7 +135,7 @@ pub(crate) async fn release_all(
         match changed {
             Some(why) if attempt >= RELEASE_ATTEMPTS => return Err(Error::Contended(why)),
             Some(_) => {}
-            None if past_cap && !released.is_empty() => attempt = 0,
+            None if past_cap && progress && round < RELEASE_ROUNDS => attempt = 0,
             None => {
                 let stuck = !refused.is_empty() || unlisted_kind;
                 if past_cap {
@@ -154,6 +163,14 @@ pub(crate) async fn release_all(
         }
     }
 }
+
+/// One release sent: the workload (in words, and its uid), the write, what it came to.
+type Released = (String, String, group::Write, Result<Sent>);
+
+/// Rounds of listing what it holds past one reconcile's reads and giving it back, before the
+/// rest is reported (a bound on the API requests one reconcile sends, whatever a tenant
+/// labels).
+const RELEASE_ROUNDS: usize = 32;
 
 /// Rounds of listing and writing when letting go, before the reconcile fails and retries.
 const RELEASE_ATTEMPTS: usize = 3;
