@@ -67,21 +67,11 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
     if let Some(owner) = &hpa.scaled_object {
         if let Some(left) = &record.status.asleep {
             let to = record.status.original_replicas.unwrap_or(1).max(1);
-            match wake_asleep(ctx, ns, left, to).await? {
-                Ok(Some(done)) => turn.events.push(note(
-                    tdset,
-                    EventType::Normal,
-                    "Restored",
-                    format!(
-                        "{done}: ScaledObject {owner} manages HorizontalPodAutoscaler {}",
-                        r.name
-                    ),
-                )),
-                Ok(None) => {}
-                Err(p) => {
-                    debug!(problem = %p.message(), "the workload left asleep cannot be woken")
-                }
-            }
+            let why = format!(
+                "ScaledObject {owner} manages HorizontalPodAutoscaler {}",
+                r.name
+            );
+            wake_left(&mut turn, left, to, why).await?;
         }
         return Ok(claims::held_outcome(
             tdset,
@@ -90,30 +80,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             r,
         ));
     }
-    let reference = hpa.target.clone();
-    let target = match resolve_and_read(ctx, ns, &reference).await? {
-        Ok((res, view)) => HpaTarget {
-            reference,
-            uid: view.uid,
-            resource: Some(res),
-            replicas: Some(view.spec_replicas),
-            ready: view.ready_replicas,
-            unreadable: None,
-            requests: view.requests,
-        },
-        Err(p) => {
-            debug!(problem = %p.message(), "the HPA's target cannot be read");
-            HpaTarget {
-                reference,
-                uid: None,
-                resource: None,
-                replicas: None,
-                ready: None,
-                unreadable: Some(p),
-                requests: Requests::default(),
-            }
-        }
-    };
+    let target = read_target(ctx, ns, hpa.target.clone()).await?;
     // The HPA points at another workload than the one this TDSet put to sleep through it (or
     // that one was replaced): it is woken to the HPA's own floor first, suspended or not
     // (letting go is not scheduling); nobody else would.
@@ -130,20 +97,8 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             .or(record.status.original_replicas)
             .unwrap_or(1)
             .max(1);
-        match wake_asleep(ctx, ns, &left, to).await? {
-            Ok(Some(done)) => turn.events.push(note(
-                tdset,
-                EventType::Normal,
-                "Restored",
-                format!(
-                    "{done}: HorizontalPodAutoscaler {} no longer scales it",
-                    r.name
-                ),
-            )),
-            Ok(None) => {}
-            // Gone, or not ours to write: nothing is left asleep by this TDSet.
-            Err(p) => debug!(problem = %p.message(), "the workload left asleep cannot be woken"),
-        }
+        let why = format!("HorizontalPodAutoscaler {} no longer scales it", r.name);
+        wake_left(&mut turn, &left, to, why).await?;
         record.status.asleep = None;
     }
     // The HPA's own ceiling: as recorded; or, while the ceiling on the HPA is one this
@@ -176,6 +131,49 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         plan.scale_target = None;
     }
     apply(&mut turn, r, hpa, uid, record, target, plan, ceiling).await
+}
+
+/// The workload the HPA scales, as read now (or why it cannot be read).
+async fn read_target(ctx: &Context, ns: &str, reference: ScaleTargetRef) -> Result<HpaTarget> {
+    Ok(match resolve_and_read(ctx, ns, &reference).await? {
+        Ok((res, view)) => HpaTarget {
+            reference,
+            uid: view.uid,
+            resource: Some(res),
+            replicas: Some(view.spec_replicas),
+            ready: view.ready_replicas,
+            unreadable: None,
+            requests: view.requests,
+        },
+        Err(p) => {
+            debug!(problem = %p.message(), "the HPA's target cannot be read");
+            HpaTarget {
+                reference,
+                uid: None,
+                resource: None,
+                replicas: None,
+                ready: None,
+                unreadable: Some(p),
+                requests: Requests::default(),
+            }
+        }
+    })
+}
+
+/// Wakes `left`, a workload this TDSet put to sleep through the HPA, to `to`, and says why in
+/// an Event. Gone, or not ours to write: nothing is left asleep by this TDSet.
+async fn wake_left(turn: &mut Turn<'_>, left: &Asleep, to: i32, why: String) -> Result<()> {
+    match wake_asleep(turn.ctx, turn.ns, left, to).await? {
+        Ok(Some(done)) => turn.events.push(note(
+            turn.tdset,
+            EventType::Normal,
+            "Restored",
+            format!("{done}: {why}"),
+        )),
+        Ok(None) => {}
+        Err(p) => debug!(problem = %p.message(), "the workload left asleep cannot be woken"),
+    }
+    Ok(())
 }
 
 /// The HPA's `maxReplicas` as this TDSet sees it.
