@@ -139,20 +139,8 @@ pub(crate) async fn release_all(
             None => {
                 let stuck = !refused.is_empty() || unlisted_kind;
                 if past_cap {
-                    // What carries its label past the cap and could not be given back (or
-                    // carries the label with no record of this TDSet: anyone who can read its
-                    // uid can put it on anything).
                     problems.retain(|p| !matches!(p, Problem::TooManyWorkloads(_)));
-                    let reads = group::held_reads(ctx.group_max_workloads);
-                    problems.push(Problem::TooManyWorkloads(format!(
-                        "more objects carry this TDSet's label {}={uid} than one reconcile reads \
-                         ({reads}: twice --group-max-workloads), and the last {reads} read could \
-                         not be given their own count back; those past them were not read. Find \
-                         them with: kubectl get deployments,statefulsets,cronjobs,hpa -n {ns} -l \
-                         {}={uid}",
-                        group::HELD_BY_UID,
-                        group::HELD_BY_UID,
-                    )));
+                    problems.push(left_past_reads(ctx, ns, uid));
                 }
                 refused.extend(problems);
                 return Ok(Release {
@@ -162,6 +150,20 @@ pub(crate) async fn release_all(
             }
         }
     }
+}
+
+/// What carries the TDSet's label past what one reconcile reads and could not be given back
+/// (or carries the label with no record of this TDSet: anyone who can read its uid can put it
+/// on anything), and how to find it.
+fn left_past_reads(ctx: &Context, ns: &str, uid: &str) -> Problem {
+    let reads = group::held_reads(ctx.group_max_workloads);
+    let label = format!("{}={uid}", group::HELD_BY_UID);
+    Problem::TooManyWorkloads(format!(
+        "more objects carry this TDSet's label {label} than one reconcile reads ({reads}: twice \
+         --group-max-workloads), and the last {reads} read could not be given their own count \
+         back; those past them were not read. Find them with: kubectl get \
+         deployments,statefulsets,cronjobs,hpa -n {ns} -l {label}"
+    ))
 }
 
 /// One release sent: the workload (in words, and its uid), the write, what it came to.
