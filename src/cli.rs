@@ -46,6 +46,14 @@ pub struct RunArgs {
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "TDSET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: std::net::SocketAddr,
+    /// Address of the wake endpoint, where the wake proxy reports requests to the Services
+    /// of TDSets asleep (`spec.wakeOnRequest`); off when not set.
+    #[arg(long, env = "TDSET_WAKE_ADDR")]
+    pub wake_addr: Option<std::net::SocketAddr>,
+    /// The wake proxy's ServiceAccount (`namespace/name`): only its tokens may report requests.
+    /// Default: `tdset-wake-proxy` in the operator's namespace.
+    #[arg(long, env = "TDSET_WAKE_PROXY_SERVICE_ACCOUNT")]
+    pub wake_proxy_service_account: Option<String>,
     /// Only the holder of a Lease reconciles (run several replicas for failover).
     #[arg(long, env = "TDSET_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
     pub leader_elect: bool,

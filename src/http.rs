@@ -81,9 +81,39 @@ pub async fn serve_with(
     health: Arc<Health>,
     limits: Limits,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let handler: Handler = Arc::new(move |req| {
+        let (metrics, health) = (metrics.clone(), health.clone());
+        Box::pin(async move {
+            match respond(req, metrics, health).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            }
+        })
+    });
+    listen(addr, "metrics/health", limits, handler).await
+}
+
+/// The body every handler answers with.
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// What answers each request on a listener.
+pub type Handler = Arc<
+    dyn Fn(Request<hyper::body::Incoming>) -> futures::future::BoxFuture<'static, Response<Body>>
+        + Send
+        + Sync,
+>;
+
+/// Binds `addr` now (so a taken port fails at start-up) and serves HTTP/1.1 with `handler`
+/// until the task is dropped, within `limits`. `what` names the listener in errors and logs.
+pub async fn listen(
+    addr: SocketAddr,
+    what: &'static str,
+    limits: Limits,
+    handler: Handler,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|e| Error::Config(format!("cannot listen on {addr} for metrics/health: {e}")))?;
+        .map_err(|e| Error::Config(format!("cannot listen on {addr} for {what}: {e}")))?;
     let local = listener
         .local_addr()
         .map_err(|e| Error::Config(format!("listener address: {e}")))?;
@@ -99,7 +129,7 @@ pub async fn serve_with(
                 }
                 Err(e) => {
                     if !failing {
-                        warn!(error = %e, "metrics/health listener cannot accept; retrying");
+                        warn!(error = %e, listener = what, "cannot accept; retrying");
                         failing = true;
                     }
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -117,9 +147,12 @@ pub async fn serve_with(
                 }
                 open.push_back((id, close_tx));
             }
-            let (metrics, health, open) = (metrics.clone(), health.clone(), open.clone());
+            let (handler, open) = (handler.clone(), open.clone());
             tokio::spawn(async move {
-                let svc = service_fn(move |req| respond(req, metrics.clone(), health.clone()));
+                let svc = service_fn(move |req| {
+                    let answer = handler(req);
+                    async move { Ok::<_, Infallible>(answer.await) }
+                });
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(limits.header_read)
@@ -143,6 +176,17 @@ pub async fn serve_with(
         }
     });
     Ok((local, task))
+}
+
+/// A plain-text or JSON answer.
+pub fn answer(code: StatusCode, body: String, ctype: &'static str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(ctype),
+    );
+    r
 }
 
 async fn respond(

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Parser;
 use tdset_operator::cli::{Cli, Command, RunArgs, crd_yaml_of, run_preview};
 use tdset_operator::clock::SystemClock;
-use tdset_operator::controller::{self, LeaseOptions, RunOptions, ShardOptions};
+use tdset_operator::controller::{self, LeaseOptions, RunOptions, ShardOptions, WakeOptions};
 use tdset_operator::http::{self, Health};
 use tdset_operator::plugin::PluginCli;
 use tdset_operator::shard::ShardSpec;
@@ -124,6 +124,34 @@ async fn operate(args: RunArgs) -> Result<()> {
         }),
         _ => None,
     };
+    // The wake endpoint serves on every replica, leader or not (see controller::run::intents).
+    let wake_server = match args.wake_addr {
+        Some(addr) => {
+            let account = args
+                .wake_proxy_service_account
+                .clone()
+                .unwrap_or_else(|| format!("{lease_namespace}/tdset-wake-proxy"));
+            let Some((ns, name)) = account.split_once('/') else {
+                return Err(Error::Config(format!(
+                    "--wake-proxy-service-account {account:?} is not namespace/name"
+                )));
+            };
+            let opts = WakeOptions {
+                addr,
+                proxy_user: format!("system:serviceaccount:{ns}:{name}"),
+            };
+            let (addr, task) = controller::serve_wake_endpoint(
+                clients.requests.clone(),
+                Arc::new(clock),
+                metrics.clone(),
+                opts,
+            )
+            .await?;
+            info!(%addr, proxy = %account, "serving the wake endpoint");
+            Some(task)
+        }
+        None => None,
+    };
     let lease = (args.leader_elect || shard.is_some()).then(|| LeaseOptions {
         name: match &shard {
             Some(s) => s.lease_name(&s.spec.name),
@@ -156,6 +184,9 @@ async fn operate(args: RunArgs) -> Result<()> {
     )
     .await;
     server.abort();
+    if let Some(task) = wake_server {
+        task.abort();
+    }
     info!("shut down");
     result
 }

@@ -6,7 +6,10 @@ pub mod warm_up;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 
-use crate::api::{Condition, GroupStatus, HistoryEntry, MAX_HISTORY, TDSetStatus, TargetStatus};
+use crate::api::{
+    Condition, GroupStatus, HistoryEntry, MAX_HISTORY, RequestWakePhase, RequestWakeStatus,
+    TDSetStatus, TargetStatus,
+};
 use crate::preview::rfc3339;
 use crate::schedule::{Count, Evaluation, Transition, Warning};
 use crate::workload::hpa::HpaView;
@@ -290,6 +293,8 @@ pub struct Inputs<'a> {
     pub ceiling: Option<i32>,
     /// The shard this operator is (`status.shard`); unsharded, the field is left as it was.
     pub shard: Option<&'a str>,
+    /// With `spec.wakeOnRequest` and a request wake-up on record: whether it is in force.
+    pub requested: Option<bool>,
     pub now: DateTime<Utc>,
 }
 
@@ -331,7 +336,41 @@ pub fn next_status(i: &Inputs<'_>) -> TDSetStatus {
             Some(change) => recorded(i.previous, change.clone()),
             None => i.previous.map(|p| p.history.clone()).unwrap_or_default(),
         },
+        // The wake endpoint's fields as they were (never written back: see the lane's sink).
+        request_wake: {
+            let previous = i.previous.and_then(|p| p.request_wake.clone());
+            match request_wake_phase(i) {
+                Some(phase) => Some(RequestWakeStatus {
+                    phase: Some(phase),
+                    ..previous.unwrap_or_default()
+                }),
+                None => previous,
+            }
+        },
     }
+}
+
+/// What the reconcile makes of the request wake-up on record (only `phase` is the
+/// reconcile's: the rest of `status.requestWake` is the wake endpoint's). Awake once every
+/// replica the wake-up asked for is ready; superseded while the schedule has the workloads
+/// awake anyway (a window, an override); ended once it is over.
+fn request_wake_phase(i: &Inputs<'_>) -> Option<RequestWakePhase> {
+    let in_force = i.requested?;
+    let woken = i.evaluation.is_some_and(|e| e.woken_until.is_some());
+    Some(match (in_force, woken) {
+        (false, _) => RequestWakePhase::Ended,
+        (true, false) => RequestWakePhase::Superseded,
+        (true, true) => {
+            let seen = i.workload.ok();
+            let ready = seen.and_then(|o| o.ready).unwrap_or(0);
+            let current = seen.map_or(0, |o| o.current);
+            if current > 0 && ready >= current {
+                RequestWakePhase::Awake
+            } else {
+                RequestWakePhase::Waking
+            }
+        }
+    })
 }
 
 /// `previous`'s history with `entry` recorded: newest first, at most `MAX_HISTORY`. An entry
@@ -635,6 +674,7 @@ mod tests {
             change: None,
             ceiling: None,
             shard: None,
+            requested: None,
             now: DateTime::parse_from_rfc3339(now)
                 .unwrap()
                 .with_timezone(&Utc),
@@ -653,6 +693,7 @@ mod tests {
             ramp: None,
             ceiling: None,
             ahead_of: None,
+            woken_until: None,
             scheduled: 4,
         };
         let ok = next_status(&inputs(None, &eval, None, "2026-01-01T00:00:00Z"));
@@ -690,6 +731,7 @@ mod tests {
             ramp: None,
             ceiling: None,
             ahead_of: None,
+            woken_until: None,
             scheduled: replicas,
         }
     }

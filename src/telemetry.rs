@@ -32,6 +32,17 @@ pub fn init_logging(filter: &str, format: LogFormat) {
     };
 }
 
+/// The outcomes `tdset_wake_reports_total` counts.
+pub const WAKE_OUTCOMES: [&str; 7] = [
+    "written",
+    "extended-already",
+    "refused",
+    "forbidden",
+    "unauthenticated",
+    "invalid",
+    "error",
+];
+
 pub struct Metrics {
     pub registry: Registry,
     pub reconciles: IntCounterVec,
@@ -64,6 +75,9 @@ pub struct Metrics {
     pub shard_others_indexed: IntGauge,
     /// Namespaces listed afresh because this shard's first TDSet arrived there.
     pub shard_index_fills: IntCounter,
+    /// Reports of the wake proxy by outcome (written, extended-already, refused, forbidden,
+    /// unauthenticated, invalid, error).
+    pub wake_reports: IntCounterVec,
     tdsets: Arc<Mutex<Option<Store<Cached<TDSet>>>>>,
     /// Replica-seconds saved per TDSet ("ns/name"), integrated at each reconcile.
     saved: Arc<Mutex<std::collections::HashMap<String, SavedClock>>>,
@@ -98,6 +112,13 @@ impl Metrics {
                 "Failed reconciles by error kind",
             ),
             &["kind"],
+        )?;
+        let wake_reports = IntCounterVec::new(
+            Opts::new(
+                "tdset_wake_reports_total",
+                "Requests the wake proxy reported to the wake endpoint, by outcome",
+            ),
+            &["outcome"],
         )?;
         let reconcile_duration = Histogram::with_opts(
             HistogramOpts::new(
@@ -207,6 +228,7 @@ impl Metrics {
         registry.register(Box::new(scale_up_ready.clone()))?;
         registry.register(Box::new(warm_up_early.clone()))?;
         registry.register(Box::new(tier_timeouts.clone()))?;
+        registry.register(Box::new(wake_reports.clone()))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -218,6 +240,9 @@ impl Metrics {
         }
         for kind in crate::error::Error::METRIC_LABELS {
             reconcile_errors.with_label_values(&[kind]);
+        }
+        for outcome in WAKE_OUTCOMES {
+            wake_reports.with_label_values(&[outcome]);
         }
         for direction in ["up", "down"] {
             scale_operations.with_label_values(&[direction]);
@@ -247,6 +272,7 @@ impl Metrics {
             shard_waiting,
             shard_others_indexed,
             shard_index_fills,
+            wake_reports,
             tdsets,
             saved: Default::default(),
         })

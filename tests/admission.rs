@@ -840,3 +840,66 @@ async fn scheduled_ceilings_are_checked_at_admission() {
     }
     ns.cleanup().await;
 }
+
+/// `spec.wakeOnRequest`: every form that can be asleep may wake on requests; a bad Service
+/// name, duration, port or pattern is rejected with the field named.
+#[tokio::test]
+async fn wake_on_request_is_checked_at_admission_naming_the_field() {
+    let (_, ns) = setup("adm-wake").await;
+    let ok = [
+        variant("", "  wakeOnRequest: {services: [{name: web}]}"),
+        variant(
+            "",
+            r#"  wakeOnRequest: {services: [{name: web, ports: [http, 8080, "9090"]}, {name: api}], wakeFor: 1m, hold: 60s, ignore: {userAgents: ["(?i)(bot|crawler|spider|ELB-HealthChecker)"], paths: [/healthz, "/.well-known/*"]}}"#,
+        ),
+        variant("", "  wakeOnRequest: {services: [{name: web}], wakeFor: 24h, hold: 1s}"),
+        // The group form (without a ramp), and a referenced workload.
+        "  scaleTargetSelector: {selector: {matchLabels: {app: web}}}\n  schedulingConfig: []\n  wakeOnRequest: {services: [{name: web}]}\n"
+            .to_string(),
+        "  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n  defaultReplica: 0\n  schedulingConfig: []\n  wakeOnRequest: {services: [{name: web}]}\n"
+            .to_string(),
+    ];
+    for (i, spec) in ok.iter().enumerate() {
+        let (accepted, out) = apply(&manifest(&ns.name, spec));
+        assert!(accepted, "valid case {i} was rejected:\n{spec}\n{out}");
+    }
+    let w = |line: &str| variant("", &format!("  wakeOnRequest: {line}"));
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("no services", w("{services: []}"), "spec.wakeOnRequest.services"),
+        ("a Service name that is no DNS label", w("{services: [{name: Web_1}]}"), "spec.wakeOnRequest.services[0].name"),
+        ("the same Service twice", w("{services: [{name: web}, {name: web}]}"), "spec.wakeOnRequest.services[1]"),
+        (
+            "17 Services",
+            w(&format!("{{services: [{}]}}", (0..17).map(|i| format!("{{name: s{i}}}")).collect::<Vec<_>>().join(", "))),
+            "spec.wakeOnRequest.services",
+        ),
+        ("port 0", w("{services: [{name: web, ports: [0]}]}"), "spec.wakeOnRequest.services[0].ports[0]"),
+        ("port 65536", w("{services: [{name: web, ports: [65536]}]}"), "spec.wakeOnRequest.services[0].ports[0]"),
+        ("a port name with a capital", w("{services: [{name: web, ports: [Http]}]}"), "spec.wakeOnRequest.services[0].ports[0]"),
+        ("wakeFor 30s", w("{services: [{name: web}], wakeFor: 30s}"), "spec.wakeOnRequest.wakeFor"),
+        ("wakeFor 25h", w("{services: [{name: web}], wakeFor: 25h}"), "spec.wakeOnRequest.wakeFor"),
+        ("wakeFor not a duration", w("{services: [{name: web}], wakeFor: soon}"), "spec.wakeOnRequest.wakeFor"),
+        ("hold 0s", w("{services: [{name: web}], hold: 0s}"), "spec.wakeOnRequest.hold"),
+        ("hold 2m", w("{services: [{name: web}], hold: 2m}"), "spec.wakeOnRequest.hold"),
+        (
+            "a user agent pattern that is no regular expression",
+            w(r#"{services: [{name: web}], ignore: {userAgents: ["(bot"]}}"#),
+            "spec.wakeOnRequest.ignore.userAgents",
+        ),
+        ("a path without a leading slash", w("{services: [{name: web}], ignore: {paths: [healthz]}}"), "spec.wakeOnRequest.ignore.paths[0]"),
+        (
+            "a group with a ramp",
+            "  scaleTargetSelector: {selector: {matchLabels: {app: web}}}\n  defaultReplica: 0\n  schedulingConfig: []\n  ramp: {step: 1, every: 15m}\n  wakeOnRequest: {services: [{name: web}]}\n".to_string(),
+            "spec.wakeOnRequest",
+        ),
+    ];
+    for (what, spec, field) in cases {
+        let (accepted, out) = apply(&manifest(&ns.name, &spec));
+        assert!(!accepted, "{what}: accepted:\n{spec}");
+        assert!(
+            out.contains(field),
+            "{what}: the message does not name {field}:\n{out}"
+        );
+    }
+    ns.cleanup().await;
+}

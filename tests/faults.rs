@@ -601,13 +601,15 @@ async fn a_reconcile_stuck_on_a_dead_connection_ends_and_the_transition_lands_af
         }
     };
     wait_until("the Deployment at 1 before the window", at(1)).await;
-    wait_until("the TDSet's status written", || async {
+    // Ready too: a status write still due when the line is cut (the pod's readiness) would
+    // take the pooled dead connection itself, and the boundary's write would open a new one.
+    wait_until("the TDSet's status written, its replica ready", || async {
         tdsets
             .get_status("web")
             .await
             .ok()
             .and_then(|t| t.status)
-            .is_some_and(|s| s.replicas == Some(1))
+            .is_some_and(|s| s.replicas == Some(1) && s.ready_replicas == Some(1))
     })
     .await;
     // Shortly before the boundary, so that the requests before it have left idle connections
@@ -615,6 +617,12 @@ async fn a_reconcile_stuck_on_a_dead_connection_ends_and_the_transition_lands_af
     tokio::time::sleep(Duration::from_secs(25).saturating_sub(started.elapsed())).await;
     line.cut_open_connections();
     let cut = Instant::now();
+    assert!(
+        at(1)().await,
+        "the line was cut after the boundary ({:.1} s after the operator started): the setup \
+         was too slow for what this test proves",
+        started.elapsed().as_secs_f64()
+    );
     // A request on a dead connection never fails by itself: without a read timeout or a
     // reconcile deadline the reconcile waits for ever and the count never lands. Each dead
     // connection the retries meet costs one read timeout (30 s), so the guard is generous.

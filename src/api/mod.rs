@@ -7,9 +7,11 @@ use std::fmt;
 mod group;
 mod selector;
 mod source;
+mod wake;
 pub use group::*;
 pub use selector::Selector;
 pub use source::Source;
+pub use wake::*;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::CustomResource;
@@ -87,6 +89,12 @@ pub const MAX_REPLICAS: i32 = 10_000;
     {
         "rule": "(!has(self.defaultMaxReplica) && self.schedulingConfig.all(w, !has(w.maxReplica)) && (!has(self.overrides) || self.overrides.all(o, !has(o.maxReplica)))) || (has(self.scaleTargetRef) && self.scaleTargetRef.kind == 'HorizontalPodAutoscaler' && self.scaleTargetRef.apiVersion.startsWith('autoscaling/') && !has(self.ramp))",
         "message": "maxReplica and defaultMaxReplica set a HorizontalPodAutoscaler's maxReplicas: they need spec.scaleTargetRef to a HorizontalPodAutoscaler, and no spec.ramp",
+        "reason": "FieldValueForbidden"
+    },
+    {
+        "rule": "!has(self.wakeOnRequest) || !has(self.ramp) || !has(self.scaleTargetSelector)",
+        "message": "spec.wakeOnRequest wakes a group to the level own (each workload its own count), which a ramp cannot step toward: remove spec.ramp or spec.wakeOnRequest",
+        "fieldPath": ".wakeOnRequest",
         "reason": "FieldValueForbidden"
     },
     {
@@ -172,6 +180,10 @@ pub struct TDSetSpec {
     /// it; scale-downs are never early.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_up: Option<WarmUp>,
+    /// While the schedule has the workloads asleep, a request to one of these Services wakes
+    /// them for a while (see the README, "Woken by a request").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_on_request: Option<WakeOnRequest>,
     /// IANA time zone in which window times are wall-clock times. Default "UTC".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
@@ -792,6 +804,9 @@ pub struct TDSetStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_HISTORY))]
     pub history: Vec<HistoryEntry>,
+    /// With `spec.wakeOnRequest`: the wake-up by a request in force or the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_wake: Option<RequestWakeStatus>,
 }
 
 /// The lead of the next scale-up (`spec.warmUp`), and the measured times it is taken from.

@@ -188,7 +188,19 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                 }
             }
             let (schedule, missing) = crate::preview::compile(&name, &tdset, &live, &documents)?;
+            // A request wake-up in force shows as the controller applies it.
+            let schedule = crate::schedule::wake::woken(
+                schedule,
+                &tdset.spec,
+                tdset.status.as_ref().and_then(|s| s.request_wake.as_ref()),
+                now,
+            );
             let mut out = run_preview_of(&args, now, &schedule, &tdset)?;
+            if args.output != crate::cli::Output::Json
+                && let Some(note) = request_wake_note(&tdset, now)
+            {
+                out.push_str(&note);
+            }
             if tdset.spec.scale_target_selector.is_some() {
                 // A group: its workloads, and what each gets at the next transition.
                 let at = args.at.unwrap_or(now);
@@ -671,6 +683,26 @@ impl PluginCli {
             })
             .unwrap_or(false)
     }
+}
+
+/// A line on the request wake-up in force, for `preview NAME`.
+fn request_wake_note(tdset: &TDSet, now: DateTime<Utc>) -> Option<String> {
+    let recorded = tdset.status.as_ref()?.request_wake.as_ref()?;
+    let (since, until) = crate::schedule::wake::span(&tdset.spec, Some(recorded), now)?;
+    let request = recorded
+        .request
+        .as_ref()
+        .map(|r| format!(" by {}", r.describe()))
+        .unwrap_or_default();
+    Some(format!(
+        "note: woken{request} at {}, until {} ({} requests so far, phase {})\n",
+        rfc3339(since),
+        rfc3339(until),
+        recorded.requests.unwrap_or(0),
+        recorded
+            .phase
+            .map_or_else(|| "not yet reconciled".to_string(), |p| p.to_string()),
+    ))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod ics;
 mod lead;
 mod ramp;
 mod validate;
+pub mod wake;
 
 use std::fmt;
 
@@ -104,6 +105,8 @@ pub struct Schedule {
     reach: Duration,
     /// Where the look-ahead for a change may stop (see `HORIZON`).
     lookahead_until: Option<DateTime<Utc>>,
+    /// A wake-up by a request (`status.requestWake`), added by `with_request_wake`.
+    woken: Option<wake::Woken>,
 }
 
 #[derive(Clone, Debug)]
@@ -143,6 +146,9 @@ pub struct Evaluation {
     /// The rise `replicas` is written ahead of (`warmUp`, see `lead.rs`): then `replicas` is
     /// that transition's count, not yet the schedule's.
     pub ahead_of: Option<Transition>,
+    /// Woken by a request until this instant (`spec.wakeOnRequest`): the schedule had the
+    /// workloads asleep, and `level` is the count the request wakes them to.
+    pub woken_until: Option<DateTime<Utc>>,
     /// The count the schedule sets at this instant, `R(t)`: `replicas` before a rise written
     /// ahead replaced it (`ahead_of`). What follows the schedule rather than the lead reads
     /// it (a group's CronJobs: their suspend is no capacity to warm up).
@@ -168,6 +174,12 @@ impl Evaluation {
             "defaultReplica applies"
         };
         let level = match (&self.override_label, &self.window_label) {
+            _ if self.woken_until.is_some() => format!(
+                "woken by a request until {}",
+                self.woken_until
+                    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                    .unwrap_or_default()
+            ),
             (Some(o), _) => format!("override {o} is active"),
             (None, Some(w)) => format!("window {w} is active"),
             (None, None) if self.holiday => format!("a holiday, no window starts: {default}"),
@@ -252,6 +264,8 @@ struct Level {
     window: Option<usize>,
     override_: Option<usize>,
     holiday: bool,
+    /// Woken by a request: the wake-up's end.
+    woken_until: Option<DateTime<Utc>>,
 }
 
 impl Schedule {
@@ -358,6 +372,7 @@ impl Schedule {
             ramp,
             reach,
             lookahead_until,
+            woken: None,
         })
     }
 
@@ -386,11 +401,26 @@ impl Schedule {
             ramp: phase,
             ceiling: level.ceiling,
             ahead_of: None,
+            woken_until: level.woken_until,
             scheduled: replicas,
         }
     }
 
     fn level_at(&self, at: DateTime<Utc>) -> Level {
+        let level = self.scheduled_level_at(at);
+        match &self.woken {
+            Some(w) if w.covers(at) && level.override_.is_none() && level.replicas == 0 => Level {
+                replicas: w.replicas,
+                window: None,
+                woken_until: Some(w.end),
+                ..level
+            },
+            _ => level,
+        }
+    }
+
+    /// The level the spec alone gives at `at` (no request wake-up).
+    fn scheduled_level_at(&self, at: DateTime<Utc>) -> Level {
         let local = at.with_timezone(&self.tz).naive_local();
         let holiday = self.holidays.contains(local.date());
         let window = self.active_at_local(local);
@@ -408,6 +438,7 @@ impl Schedule {
                 window: None,
                 override_: Some(i),
                 holiday,
+                woken_until: None,
             };
         }
         Level {
@@ -416,6 +447,7 @@ impl Schedule {
             window,
             override_: None,
             holiday,
+            woken_until: None,
         }
     }
 
@@ -448,11 +480,13 @@ impl Schedule {
 
     /// Whether the level (and the ceiling) can never change.
     fn level_is_constant(&self) -> bool {
-        self.windows
-            .iter()
-            .map(|w| (w.replicas, w.ceiling))
-            .chain(self.overrides.iter().map(|o| (o.replicas, o.ceiling)))
-            .all(|r| r == (self.default_replicas, self.default_ceiling))
+        self.woken.is_none()
+            && self
+                .windows
+                .iter()
+                .map(|w| (w.replicas, w.ceiling))
+                .chain(self.overrides.iter().map(|o| (o.replicas, o.ceiling)))
+                .all(|r| r == (self.default_replicas, self.default_ceiling))
     }
 
     /// The earliest instant strictly after `now` at which the count changes, and the count
@@ -511,6 +545,7 @@ impl Schedule {
                 .overrides
                 .iter()
                 .flat_map(|o| [o.start, o.end])
+                .chain(self.woken.iter().flat_map(|w| [w.start, w.end]))
                 .filter(|&e| e > t)
                 .min()
             {

@@ -13,6 +13,7 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
     if let Err(e) = Source::of(spec) {
         errors.push(e);
     }
+    super::wake::check(spec, &mut errors);
     let mut err = |field: String, message: String| errors.push(SpecError { field, message });
     if let Some(c) = &spec.container {
         if c.image.trim().is_empty() || c.image.chars().any(char::is_whitespace) {

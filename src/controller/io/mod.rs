@@ -3,8 +3,10 @@
 //!
 //! - `owned`: guarded create, `/scale`, apply and delete of the objects a TDSet owns;
 //! - `target`: a referenced target's `/scale` and an HPA's `minReplicas`, read and written;
-//! - `tdset`: the TDSet's own status (durable, or queued on the lane) and finalizer.
+//! - `tdset`: the TDSet's own status (durable, or queued on the lane) and finalizer;
+//! - `wake`: a request wake-up: the proxy's token reviewed, `status.requestWake` written.
 
 pub(crate) mod owned;
 pub(crate) mod target;
 pub(crate) mod tdset;
+pub(crate) mod wake;

@@ -290,11 +290,23 @@ impl Sink for KubeSink {
         let api: Api<TDSet> = Api::namespaced(self.client.clone(), &s.namespace);
         // The uid is a precondition: a status queued for a TDSet that was deleted and created
         // again under its name is refused (409), never written onto the new one.
+        // Of `requestWake` only the phase is the reconcile's (see `reconciles_part`).
+        let reduced;
+        let status = match &s.status.request_wake {
+            Some(w) => {
+                reduced = TDSetStatus {
+                    request_wake: w.reconciles_part(),
+                    ..TDSetStatus::clone(&s.status)
+                };
+                &reduced
+            }
+            None => &*s.status,
+        };
         let body = serde_json::json!({
             "apiVersion": "schedule.rs/v1",
             "kind": "TDSet",
             "metadata": {"name": &s.name, "uid": &s.uid},
-            "status": &*s.status,
+            "status": status,
         });
         let (ns, name) = (s.namespace.clone(), s.name.clone());
         Box::pin(async move {

@@ -18,6 +18,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 mod calendars;
+pub mod intents;
 pub(crate) mod leader;
 pub(crate) mod watches;
 

@@ -145,6 +145,7 @@ fn next_status(
         change,
         ceiling: outcome.ceiling.or(resolved.eval.ceiling),
         shard: ctx.shard.as_ref().map(|s| s.name()),
+        requested: resolved.requested,
         now: resolved.now,
     })
 }

@@ -14,7 +14,9 @@ use tracing::warn;
 use crate::api::{Holiday, TDCalendar, TDSet, TDSetSpec, TDSetStatus};
 use crate::controller::state::{Answer, Context, IcsDates};
 use crate::error::Error;
-use crate::schedule::{Evaluation, Schedule, SharedHolidays, Transition, Warning, unreadable};
+use crate::schedule::{
+    Evaluation, Schedule, SharedHolidays, Transition, Warning, unreadable, wake,
+};
 use crate::status::Problem;
 use crate::workload::Source;
 
@@ -39,6 +41,8 @@ pub(crate) struct Resolved<'a> {
     pub due: Option<DateTime<Utc>>,
     /// Calendars the spec names that do not exist, as the problem reported for them.
     pub calendar_problem: Option<Problem>,
+    /// With `spec.wakeOnRequest` and a request wake-up on record: whether it is in force.
+    pub requested: Option<bool>,
 }
 
 /// Resolves `tdset` at the context's clock. `Ok(Err)`: the spec cannot be evaluated (the
@@ -103,6 +107,13 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
         }
     };
     let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
+    // A request wake-up is read from the TDSet as stored (the wake endpoint writes it), not
+    // from the operator's own record of its status.
+    let recorded = tdset.status.as_ref().and_then(|s| s.request_wake.as_ref());
+    let requested = (tdset.spec.wake_on_request.is_some()
+        && recorded.is_some_and(|r| r.until.is_some()))
+    .then(|| wake::span(&tdset.spec, recorded, now).is_some());
+    let schedule = wake::woken(schedule, &tdset.spec, recorded, now);
     let previous = ctx.statuses.current(tdset);
     // Measured: from the samples the status keeps (a restart learns nothing again).
     let lead = crate::status::warm_up::lead_at(&tdset.spec, previous.as_ref(), now);
@@ -131,6 +142,7 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
         previous,
         due,
         calendar_problem,
+        requested,
     }))
 }
 

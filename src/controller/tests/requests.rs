@@ -762,3 +762,57 @@ async fn an_own_ceiling_only_queued_survives_a_reconcile_on_an_older_cached_tdse
         last.body
     );
 }
+
+/// A TDSet asleep at night woken by a request: the owned Deployment is scaled to the count it
+/// wakes to, and the status write carries only the reconcile's part of `requestWake` (its
+/// phase): what the wake endpoint wrote is never written back, stale or not. Once the cache
+/// holds that status, nothing is sent.
+#[tokio::test(start_paused = true)]
+async fn a_request_wake_up_scales_and_writes_only_its_phase_back() {
+    let server = ApiServer::start();
+    let mut t = tdset(json!({
+        "container": {"image": "nginx:1.27", "port": 8080},
+        "defaultReplica": 0,
+        "schedulingConfig": [{"startTime": "12:00", "endTime": "13:00", "replica": 3}],
+        "wakeOnRequest": {"services": [{"name": "web"}], "wakeFor": "30m"},
+    }));
+    t.status = Some(
+        serde_json::from_value(json!({
+            "requestWake": {"since": "2026-11-26T09:55:00Z", "until": "2026-11-26T10:25:00Z",
+                            "requests": 4,
+                            "request": {"service": "web:http", "method": "GET", "path": "/"}},
+        }))
+        .unwrap(),
+    );
+    server.on("POST", DEPLOYMENTS, |body| (201, created(body)));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
+    let mut operator = Operator::at(&server, NOW);
+
+    operator.reconcile(&t).await.unwrap();
+
+    let sent = server.sent();
+    assert_eq!(
+        sent[0].body["spec"]["replicas"], 3,
+        "woken to the next window's count"
+    );
+    let status = &sent[1].body["status"];
+    assert_eq!(
+        status["requestWake"],
+        json!({"phase": "Waking"}),
+        "{status:#}"
+    );
+    assert_eq!(status["nextTransitionTime"], "2026-11-26T10:25:00Z");
+    assert_eq!(status["nextReplicas"], 0);
+
+    // The watch brings back the status as stored: both managers' fields.
+    operator.deployments(vec![created(&sent[0].body)]);
+    let mut stored = status.clone();
+    stored["requestWake"] = json!({"phase": "Waking", "since": "2026-11-26T09:55:00Z",
+        "until": "2026-11-26T10:25:00Z", "requests": 4,
+        "request": {"service": "web:http", "method": "GET", "path": "/"}});
+    t.status = serde_json::from_value(stored).unwrap();
+    t.metadata.resource_version = Some("3".into());
+    server.clear();
+    operator.reconcile(&t).await.unwrap();
+    assert_eq!(server.all().len(), 0, "{:#?}", server.all());
+}

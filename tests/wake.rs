@@ -1,0 +1,267 @@
+//! Woken by a request, the operator's side, on the real API server: the wake endpoint records
+//! a request wake-up in `status.requestWake` (only for the wake proxy's token), the reconcile
+//! wakes the workload for `wakeFor` and puts it back to sleep, and the history says why.
+
+mod support;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Client;
+use kube::api::Api;
+use serde_json::json;
+use support::*;
+use tdset_operator::api::{RequestWakePhase, RequestWakeStatus, TDSet, TDSetStatus};
+use tdset_operator::clock::SystemClock;
+use tdset_operator::controller::{WakeOptions, serve_wake_endpoint};
+use tdset_operator::telemetry::Metrics;
+
+const AUDIENCE: &str = "wake.tdset.schedule.rs";
+
+/// A ServiceAccount `name` in `ns` and a token of it for `audience` (`None`: the API
+/// server's own, as every pod has).
+fn token(ns: &str, name: &str, audience: Option<&str>) -> String {
+    let _ = kubectl(&["-n", ns, "create", "serviceaccount", name]);
+    let mut args = vec!["-n", ns, "create", "token", name, "--duration", "10m"];
+    if let Some(a) = audience {
+        args.extend(["--audience", a]);
+    }
+    let out = kubectl(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// POSTs a report of a request to Service `service` of TDSet `tdset`; the status code and body.
+fn report(addr: &str, token: Option<&str>, ns: &str, tdset: &str, service: &str) -> (u16, String) {
+    let body = json!({
+        "namespace": ns, "tdset": tdset, "service": service, "requests": 1,
+        "request": {"service": format!("{service}:http"), "method": "GET", "host": "web.example",
+                    "path": "/docs", "userAgent": "curl/8.5"}
+    });
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-s", "-m", "10", "-X", "POST", "-w", "\n%{http_code}"])
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &body.to_string(),
+        ]);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = cmd.arg(format!("http://{addr}/v1/wake")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.parse().unwrap_or(0), body.to_string())
+}
+
+async fn status(client: &Client, ns: &str) -> Option<TDSetStatus> {
+    Api::<TDSet>::namespaced(client.clone(), ns)
+        .get_status("web")
+        .await
+        .ok()
+        .and_then(|t| t.status)
+}
+
+/// Asleep by default, 2 replicas from 09:00 to 17:00 UTC, woken for 1 m by a request to `web`.
+fn asleep_at_night() -> TDSet {
+    tdset(
+        "web",
+        json!({
+            "container": {"image": "nginx", "port": 80},
+            "defaultReplica": 0,
+            "schedulingConfig": [{"startTime": "09:00", "endTime": "17:00", "replica": 2}],
+            "wakeOnRequest": {"services": [{"name": "web"}], "wakeFor": "1m"}
+        }),
+    )
+}
+
+/// The endpoint in this process, with the operator's clock, trusting `ns/wake-proxy`.
+async fn endpoint(client: &Client, ns: &str, clock: SystemClock) -> String {
+    let (addr, _task) = serve_wake_endpoint(
+        client.clone(),
+        Arc::new(clock),
+        Arc::new(Metrics::for_shard(None).unwrap()),
+        WakeOptions {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            proxy_user: format!("system:serviceaccount:{ns}:wake-proxy"),
+        },
+    )
+    .await
+    .unwrap();
+    // The task runs for the rest of the test (it is detached; the test's runtime ends it).
+    std::mem::forget(_task);
+    addr.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_at_night_wakes_the_workload_for_wake_for_then_the_schedule_has_it_asleep_again()
+{
+    let (client, ns) = setup("wake-night").await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start(&client, &ns.name, clock, None, "test");
+    let addr = endpoint(&client, &ns.name, clock).await;
+    create_tdset(&client, &ns.name, &asleep_at_night()).await;
+    deployment_at(&client, &ns.name, "web", 0).await;
+
+    let proxy = token(&ns.name, "wake-proxy", Some(AUDIENCE));
+    let (code, body) = report(&addr, Some(&proxy), &ns.name, "web", "web");
+    assert_eq!(code, 202, "{body}");
+    assert!(body.contains("\"written\":true"), "{body}");
+    // Woken to the count its schedule next gives (2, from 09:00), kept in status, not spec.
+    deployment_at(&client, &ns.name, "web", 2).await;
+    let s = status(&client, &ns.name).await.unwrap();
+    let wake = s.request_wake.clone().unwrap();
+    let request = wake.request.clone().unwrap();
+    assert_eq!(
+        (
+            request.method.as_deref(),
+            request.path.as_deref(),
+            request.user_agent.as_deref()
+        ),
+        (Some("GET"), Some("/docs"), Some("curl/8.5"))
+    );
+    assert_eq!(wake.requests, Some(1));
+    let (since, until) = (
+        utc(wake.since.as_deref().unwrap()),
+        utc(wake.until.as_deref().unwrap()),
+    );
+    assert_eq!(until - since, chrono::Duration::minutes(1));
+    let spec = Api::<TDSet>::namespaced(client.clone(), &ns.name)
+        .get("web")
+        .await
+        .unwrap()
+        .spec;
+    assert!(
+        spec.overrides.is_empty(),
+        "nothing of the wake-up in the spec"
+    );
+    let woke = eventually(GUARD, "the wake-up in the history", || async {
+        let s = status(&client, &ns.name).await?;
+        s.history.first().filter(|e| e.to == Some(2)).cloned()
+    })
+    .await;
+    assert!(woke.reason.contains("woken by a request"), "{woke:?}");
+    eventually(GUARD, "phase Waking or Awake", || async {
+        let phase = status(&client, &ns.name).await?.request_wake?.phase?;
+        matches!(phase, RequestWakePhase::Waking | RequestWakePhase::Awake).then_some(())
+    })
+    .await;
+
+    // A second request at once changes nothing: the wake-up reaches far enough.
+    let (code, body) = report(&addr, Some(&proxy), &ns.name, "web", "web");
+    assert_eq!(code, 202, "{body}");
+    assert!(body.contains("\"written\":false"), "{body}");
+
+    // After wakeFor the schedule applies again.
+    eventually(
+        std::time::Duration::from_secs(120),
+        "asleep again after wakeFor",
+        || async {
+            let d: Deployment = Api::namespaced(client.clone(), &ns.name)
+                .get("web")
+                .await
+                .ok()?;
+            let s = status(&client, &ns.name).await?;
+            (replicas(&d) == Some(0)
+                && s.request_wake.as_ref()?.phase == Some(RequestWakePhase::Ended))
+            .then_some(())
+        },
+    )
+    .await;
+    let s = status(&client, &ns.name).await.unwrap();
+    assert_eq!(
+        s.history.first().and_then(|e| e.to),
+        Some(0),
+        "{:?}",
+        s.history
+    );
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_wake_proxys_token_for_its_audience_may_wake_and_only_what_names_the_service() {
+    let (client, ns) = setup("wake-auth").await;
+    // The binary, as the chart runs it: the endpoint comes from its flags.
+    let addr = format!("127.0.0.1:{}", free_port());
+    let account = format!("{}/wake-proxy", ns.name);
+    let _op = OperatorProcess::start(
+        &control_plane().kubeconfig,
+        &ns.name,
+        &[
+            "--wake-addr",
+            &addr,
+            "--wake-proxy-service-account",
+            &account,
+        ],
+        "wake-auth.log",
+    );
+    eventually(GUARD, "the wake endpoint listening", || async {
+        std::net::TcpStream::connect(&addr).ok().map(|_| ())
+    })
+    .await;
+    create_tdset(&client, &ns.name, &asleep_at_night()).await;
+    let mut other = asleep_at_night();
+    other.metadata.name = Some("plain".into());
+    other.spec.wake_on_request = None;
+    create_tdset(&client, &ns.name, &other).await;
+
+    let proxy = token(&ns.name, "wake-proxy", Some(AUDIENCE));
+    let api_audience = token(&ns.name, "wake-proxy", None);
+    let stranger = token(&ns.name, "stranger", Some(AUDIENCE));
+    let refused = [
+        ("no token", None, "web", "web", 401),
+        (
+            "a token for the API server",
+            Some(api_audience.as_str()),
+            "web",
+            "web",
+            403,
+        ),
+        (
+            "another ServiceAccount's token",
+            Some(stranger.as_str()),
+            "web",
+            "web",
+            403,
+        ),
+        ("a forged token", Some("not-a-token"), "web", "web", 403),
+        (
+            "a Service the TDSet does not name",
+            Some(proxy.as_str()),
+            "web",
+            "api",
+            404,
+        ),
+        (
+            "a TDSet without wakeOnRequest",
+            Some(proxy.as_str()),
+            "plain",
+            "web",
+            404,
+        ),
+        ("no such TDSet", Some(proxy.as_str()), "nothing", "web", 404),
+    ];
+    for (what, token, tdset, service, want) in refused {
+        let (code, body) = report(&addr, token, &ns.name, tdset, service);
+        assert_eq!(code, want, "{what}: {body}");
+    }
+    for name in ["web", "plain"] {
+        let t = Api::<TDSet>::namespaced(client.clone(), &ns.name)
+            .get_status(name)
+            .await
+            .unwrap();
+        assert_eq!(
+            t.status.and_then(|s| s.request_wake),
+            None::<RequestWakeStatus>,
+            "{name}: a refused report wrote nothing"
+        );
+    }
+    let (code, body) = report(&addr, Some(&proxy), &ns.name, "web", "web");
+    assert_eq!(code, 202, "the proxy's own token is taken: {body}");
+    ns.cleanup().await;
+}
