@@ -6,11 +6,13 @@
 //! - [`hpa`]: an existing HorizontalPodAutoscaler's `minReplicas`, the scheduled floor;
 //! - [`group`]: many workloads selected by labels, each with its own count recorded on it;
 //! - [`savings`]: what a schedule removes now, in replicas and their pods' requests;
-//! - [`contest`]: when another writer keeps resetting the count, how often to put it back.
+//! - [`contest`]: when another writer keeps resetting the count, how often to put it back;
+//! - [`intercept`]: wake on request's data plane: the ports intercepted, the operator's slices.
 
 pub mod contest;
 pub mod group;
 pub mod hpa;
+pub mod intercept;
 pub mod owned;
 mod quantity;
 pub mod savings;

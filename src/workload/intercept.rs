@@ -1,0 +1,435 @@
+//! Woken by a request, the data plane as pure functions: which ports of a Service the wake
+//! proxy intercepts (or why the Service cannot be intercepted), the proxy port each gets, the
+//! operator's own EndpointSlices for the Service (the proxy's ready pods, one slice per
+//! address family), and whether they must be in place. Nothing of the user's is written: the
+//! Service's own slices stay as they are; kube-proxy and every gateway that reads slices see
+//! one more set of endpoints.
+//!
+//! Make before break: the slices are wanted whenever what is written is 0, so the reconcile
+//! applies them before the write that takes the count to 0; waking, they stay until the
+//! workload's own endpoints are ready, then go, and nothing is in the path while awake.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::api::ServicePort;
+
+/// `endpointslice.kubernetes.io/managed-by` on the operator's slices: the EndpointSlice
+/// controller leaves slices managed by another alone.
+pub const MANAGED_BY: &str = "tdset.schedule.rs";
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The TDSet a slice is for (the proxy reports requests to it).
+pub const TDSET_LABEL: &str = "schedule.rs/tdset";
+
+/// Why a Service cannot be woken through: reported as Degraded with a Warning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `clusterIP: None`: clients resolve the pods themselves; there is no address to stand in.
+    Headless,
+    /// No selector: its endpoints are the user's own, kept by hand.
+    NoSelector,
+    ExternalName,
+    /// `sessionAffinity: ClientIP` would pin clients to the proxy after it left.
+    ClientIpAffinity,
+    /// None of the named ports is a TCP port of the Service.
+    NoPort(String),
+    /// Its selector picks none of the TDSet's workloads' pods.
+    SelectsNone,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Headless => f.write_str(
+                "is headless (clusterIP: None): its clients find the pods by DNS, so there is no \
+                 address the wake proxy can answer on",
+            ),
+            Refusal::NoSelector => f.write_str(
+                "has no selector: its endpoints are kept by hand, and the operator adds none",
+            ),
+            Refusal::ExternalName => f.write_str("is an ExternalName Service: it has no endpoints"),
+            Refusal::ClientIpAffinity => f.write_str(
+                "has sessionAffinity: ClientIP, which would keep sending a client to the wake \
+                 proxy after the workload woke",
+            ),
+            Refusal::NoPort(which) => write!(f, "has no TCP port {which}"),
+            Refusal::SelectsNone => {
+                f.write_str("selects none of the pods of the TDSet's workloads")
+            }
+        }
+    }
+}
+
+/// A port of the Service the proxy stands in for: its name (as the slices must name it) and
+/// number.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Intercepted {
+    pub name: Option<String>,
+    pub port: i32,
+}
+
+/// The ports of `service` the proxy intercepts: those `wanted` names (every TCP port when it
+/// names none), or why it cannot. `workload_labels`: the pod template labels of the TDSet's
+/// workloads, which the Service's selector must pick one of.
+pub fn intercepted(
+    service: &Service,
+    wanted: &[ServicePort],
+    workload_labels: &[&BTreeMap<String, String>],
+) -> Result<Vec<Intercepted>, Refusal> {
+    let spec = service.spec.clone().unwrap_or_default();
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Err(Refusal::ExternalName);
+    }
+    if spec.cluster_ip.as_deref() == Some("None") {
+        return Err(Refusal::Headless);
+    }
+    let selector = spec.selector.clone().unwrap_or_default();
+    if selector.is_empty() {
+        return Err(Refusal::NoSelector);
+    }
+    if spec.session_affinity.as_deref() == Some("ClientIP") {
+        return Err(Refusal::ClientIpAffinity);
+    }
+    let picks =
+        |labels: &&BTreeMap<String, String>| selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+    if !workload_labels.iter().any(picks) {
+        return Err(Refusal::SelectsNone);
+    }
+    let tcp: Vec<Intercepted> = spec
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+        .map(|p| Intercepted {
+            name: p.name,
+            port: p.port,
+        })
+        .collect();
+    if wanted.is_empty() {
+        return match tcp.is_empty() {
+            true => Err(Refusal::NoPort("at all".into())),
+            false => Ok(tcp),
+        };
+    }
+    let mut out = Vec::new();
+    for w in wanted {
+        match tcp.iter().find(|p| w.matches(p.name.as_deref(), p.port)) {
+            Some(p) => out.push(p.clone()),
+            None => return Err(Refusal::NoPort(w.to_string())),
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The proxy port for `key` (`namespace/service/port`) in `range`, avoiding `used`: where its
+/// hash lands, or the next free one after it, so a port keeps its number across restarts
+/// while it is free. `None`: the range is full.
+pub fn allocate(key: &str, range: (u16, u16), used: &BTreeSet<u16>) -> Option<u16> {
+    let (lo, hi) = range;
+    if hi < lo {
+        return None;
+    }
+    let size = u32::from(hi - lo) + 1;
+    // FNV-1a: stable across builds and platforms (std's hasher is not).
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    key.hash(&mut h);
+    let start = (h.0 % u64::from(size)) as u32;
+    (0..size)
+        .map(|i| lo + ((start + i) % size) as u16)
+        .find(|p| !used.contains(p))
+}
+
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// A wake proxy pod's address, as its own Service's slices show it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProxyAddress {
+    pub ip: String,
+    pub ready: bool,
+}
+
+/// Whether the operator's slices for a Service must be in place: while what is written is 0
+/// (they go in before the write that takes the count there), and, once they are, until the
+/// workload's own endpoints are ready again.
+pub fn wanted(written: i32, present: bool, own_ready: bool) -> bool {
+    written == 0 || (present && !own_ready)
+}
+
+/// What one slice is for.
+pub struct SliceFor<'a> {
+    pub tdset: &'a str,
+    pub tdset_uid: &'a str,
+    pub service: &'a Service,
+    /// Each intercepted port with the proxy port it was given.
+    pub ports: &'a [(Intercepted, u16)],
+}
+
+/// The operator's slices for a Service: one per address family it has, each holding the
+/// ready proxy pods of that family, `ready: true` set explicitly, each port named as the
+/// Service names it (kube-proxy pairs them by name) with the proxy's port. Owned by the
+/// TDSet, so they go with it.
+pub fn slices(of: &SliceFor<'_>, proxies: &[ProxyAddress]) -> Vec<EndpointSlice> {
+    let svc = of.service.metadata.name.clone().unwrap_or_default();
+    let spec = of.service.spec.clone().unwrap_or_default();
+    let families = spec
+        .ip_families
+        .filter(|f| !f.is_empty())
+        .unwrap_or_else(|| vec!["IPv4".to_string()]);
+    let mut ready: Vec<&ProxyAddress> = proxies.iter().filter(|p| p.ready).collect();
+    ready.sort();
+    ready.dedup();
+    families
+        .iter()
+        .map(|family| {
+            let v6 = family == "IPv6";
+            let addresses: Vec<String> = ready
+                .iter()
+                .filter(|p| p.ip.contains(':') == v6)
+                .map(|p| p.ip.clone())
+                .collect();
+            EndpointSlice {
+                metadata: ObjectMeta {
+                    name: Some(slice_name(&svc, family)),
+                    namespace: of.service.metadata.namespace.clone(),
+                    labels: Some(BTreeMap::from([
+                        (SERVICE_NAME_LABEL.to_string(), svc.clone()),
+                        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+                        (TDSET_LABEL.to_string(), of.tdset.to_string()),
+                    ])),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "schedule.rs/v1".into(),
+                        kind: "TDSet".into(),
+                        name: of.tdset.to_string(),
+                        uid: of.tdset_uid.to_string(),
+                        controller: Some(true),
+                        block_owner_deletion: None,
+                    }]),
+                    ..Default::default()
+                },
+                address_type: family.clone(),
+                endpoints: addresses
+                    .into_iter()
+                    .map(|ip| Endpoint {
+                        addresses: vec![ip],
+                        conditions: Some(EndpointConditions {
+                            ready: Some(true),
+                            serving: Some(true),
+                            terminating: Some(false),
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ports: Some(
+                    of.ports
+                        .iter()
+                        .map(|(p, proxy)| EndpointPort {
+                            name: p.name.clone(),
+                            port: Some(i32::from(*proxy)),
+                            protocol: Some("TCP".into()),
+                            app_protocol: None,
+                        })
+                        .collect(),
+                ),
+            }
+        })
+        .collect()
+}
+
+/// `<service>-tdset-wake-ipv4`: one name per Service and family, so an apply replaces it.
+pub fn slice_name(service: &str, family: &str) -> String {
+    format!("{service}-tdset-wake-{}", family.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(spec: serde_json::Value) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn web() -> Service {
+        service(serde_json::json!({
+            "selector": {"app": "web"},
+            "ipFamilies": ["IPv4", "IPv6"],
+            "ports": [{"name": "http", "port": 80}, {"name": "metrics", "port": 9090},
+                      {"name": "dns", "port": 53, "protocol": "UDP"}]
+        }))
+    }
+
+    #[test]
+    fn every_tcp_port_unless_some_are_named_and_a_named_port_must_exist() {
+        let pods = labels(&[("app", "web"), ("tier", "front")]);
+        let all = intercepted(&web(), &[], &[&pods]).unwrap();
+        assert_eq!(
+            all.iter().map(|p| p.port).collect::<Vec<_>>(),
+            [80, 9090],
+            "UDP is not intercepted"
+        );
+        let http = intercepted(&web(), &[ServicePort::Name("http".into())], &[&pods]).unwrap();
+        assert_eq!(
+            http,
+            [Intercepted {
+                name: Some("http".into()),
+                port: 80
+            }]
+        );
+        assert_eq!(
+            intercepted(&web(), &[ServicePort::Number(53)], &[&pods]),
+            Err(Refusal::NoPort("53".into()))
+        );
+    }
+
+    #[test]
+    fn services_that_cannot_be_stood_in_for_are_refused_with_why() {
+        let pods = labels(&[("app", "web")]);
+        let refused = |spec| intercepted(&service(spec), &[], &[&pods]).unwrap_err();
+        assert_eq!(
+            refused(serde_json::json!({"clusterIP": "None", "selector": {"app": "web"}})),
+            Refusal::Headless
+        );
+        assert_eq!(
+            refused(serde_json::json!({"ports": [{"port": 80}]})),
+            Refusal::NoSelector
+        );
+        assert_eq!(
+            refused(
+                serde_json::json!({"selector": {"app": "web"}, "sessionAffinity": "ClientIP",
+                                        "ports": [{"port": 80}]})
+            ),
+            Refusal::ClientIpAffinity
+        );
+        assert_eq!(
+            refused(serde_json::json!({"selector": {"app": "api"}, "ports": [{"port": 80}]})),
+            Refusal::SelectsNone
+        );
+        assert_eq!(
+            refused(serde_json::json!({"type": "ExternalName", "externalName": "x.example"})),
+            Refusal::ExternalName
+        );
+    }
+
+    #[test]
+    fn a_port_keeps_its_number_while_free_and_moves_past_one_taken() {
+        let range = (20000, 20009);
+        let none = BTreeSet::new();
+        let p = allocate("ns/web/http", range, &none).unwrap();
+        assert_eq!(allocate("ns/web/http", range, &none), Some(p), "stable");
+        assert!((20000..=20009).contains(&p));
+        let taken = BTreeSet::from([p]);
+        let q = allocate("ns/web/http", range, &taken).unwrap();
+        assert_ne!(q, p);
+        let full: BTreeSet<u16> = (20000..=20009).collect();
+        assert_eq!(allocate("ns/web/http", range, &full), None);
+        assert_eq!(allocate("x", (5, 4), &none), None);
+    }
+
+    #[test]
+    fn in_place_while_asleep_kept_until_the_workload_is_ready_then_gone() {
+        // Asleep: wanted before the write to 0, whatever else.
+        assert!(wanted(0, false, true));
+        // Waking: kept until the workload's own endpoints are ready.
+        assert!(wanted(2, true, false));
+        assert!(!wanted(2, true, true));
+        // Awake: never added.
+        assert!(!wanted(2, false, false));
+    }
+
+    #[test]
+    fn one_slice_per_family_with_the_ready_proxies_and_the_services_port_names() {
+        let svc = web();
+        let ports = [
+            (
+                Intercepted {
+                    name: Some("http".into()),
+                    port: 80,
+                },
+                20001,
+            ),
+            (
+                Intercepted {
+                    name: Some("metrics".into()),
+                    port: 9090,
+                },
+                20002,
+            ),
+        ];
+        let of = SliceFor {
+            tdset: "t",
+            tdset_uid: "uid-t",
+            service: &svc,
+            ports: &ports,
+        };
+        let proxies = [
+            ProxyAddress {
+                ip: "10.0.0.7".into(),
+                ready: true,
+            },
+            ProxyAddress {
+                ip: "10.0.0.8".into(),
+                ready: false,
+            },
+            ProxyAddress {
+                ip: "fd00::7".into(),
+                ready: true,
+            },
+        ];
+        let s = slices(&of, &proxies);
+        assert_eq!(s.len(), 2);
+        let v4 = &s[0];
+        assert_eq!(v4.metadata.name.as_deref(), Some("web-tdset-wake-ipv4"));
+        assert_eq!(v4.address_type, "IPv4");
+        assert_eq!(v4.endpoints.len(), 1, "only ready proxies");
+        assert_eq!(v4.endpoints[0].addresses, ["10.0.0.7"]);
+        assert_eq!(
+            v4.endpoints[0].conditions.as_ref().unwrap().ready,
+            Some(true)
+        );
+        let l = v4.metadata.labels.as_ref().unwrap();
+        assert_eq!(l[SERVICE_NAME_LABEL], "web");
+        assert_eq!(l[MANAGED_BY_LABEL], MANAGED_BY);
+        let p = v4.ports.as_ref().unwrap();
+        assert_eq!(
+            (p[0].name.as_deref(), p[0].port),
+            (Some("http"), Some(20001))
+        );
+        assert_eq!(
+            v4.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "uid-t"
+        );
+        assert_eq!(s[1].address_type, "IPv6");
+        assert_eq!(s[1].endpoints[0].addresses, ["fd00::7"]);
+    }
+}
