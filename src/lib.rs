@@ -7,7 +7,7 @@
 //! conditions). Caches: [`cache`] (what is kept of watched objects, and the operator's own
 //! unseen writes). Edges: [`clients`] (the connections to the API server), [`controller`] (the operator, the only place that talks to the API
 //! server for it), [`plugin`] (`kubectl tdset`), [`telemetry`], [`http`], and the [`cli`]
-//! with [`preview`].
+//! with [`preview`]. [`wake`]: the wake proxy, a wing of its own beside the controller.
 
 pub mod api;
 pub mod cache;
@@ -24,6 +24,7 @@ pub mod schedule;
 pub mod shard;
 pub mod status;
 pub mod telemetry;
+pub mod wake;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -19,6 +19,8 @@ const CRATE_LAYERS: &[&[&str]] = &[
     &["plugin"],
     &["cli"],
     &["controller"],
+    // The wake proxy: a wing beside the controller that uses only what is below it.
+    &["wake"],
     &["http"],
     &["telemetry"],
     &["cache", "status"],
