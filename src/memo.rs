@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use kube::Resource;
 
-use crate::api::{TDSet, TDSetStatus};
+use crate::api::{RequestWakeStatus, TDSet, TDSetStatus};
 
 /// The statuses this operator queued or wrote that its TDSet cache may not show yet ("read
 /// your own writes"). A reconcile can run before the bookkeeping lane has sent its status, or
@@ -101,7 +101,19 @@ impl StatusMemo {
         let Some(w) = written.get(uid) else {
             return false;
         };
-        let echo = cached.is_some() && w.produced.as_deref() == cached;
+        // The wake endpoint writes status too (`requestWake`): an event at the revision our
+        // write produced is not our echo when it carries a wake-up ours did not (our retry can
+        // answer with a revision the endpoint's write produced).
+        let wake = |s: Option<&TDSetStatus>| {
+            s.and_then(|s| s.request_wake.as_ref())
+                .map(|w| RequestWakeStatus {
+                    phase: None,
+                    ..w.clone()
+                })
+        };
+        let echo = cached.is_some()
+            && w.produced.as_deref() == cached
+            && wake(tdset.status.as_ref()) == wake(Some(&w.status));
         if deleted || (w.produced.is_some() && !older(cached, w.produced.as_deref())) {
             written.remove(uid);
         }
@@ -341,6 +353,42 @@ mod tests {
         assert!(memo.seen(&at("3", Some(ours.clone())), false));
         // Caught up: forgotten, so a later change at another revision is not an echo either.
         assert!(!memo.seen(&at("4", Some(ours)), false));
+    }
+
+    /// Our retry of a status write can answer with the revision the wake endpoint's write
+    /// produced (ours changed nothing more): that revision carries a wake-up ours did not, and
+    /// is reconciled, not taken for our echo.
+    #[test]
+    fn a_revision_with_a_wake_up_we_did_not_write_is_no_echo() {
+        let memo = StatusMemo::default();
+        let ours = TDSetStatus {
+            desired_replicas: Some(0),
+            ..TDSetStatus::default()
+        };
+        memo.queued(&at("1", None), Arc::new(ours.clone()));
+        memo.written(UID, &ours, Some("5".into()));
+        let woken = TDSetStatus {
+            request_wake: Some(RequestWakeStatus {
+                since: Some("2026-05-01T22:00:00Z".into()),
+                until: Some("2026-05-01T22:30:00Z".into()),
+                ..Default::default()
+            }),
+            ..ours.clone()
+        };
+        assert!(!memo.seen(&at("5", Some(woken)), false));
+        // Ours, with only our phase on it: an echo.
+        let phased = TDSetStatus {
+            request_wake: Some(RequestWakeStatus {
+                phase: Some(crate::api::RequestWakePhase::Ended),
+                ..Default::default()
+            }),
+            ..ours.clone()
+        };
+        let mut ours_phased = ours.clone();
+        ours_phased.request_wake = phased.request_wake.clone();
+        memo.queued(&at("5", None), Arc::new(ours_phased.clone()));
+        memo.written(UID, &ours_phased, Some("6".into()));
+        assert!(memo.seen(&at("6", Some(phased)), false));
     }
 
     #[test]

@@ -850,9 +850,15 @@ async fn wake_on_request_is_checked_at_admission_naming_the_field() {
         variant("", "  wakeOnRequest: {services: [{name: web}]}"),
         variant(
             "",
-            r#"  wakeOnRequest: {services: [{name: web, ports: [http, 8080, "9090"]}, {name: api}], wakeFor: 1m, hold: 60s, ignore: {userAgents: ["(?i)(bot|crawler|spider|ELB-HealthChecker)"], paths: [/healthz, "/.well-known/*"]}}"#,
+            r#"  wakeOnRequest: {services: [{name: web, ports: [http, 8080, metrics]}, {name: api}], wakeFor: 1m, hold: 60s, ignore: {userAgents: ["(?i)(bot|crawler|spider|ELB-HealthChecker)"], paths: [/healthz, "/.well-known/*"]}}"#,
         ),
         variant("", "  wakeOnRequest: {services: [{name: web}], wakeFor: 24h, hold: 1s}"),
+        // Patterns RE2 takes that the proxy's engine may leave out: accepted, and never a
+        // stopped schedule (the operator does not compile them).
+        variant(
+            "",
+            r#"  wakeOnRequest: {services: [{name: web}], ignore: {userAgents: ['\Qa.b\E', '(?i)\b\w{3,20}bot\b']}}"#,
+        ),
         // The group form (without a ramp), and a referenced workload.
         "  scaleTargetSelector: {selector: {matchLabels: {app: web}}}\n  schedulingConfig: []\n  wakeOnRequest: {services: [{name: web}]}\n"
             .to_string(),
@@ -871,11 +877,12 @@ async fn wake_on_request_is_checked_at_admission_naming_the_field() {
         (
             "17 Services",
             w(&format!("{{services: [{}]}}", (0..17).map(|i| format!("{{name: s{i}}}")).collect::<Vec<_>>().join(", "))),
-            "spec.wakeOnRequest.services",
+            "spec.wakeOnRequest.services: Too many",
         ),
         ("port 0", w("{services: [{name: web, ports: [0]}]}"), "spec.wakeOnRequest.services[0].ports[0]"),
         ("port 65536", w("{services: [{name: web, ports: [65536]}]}"), "spec.wakeOnRequest.services[0].ports[0]"),
         ("a port name with a capital", w("{services: [{name: web, ports: [Http]}]}"), "spec.wakeOnRequest.services[0].ports[0]"),
+        ("a port name without a letter", w(r#"{services: [{name: web, ports: ["70000"]}]}"#), "spec.wakeOnRequest.services[0].ports[0]"),
         ("wakeFor 30s", w("{services: [{name: web}], wakeFor: 30s}"), "spec.wakeOnRequest.wakeFor"),
         ("wakeFor 25h", w("{services: [{name: web}], wakeFor: 25h}"), "spec.wakeOnRequest.wakeFor"),
         ("wakeFor not a duration", w("{services: [{name: web}], wakeFor: soon}"), "spec.wakeOnRequest.wakeFor"),
@@ -890,7 +897,7 @@ async fn wake_on_request_is_checked_at_admission_naming_the_field() {
         (
             "a group with a ramp",
             "  scaleTargetSelector: {selector: {matchLabels: {app: web}}}\n  defaultReplica: 0\n  schedulingConfig: []\n  ramp: {step: 1, every: 15m}\n  wakeOnRequest: {services: [{name: web}]}\n".to_string(),
-            "spec.wakeOnRequest",
+            "spec.wakeOnRequest: Forbidden: spec.wakeOnRequest wakes a group to the level own",
         ),
     ];
     for (what, spec, field) in cases {

@@ -122,11 +122,8 @@ impl<'de> Deserialize<'de> for ServicePort {
             Raw::Number(n) => i32::try_from(n)
                 .map(ServicePort::Number)
                 .map_err(|_| serde::de::Error::custom(format!("port {n} is out of range"))),
-            // "8080" written as a string is the number, as Kubernetes reads a targetPort.
-            Raw::Name(s) => Ok(s
-                .parse::<i32>()
-                .map(ServicePort::Number)
-                .unwrap_or(ServicePort::Name(s))),
+            // A string is a name, as Kubernetes reads a port name (it has a letter).
+            Raw::Name(s) => Ok(ServicePort::Name(s)),
         }
     }
 }
@@ -148,8 +145,8 @@ impl JsonSchema for ServicePort {
             "maxLength": 15,
             "description": "A Service port's name (e.g. http) or number (1..65535).",
             "x-kubernetes-validations": [{
-                "rule": "type(self) == int ? (self >= 1 && self <= 65535) : self.matches('^([0-9]{1,5}|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$')",
-                "message": "must be a Service port's name (lower-case letters, digits and '-', at most 15) or its number 1..65535",
+                "rule": "type(self) == int ? (self >= 1 && self <= 65535) : (self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]'))",
+                "message": "must be a Service port's name (lower-case letters, digits and '-', with a letter, at most 15) or its number 1..65535",
                 "reason": "FieldValueInvalid"
             }]
         })
@@ -195,6 +192,10 @@ pub struct RequestWakeStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub since: Option<String>,
+    /// When a request last extended it (RFC 3339): it ends at most `wakeFor` after this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub extended_at: Option<String>,
     /// When it ends unless a request extends it (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
@@ -226,7 +227,8 @@ pub enum RequestWakePhase {
     Waking,
     /// Awake by the request, until `until`.
     Awake,
-    /// Not in force: the schedule (a window, an override) has them awake anyway.
+    /// In force, but the schedule decides the count: an override (even at 0), or a window or
+    /// default above 0.
     Superseded,
     /// Over: the schedule applies again.
     Ended,

@@ -50,9 +50,19 @@ pub fn hold(w: &WakeOnRequest) -> Duration {
 }
 
 /// The span of the request wake-up `status` records, while it is in force at `now`: none
-/// without `spec.wakeOnRequest` or once it has ended, and never past what `wakeFor` allows
-/// (`until` is at most `wakeFor` after `now`).
+/// without `spec.wakeOnRequest` or once it has ended.
 pub fn span(
+    spec: &TDSetSpec,
+    status: Option<&RequestWakeStatus>,
+    now: DateTime<Utc>,
+) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    recorded(spec, status, now).filter(|(_, until)| now < *until)
+}
+
+/// The span `status` records, ended or not, as far as the spec allows it: it ends at most
+/// `wakeFor` after its last extension (`extendedAt`, else its start), so a shorter `wakeFor`
+/// takes effect at once and no status, however written, keeps a TDSet awake longer.
+fn recorded(
     spec: &TDSetSpec,
     status: Option<&RequestWakeStatus>,
     now: DateTime<Utc>,
@@ -64,9 +74,12 @@ pub fn span(
             .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
             .map(|t| t.with_timezone(&Utc))
     };
-    let until = parse(&status.until)?.min(now + wake_for(w));
-    let since = parse(&status.since).unwrap_or(now).min(now);
-    (now < until).then_some((since, until))
+    let since = parse(&status.since)?.min(now);
+    let extended = parse(&status.extended_at)
+        .unwrap_or(since)
+        .clamp(since, now);
+    let until = parse(&status.until)?.min(extended + wake_for(w));
+    (since < until).then_some((since, until))
 }
 
 /// The most memory one compiled user agent pattern may take: a tenant's pattern has a
@@ -76,37 +89,46 @@ const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
 /// Which requests wake nothing (`wakeOnRequest.ignore`), compiled.
 #[derive(Clone, Debug, Default)]
 pub struct Ignore {
-    user_agents: Option<regex::RegexSet>,
+    user_agents: Option<regex::bytes::RegexSet>,
     paths: Vec<String>,
 }
 
 impl Ignore {
-    /// Compiles `ignore`; `Err`: the field of the first pattern that does not compile, and why.
-    pub fn compile(ignore: Option<&WakeIgnore>) -> Result<Ignore, SpecError> {
+    /// Compiles `ignore` as the API server reads it (RE2: `\w` and `\b` are ASCII), with
+    /// what it leaves out: a pattern this engine refuses (RE2 and it differ at the edges, e.g.
+    /// `\Q...\E`) or one past the size limit is left out, and named, so that it can be
+    /// reported, never allowed to stop anything else.
+    pub fn compile(ignore: Option<&WakeIgnore>) -> (Ignore, Vec<SpecError>) {
         let Some(ignore) = ignore else {
-            return Ok(Ignore::default());
+            return (Ignore::default(), Vec::new());
         };
-        for (i, p) in ignore.user_agents.iter().enumerate() {
-            pattern(p).map_err(|e| SpecError {
-                field: format!("spec.wakeOnRequest.ignore.userAgents[{i}]"),
-                message: format!("not a regular expression the operator can use: {e}"),
-            })?;
-        }
-        let user_agents = (!ignore.user_agents.is_empty())
+        let mut left_out = Vec::new();
+        let usable: Vec<&String> = (ignore.user_agents.iter().enumerate())
+            .filter_map(|(i, p)| match pattern(p) {
+                Ok(_) => Some(p),
+                Err(e) => {
+                    left_out.push(SpecError {
+                        field: format!("spec.wakeOnRequest.ignore.userAgents[{i}]"),
+                        message: format!("left out: not a pattern the wake proxy can use: {e}"),
+                    });
+                    None
+                }
+            })
+            .collect();
+        let user_agents = (!usable.is_empty())
             .then(|| {
-                regex::RegexSetBuilder::new(&ignore.user_agents)
+                regex::bytes::RegexSetBuilder::new(usable)
+                    .unicode(false)
                     .size_limit(PATTERN_SIZE_LIMIT * MAX_IGNORE)
                     .build()
+                    .ok()
             })
-            .transpose()
-            .map_err(|e| SpecError {
-                field: "spec.wakeOnRequest.ignore.userAgents".into(),
-                message: format!("together too large: {e}"),
-            })?;
-        Ok(Ignore {
+            .flatten();
+        let ignore = Ignore {
             user_agents,
             paths: ignore.paths.clone(),
-        })
+        };
+        (ignore, left_out)
     }
 
     /// Whether a request with this path (its query left out) and user agent wakes nothing.
@@ -119,21 +141,23 @@ impl Ignore {
             })
         });
         let by_agent = match (&self.user_agents, user_agent) {
-            (Some(set), Some(ua)) => set.is_match(ua),
+            (Some(set), Some(ua)) => set.is_match(ua.as_bytes()),
             _ => false,
         };
         by_path || by_agent
     }
 }
 
-fn pattern(p: &str) -> Result<regex::Regex, regex::Error> {
-    regex::RegexBuilder::new(p)
+fn pattern(p: &str) -> Result<regex::bytes::Regex, regex::Error> {
+    regex::bytes::RegexBuilder::new(p)
+        .unicode(false)
         .size_limit(PATTERN_SIZE_LIMIT)
         .build()
 }
 
-/// What the schema checks of `spec.wakeOnRequest`, and what it cannot (a pattern this
-/// operator's engine refuses), for specs that never passed an API server.
+/// What the schema checks of `spec.wakeOnRequest`, for specs that never passed an API
+/// server. Patterns are not compiled here: one this engine refuses never stops a schedule
+/// (see `Ignore::compile`).
 pub(super) fn check(spec: &TDSetSpec, errors: &mut Vec<SpecError>) {
     let Some(w) = &spec.wake_on_request else {
         return;
@@ -193,9 +217,6 @@ pub(super) fn check(spec: &TDSetSpec, errors: &mut Vec<SpecError>) {
             }
         }
     }
-    if let Err(e) = Ignore::compile(w.ignore.as_ref()) {
-        errors.push(e);
-    }
     if spec.ramp.is_some() && spec.scale_target_selector.is_some() {
         errors.push(SpecError {
             field: "spec.wakeOnRequest".into(),
@@ -238,6 +259,7 @@ pub fn extend(
         Some(r) => RequestWakeStatus {
             phase: None,
             since: r.since.clone().or_else(|| Some(rfc3339(now))),
+            extended_at: Some(rfc3339(now)),
             until: Some(rfc3339(until)),
             request: r.request.clone().or_else(|| Some(request.clone())),
             requests: Some(r.requests.unwrap_or(0).saturating_add(reported.max(0))),
@@ -245,6 +267,7 @@ pub fn extend(
         None => RequestWakeStatus {
             phase: None,
             since: Some(rfc3339(now)),
+            extended_at: Some(rfc3339(now)),
             until: Some(rfc3339(until)),
             request: Some(request.clone()),
             requests: Some(reported.max(0)),
@@ -260,7 +283,8 @@ pub fn woken(
     status: Option<&RequestWakeStatus>,
     now: DateTime<Utc>,
 ) -> Schedule {
-    match span(spec, status, now) {
+    // An ended wake-up stays in the schedule while a ramp down from it may still be stepping.
+    match recorded(spec, status, now).filter(|(_, until)| now < *until + schedule.reach) {
         Some((since, until)) => {
             let level = schedule.awake_level(spec.scale_target_selector.is_some(), now);
             schedule.with_request_wake(since, until, level)
@@ -420,7 +444,7 @@ mod tests {
         assert_eq!(
             span(&spec, Some(&far), now),
             Some((now, t("2026-05-01T22:30:00Z"))),
-            "never past wakeFor from now"
+            "never past wakeFor from its start, without an extension"
         );
         let over = RequestWakeStatus {
             until: Some("2026-05-01T21:59:00Z".into()),
@@ -471,7 +495,7 @@ mod tests {
             user_agents: vec!["(?i)(bot|crawler)".into(), "^kube-probe/".into()],
             paths: vec!["/healthz".into(), "/.well-known/*".into()],
         }))
-        .unwrap();
+        .0;
         assert!(ignore.ignores(Some("/healthz?full=1"), Some("curl/8")));
         assert!(ignore.ignores(Some("/.well-known/acme"), None));
         assert!(ignore.ignores(Some("/"), Some("Googlebot/2.1")));
@@ -482,22 +506,36 @@ mod tests {
     }
 
     #[test]
-    fn a_pattern_the_engine_refuses_or_too_large_names_its_field() {
-        let bad = |p: &str| {
-            Ignore::compile(Some(&WakeIgnore {
-                user_agents: vec!["ok".into(), p.into()],
-                paths: vec![],
-            }))
-            .unwrap_err()
-            .field
-        };
-        assert_eq!(bad("(bot"), "spec.wakeOnRequest.ignore.userAgents[1]");
-        // Within the schema's 256 characters, but past the size limit once compiled.
+    fn a_pattern_the_engine_refuses_is_left_out_and_named_never_stopping_the_schedule() {
+        let (ignore, left_out) = Ignore::compile(Some(&WakeIgnore {
+            // RE2 accepts all four; \Q..\E and a literal {...} are RE2's alone, and ASCII
+            // \w (as RE2 reads it) keeps the counted ones small.
+            user_agents: vec![
+                "(?i)\\b\\w{3,20}bot\\b".into(),
+                "\\Qa.b\\E".into(),
+                "\\w{6}".into(),
+                "(bot".into(),
+            ],
+            paths: vec![],
+        }));
+        let fields: Vec<&str> = left_out.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(
-            bad("(\\w{100}){100}"),
-            "spec.wakeOnRequest.ignore.userAgents[1]"
+            fields,
+            [
+                "spec.wakeOnRequest.ignore.userAgents[1]",
+                "spec.wakeOnRequest.ignore.userAgents[3]"
+            ]
         );
+        assert!(ignore.ignores(None, Some("Mozilla/5.0 (compatible; Googlebot/2.1)")));
+        assert!(ignore.ignores(None, Some("abcdef")));
+        assert!(!ignore.ignores(None, Some("curl")));
+        // The schedule of a spec with such patterns compiles.
         let mut spec = spec();
+        spec.wake_on_request.as_mut().unwrap().ignore = Some(WakeIgnore {
+            user_agents: vec!["(bot".into()],
+            paths: vec![],
+        });
+        assert!(Schedule::compile(&spec).is_ok());
         spec.wake_on_request.as_mut().unwrap().wake_for = Some("30s".into());
         spec.wake_on_request
             .as_mut()
@@ -518,6 +556,52 @@ mod tests {
                 "spec.wakeOnRequest.wakeFor"
             ]
         );
+    }
+
+    #[test]
+    fn a_shorter_wake_for_takes_effect_at_once_and_the_end_is_fixed() {
+        let mut spec = spec();
+        spec.wake_on_request.as_mut().unwrap().wake_for = Some("24h".into());
+        let req = WakeRequest::default();
+        let t0 = t("2026-05-01T22:00:00Z");
+        let long = extend(&spec, None, t0, &req, 1).unwrap();
+        spec.wake_on_request.as_mut().unwrap().wake_for = Some("1m".into());
+        // Wherever it is evaluated, it ends a minute after its last extension.
+        for later in [10, 30, 59] {
+            let now = t0 + Duration::seconds(later);
+            assert_eq!(
+                span(&spec, Some(&long), now).map(|(_, u)| u),
+                Some(t("2026-05-01T22:01:00Z"))
+            );
+        }
+        assert_eq!(span(&spec, Some(&long), t0 + Duration::seconds(61)), None);
+    }
+
+    #[test]
+    fn a_ramp_down_from_a_wake_up_steps_after_it_ends() {
+        let mut spec = spec();
+        spec.ramp =
+            Some(serde_json::from_value(serde_json::json!({"step": 1, "every": "1m"})).unwrap());
+        let status = RequestWakeStatus {
+            since: Some("2026-05-01T22:00:00Z".into()),
+            extended_at: Some("2026-05-01T22:00:00Z".into()),
+            until: Some("2026-05-01T22:30:00Z".into()),
+            ..Default::default()
+        };
+        let at = |s: &str| {
+            let now = t(s);
+            woken(Schedule::compile(&spec).unwrap(), &spec, Some(&status), now)
+                .evaluate(now)
+                .count()
+        };
+        assert_eq!(at("2026-05-01T22:29:00Z"), Count::Replicas(3));
+        assert_eq!(
+            at("2026-05-01T22:30:30Z"),
+            Count::Replicas(2),
+            "one step down"
+        );
+        assert_eq!(at("2026-05-01T22:31:30Z"), Count::Replicas(1));
+        assert_eq!(at("2026-05-01T22:40:00Z"), Count::Replicas(0));
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! head, reports it to the operator's wake endpoint, holds the connection until the Service's
 //! own endpoints are ready, and forwards it there.
 //!
-//! - `head`: what is read of a connection before deciding (an HTTP/1.x head, h2c, plain TCP).
+//! - `head`: what is read of a connection before deciding (an HTTP/1.x head, h2c, plain TCP);
+//! - `reply`: what the proxy answers itself (503 with Retry-After, a self-reloading page).
 
 pub mod head;
+pub mod reply;

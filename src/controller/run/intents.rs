@@ -33,8 +33,12 @@ const MAX_BODY: usize = 8 * 1024;
 /// (two proxy replicas, each rotating its token hourly).
 const TRUSTED_FOR: Duration = Duration::from_secs(60);
 const MAX_TRUSTED: usize = 16;
-/// The most TDSets whose requests not yet written are counted (see `Pending`).
+/// The most TDSets whose requests not yet written are counted (see `Endpoint::pending`).
 const MAX_PENDING: usize = 4096;
+/// TokenReviews at once, and how long a report waits for one: a flood of forged tokens costs
+/// the API server at most this many requests at a time, never the operator's whole budget.
+const REVIEWS_AT_ONCE: usize = 4;
+const REVIEW_WAIT: Duration = Duration::from_secs(2);
 
 const JSON: &str = "application/json";
 
@@ -77,9 +81,10 @@ struct Endpoint {
     proxy_user: String,
     /// Tokens found valid, and when.
     trusted: Mutex<HashMap<String, Instant>>,
-    /// Requests reported but not written (the wake-up reached far enough), per TDSet: added to
-    /// `requests` at its next write.
-    pending: Mutex<HashMap<(String, String), i64>>,
+    /// Requests reported but not written (the wake-up reached far enough), per TDSet (by
+    /// uid: one created again starts at 0): added to `requests` at its next write.
+    pending: Mutex<HashMap<String, i64>>,
+    reviews: tokio::sync::Semaphore,
 }
 
 /// Serves the wake endpoint until the task is dropped.
@@ -96,6 +101,7 @@ pub async fn serve(
         proxy_user: opts.proxy_user,
         trusted: Mutex::default(),
         pending: Mutex::default(),
+        reviews: tokio::sync::Semaphore::new(REVIEWS_AT_ONCE),
     });
     let handler: Handler = Arc::new(move |req| {
         let endpoint = endpoint.clone();
@@ -193,6 +199,16 @@ impl Endpoint {
         {
             return Ok(true);
         }
+        // Only what could be a token for the wake audience is reviewed at all.
+        if !for_wake_audience(token) {
+            return Ok(false);
+        }
+        let Ok(Ok(_permit)) = tokio::time::timeout(REVIEW_WAIT, self.reviews.acquire()).await
+        else {
+            return Err(crate::error::Error::Config(
+                "too many token reviews at once".into(),
+            ));
+        };
         let user = io::review(&self.client, token).await?;
         let ok = user.as_deref() == Some(self.proxy_user.as_str());
         if ok && let Ok(mut trusted) = self.trusted.lock() {
@@ -208,6 +224,11 @@ impl Endpoint {
     /// or it does not wake on requests to that Service).
     async fn wake(&self, report: Report) -> Result<std::result::Result<Answer, String>> {
         let (ns, name) = (report.namespace.as_str(), report.tdset.as_str());
+        if !dns_label(ns) || !dns_subdomain(name) {
+            return Ok(Err(format!(
+                "{ns:?}/{name:?} is not a TDSet's namespace and name"
+            )));
+        }
         let Some(tdset) = io::read(&self.client, ns, name).await? else {
             return Ok(Err(format!("no TDSet {ns}/{name}")));
         };
@@ -222,8 +243,11 @@ impl Endpoint {
                 report.service
             )));
         };
-        let key = (ns.to_string(), name.to_string());
-        let reported = report.requests.max(1) + self.take_pending(&key);
+        let key = uid.clone();
+        let reported = report
+            .requests
+            .max(1)
+            .saturating_add(self.take_pending(&key));
         let request = bounded(report.request);
         let recorded = tdset.status.as_ref().and_then(|s| s.request_wake.as_ref());
         let now = self.clock.now();
@@ -247,7 +271,7 @@ impl Endpoint {
         }))
     }
 
-    fn take_pending(&self, key: &(String, String)) -> i64 {
+    fn take_pending(&self, key: &str) -> i64 {
         self.pending
             .lock()
             .ok()
@@ -255,7 +279,7 @@ impl Endpoint {
             .unwrap_or(0)
     }
 
-    fn add_pending(&self, key: (String, String), n: i64) {
+    fn add_pending(&self, key: String, n: i64) {
         if let Ok(mut p) = self.pending.lock()
             && (p.len() < MAX_PENDING || p.contains_key(&key))
         {
@@ -274,5 +298,78 @@ fn bounded(r: WakeRequest) -> WakeRequest {
         host: cut(r.host, 256),
         path: cut(r.path, 256),
         user_agent: cut(r.user_agent, 256),
+    }
+}
+
+/// Whether `token` is a JWT whose claims name the wake audience (read, not verified: the
+/// TokenReview verifies). Anything else is refused without asking the API server.
+fn for_wake_audience(token: &str) -> bool {
+    use base64::Engine;
+    let mut parts = token.split('.');
+    let (Some(_), Some(claims), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let Ok(claims) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(claims) else {
+        return false;
+    };
+    let Ok(claims) = serde_json::from_slice::<serde_json::Value>(&claims) else {
+        return false;
+    };
+    match &claims["aud"] {
+        serde_json::Value::String(a) => a == io::WAKE_AUDIENCE,
+        serde_json::Value::Array(a) => a.iter().any(|a| a == io::WAKE_AUDIENCE),
+        _ => false,
+    }
+}
+
+fn dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(dns_label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    fn jwt(claims: serde_json::Value) -> String {
+        let b = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        format!(
+            "{}.{}.{}",
+            b(b"{}"),
+            b(claims.to_string().as_bytes()),
+            b(b"sig")
+        )
+    }
+
+    #[test]
+    fn only_a_token_for_the_wake_audience_is_sent_for_review() {
+        assert!(for_wake_audience(&jwt(
+            serde_json::json!({"aud": ["wake.tdset.schedule.rs"]})
+        )));
+        assert!(for_wake_audience(&jwt(
+            serde_json::json!({"aud": "wake.tdset.schedule.rs"})
+        )));
+        assert!(!for_wake_audience(&jwt(
+            serde_json::json!({"aud": ["https://kubernetes.default.svc"]})
+        )));
+        assert!(!for_wake_audience("not-a-token"));
+        assert!(!for_wake_audience("a.b.c.d"));
+    }
+
+    #[test]
+    fn names_are_checked_before_they_reach_a_path() {
+        assert!(dns_label("team-a") && dns_subdomain("web.v2"));
+        assert!(!dns_label("../x") && !dns_subdomain("a?b") && !dns_label(""));
     }
 }

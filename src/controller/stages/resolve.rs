@@ -110,9 +110,11 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
     // A request wake-up is read from the TDSet as stored (the wake endpoint writes it), not
     // from the operator's own record of its status.
     let recorded = tdset.status.as_ref().and_then(|s| s.request_wake.as_ref());
-    let requested = (tdset.spec.wake_on_request.is_some()
-        && recorded.is_some_and(|r| r.until.is_some()))
-    .then(|| wake::span(&tdset.spec, recorded, now).is_some());
+    // On record and in force (`Some(true)`), or over (`Some(false)`: ended, or
+    // `spec.wakeOnRequest` removed meanwhile).
+    let requested = recorded
+        .is_some_and(|r| r.until.is_some())
+        .then(|| wake::span(&tdset.spec, recorded, now).is_some());
     let schedule = wake::woken(schedule, &tdset.spec, recorded, now);
     let previous = ctx.statuses.current(tdset);
     // Measured: from the samples the status keeps (a restart learns nothing again).
