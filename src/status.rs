@@ -414,7 +414,13 @@ pub fn failed_transition(
         at: at.to_string(),
         applied_at: None,
         ready_at: None,
-        from: p.replicas,
+        // The count set before, as a change that landed records it (its spec count, not the
+        // pods it had then: those lag behind the workload's controller, minutes under load);
+        // a group's is the sum of its workloads' pods.
+        from: match p.group {
+            None => p.desired_replicas.or(p.replicas),
+            Some(_) => p.replicas,
+        },
         to: Some(p.next_replicas?),
         level: None,
         reason: "the scheduled change".into(),
@@ -793,6 +799,13 @@ mod tests {
         };
         let entry = failed_transition(Some(&count), &problem, now).unwrap();
         assert_eq!((entry.from, entry.to), (Some(10), Some(2)));
+        // The count set before, not the pods the workload's controller has reported so far.
+        let lagging = TDSetStatus {
+            replicas: Some(0),
+            ..count
+        };
+        let entry = failed_transition(Some(&lagging), &problem, now).unwrap();
+        assert_eq!(entry.from, Some(10));
     }
 
     #[test]
