@@ -1298,12 +1298,13 @@ async fn repeated_wake_ups_are_not_taken_for_another_writer() {
     deployment_at(&client, n, "web", 0).await;
     let api: Api<TDSet> = Api::namespaced(client.clone(), n);
     for wake in 0..4 {
-        // Awake for 10 s from now, by the operator's clock: long enough to be seen on a
-        // loaded machine (a wake-up that starts after its end is never written).
+        // Awake for 30 s from now, by the operator's clock: long enough to be seen on a
+        // loaded machine (a wake-up that starts after its end is never written; 10 s was
+        // missed once, in a clean-clone run beside the memory tests).
         let now = started.elapsed().as_secs() as i64 + 1;
         // The first active override wins: the wake-up goes before the night.
         let overrides = json!([
-            {"start": at(now), "end": at(now + 10), "reason": format!("wake {wake}")},
+            {"start": at(now), "end": at(now + 30), "reason": format!("wake {wake}")},
             {"start": at(-60), "end": at(3600), "replica": 0, "reason": "night"},
         ]);
         api.patch(
