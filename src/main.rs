@@ -124,34 +124,8 @@ async fn operate(args: RunArgs) -> Result<()> {
         }),
         _ => None,
     };
-    // The wake endpoint serves on every replica, leader or not (see controller::run::intents).
-    let wake_server = match args.wake_addr {
-        Some(addr) => {
-            let account = args
-                .wake_proxy_service_account
-                .clone()
-                .unwrap_or_else(|| format!("{lease_namespace}/tdset-wake-proxy"));
-            let Some((ns, name)) = account.split_once('/') else {
-                return Err(Error::Config(format!(
-                    "--wake-proxy-service-account {account:?} is not namespace/name"
-                )));
-            };
-            let opts = WakeOptions {
-                addr,
-                proxy_user: format!("system:serviceaccount:{ns}:{name}"),
-            };
-            let (addr, task) = controller::serve_wake_endpoint(
-                clients.requests.clone(),
-                Arc::new(clock),
-                metrics.clone(),
-                opts,
-            )
-            .await?;
-            info!(%addr, proxy = %account, "serving the wake endpoint");
-            Some(task)
-        }
-        None => None,
-    };
+    // Every replica serves it, leader or not (see controller::run::intents).
+    let wake_server = serve_wake(&args, &lease_namespace, &clients, clock, &metrics).await?;
     let lease = (args.leader_elect || shard.is_some()).then(|| LeaseOptions {
         name: match &shard {
             Some(s) => s.lease_name(&s.spec.name),
@@ -189,6 +163,41 @@ async fn operate(args: RunArgs) -> Result<()> {
     }
     info!("shut down");
     result
+}
+
+/// The wake endpoint, when `--wake-addr` is set.
+async fn serve_wake(
+    args: &RunArgs,
+    lease_namespace: &str,
+    clients: &tdset_operator::clients::Clients,
+    clock: SystemClock,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = args.wake_addr else {
+        return Ok(None);
+    };
+    let account = args
+        .wake_proxy_service_account
+        .clone()
+        .unwrap_or_else(|| format!("{lease_namespace}/tdset-wake-proxy"));
+    let Some((ns, name)) = account.split_once('/') else {
+        return Err(Error::Config(format!(
+            "--wake-proxy-service-account {account:?} is not namespace/name"
+        )));
+    };
+    let opts = WakeOptions {
+        addr,
+        proxy_user: format!("system:serviceaccount:{ns}:{name}"),
+    };
+    let (addr, task) = controller::serve_wake_endpoint(
+        clients.requests.clone(),
+        Arc::new(clock),
+        metrics.clone(),
+        opts,
+    )
+    .await?;
+    info!(%addr, proxy = %account, "serving the wake endpoint");
+    Ok(Some(task))
 }
 
 /// Resolves on SIGTERM or SIGINT.
