@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the built test binaries side by side against the one control plane of scripts/test.sh.
 #
-#   run-tests.sh LOGDIR < LIST      LIST: one "NAME EXECUTABLE" line per test binary
+#   run-tests.sh LOGDIR < LIST      LIST: one "NAME EXECUTABLE [FILTER]" line per suite (a test
+#                                   binary, or the tests of one binary that FILTER picks)
 #
 # Most of a test's time is spent waiting on the API server, on controllers or on a schedule's
 # boundary, not on the CPU: run one binary after the other (cargo test's way) and the suite
@@ -20,15 +21,17 @@ threads="${TDSET_TEST_THREADS:-2}"
 mkdir -p "$logs"
 
 # The slowest binaries first (measured: README "Development notes"); the rest in any order.
-slow=(real_node group faults hardening history helm shards calendars hpa_ceilings workloads
+slow=(group_memory group real_node faults hardening history helm shards calendars hpa_ceilings workloads
   reconcile prometheus)
 # Tests that time a scale-up's readiness against its transition in real seconds (warmUp, tiers
-# of `order`): run last, one at a time, on a machine no other binary loads. Beside the group's
-# memory tests (which have the API server encode hundreds of MB) their wake-ups came minutes
-# late.
-quiet=(group_order warm_up boundary_order)
-declare -A exe_of
-while read -r n exe; do exe_of[$n]="$exe"; done
+# of `order`): run last, on a machine no other suite loads, TDSET_TEST_QUIET_JOBS at once
+# (default 2: they wait far more than they work; all three at once made warm_up's group ready
+# 1.4 s after its transition), warm_up last so that it overlaps the others least. Beside the
+# group's memory tests (which have the API server encode hundreds of MB) their wake-ups came
+# minutes late.
+quiet=(group_order boundary_order warm_up)
+declare -A exe_of filter_of
+while read -r n exe filter; do exe_of[$n]="$exe"; filter_of[$n]="$filter"; done
 ordered=()
 for n in "${slow[@]}"; do [[ -n "${exe_of[$n]:-}" ]] && ordered+=("$n"); done
 for n in "${!exe_of[@]}"; do
@@ -69,13 +72,14 @@ run_all() {
   local at_once="$1" n; shift
   for n in "$@"; do
     while [[ ${#running[@]} -ge $at_once ]]; do reap; done
-    "${exe_of[$n]}" --test-threads "$threads" >"$logs/$n.log" 2>&1 &
+    # shellcheck disable=SC2086 # an empty filter is no argument
+    "${exe_of[$n]}" ${filter_of[$n]} --test-threads "$threads" >"$logs/$n.log" 2>&1 &
     started[$!]=$(date +%s); name[$!]="$n"; running+=($!)
   done
   while [[ ${#running[@]} -gt 0 ]]; do reap; done
 }
 run_all "$jobs" "${ordered[@]}"
-run_all 1 "${last[@]}"
+run_all "${TDSET_TEST_QUIET_JOBS:-2}" "${last[@]}"
 
 echo "run-tests: the binaries' wall times (s), $jobs at once with $threads threads each:"
 printf '%s\n' "${results[@]}" | sort -rn | head -15 | sed 's/^/    /'

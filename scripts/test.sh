@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Runs every test: builds (or reuses) the cached local control plane, starts one for the whole
 # run, and runs the unit, property and integration suites against it. Extra arguments go to
-# `cargo test` (e.g. `scripts/test.sh --test admission`).
+# `cargo test` (e.g. `scripts/test.sh --test it admission::`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
 for tool in openssl curl python3; do need "$tool" || missing+=("$tool"); done
-# Debian's prometheus package: the server (a real scrape in tests/prometheus.rs) and promtool
+# Debian's prometheus package: the server (a real scrape in tests/it/prometheus.rs) and promtool
 # (the alert rules are checked and unit-tested).
 { need prometheus && need promtool; } || missing+=(prometheus)
-# A real node (tests/real_node.rs, scripts/real-node.sh), which needs root: containerd, runc,
+# A real node (tests/it/real_node.rs, scripts/real-node.sh), which needs root: containerd, runc,
 # the CNI plugins, iptables for kube-proxy, buildah to build images without a Docker engine.
 # Without root the real-node test says why and is skipped.
 if [[ $(id -u) -eq 0 ]]; then
@@ -83,19 +83,34 @@ cargo test --locked --no-run --lib --bins --tests --message-format=json-render-d
   >"$state/build.json"
 phase "lints and the build"
 control_plane_up
-# Each test binary as "NAME EXECUTABLE" (the crate's unit tests: lib, bin-NAME), and the operator.
+# Each suite as "NAME EXECUTABLE [FILTER]": the crate's unit tests (lib, bin-NAME), a test
+# binary of its own (bounded_cost), and each module of the one integration binary (`tests/it`,
+# NAME with the filter `NAME::`); and the operator.
 python3 - "$state/build.json" >"$state/binaries" <<'EOF'
-import json, sys
+import json, subprocess, sys
 for line in open(sys.argv[1]):
     m = json.loads(line)
     if m.get("reason") != "compiler-artifact" or not m.get("executable"):
         continue
-    t = m["target"]
-    if m["profile"]["test"]:
-        name = t["name"] if t["kind"] == ["test"] else ("lib" if "lib" in t["kind"] else "bin-" + t["name"])
-        print(name, m["executable"])
-    elif t["kind"] == ["bin"] and t["name"] == "tdset-operator":
-        print("operator", m["executable"])
+    t, exe = m["target"], m["executable"]
+    if t["kind"] == ["bin"] and t["name"] == "tdset-operator" and not m["profile"]["test"]:
+        print("operator", exe)
+    elif not m["profile"]["test"]:
+        continue
+    elif t["kind"] != ["test"]:
+        print("lib" if "lib" in t["kind"] else "bin-" + t["name"], exe)
+    elif t["name"] != "it":
+        print(t["name"], exe)
+    else:
+        listed = subprocess.run([exe, "--list", "--format", "terse"], check=True,
+                                capture_output=True, text=True).stdout
+        tests = [l.rsplit(": ", 1)[0] for l in listed.splitlines() if l.endswith(": test")]
+        for module in sorted({name.split("::", 1)[0] for name in tests}):
+            # libtest filters by substring: a module's filter must pick its own tests only.
+            picked = [name for name in tests if module + "::" in name]
+            if any(not name.startswith(module + "::") for name in picked):
+                sys.exit(f"test.sh: the filter {module}:: picks tests of another module")
+            print(module, exe, module + "::")
 EOF
 operator="$(awk '$1 == "operator" {print $2}' "$state/binaries")"
 [[ -x "$operator" ]] || { echo "test.sh: the build named no operator binary" >&2; exit 1; }

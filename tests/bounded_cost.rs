@@ -4,7 +4,9 @@
 //! budget is the same for every spec the API server accepts.
 //!
 //! One test function, so no other test's allocations run beside the measurement.
+//! A binary of its own (not a module of `tests/it`): its counting allocator is the global one.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};

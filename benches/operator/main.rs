@@ -34,7 +34,7 @@
 //! server's counters, lags), and the scenarios: `boundary`, `steady`, `group`, `status_cost`,
 //! `fleet`, `warm_up`.
 
-#[path = "../../tests/support/mod.rs"]
+#[path = "../../tests/it/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! The controller: the one place that talks to the API server. Its rooms are in layers, and a
-//! room uses only rooms of its own layer or below (`tests/layers.rs` holds it so):
+//! room uses only rooms of its own layer or below (`tests/it/layers.rs` holds it so):
 //!
 //! - `run/`: the wiring (watches and their caches, the tasks beside the controller, the
 //!   calendars' usage, Lease-based leader election);

@@ -3,13 +3,11 @@
 //! bound. What is compared is the order in which one watch of the namespace's Deployments saw
 //! their changes (one resource's events are ordered by the API server), never a wall clock.
 
-mod support;
-
+use crate::support::*;
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 use serde_json::{Value, json};
-use support::*;
 use tdset_operator::api::{OrderDirection, TDSet};
 use tdset_operator::clock::SystemClock;
 

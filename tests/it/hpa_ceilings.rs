@@ -4,16 +4,14 @@
 //! a target put to sleep under a ceiling below the day's floor, `onDelete: Restore` after a
 //! day's floor, a ceiling taken over by an older claim, and a second writer of `maxReplicas`.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 

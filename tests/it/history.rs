@@ -2,12 +2,10 @@
 //! each with its scheduled instant, when it landed (or why it did not), and `kubectl tdset
 //! history` printing them with their lateness.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 use serde_json::json;
-use support::*;
 use tdset_operator::api::{HistoryEntry, TDSet};
 use tdset_operator::clock::SystemClock;
 

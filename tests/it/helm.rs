@@ -3,16 +3,14 @@
 //! release's life (install, upgrade, uninstall, reinstall scoped to a namespace) on a control
 //! plane of its own, so that "no cluster-scoped leftovers" is checked exactly.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
-use support::*;
 use tdset_operator::clock::SystemClock;
 use tdset_operator::controller::LeaseOptions;
 

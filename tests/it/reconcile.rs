@@ -3,16 +3,14 @@
 //!
 //! Waits are bounded only so a broken build cannot hang CI; no test asserts a speed.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::{Clock, SystemClock};
 use tdset_operator::controller::LeaseOptions;

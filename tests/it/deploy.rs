@@ -2,14 +2,12 @@
 //! works under the ServiceAccount's own identity. (deploy/ is the Helm chart rendered: its RBAC
 //! is checked for wildcards in tests/helm.rs.)
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 use tdset_operator::controller::LeaseOptions;

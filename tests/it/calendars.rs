@@ -2,11 +2,9 @@
 //! that names it, in each TDSet's own zone; a change to it reaches them at once; a missing one
 //! is reported and picked up when it appears.
 
-mod support;
-
+use crate::support::*;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use support::*;
 use tdset_operator::api::{TDCalendar, TDSet};
 use tdset_operator::clock::SystemClock;
 

@@ -1,12 +1,10 @@
 //! Overrides, suspend and ramps on the real API server, the operator in-process with an
 //! injected clock that starts seconds before the instant under test.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::{Clock, SystemClock};
 

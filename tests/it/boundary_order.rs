@@ -3,14 +3,12 @@
 //! release binary under a ServiceAccount, on a control plane of its own whose audit log records
 //! every write it makes, in the order the API server received them.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams};
 use serde_json::json;
-use support::*;
 use tdset_operator::api::TDSet;
 
 const N: usize = 200;
@@ -49,7 +47,7 @@ async fn settled_at(client: &kube::Client, ns: &str, replicas: i32) {
             let t = tdsets.list(&ListParams::default()).await.ok()?.items;
             let deployed = d
                 .iter()
-                .filter(|d| support::replicas(d) == Some(replicas))
+                .filter(|d| crate::support::replicas(d) == Some(replicas))
                 .count();
             let reported = t
                 .iter()
@@ -197,11 +195,13 @@ async fn killed_right_after_the_scale_phase_the_operator_rewrites_no_workload() 
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let generations = eventually(GUARD, "every Deployment at 3", || async {
         let d = deploys.list(&ListParams::default()).await.ok()?.items;
-        d.iter().all(|d| support::replicas(d) == Some(3)).then(|| {
-            d.iter()
-                .map(|d| (d.metadata.name.clone(), d.metadata.generation))
-                .collect::<std::collections::BTreeMap<_, _>>()
-        })
+        d.iter()
+            .all(|d| crate::support::replicas(d) == Some(3))
+            .then(|| {
+                d.iter()
+                    .map(|d| (d.metadata.name.clone(), d.metadata.generation))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            })
     })
     .await;
     op.sigkill();

@@ -1,14 +1,12 @@
 //! Every manifest under examples/ applied to the real API server; the operator, run at two
 //! instants, sets exactly the replicas `preview` computes for them.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 

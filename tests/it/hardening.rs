@@ -3,10 +3,9 @@
 //! before the change that needs them, retargets and form switches that let go cleanly, and
 //! nothing left asleep by accident. The operator runs in-process with an injected clock.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -15,7 +14,6 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 

@@ -2,11 +2,9 @@
 //! symlink, as a user would install it), against the real API server, with an operator
 //! (injected clock) acting on what the plugin writes.
 
-mod support;
-
+use crate::support::*;
 use kube::api::Api;
 use serde_json::json;
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::{Clock, SystemClock};
 

@@ -3,15 +3,13 @@
 //! objects someone else deployed (through `/scale`), and an HPA whose floor is the schedule.
 //! The operator runs in-process with an injected clock.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 

@@ -2,14 +2,12 @@
 //! (`container`, `template`), refused outside listed namespaces by the operator itself, and
 //! the shipped ValidatingAdmissionPolicy that lets only some users create them.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 use serde_json::{Value, json};
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 

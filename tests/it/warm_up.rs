@@ -3,13 +3,11 @@
 //! operator's clock starts at `T0` and runs at real speed; what is compared is that clock's
 //! own record of each write (`status.history`'s `appliedAt`), never the test's wall clock.
 
-mod support;
-
+use crate::support::*;
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 use serde_json::{Value, json};
-use support::*;
 use tdset_operator::api::{HistoryEntry, TDSet};
 use tdset_operator::clock::SystemClock;
 

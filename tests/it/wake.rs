@@ -2,15 +2,13 @@
 //! a request wake-up in `status.requestWake` (only for the wake proxy's token), the reconcile
 //! wakes the workload for `wakeFor` and puts it back to sleep, and the history says why.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
 use kube::api::Api;
 use serde_json::json;
-use support::*;
 use tdset_operator::api::{RequestWakePhase, RequestWakeStatus, TDSet, TDSetStatus};
 use tdset_operator::clock::SystemClock;
 use tdset_operator::controller::{WakeOptions, serve_wake_endpoint};

@@ -1,9 +1,7 @@
 //! The CRD's schema and CEL rules on the real API server: what `kubectl apply` accepts, and
 //! what it rejects with a message naming the field.
 
-mod support;
-
-use support::*;
+use crate::support::*;
 
 fn manifest(ns: &str, spec: &str) -> String {
     format!(

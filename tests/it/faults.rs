@@ -2,17 +2,15 @@
 //! a leader dying, objects deleted under a reconcile. The operator runs as a real process
 //! (the built binary) where a test kills it. Waits are hang guards, not speed assertions.
 
-mod support;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 

@@ -1,14 +1,12 @@
 //! The control plane the tests run on is a real one: kube-controller-manager reconciles
 //! Deployments, the garbage collector follows ownerReferences, CRDs become Established.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use support::*;
 
 const LIMIT: Duration = Duration::from_secs(90);
 

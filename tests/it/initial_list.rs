@@ -4,11 +4,9 @@
 //!
 //! Waits are bounded only so a broken build cannot hang CI; no test asserts a speed.
 
-mod support;
-
+use crate::support::*;
 use kube::Client;
 use serde_json::json;
-use support::*;
 use tdset_operator::clock::SystemClock;
 
 /// TDSets created before the operator starts (so it learns of them from its initial list) and

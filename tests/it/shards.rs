@@ -2,11 +2,10 @@
 //! Lease, split the TDSets; a TDSet moved from one shard to the other is let go of before it
 //! is written again, and one moved away from a dead shard waits for that shard's Lease.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::*;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -14,7 +13,6 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use support::*;
 use tdset_operator::api::TDSet;
 
 /// The shards' Leases expire after this long without renewal.

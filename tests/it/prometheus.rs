@@ -2,14 +2,12 @@
 //! operator and evaluates deploy/prometheus/tdset-operator.rules.yaml, promtool lints the
 //! /metrics page, checks the rules and runs their unit tests.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::support::*;
 use serde_json::{Value, json};
-use support::*;
 
 const GUARD: Duration = Duration::from_secs(120);
 

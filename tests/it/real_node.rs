@@ -9,18 +9,16 @@
 //! run a node (not root, or containerd/runc/buildah/iptables/CNI plugins missing; test.sh
 //! installs them with apt when it runs as root).
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
-use support::*;
 use tdset_operator::api::TDSet;
 
 const GUARD: Duration = Duration::from_secs(180);

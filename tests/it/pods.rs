@@ -2,14 +2,12 @@
 //! nodes and kwok makes them Running and Ready, so Deployments report available replicas
 //! and a TDSet can be `Available` for real.
 
-mod support;
-
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use serde_json::json;
-use support::*;
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 

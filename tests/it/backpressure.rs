@@ -4,16 +4,14 @@
 //! sends to a priority level of one seat that rejects what does not fit; a control plane of its
 //! own keeps an audit log of those writes, which shows when each refused one came again.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use kube::discovery::ApiResource;
 use serde_json::json;
-use support::*;
 
 /// 429s the API server has answered for priority level `level` so far.
 async fn rejected(client: &kube::Client, level: &str) -> f64 {

@@ -1,0 +1,39 @@
+//! Every integration test, in one binary: one crate to compile and one executable to link,
+//! not one per file. `scripts/run-tests.sh` still runs each module as a suite of its own
+//! (the filter `NAME::`), side by side; `cargo test --test it NAME::` runs one.
+
+mod support;
+
+mod admission;
+mod backpressure;
+mod boundary_order;
+mod calendar;
+mod calendars;
+mod control_plane;
+mod control_plane_errors;
+mod crd_drift;
+mod deploy;
+mod examples;
+mod faults;
+mod group;
+mod group_memory;
+mod group_order;
+mod hardening;
+mod helm;
+mod history;
+mod hpa_ceilings;
+mod http_server;
+mod initial_list;
+mod layers;
+mod plugin;
+mod pods;
+mod preview_cli;
+mod prometheus;
+mod real_node;
+mod reconcile;
+mod schedule_props;
+mod shards;
+mod trust;
+mod wake;
+mod warm_up;
+mod workloads;
