@@ -33,6 +33,60 @@ pub enum Command {
     },
     /// Show what a TDSet manifest does at an instant or over a range. Never talks to a cluster.
     Preview(PreviewArgs),
+    /// Run the wake proxy (`spec.wakeOnRequest`): it answers for Services whose workloads are
+    /// asleep, reports their requests to the operator, and forwards them once awake.
+    WakeProxy(WakeProxyArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct WakeProxyArgs {
+    /// Kubeconfig file; default: in-cluster config, then $KUBECONFIG / ~/.kube/config.
+    #[arg(long, env = "TDSET_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The address the proxy ports are bound on.
+    #[arg(long, env = "TDSET_WAKE_PROXY_IP", default_value = "0.0.0.0")]
+    pub ip: std::net::IpAddr,
+    /// The proxy ports, `FROM-TO`: one listener each; the operator gives each intercepted
+    /// Service port one of them (its `--wake-proxy-ports` must be the same).
+    #[arg(long, env = "TDSET_WAKE_PROXY_PORTS", default_value = "20000-20255", value_parser = port_range)]
+    pub ports: (u16, u16),
+    /// The operator's wake endpoint (its `--wake-addr`, through its Service).
+    #[arg(long, env = "TDSET_WAKE_OPERATOR_URL")]
+    pub operator_url: String,
+    /// The proxy's token for the audience `wake.tdset.schedule.rs` (a projected
+    /// ServiceAccount token; read again at every report, as the kubelet rotates it).
+    #[arg(
+        long,
+        env = "TDSET_WAKE_TOKEN_FILE",
+        default_value = "/var/run/secrets/tdset-wake/token"
+    )]
+    pub token_file: std::path::PathBuf,
+    /// Connections open at once, in all.
+    #[arg(long, env = "TDSET_WAKE_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Connections held for one Service at once; past it a request is answered 503 at once.
+    #[arg(long, env = "TDSET_WAKE_MAX_HELD_PER_SERVICE", default_value_t = 256)]
+    pub max_held_per_service: usize,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, env = "TDSET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: std::net::SocketAddr,
+    #[arg(long, env = "TDSET_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    #[arg(long, env = "TDSET_LOG_FORMAT", value_enum, default_value_t = crate::telemetry::LogFormat::Text)]
+    pub log_format: crate::telemetry::LogFormat,
+}
+
+/// `FROM-TO`, at most 1024 ports (one listener each).
+fn port_range(s: &str) -> Result<(u16, u16), String> {
+    let (from, to) = s
+        .split_once('-')
+        .ok_or("expected FROM-TO, e.g. 20000-20255")?;
+    let from: u16 = from.trim().parse().map_err(|e| format!("FROM: {e}"))?;
+    let to: u16 = to.trim().parse().map_err(|e| format!("TO: {e}"))?;
+    if from == 0 || to < from || to - from >= 1024 {
+        return Err("FROM must be at least 1 and TO at least FROM, 1024 ports at most".into());
+    }
+    Ok((from, to))
 }
 
 #[derive(clap::Args, Debug, Clone)]

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use tdset_operator::cli::{Cli, Command, RunArgs, crd_yaml_of, run_preview};
+use tdset_operator::cli::{Cli, Command, RunArgs, WakeProxyArgs, crd_yaml_of, run_preview};
 use tdset_operator::clock::SystemClock;
 use tdset_operator::controller::{self, LeaseOptions, RunOptions, ShardOptions, WakeOptions};
 use tdset_operator::http::{self, Health};
@@ -36,6 +36,7 @@ fn main() -> ExitCode {
         Command::Crd { kind } => crd_yaml_of(kind).map(|out| print!("{out}")),
         Command::Preview(args) => run_preview(&args, chrono::Utc::now()).map(|out| print!("{out}")),
         Command::Run(args) => run(args),
+        Command::WakeProxy(args) => wake_proxy(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -67,11 +68,7 @@ fn plugin(cli: PluginCli) -> ExitCode {
 
 fn run(args: RunArgs) -> Result<()> {
     telemetry::init_logging(&args.log_level, args.log_format);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Config(format!("starting the async runtime: {e}")))?;
-    rt.block_on(async move {
+    runtime()?.block_on(async move {
         let result = operate(args).await;
         if let Err(e) = &result {
             error!(error = %e, "operator stopped with an error");
@@ -80,8 +77,48 @@ fn run(args: RunArgs) -> Result<()> {
     })
 }
 
-async fn operate(args: RunArgs) -> Result<()> {
-    let config = match &args.kubeconfig {
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Config(format!("starting the async runtime: {e}")))
+}
+
+/// `tdset-operator wake-proxy`: the wake proxy's own process (its own Deployment).
+fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
+    telemetry::init_logging(&args.log_level, args.log_format);
+    runtime()?.block_on(async move {
+        let client = kube::Client::try_from(kube_config(args.kubeconfig.as_deref()).await?)
+            .map_err(|e| Error::Config(format!("building the API client: {e}")))?;
+        let metrics = Arc::new(Metrics::new()?);
+        let health = Arc::new(Health::default());
+        let (addr, _server) = http::serve(args.metrics_addr, metrics, health.clone()).await?;
+        info!(%addr, "serving /metrics, /healthz and /readyz");
+        let opts = tdset_operator::wake::ProxyOptions {
+            ip: args.ip,
+            ports: args.ports,
+            report_to: tdset_operator::wake::report::ReportTo {
+                url: args.operator_url,
+                token_file: args.token_file,
+            },
+            caps: tdset_operator::wake::serve::Caps {
+                connections: args.max_connections,
+                held_per_service: args.max_held_per_service,
+            },
+        };
+        let result = tokio::select! {
+            r = tdset_operator::wake::run(client, opts, health) => r,
+            _ = shutdown_signal() => Ok(()),
+        };
+        if let Err(e) = &result {
+            error!(error = %e, "the wake proxy stopped with an error");
+        }
+        result
+    })
+}
+
+async fn kube_config(path: Option<&std::path::Path>) -> Result<kube::Config> {
+    Ok(match path {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| {
                 Error::Config(format!("reading kubeconfig {}: {e}", path.display()))
@@ -93,7 +130,11 @@ async fn operate(args: RunArgs) -> Result<()> {
         None => kube::Config::infer()
             .await
             .map_err(|e| Error::Config(format!("no cluster configuration found: {e}")))?,
-    };
+    })
+}
+
+async fn operate(args: RunArgs) -> Result<()> {
+    let config = kube_config(args.kubeconfig.as_deref()).await?;
     let clients = tdset_operator::clients::Clients::from_config(config)?;
     let metrics = Arc::new(Metrics::for_shard(args.shard.as_deref())?);
     let health = Arc::new(Health::default());

@@ -292,3 +292,27 @@ pub fn clip(s: &str, max: usize) -> String {
     }
     s[..end].to_string()
 }
+
+/// The wake endpoint's wire format (`POST /v1/wake`), spoken by the wake proxy and the
+/// operator. One request the proxy saw on a Service of a TDSet (with those counted since its last
+/// report for that TDSet).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WakeReport {
+    pub namespace: String,
+    pub tdset: String,
+    pub service: String,
+    #[serde(default)]
+    pub requests: i64,
+    pub request: WakeRequest,
+}
+
+/// What the endpoint answers a report with.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WakeAnswer {
+    /// When the wake-up in force ends (RFC 3339).
+    pub until: Option<String>,
+    /// Whether this report was written (else the wake-up already reached far enough).
+    pub written: bool,
+}

@@ -34,9 +34,7 @@ mod tests;
 pub use crate::clients::Clients;
 pub use driver::{RECONCILE_DEADLINE, error_policy, reconcile};
 pub use run::RunOptions;
-pub use run::intents::{
-    Answer as WakeAnswer, Report as WakeReport, WakeOptions, serve as serve_wake_endpoint,
-};
+pub use run::intents::{WakeOptions, serve as serve_wake_endpoint};
 pub use run::leader::{LeaseOptions, run};
 pub use run::watches::InitialList;
 pub use state::{Context, ShardOptions};

@@ -100,6 +100,26 @@ fn head_of(req: &httparse::Request<'_, '_>, len: usize) -> HttpHead {
     }
 }
 
+/// The head read, with `X-Forwarded-For: <client>` added as its last field (a second such
+/// field reads as the list continued, RFC 9110 5.3), so the workload can still tell who
+/// called; the rest (any body already read) follows unchanged.
+pub fn with_forwarded_for(bytes: &[u8], head: &HttpHead, client: std::net::IpAddr) -> Vec<u8> {
+    let len = head.len.min(bytes.len());
+    // The blank line that ends the head: CRLF, or a bare LF (which httparse accepts).
+    let (at, eol) = if bytes[..len].ends_with(b"\r\n\r\n") {
+        (len - 2, "\r\n")
+    } else if bytes[..len].ends_with(b"\n\n") {
+        (len - 1, "\n")
+    } else {
+        return bytes.to_vec();
+    };
+    let mut out = Vec::with_capacity(bytes.len() + 64);
+    out.extend_from_slice(&bytes[..at]);
+    out.extend_from_slice(format!("X-Forwarded-For: {client}{eol}").as_bytes());
+    out.extend_from_slice(&bytes[at..]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +194,27 @@ mod tests {
         }
         many.extend_from_slice(b"\r\n");
         assert_eq!(parse(&many), Err(Refused::TooLarge));
+    }
+
+    #[test]
+    fn the_clients_address_is_added_to_the_head_and_the_body_left_as_it_came() {
+        let raw = b"POST /a HTTP/1.1\r\nHost: web\r\nX-Forwarded-For: 1.2.3.4\r\nContent-Length: 2\r\n\r\nhi";
+        let Ok(Some(Head::Http(h))) = parse(raw) else {
+            panic!("a head")
+        };
+        let out = with_forwarded_for(raw, &h, "10.0.0.9".parse().unwrap());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /a HTTP/1.1\r\nHost: web\r\nX-Forwarded-For: 1.2.3.4\r\nContent-Length: 2\r\nX-Forwarded-For: 10.0.0.9\r\n\r\nhi"
+        );
+        let bare = b"GET / HTTP/1.1\nHost: web\n\n";
+        let Ok(Some(Head::Http(h))) = parse(bare) else {
+            panic!("a head")
+        };
+        let out = with_forwarded_for(bare, &h, "fd00::1".parse().unwrap());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET / HTTP/1.1\nHost: web\nX-Forwarded-For: fd00::1\n\n"
+        );
     }
 }

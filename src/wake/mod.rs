@@ -5,7 +5,47 @@
 //! own endpoints are ready, and forwards it there.
 //!
 //! - `head`: what is read of a connection before deciding (an HTTP/1.x head, h2c, plain TCP);
-//! - `reply`: what the proxy answers itself (503 with Retry-After, a self-reloading page).
+//! - `reply`: what the proxy answers itself (503 with Retry-After, a self-reloading page);
+//! - `routes`: which Service a proxy port stands for, and where that Service answers (pure);
+//! - `watch`: the EndpointSlices those are read from;
+//! - `report`: the wake intents sent to the operator, one at a time per TDSet;
+//! - `serve`: the listeners and the held connections.
 
 pub mod head;
 pub mod reply;
+pub mod report;
+pub mod routes;
+pub mod serve;
+pub mod watch;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use kube::Client;
+
+use crate::error::Result;
+use crate::http::Health;
+
+/// How the proxy runs.
+#[derive(Clone, Debug)]
+pub struct ProxyOptions {
+    pub ip: IpAddr,
+    /// The proxy ports (the operator allocates from the same range).
+    pub ports: (u16, u16),
+    pub report_to: report::ReportTo,
+    pub caps: serve::Caps,
+}
+
+/// Binds every proxy port, follows the slices, and serves until the future is dropped.
+/// `health` turns ready once every port is bound and the routes have been read.
+pub async fn run(client: Client, opts: ProxyOptions, health: Arc<Health>) -> Result<()> {
+    let seen = Arc::new(watch::Seen::default());
+    let reporter = report::Reporter::new(opts.report_to);
+    let listeners = serve::listen(opts.ip, opts.ports, seen.clone(), reporter, opts.caps).await?;
+    let following = tokio::spawn(watch::follow(client, seen.clone()));
+    seen.synced().await;
+    health.set_ready(true);
+    let _ = following.await;
+    drop(listeners);
+    Ok(())
+}

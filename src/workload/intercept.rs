@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::api::ServicePort;
+use crate::api::{ServicePort, WakeIgnore};
 
 /// `endpointslice.kubernetes.io/managed-by` on the operator's slices: the EndpointSlice
 /// controller leaves slices managed by another alone.
@@ -183,6 +183,64 @@ pub struct SliceFor<'a> {
     pub service: &'a Service,
     /// Each intercepted port with the proxy port it was given.
     pub ports: &'a [(Intercepted, u16)],
+    pub config: &'a ProxyConfig,
+}
+
+/// What the wake proxy needs of a TDSet beyond where to send a connection, carried on the
+/// operator's slices (the only objects the proxy reads) as annotations.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProxyConfig {
+    /// `wakeOnRequest.hold`, in seconds.
+    pub hold_secs: u64,
+    /// `wakeOnRequest.ignore`, as the spec gives it (the proxy compiles it).
+    pub ignore: Option<WakeIgnore>,
+    /// The measured times to Ready (`status.warmUp.samples`), for `Retry-After`.
+    pub samples: Vec<i32>,
+}
+
+pub const HOLD_ANNOTATION: &str = "schedule.rs/wake-hold-seconds";
+pub const IGNORE_ANNOTATION: &str = "schedule.rs/wake-ignore";
+pub const READY_ANNOTATION: &str = "schedule.rs/wake-ready-seconds";
+/// The hold the proxy takes when a slice carries none it can read (the API's default).
+pub const DEFAULT_HOLD_SECS: u64 = 10;
+
+impl ProxyConfig {
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::from([(HOLD_ANNOTATION.to_string(), self.hold_secs.to_string())]);
+        if let Some(ignore) = &self.ignore {
+            // A struct of strings: serialising it cannot fail.
+            out.insert(
+                IGNORE_ANNOTATION.to_string(),
+                serde_json::to_string(ignore).unwrap_or_default(),
+            );
+        }
+        if !self.samples.is_empty() {
+            let samples: Vec<String> = self.samples.iter().map(i32::to_string).collect();
+            out.insert(READY_ANNOTATION.to_string(), samples.join(","));
+        }
+        out
+    }
+
+    /// Read back from a slice's annotations: what cannot be read is left at its default
+    /// (hold 10 s, nothing ignored, no samples), never an error that stops the proxy.
+    pub fn from_annotations(annotations: Option<&BTreeMap<String, String>>) -> ProxyConfig {
+        let get = |k: &str| annotations.and_then(|a| a.get(k));
+        ProxyConfig {
+            hold_secs: get(HOLD_ANNOTATION)
+                .and_then(|h| h.parse().ok())
+                .filter(|h| (1..=60).contains(h))
+                .unwrap_or(DEFAULT_HOLD_SECS),
+            ignore: get(IGNORE_ANNOTATION).and_then(|i| serde_json::from_str(i).ok()),
+            samples: get(READY_ANNOTATION)
+                .map(|s| {
+                    s.split(',')
+                        .filter_map(|v| v.trim().parse().ok())
+                        .take(64)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// The operator's slices for a Service: one per address family it has, each holding the
@@ -217,6 +275,7 @@ pub fn slices(of: &SliceFor<'_>, proxies: &[ProxyAddress]) -> Vec<EndpointSlice>
                         (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
                         (TDSET_LABEL.to_string(), of.tdset.to_string()),
                     ])),
+                    annotations: Some(of.config.annotations()),
                     owner_references: Some(vec![OwnerReference {
                         api_version: "schedule.rs/v1".into(),
                         kind: "TDSet".into(),
@@ -386,11 +445,20 @@ mod tests {
                 20002,
             ),
         ];
+        let config = ProxyConfig {
+            hold_secs: 20,
+            ignore: Some(WakeIgnore {
+                user_agents: vec!["(?i)bot".into()],
+                paths: vec!["/healthz".into()],
+            }),
+            samples: vec![12, 9],
+        };
         let of = SliceFor {
             tdset: "t",
             tdset_uid: "uid-t",
             service: &svc,
             ports: &ports,
+            config: &config,
         };
         let proxies = [
             ProxyAddress {
@@ -431,5 +499,28 @@ mod tests {
         );
         assert_eq!(s[1].address_type, "IPv6");
         assert_eq!(s[1].endpoints[0].addresses, ["fd00::7"]);
+        // What the proxy needs travels with the slice, and reads back as it was.
+        let read = ProxyConfig::from_annotations(v4.metadata.annotations.as_ref());
+        assert_eq!(read, config);
+    }
+
+    #[test]
+    fn a_proxy_config_it_cannot_read_falls_back_to_the_defaults() {
+        let bad = BTreeMap::from([
+            (HOLD_ANNOTATION.to_string(), "600".to_string()),
+            (IGNORE_ANNOTATION.to_string(), "{not json".to_string()),
+            (READY_ANNOTATION.to_string(), "7,x,-1".to_string()),
+        ]);
+        let read = ProxyConfig::from_annotations(Some(&bad));
+        assert_eq!(
+            read.hold_secs, DEFAULT_HOLD_SECS,
+            "60 s is the longest hold"
+        );
+        assert_eq!(read.ignore, None);
+        assert_eq!(read.samples, [7, -1]);
+        assert_eq!(
+            ProxyConfig::from_annotations(None).hold_secs,
+            DEFAULT_HOLD_SECS
+        );
     }
 }

@@ -35,5 +35,6 @@ mod schedule_props;
 mod shards;
 mod trust;
 mod wake;
+mod wake_proxy;
 mod warm_up;
 mod workloads;

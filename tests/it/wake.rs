@@ -14,11 +14,11 @@ use tdset_operator::clock::SystemClock;
 use tdset_operator::controller::{WakeOptions, serve_wake_endpoint};
 use tdset_operator::telemetry::Metrics;
 
-const AUDIENCE: &str = "wake.tdset.schedule.rs";
+pub(crate) const AUDIENCE: &str = "wake.tdset.schedule.rs";
 
 /// A ServiceAccount `name` in `ns` and a token of it for `audience` (`None`: the API
 /// server's own, as every pod has).
-fn token(ns: &str, name: &str, audience: Option<&str>) -> String {
+pub(crate) fn token(ns: &str, name: &str, audience: Option<&str>) -> String {
     let _ = kubectl(&["-n", ns, "create", "serviceaccount", name]);
     let mut args = vec!["-n", ns, "create", "token", name, "--duration", "10m"];
     if let Some(a) = audience {
@@ -66,7 +66,7 @@ async fn status(client: &Client, ns: &str) -> Option<TDSetStatus> {
 }
 
 /// Asleep by default, 2 replicas from 09:00 to 17:00 UTC, woken for 1 m by a request to `web`.
-fn asleep_at_night() -> TDSet {
+pub(crate) fn asleep_at_night() -> TDSet {
     tdset(
         "web",
         json!({
@@ -79,11 +79,21 @@ fn asleep_at_night() -> TDSet {
 }
 
 /// The endpoint in this process, with the operator's clock, trusting `ns/wake-proxy`.
-async fn endpoint(client: &Client, ns: &str, clock: SystemClock) -> String {
+pub(crate) async fn endpoint(client: &Client, ns: &str, clock: SystemClock) -> String {
+    endpoint_counted(client, ns, clock).await.0
+}
+
+/// `endpoint`, and the metrics it counts reports in.
+pub(crate) async fn endpoint_counted(
+    client: &Client,
+    ns: &str,
+    clock: SystemClock,
+) -> (String, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::for_shard(None).unwrap());
     let (addr, _task) = serve_wake_endpoint(
         client.clone(),
         Arc::new(clock),
-        Arc::new(Metrics::for_shard(None).unwrap()),
+        metrics.clone(),
         WakeOptions {
             addr: "127.0.0.1:0".parse().unwrap(),
             proxy_user: format!("system:serviceaccount:{ns}:wake-proxy"),
@@ -93,7 +103,7 @@ async fn endpoint(client: &Client, ns: &str, clock: SystemClock) -> String {
     .unwrap();
     // The task runs for the rest of the test (it is detached; the test's runtime ends it).
     std::mem::forget(_task);
-    addr.to_string()
+    (addr.to_string(), metrics)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

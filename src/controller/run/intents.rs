@@ -16,10 +16,9 @@ use std::time::{Duration, Instant};
 use http_body_util::BodyExt;
 use hyper::{Method, Request, StatusCode};
 use kube::{Client, Resource};
-use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::api::{WakeRequest, clip};
+use crate::api::{WakeAnswer, WakeReport, WakeRequest, clip};
 use crate::clock::Clock;
 use crate::controller::io::wake as io;
 use crate::error::Result;
@@ -49,29 +48,6 @@ pub struct WakeOptions {
     /// The proxy's user as a TokenReview names it:
     /// `system:serviceaccount:<namespace>:<name>`.
     pub proxy_user: String,
-}
-
-/// One request the proxy saw on a Service of a TDSet (with those counted since its last
-/// report for that TDSet).
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Report {
-    pub namespace: String,
-    pub tdset: String,
-    pub service: String,
-    #[serde(default)]
-    pub requests: i64,
-    pub request: WakeRequest,
-}
-
-/// What the endpoint answers a report with.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Answer {
-    /// When the wake-up in force ends (RFC 3339).
-    pub until: Option<String>,
-    /// Whether this report was written (else the wake-up already reached far enough).
-    pub written: bool,
 }
 
 struct Endpoint {
@@ -158,7 +134,7 @@ impl Endpoint {
                 return plain(StatusCode::PAYLOAD_TOO_LARGE, "a report is at most 8 KiB");
             }
         };
-        let report: Report = match serde_json::from_slice(&body) {
+        let report: WakeReport = match serde_json::from_slice(&body) {
             Ok(r) => r,
             Err(e) => {
                 self.count("invalid");
@@ -222,7 +198,7 @@ impl Endpoint {
 
     /// Records the wake-up the report asks for. `Ok(Err)`: refused, with why (no such TDSet,
     /// or it does not wake on requests to that Service).
-    async fn wake(&self, report: Report) -> Result<std::result::Result<Answer, String>> {
+    async fn wake(&self, report: WakeReport) -> Result<std::result::Result<WakeAnswer, String>> {
         let (ns, name) = (report.namespace.as_str(), report.tdset.as_str());
         if !dns_label(ns) || !dns_subdomain(name) {
             return Ok(Err(format!(
@@ -254,7 +230,7 @@ impl Endpoint {
         let Some(wake) = wake::extend(&tdset.spec, recorded, now, &request, reported) else {
             self.add_pending(key, reported);
             self.count("extended-already");
-            return Ok(Ok(Answer {
+            return Ok(Ok(WakeAnswer {
                 until: recorded.and_then(|r| r.until.clone()),
                 written: false,
             }));
@@ -265,7 +241,7 @@ impl Endpoint {
         }
         info!(tdset = %format!("{ns}/{name}"), request = %request.describe(), until = ?wake.until, "woken by a request");
         self.count("written");
-        Ok(Ok(Answer {
+        Ok(Ok(WakeAnswer {
             until: wake.until,
             written: true,
         }))

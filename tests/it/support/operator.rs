@@ -196,8 +196,10 @@ pub struct OperatorProcess {
     scrape_timeout: Duration,
 }
 
-/// How the built binary is started (`tdset-operator run`).
+/// How the built binary is started (`tdset-operator run`, or another of its commands).
 pub struct Launch<'a> {
+    /// `run` (the operator) or `wake-proxy`.
+    pub command: &'a str,
     pub kubeconfig: &'a Path,
     /// The namespace it watches; `None`: all of them, as deployed.
     pub namespace: Option<&'a str>,
@@ -220,6 +222,7 @@ impl<'a> Launch<'a> {
     /// `TDSET_TEST_OPERATOR_LOG`) to `log` in the temp dir.
     pub fn new(kubeconfig: &'a Path, log: &str) -> Launch<'a> {
         Launch {
+            command: "run",
             kubeconfig,
             namespace: None,
             log: std::env::temp_dir().join(format!("{}-{log}", unique_suffix())),
@@ -254,7 +257,7 @@ impl OperatorProcess {
             }
             None => Command::new(env!("CARGO_BIN_EXE_tdset-operator")),
         };
-        cmd.args(["run", "--kubeconfig", l.kubeconfig.to_str().unwrap()])
+        cmd.args([l.command, "--kubeconfig", l.kubeconfig.to_str().unwrap()])
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(["--log-level", &l.log_level]);
         if let Some(ns) = l.namespace {

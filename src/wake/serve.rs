@@ -1,0 +1,299 @@
+//! The proxy's connections: one listener per port of its range, bound before it reports
+//! ready, so a slice that names a port never sends a connection to a closed one. A connection
+//! is accepted at once; its first bytes are read (an HTTP/1.x head, never a body), its port
+//! names its Service, `ignore` is applied, the TDSet is reported, and the connection is held
+//! until the Service's own endpoints are ready, then relayed to one of them, the bytes read
+//! first, exactly as the client sent them, save an `X-Forwarded-For` added to an HTTP head.
+//! After `hold`: 503 with Retry-After (HTTP), or the connection closed.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::{debug, info, warn};
+
+use super::head::{self, Head, HttpHead, MAX_HEAD};
+use super::reply;
+use super::report::Reporter;
+use super::routes::{Route, ServiceKey};
+use super::watch::Seen;
+use crate::api::WakeRequest;
+use crate::error::{Error, Result};
+
+/// How long a connection that has sent nothing is waited on before it is taken for a
+/// protocol where the server speaks first (MySQL, SMTP): woken for and relayed as it is.
+const FIRST_BYTES: Duration = Duration::from_secs(1);
+/// How long a connection on a port no slice names yet waits for one (the operator's slice
+/// and the proxy's watch of it race the first connections).
+const ROUTE_WAIT: Duration = Duration::from_secs(5);
+/// How long connecting to the workload may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Caps on what the proxy holds: connections in all, and held for one Service.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    pub connections: usize,
+    pub held_per_service: usize,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Caps {
+            connections: 4096,
+            held_per_service: 256,
+        }
+    }
+}
+
+struct Proxy {
+    seen: Arc<Seen>,
+    reporter: Reporter,
+    caps: Caps,
+    connections: Arc<Semaphore>,
+    held: Mutex<HashMap<ServiceKey, Arc<Semaphore>>>,
+}
+
+/// Binds every port of `ports` on `ip` and serves them until the tasks are dropped.
+pub async fn listen(
+    ip: std::net::IpAddr,
+    ports: (u16, u16),
+    seen: Arc<Seen>,
+    reporter: Reporter,
+    caps: Caps,
+) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+    let proxy = Arc::new(Proxy {
+        seen,
+        reporter,
+        caps,
+        connections: Arc::new(Semaphore::new(caps.connections)),
+        held: Mutex::default(),
+    });
+    let mut tasks = Vec::new();
+    for port in ports.0..=ports.1 {
+        let listener = TcpListener::bind(SocketAddr::new(ip, port))
+            .await
+            .map_err(|e| {
+                Error::Config(format!("the wake proxy cannot listen on port {port}: {e}"))
+            })?;
+        let proxy = proxy.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let (conn, peer) = match listener.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors, say: a moment's pause, not a spin.
+                        warn!(port, error = %e, "accepting a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = proxy.connections.clone().try_acquire_owned() else {
+                    debug!(port, "connection cap reached; closed");
+                    continue;
+                };
+                let proxy = proxy.clone();
+                tokio::spawn(async move {
+                    proxy.handle(conn, peer, port).await;
+                    drop(permit);
+                });
+            }
+        }));
+    }
+    info!(from = ports.0, to = ports.1, "the wake proxy listens");
+    Ok(tasks)
+}
+
+/// What the connection turned out to be, as read.
+struct Read {
+    head: Head,
+    bytes: Vec<u8>,
+}
+
+impl Proxy {
+    async fn handle(&self, mut conn: TcpStream, peer: SocketAddr, port: u16) {
+        let started = Instant::now();
+        let route = match self.route(port).await {
+            Some(r) => r,
+            None => {
+                debug!(port, "no Service is routed to this port; closed");
+                return;
+            }
+        };
+        let hold = Duration::from_secs(route.config.hold_secs);
+        let read = match read_head(&mut conn, hold).await {
+            Ok(r) => r,
+            Err(Some(answer)) => {
+                let _ = conn.write_all(&answer).await;
+                return;
+            }
+            Err(None) => return,
+        };
+        let http = match &read.head {
+            Head::Http(h) => Some(h.clone()),
+            _ => None,
+        };
+        let ignored = http
+            .as_ref()
+            .is_some_and(|h| route.ignore.ignores(Some(&h.path), h.user_agent.as_deref()));
+        let svc = &route.service;
+        if !ignored {
+            self.reporter.report(
+                &svc.namespace,
+                &route.tdset,
+                &svc.name,
+                request_of(&route, http.as_ref()),
+            );
+        }
+        // Already awake (the slice not yet gone): straight through.
+        if let Some(target) = self.seen.targets(svc, &route.port_name).first().copied() {
+            relay(conn, read, peer, target).await;
+            return;
+        }
+        if ignored {
+            if http.is_some() {
+                let _ = conn.write_all(&reply::ignored(&svc.name)).await;
+            }
+            return;
+        }
+        let Some(_held) = self.hold_slot(svc) else {
+            debug!(service = %svc.name, "held-connection cap reached");
+            self.give_up(conn, &route, http.as_ref(), started).await;
+            return;
+        };
+        let mut changes = self.seen.changes();
+        let deadline = tokio::time::Instant::from_std(started + hold);
+        loop {
+            if let Some(target) = self.seen.targets(svc, &route.port_name).first().copied() {
+                debug!(service = %svc.name, held_ms = started.elapsed().as_millis() as u64, %target, "forwarding a held connection");
+                relay(conn, read, peer, target).await;
+                return;
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { break },
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        self.give_up(conn, &route, http.as_ref(), started).await;
+    }
+
+    /// The route of `port`, waiting a little for one not seen yet.
+    async fn route(&self, port: u16) -> Option<Route> {
+        let mut changes = self.seen.changes();
+        let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
+        loop {
+            if let Some(r) = self.seen.route(port) {
+                return Some(r);
+            }
+            tokio::select! {
+                changed = changes.changed() => changed.ok()?,
+                _ = tokio::time::sleep_until(deadline) => return None,
+            }
+        }
+    }
+
+    fn hold_slot(&self, svc: &ServiceKey) -> Option<OwnedSemaphorePermit> {
+        let sem = {
+            let mut held = self.held.lock().ok()?;
+            // Forget Services nothing is held for, so the map stays as small as what is held.
+            held.retain(|_, s| s.available_permits() < self.caps.held_per_service);
+            held.entry(svc.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.caps.held_per_service)))
+                .clone()
+        };
+        sem.try_acquire_owned().ok()
+    }
+
+    /// `hold` passed (or the cap was reached) before the workload was ready.
+    async fn give_up(
+        &self,
+        mut conn: TcpStream,
+        route: &Route,
+        http: Option<&HttpHead>,
+        started: Instant,
+    ) {
+        if let Some(h) = http {
+            let retry = reply::retry_after(
+                &route.config.samples,
+                started.elapsed().as_secs(),
+                route.config.hold_secs,
+            );
+            let _ = conn
+                .write_all(&reply::waking(h, &route.service.name, retry))
+                .await;
+            let _ = conn.shutdown().await;
+        }
+    }
+}
+
+/// Reads until the head is known. `Err(Some(answer))`: refused with that answer;
+/// `Err(None)`: the client went away or sent nothing HTTP-like in `hold`.
+async fn read_head(
+    conn: &mut TcpStream,
+    hold: Duration,
+) -> std::result::Result<Read, Option<Vec<u8>>> {
+    let mut bytes = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + hold;
+    // Nothing in the first second: a protocol where the server speaks first.
+    match tokio::time::timeout(FIRST_BYTES, conn.read(&mut chunk)).await {
+        Err(_) => {
+            return Ok(Read {
+                head: Head::Opaque,
+                bytes,
+            });
+        }
+        Ok(Ok(0)) | Ok(Err(_)) => return Err(None),
+        Ok(Ok(n)) => bytes.extend_from_slice(&chunk[..n]),
+    }
+    loop {
+        match head::parse(&bytes) {
+            Ok(Some(head)) => return Ok(Read { head, bytes }),
+            Err(head::Refused::TooLarge) => return Err(Some(reply::too_large())),
+            Ok(None) => {}
+        }
+        let room = (MAX_HEAD + 1).saturating_sub(bytes.len()).min(chunk.len());
+        match tokio::time::timeout_at(deadline, conn.read(&mut chunk[..room.max(1)])).await {
+            Err(_) | Ok(Ok(0)) | Ok(Err(_)) => return Err(None),
+            Ok(Ok(n)) => bytes.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn request_of(route: &Route, http: Option<&HttpHead>) -> WakeRequest {
+    WakeRequest {
+        service: route.service.name.clone(),
+        method: http.map(|h| h.method.clone()),
+        host: http.and_then(|h| h.host.clone()),
+        path: http.map(|h| h.path.clone()),
+        user_agent: http.and_then(|h| h.user_agent.clone()),
+    }
+}
+
+/// Connects to `target`, sends what was read (an HTTP head with the client's address added),
+/// then copies both ways until either side closes.
+async fn relay(mut conn: TcpStream, read: Read, peer: SocketAddr, target: SocketAddr) {
+    let upstream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await;
+    let mut upstream = match upstream {
+        Ok(Ok(u)) => u,
+        Ok(Err(e)) => {
+            warn!(%target, error = %e, "connecting to the woken workload");
+            return;
+        }
+        Err(_) => {
+            warn!(%target, "connecting to the woken workload timed out");
+            return;
+        }
+    };
+    let first = match &read.head {
+        Head::Http(h) => head::with_forwarded_for(&read.bytes, h, peer.ip()),
+        _ => read.bytes,
+    };
+    if upstream.write_all(&first).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+}

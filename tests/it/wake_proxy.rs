@@ -1,0 +1,323 @@
+//! Woken by a request, the wake proxy's side, on the real API server: the proxy (the built
+//! binary, `tdset-operator wake-proxy`) reads only EndpointSlices. A connection on a proxy
+//! port is held while the operator wakes the workload, then relayed to the Service's own
+//! ready endpoint; a flood makes one wake-up; `hold` ends in a 503 with Retry-After; an
+//! ignored request wakes nothing.
+//!
+//! The operator's slices are applied here from the pure `intercept::slices` (the reconcile
+//! that applies them is a later step), and the Service's "own" slice, which kube-proxy would
+//! use, is written by the test too, pointing at an HTTP server in this process: kwok's pods
+//! have addresses nothing listens on.
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::*;
+use crate::wake::{AUDIENCE, asleep_at_night, endpoint, endpoint_counted, token};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use tdset_operator::api::{TDSet, WakeIgnore};
+use tdset_operator::clock::SystemClock;
+use tdset_operator::workload::intercept::{
+    Intercepted, ProxyAddress, ProxyConfig, SliceFor, slices,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// This machine's address that the API server takes in an EndpointSlice (not loopback).
+fn host_ip() -> IpAddr {
+    let out = std::process::Command::new("hostname")
+        .arg("-I")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.split_whitespace()
+        .filter_map(|a| a.parse::<IpAddr>().ok())
+        .find(IpAddr::is_ipv4)
+        .expect("an IPv4 address of this machine")
+}
+
+/// An HTTP server answering every request `hello from web`; the request heads it saw.
+async fn upstream() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let heads = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let heads = heads.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                heads
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buf).to_string());
+                let body = "hello from web\n";
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// Service `name` (port `http` 80): its selector picks no pod, so the EndpointSlice
+/// controller's own slice for it stays empty and the test's slice is its only endpoint.
+async fn service(client: &Client, ns: &str, name: &str) -> Service {
+    create_object(
+        client,
+        ns,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"selector": {"app": format!("{name}-nobody")},
+                     "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+        }),
+    )
+    .await
+}
+
+/// The operator's slice for `svc`, standing `proxy_port` in for its port `http`.
+async fn proxy_slice(
+    client: &Client,
+    ns: &str,
+    tdset: &TDSet,
+    svc: &Service,
+    proxy_port: u16,
+    config: ProxyConfig,
+) {
+    let ports = [(
+        Intercepted {
+            name: Some("http".into()),
+            port: 80,
+        },
+        proxy_port,
+    )];
+    let of = SliceFor {
+        tdset: tdset.metadata.name.as_deref().unwrap(),
+        tdset_uid: tdset.metadata.uid.as_deref().unwrap(),
+        service: svc,
+        ports: &ports,
+        config: &config,
+    };
+    let proxies = [ProxyAddress {
+        ip: host_ip().to_string(),
+        ready: true,
+    }];
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    for s in slices(&of, &proxies) {
+        api.create(&PostParams::default(), &s).await.unwrap();
+    }
+}
+
+/// The Service's own ready endpoint, as the EndpointSlice controller would write it once
+/// the workload's pods are ready.
+async fn own_slice(client: &Client, ns: &str, svc: &str, port: u16) {
+    let _: EndpointSlice = create_object(
+        client,
+        ns,
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{svc}-own"),
+                         "labels": {"kubernetes.io/service-name": svc,
+                                    "endpointslice.kubernetes.io/managed-by": "test.example"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [host_ip().to_string()], "conditions": {"ready": true}}],
+            "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        }),
+    )
+    .await;
+}
+
+/// The wake proxy (the built binary) on 127.0.0.1, listening on `port` alone, reporting to
+/// the endpoint at `addr` with a token of `ns/wake-proxy`; ready once it has read the slices.
+fn wake_proxy(ns: &str, port: u16, addr: &str, log: &str) -> OperatorProcess {
+    let token_file = std::env::temp_dir().join(format!("{ns}-wake-token"));
+    std::fs::write(&token_file, token(ns, "wake-proxy", Some(AUDIENCE))).unwrap();
+    let ports = format!("{port}-{port}");
+    let url = format!("http://{addr}");
+    let proxy = OperatorProcess::launch(Launch {
+        command: "wake-proxy",
+        extra: &[
+            "--ip",
+            "127.0.0.1",
+            "--ports",
+            &ports,
+            "--operator-url",
+            &url,
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ],
+        ..Launch::new(&control_plane().kubeconfig, log)
+    });
+    proxy.wait_ready(GUARD, std::path::Path::new(log));
+    proxy
+}
+
+/// Sends `request` on a new connection to the proxy port and reads until it closes.
+async fn call(port: u16, request: String) -> String {
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(120), conn.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).to_string()
+}
+
+fn get(path: &str, agent: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: web.example\r\nUser-Agent: {agent}\r\nConnection: close\r\n\r\n"
+    )
+}
+
+async fn tdset_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Option<tdset_operator::api::TDSetStatus> {
+    Api::<TDSet>::namespaced(client.clone(), ns)
+        .get_status(name)
+        .await
+        .ok()
+        .and_then(|t| t.status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_requests_to_a_sleeping_service_is_held_wakes_it_once_and_each_is_relayed() {
+    let (client, ns) = setup("wake-proxy").await;
+    let n = &ns.name;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start(&client, n, clock, None, "test");
+    let (addr, metrics) = endpoint_counted(&client, n, clock).await;
+    create_tdset(&client, n, &asleep_at_night()).await;
+    deployment_at(&client, n, "web", 0).await;
+    let tdset = Api::<TDSet>::namespaced(client.clone(), n)
+        .get("web")
+        .await
+        .unwrap();
+
+    let svc = service(&client, n, "web").await;
+    let port = free_port();
+    let config = ProxyConfig {
+        hold_secs: 60,
+        ..Default::default()
+    };
+    proxy_slice(&client, n, &tdset, &svc, port, config).await;
+    let _proxy = wake_proxy(n, port, &addr, "wake-proxy.log");
+    let (upstream_port, heads) = upstream().await;
+
+    // 40 requests at once, while the workload sleeps: each is held.
+    let calls: Vec<_> = (0..40)
+        .map(|i| tokio::spawn(call(port, get(&format!("/page/{i}"), "curl/8.5"))))
+        .collect();
+    // One wake-up: the Deployment woken to its next count, from one report written; the
+    // proxy sent a few reports at most (one per TDSet every 2 s), not one per request.
+    deployment_at(&client, n, "web", 2).await;
+    let wake = tdset_status(&client, n, "web")
+        .await
+        .unwrap()
+        .request_wake
+        .unwrap();
+    let reports = |outcome: &str| metrics.wake_reports.with_label_values(&[outcome]).get();
+    assert_eq!(reports("written"), 1);
+    assert!(
+        reports("extended-already") <= 4,
+        "{}",
+        reports("extended-already")
+    );
+    let request = wake.request.unwrap();
+    assert_eq!(request.service, "web");
+    assert_eq!(request.method.as_deref(), Some("GET"));
+    assert!(request.path.unwrap().starts_with("/page/"));
+    assert!(
+        heads.lock().unwrap().is_empty(),
+        "nothing relayed before an endpoint is ready"
+    );
+
+    // The Service's own endpoint ready: every held request reaches it, as sent, with the
+    // client's address added.
+    own_slice(&client, n, "web", upstream_port).await;
+    for c in calls {
+        let answer = c.await.unwrap();
+        assert!(answer.contains("hello from web"), "{answer}");
+    }
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 40);
+    assert!(
+        heads
+            .iter()
+            .all(|h| h.contains("X-Forwarded-For: 127.0.0.1\r\n")),
+        "{heads:?}"
+    );
+    assert!(
+        heads.iter().all(|h| h.starts_with("GET /page/")),
+        "{heads:?}"
+    );
+    ns.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_ends_in_a_503_with_retry_after_and_an_ignored_request_wakes_nothing() {
+    let (client, ns) = setup("wake-hold").await;
+    let n = &ns.name;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    // No operator reconciles here: the TDSet stays asleep, so nothing ever gets ready.
+    let addr = endpoint(&client, n, clock).await;
+    create_tdset(&client, n, &asleep_at_night()).await;
+    let tdset = Api::<TDSet>::namespaced(client.clone(), n)
+        .get("web")
+        .await
+        .unwrap();
+    let svc = service(&client, n, "web").await;
+    let port = free_port();
+    let config = ProxyConfig {
+        hold_secs: 2,
+        ignore: Some(WakeIgnore {
+            user_agents: vec!["(?i)bot".into()],
+            paths: vec!["/healthz".into()],
+        }),
+        samples: vec![12],
+    };
+    proxy_slice(&client, n, &tdset, &svc, port, config).await;
+    let _proxy = wake_proxy(n, port, &addr, "wake-hold.log");
+
+    // Probes and bots are answered, and wake nothing.
+    for (path, agent) in [("/healthz", "kube-probe/1.34"), ("/", "Googlebot/2.1")] {
+        let answer = call(port, get(path, agent)).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("does not wake it"), "{answer}");
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let wake = tdset_status(&client, n, "web")
+        .await
+        .and_then(|s| s.request_wake);
+    assert_eq!(wake, None, "an ignored request reported nothing");
+
+    // A request held past `hold`: 503, Retry-After from the measured 12 s less the 2 s held.
+    let answer = call(port, get("/", "curl/8.5")).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("Retry-After: 10\r\n"), "{answer}");
+    eventually(GUARD, "the request reported", || async {
+        let w = tdset_status(&client, n, "web").await?.request_wake?;
+        (w.requests == Some(1)).then_some(())
+    })
+    .await;
+    ns.cleanup().await;
+}
