@@ -43,8 +43,9 @@ pub struct WakeProxyArgs {
     /// Kubeconfig file; default: in-cluster config, then $KUBECONFIG / ~/.kube/config.
     #[arg(long, env = "TDSET_KUBECONFIG")]
     pub kubeconfig: Option<std::path::PathBuf>,
-    /// The address the proxy ports are bound on.
-    #[arg(long, env = "TDSET_WAKE_PROXY_IP", default_value = "0.0.0.0")]
+    /// The address the proxy ports are bound on (`::` takes IPv4 and IPv6; where IPv6 is off,
+    /// 0.0.0.0 is taken instead).
+    #[arg(long, env = "TDSET_WAKE_PROXY_IP", default_value = "::")]
     pub ip: std::net::IpAddr,
     /// The proxy ports, `FROM-TO`: one listener each; the operator gives each intercepted
     /// Service port one of them (its `--wake-proxy-ports` must be the same).
@@ -62,11 +63,23 @@ pub struct WakeProxyArgs {
     )]
     pub token_file: std::path::PathBuf,
     /// Connections open at once, in all.
-    #[arg(long, env = "TDSET_WAKE_MAX_CONNECTIONS", default_value_t = 4096)]
-    pub max_connections: usize,
+    #[arg(long, env = "TDSET_WAKE_MAX_CONNECTIONS", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
     /// Connections held for one Service at once; past it a request is answered 503 at once.
-    #[arg(long, env = "TDSET_WAKE_MAX_HELD_PER_SERVICE", default_value_t = 256)]
-    pub max_held_per_service: usize,
+    #[arg(long, env = "TDSET_WAKE_MAX_HELD_PER_SERVICE", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_held_per_service: u32,
+    /// The managers (`endpointslice.kubernetes.io/managed-by`) whose EndpointSlices are a
+    /// Service's own: the proxy relays only to their pods. Any other writer's slice for the
+    /// Service is never a target.
+    #[arg(
+        long,
+        env = "TDSET_WAKE_TRUSTED_ENDPOINT_MANAGERS",
+        value_delimiter = ',',
+        default_value = "endpointslice-controller.k8s.io"
+    )]
+    pub trust_endpoints_managed_by: Vec<String>,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "TDSET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: std::net::SocketAddr,
@@ -108,6 +121,15 @@ pub struct RunArgs {
     /// Default: `tdset-wake-proxy` in the operator's namespace.
     #[arg(long, env = "TDSET_WAKE_PROXY_SERVICE_ACCOUNT")]
     pub wake_proxy_service_account: Option<String>,
+    /// The wake proxy's Service (`namespace/name`), whose EndpointSlices list its pods: the
+    /// addresses the operator's slices send a sleeping Service's connections to. Default:
+    /// `tdset-wake-proxy` in the operator's namespace. Used only with `--wake-addr`.
+    #[arg(long, env = "TDSET_WAKE_PROXY_SERVICE")]
+    pub wake_proxy_service: Option<String>,
+    /// The wake proxy's ports, `FROM-TO` (its own `--ports`): each intercepted Service port
+    /// is given one.
+    #[arg(long, env = "TDSET_WAKE_PROXY_PORTS", default_value = "20000-20255", value_parser = port_range)]
+    pub wake_proxy_ports: (u16, u16),
     /// Only the holder of a Lease reconciles (run several replicas for failover).
     #[arg(long, env = "TDSET_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
     pub leader_elect: bool,

@@ -5,7 +5,9 @@ use std::time::Duration;
 use clap::Parser;
 use tdset_operator::cli::{Cli, Command, RunArgs, WakeProxyArgs, crd_yaml_of, run_preview};
 use tdset_operator::clock::SystemClock;
-use tdset_operator::controller::{self, LeaseOptions, RunOptions, ShardOptions, WakeOptions};
+use tdset_operator::controller::{
+    self, LeaseOptions, RunOptions, ShardOptions, WakeOptions, WakeProxyRef,
+};
 use tdset_operator::http::{self, Health};
 use tdset_operator::plugin::PluginCli;
 use tdset_operator::shard::ShardSpec;
@@ -102,9 +104,10 @@ fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
                 token_file: args.token_file,
             },
             caps: tdset_operator::wake::serve::Caps {
-                connections: args.max_connections,
-                held_per_service: args.max_held_per_service,
+                connections: args.max_connections as usize,
+                held_per_service: args.max_held_per_service as usize,
             },
+            trusted: args.trust_endpoints_managed_by,
         };
         let result = tokio::select! {
             r = tdset_operator::wake::run(client, opts, health) => r,
@@ -167,6 +170,7 @@ async fn operate(args: RunArgs) -> Result<()> {
     };
     // Every replica serves it, leader or not (see controller::run::intents).
     let wake_server = serve_wake(&args, &lease_namespace, &clients, clock, &metrics).await?;
+    let wake_proxy = wake_proxy_of(&args, &lease_namespace)?;
     let lease = (args.leader_elect || shard.is_some()).then(|| LeaseOptions {
         name: match &shard {
             Some(s) => s.lease_name(&s.spec.name),
@@ -187,6 +191,7 @@ async fn operate(args: RunArgs) -> Result<()> {
         // Only an operator that sees every TDSet can count a calendar's users.
         report_calendar_usage: args.namespace.is_none() && shard.is_none(),
         shard,
+        wake_proxy,
     };
     let result = controller::run(
         clients,
@@ -207,6 +212,28 @@ async fn operate(args: RunArgs) -> Result<()> {
 }
 
 /// The wake endpoint, when `--wake-addr` is set.
+/// The wake proxy the operator's slices point at: only with the wake endpoint on, as the
+/// proxy reports there.
+fn wake_proxy_of(args: &RunArgs, lease_namespace: &str) -> Result<Option<WakeProxyRef>> {
+    if args.wake_addr.is_none() {
+        return Ok(None);
+    }
+    let service = args
+        .wake_proxy_service
+        .clone()
+        .unwrap_or_else(|| format!("{lease_namespace}/tdset-wake-proxy"));
+    let Some((namespace, name)) = service.split_once('/') else {
+        return Err(Error::Config(format!(
+            "--wake-proxy-service {service:?} is not namespace/name"
+        )));
+    };
+    Ok(Some(WakeProxyRef {
+        namespace: namespace.to_string(),
+        service: name.to_string(),
+        ports: args.wake_proxy_ports,
+    }))
+}
+
 async fn serve_wake(
     args: &RunArgs,
     lease_namespace: &str,

@@ -60,6 +60,7 @@ pub mod reason {
     pub const CALENDAR_NOT_FOUND: &str = "CalendarNotFound";
     pub const CALENDAR_INVALID: &str = "CalendarInvalid";
     pub const TOO_MANY_WORKLOADS: &str = "TooManyWorkloads";
+    pub const WAKE_ON_REQUEST_REFUSED: &str = "WakeOnRequestRefused";
 }
 
 /// Why the operator could not do its job this time (Degraded=True).
@@ -101,6 +102,9 @@ pub enum Problem {
     /// A group selects more workloads than one reconcile reads (`--group-max-workloads`):
     /// the first are scheduled, the rest left as they are.
     TooManyWorkloads(String),
+    /// A Service `wakeOnRequest` names cannot be woken through (headless, no selector, ...):
+    /// its requests are not intercepted; the schedule goes on.
+    WakeRefused(String),
 }
 
 impl Problem {
@@ -123,6 +127,7 @@ impl Problem {
             Problem::CalendarNotFound(_) => reason::CALENDAR_NOT_FOUND,
             Problem::CalendarInvalid(_) => reason::CALENDAR_INVALID,
             Problem::TooManyWorkloads(_) => reason::TOO_MANY_WORKLOADS,
+            Problem::WakeRefused(_) => reason::WAKE_ON_REQUEST_REFUSED,
         }
     }
 
@@ -136,6 +141,7 @@ impl Problem {
                 | Problem::CalendarInvalid(_)
                 | Problem::PartlyHeldElsewhere(_)
                 | Problem::TooManyWorkloads(_)
+                | Problem::WakeRefused(_)
         )
     }
 
@@ -156,7 +162,8 @@ impl Problem {
             | Problem::FormNotAllowed(m)
             | Problem::CalendarNotFound(m)
             | Problem::CalendarInvalid(m)
-            | Problem::TooManyWorkloads(m) => m,
+            | Problem::TooManyWorkloads(m)
+            | Problem::WakeRefused(m) => m,
         }
     }
 }

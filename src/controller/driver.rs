@@ -1,5 +1,5 @@
-//! The reconcile driver: one call per stage, in order (claim, resolve, release, apply,
-//! report), each stage in a room of its own; and the error policy.
+//! The reconcile driver: one call per stage, in order (claim, resolve, release, intercept,
+//! apply, report), each stage in a room of its own; and the error policy.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,7 +10,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::lane::{Events, WorkloadTurn};
-use super::stages::{apply, claim, release, report, resolve};
+use super::stages::{apply, claim, intercept, release, report, resolve};
 use super::state::{Context, backoff_after, jitter};
 use crate::api::TDSet;
 use crate::cache::{Cached, tdset_ref_named};
@@ -180,9 +180,12 @@ async fn reconcile_inner(
     // The lane (status, Events) waits while the workload is written (`turn`, taken when the
     // reconcile began).
     let unreleased = release::previous(tdset, ctx, &ns, resolved.source, events).await?;
+    // Before the form's turn: the proxy is in the path before a count goes to 0.
+    let intercepted = intercept::intercept(tdset, ctx, &ns, &resolved).await?;
     let mut outcome = apply::apply(tdset, ctx, &ns, &resolved, events).await?;
     drop(turn);
     report::keep_unreleased(&mut outcome, unreleased);
+    report::keep_intercepted(&mut outcome, &intercepted);
     let next = report::report(tdset, ctx, &ns, resolved, outcome, events).await?;
     let mut wait = next.wait;
     if next.failed {

@@ -37,4 +37,5 @@ pub use run::RunOptions;
 pub use run::intents::{WakeOptions, serve as serve_wake_endpoint};
 pub use run::leader::{LeaseOptions, run};
 pub use run::watches::InitialList;
+pub use state::WakeProxyRef;
 pub use state::{Context, ShardOptions};

@@ -100,23 +100,58 @@ fn head_of(req: &httparse::Request<'_, '_>, len: usize) -> HttpHead {
     }
 }
 
-/// The head read, with `X-Forwarded-For: <client>` added as its last field (a second such
-/// field reads as the list continued, RFC 9110 5.3), so the workload can still tell who
-/// called; the rest (any body already read) follows unchanged.
-pub fn with_forwarded_for(bytes: &[u8], head: &HttpHead, client: std::net::IpAddr) -> Vec<u8> {
+/// The head read, as it is relayed: the client's address appended to `X-Forwarded-For`
+/// (to the client's own field, if it sent one, so a reader of the first field sees it too),
+/// and, unless the request upgrades the connection (WebSocket, h2c), `Connection: close`:
+/// the next request on the connection then goes through the Service again, not through the
+/// proxy, so nothing stays in the path and each request gets its address. The rest (any
+/// body already read) follows unchanged.
+pub fn relayed(bytes: &[u8], head: &HttpHead, client: std::net::IpAddr) -> Vec<u8> {
     let len = head.len.min(bytes.len());
-    // The blank line that ends the head: CRLF, or a bare LF (which httparse accepts).
-    let (at, eol) = if bytes[..len].ends_with(b"\r\n\r\n") {
-        (len - 2, "\r\n")
-    } else if bytes[..len].ends_with(b"\n\n") {
-        (len - 1, "\n")
-    } else {
+    let mut lines: Vec<&[u8]> = bytes[..len].split_inclusive(|b| *b == b'\n').collect();
+    // The blank line that ends the head, and its line ending.
+    let Some(end) = lines.pop().filter(|l| l.trim_ascii().is_empty()) else {
         return bytes.to_vec();
     };
+    let eol: &[u8] = if end.starts_with(b"\r") {
+        b"\r\n"
+    } else {
+        b"\n"
+    };
+    let client = client.to_canonical();
+    let closes = head.upgrade.is_none();
     let mut out = Vec::with_capacity(bytes.len() + 64);
-    out.extend_from_slice(&bytes[..at]);
-    out.extend_from_slice(format!("X-Forwarded-For: {client}{eol}").as_bytes());
-    out.extend_from_slice(&bytes[at..]);
+    let mut forwarded = false;
+    for (i, line) in lines.iter().enumerate() {
+        let name = line
+            .split(|b| *b == b':')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
+        let is = |n: &str| i > 0 && name.eq_ignore_ascii_case(n.as_bytes());
+        if closes && (is("connection") || is("keep-alive")) {
+            continue;
+        }
+        if is("x-forwarded-for") && !forwarded {
+            let body = line.trim_ascii_end();
+            out.extend_from_slice(body);
+            out.extend_from_slice(format!(", {client}").as_bytes());
+            out.extend_from_slice(eol);
+            forwarded = true;
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+    if !forwarded {
+        out.extend_from_slice(format!("X-Forwarded-For: {client}").as_bytes());
+        out.extend_from_slice(eol);
+    }
+    if closes {
+        out.extend_from_slice(b"Connection: close");
+        out.extend_from_slice(eol);
+    }
+    out.extend_from_slice(end);
+    out.extend_from_slice(&bytes[len..]);
     out
 }
 
@@ -197,24 +232,33 @@ mod tests {
     }
 
     #[test]
-    fn the_clients_address_is_added_to_the_head_and_the_body_left_as_it_came() {
-        let raw = b"POST /a HTTP/1.1\r\nHost: web\r\nX-Forwarded-For: 1.2.3.4\r\nContent-Length: 2\r\n\r\nhi";
-        let Ok(Some(Head::Http(h))) = parse(raw) else {
-            panic!("a head")
+    fn a_relayed_head_carries_the_clients_address_and_closes_after_one_request() {
+        let relay = |raw: &[u8], client: &str| {
+            let Ok(Some(Head::Http(h))) = parse(raw) else {
+                panic!("a head")
+            };
+            String::from_utf8(relayed(raw, &h, client.parse().unwrap())).unwrap()
         };
-        let out = with_forwarded_for(raw, &h, "10.0.0.9".parse().unwrap());
+        // Appended to the client's own field; keep-alive replaced; the body untouched.
         assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "POST /a HTTP/1.1\r\nHost: web\r\nX-Forwarded-For: 1.2.3.4\r\nContent-Length: 2\r\nX-Forwarded-For: 10.0.0.9\r\n\r\nhi"
+            relay(
+                b"POST /a HTTP/1.1\r\nHost: web\r\nX-Forwarded-For: 1.2.3.4\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nhi",
+                "10.0.0.9"
+            ),
+            "POST /a HTTP/1.1\r\nHost: web\r\nX-Forwarded-For: 1.2.3.4, 10.0.0.9\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
         );
-        let bare = b"GET / HTTP/1.1\nHost: web\n\n";
-        let Ok(Some(Head::Http(h))) = parse(bare) else {
-            panic!("a head")
-        };
-        let out = with_forwarded_for(bare, &h, "fd00::1".parse().unwrap());
+        // Bare line feeds kept as they came; an IPv4-mapped client as IPv4.
         assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "GET / HTTP/1.1\nHost: web\nX-Forwarded-For: fd00::1\n\n"
+            relay(b"GET / HTTP/1.1\nHost: web\n\n", "::ffff:10.0.0.9"),
+            "GET / HTTP/1.1\nHost: web\nX-Forwarded-For: 10.0.0.9\nConnection: close\n\n"
+        );
+        // An upgrade keeps its Connection field: the relay carries the WebSocket.
+        assert_eq!(
+            relay(
+                b"GET /ws HTTP/1.1\r\nHost: web\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+                "fd00::1"
+            ),
+            "GET /ws HTTP/1.1\r\nHost: web\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nX-Forwarded-For: fd00::1\r\n\r\n"
         );
     }
 }

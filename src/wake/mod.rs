@@ -34,12 +34,14 @@ pub struct ProxyOptions {
     pub ports: (u16, u16),
     pub report_to: report::ReportTo,
     pub caps: serve::Caps,
+    /// The managers whose slices are a Service's own (see `routes::targets`).
+    pub trusted: Vec<String>,
 }
 
 /// Binds every proxy port, follows the slices, and serves until the future is dropped.
 /// `health` turns ready once every port is bound and the routes have been read.
 pub async fn run(client: Client, opts: ProxyOptions, health: Arc<Health>) -> Result<()> {
-    let seen = Arc::new(watch::Seen::default());
+    let seen = Arc::new(watch::Seen::new(opts.trusted));
     let reporter = report::Reporter::new(opts.report_to);
     let listeners = serve::listen(opts.ip, opts.ports, seen.clone(), reporter, opts.caps).await?;
     let following = tokio::spawn(watch::follow(client, seen.clone()));

@@ -55,6 +55,16 @@ pub fn ignored(service: &str) -> Vec<u8> {
     )
 }
 
+/// 502 when no endpoint of the woken workload could be reached (a NetworkPolicy that does
+/// not admit the proxy, say): the proxy's log names the addresses tried.
+pub fn unreachable(service: &str) -> Vec<u8> {
+    response(
+        "502 Bad Gateway",
+        &[("Content-Type", "text/plain; charset=utf-8")],
+        &format!("{service} woke, but the wake proxy could not reach it\n"),
+    )
+}
+
 /// 431 for a head too large to read.
 pub fn too_large() -> Vec<u8> {
     response(

@@ -20,6 +20,10 @@ use crate::api::{WakeAnswer, WakeReport, WakeRequest};
 
 /// The least time between two reports for one TDSet.
 const SPACING: Duration = Duration::from_secs(2);
+/// A report that failed is sent again (with what came in meanwhile), waiting twice as long
+/// each time up to `MAX_BACKOFF`, at most `MAX_TRIES` times.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const MAX_TRIES: u32 = 6;
 /// How long one report may take.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most TDSets with a report due at once; past it a request is not reported (it is still
@@ -33,6 +37,12 @@ pub struct ReportTo {
     pub url: String,
     /// The proxy's token for the wake audience (a projected ServiceAccount token).
     pub token_file: PathBuf,
+}
+
+/// Why a report did not land, and whether to send it again.
+struct Failure {
+    again: bool,
+    message: String,
 }
 
 #[derive(Default)]
@@ -90,8 +100,11 @@ impl Reporter {
         }
     }
 
-    /// Sends what is due for `key`, then again every `SPACING` while more comes in.
+    /// Sends what is due for `key`, then again every `SPACING` while more comes in; a failed
+    /// report's requests are put back and sent again, backing off.
     async fn send_while_due(&self, key: (String, String)) {
+        let mut wait = SPACING;
+        let mut tries = 0;
         loop {
             let taken = {
                 let Ok(mut due) = self.due.lock() else { return };
@@ -113,30 +126,63 @@ impl Reporter {
                 }
             };
             let Some(report) = taken else { return };
-            match tokio::time::timeout(REPORT_TIMEOUT, self.send(&report)).await {
-                Ok(Ok(answer)) => debug!(
-                    namespace = %report.namespace, tdset = %report.tdset,
-                    requests = report.requests, until = ?answer.until, written = answer.written,
-                    "wake reported"
-                ),
-                Ok(Err(e)) => warn!(
-                    namespace = %report.namespace, tdset = %report.tdset, error = %e,
-                    "wake report refused or failed; the next request reports again"
-                ),
-                Err(_) => warn!(
-                    namespace = %report.namespace, tdset = %report.tdset,
-                    "wake report timed out; the next request reports again"
-                ),
+            let (ns, tdset) = (&report.namespace, &report.tdset);
+            let failed = match tokio::time::timeout(REPORT_TIMEOUT, self.send(&report)).await {
+                Ok(Ok(answer)) => {
+                    debug!(namespace = %ns, tdset = %tdset, requests = report.requests,
+                           until = ?answer.until, written = answer.written, "wake reported");
+                    None
+                }
+                Ok(Err(failure)) => Some(failure),
+                Err(_) => Some(Failure {
+                    again: true,
+                    message: "timed out".into(),
+                }),
+            };
+            match failed {
+                None => (wait, tries) = (SPACING, 0),
+                Some(f) if f.again && tries < MAX_TRIES => {
+                    tries += 1;
+                    warn!(namespace = %ns, tdset = %tdset, error = %f.message, retry_in = ?wait,
+                          "wake report failed; sent again");
+                    self.put_back(&key, report);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+                Some(f) => {
+                    warn!(namespace = %ns, tdset = %tdset, error = %f.message, requests = report.requests,
+                          "wake report refused; its requests are not reported");
+                    (wait, tries) = (SPACING, 0);
+                }
             }
             tokio::time::sleep(SPACING).await;
         }
     }
 
-    async fn send(&self, report: &WakeReport) -> Result<WakeAnswer, String> {
+    /// A failed report's requests, due again (with any that came in since).
+    fn put_back(&self, key: &(String, String), report: WakeReport) {
+        if let Ok(mut due) = self.due.lock()
+            && let Some(d) = due.get_mut(key)
+        {
+            d.requests += report.requests;
+            d.request.get_or_insert(report.request);
+        }
+    }
+
+    async fn send(&self, report: &WakeReport) -> Result<WakeAnswer, Failure> {
+        let again = |message: String| Failure {
+            again: true,
+            message,
+        };
         // A small file on a tmpfs the kubelet writes: read in place.
-        let token = std::fs::read_to_string(&self.to.token_file)
-            .map_err(|e| format!("reading the token {}: {e}", self.to.token_file.display()))?;
-        let body = serde_json::to_vec(report).map_err(|e| e.to_string())?;
+        let token = std::fs::read_to_string(&self.to.token_file).map_err(|e| {
+            again(format!(
+                "reading the token {}: {e}",
+                self.to.token_file.display()
+            ))
+        })?;
+        let body = serde_json::to_vec(report).map_err(|e| again(e.to_string()))?;
         let req = hyper::Request::post(format!("{}/v1/wake", self.to.url.trim_end_matches('/')))
             .header(
                 hyper::header::AUTHORIZATION,
@@ -144,16 +190,23 @@ impl Reporter {
             )
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
-        let resp = self.http.request(req).await.map_err(|e| e.to_string())?;
+            .map_err(|e| again(e.to_string()))?;
+        let resp = (self.http.request(req).await).map_err(|e| again(e.to_string()))?;
         let status = resp.status();
         let body = (resp.into_body().collect().await)
-            .map_err(|e| e.to_string())?
+            .map_err(|e| again(e.to_string()))?
             .to_bytes();
         if !status.is_success() {
             let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
-            return Err(format!("{status}: {}", text.trim()));
+            // What the operator refuses for what the report says (no such TDSet, a Service it
+            // does not name, too large) is not sent again; busy, unauthenticated (a token
+            // not yet valid) or failing is.
+            let last = matches!(status.as_u16(), 400 | 404 | 413);
+            return Err(Failure {
+                again: !last,
+                message: format!("{status}: {}", text.trim()),
+            });
         }
-        serde_json::from_slice(&body).map_err(|e| e.to_string())
+        serde_json::from_slice(&body).map_err(|e| again(e.to_string()))
     }
 }

@@ -33,8 +33,9 @@ pub struct Route {
     pub ignore: Arc<Ignore>,
 }
 
-/// A proxy port two Services' slices claim: neither gets it (a connection on it could reach
-/// the other Service's pods), until one slice goes.
+/// A proxy port the slices of two Services name (the operator gives each port once; another
+/// writer of slices made the second): the oldest slice keeps it, so a slice made later can
+/// never take over a port in use.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Contested {
     pub port: u16,
@@ -42,22 +43,38 @@ pub struct Contested {
 }
 
 /// The route of every proxy port the operator's slices name. `slices` may hold any slices:
-/// only those managed by the operator, with a Service and a TDSet named, count.
+/// only those managed by the operator, owned by the TDSet they name, with a Service named,
+/// count.
 pub fn routes(slices: &[EndpointSlice]) -> (BTreeMap<u16, Route>, Vec<Contested>) {
     let mut claims: BTreeMap<u16, Vec<(ServiceKey, String, &EndpointSlice)>> = BTreeMap::new();
+    // Oldest first: the first claim of a port is the one that keeps it.
+    let mut slices: Vec<&EndpointSlice> = slices.iter().collect();
+    slices.sort_by(|a, b| {
+        let at = |s: &EndpointSlice| s.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        (at(a), &a.metadata.namespace, &a.metadata.name).cmp(&(
+            at(b),
+            &b.metadata.namespace,
+            &b.metadata.name,
+        ))
+    });
     for slice in slices {
         let labels = slice.metadata.labels.as_ref();
         let label = |k: &str| labels.and_then(|l| l.get(k)).filter(|v| !v.is_empty());
         if label(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY) {
             continue;
         }
-        let (Some(service), Some(_tdset), Some(namespace)) = (
+        let (Some(service), Some(tdset), Some(namespace)) = (
             label(SERVICE_NAME_LABEL),
             label(TDSET_LABEL),
             slice.metadata.namespace.as_ref(),
         ) else {
             continue;
         };
+        let owned = (slice.metadata.owner_references.iter().flatten())
+            .any(|o| o.kind == "TDSet" && o.name == *tdset && o.controller == Some(true));
+        if !owned {
+            continue;
+        }
         for port in slice.ports.iter().flatten() {
             let Some(proxy) = port.port.and_then(|p| u16::try_from(p).ok()) else {
                 continue;
@@ -77,50 +94,54 @@ pub fn routes(slices: &[EndpointSlice]) -> (BTreeMap<u16, Route>, Vec<Contested>
     let mut routes = BTreeMap::new();
     let mut contested = Vec::new();
     for (port, list) in claims {
-        match list.as_slice() {
-            [(service, port_name, slice)] => {
-                let config = ProxyConfig::from_annotations(slice.metadata.annotations.as_ref());
-                let (ignore, _left_out) = Ignore::compile(config.ignore.as_ref());
-                let tdset = slice
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(TDSET_LABEL));
-                routes.insert(
-                    port,
-                    Route {
-                        service: service.clone(),
-                        tdset: tdset.cloned().unwrap_or_default(),
-                        port_name: port_name.clone(),
-                        config,
-                        ignore: Arc::new(ignore),
-                    },
-                );
-            }
-            many => {
-                let mut services: Vec<ServiceKey> = many.iter().map(|(k, ..)| k.clone()).collect();
-                services.sort();
-                services.dedup();
-                contested.push(Contested { port, services });
-            }
+        let Some((service, port_name, slice)) = list.first() else {
+            continue;
+        };
+        if list.len() > 1 {
+            let mut services: Vec<ServiceKey> = list.iter().map(|(k, ..)| k.clone()).collect();
+            services.dedup();
+            contested.push(Contested { port, services });
         }
+        let config = ProxyConfig::from_annotations(slice.metadata.annotations.as_ref());
+        let (ignore, _left_out) = Ignore::compile(config.ignore.as_ref());
+        let tdset = slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(TDSET_LABEL));
+        routes.insert(
+            port,
+            Route {
+                service: service.clone(),
+                tdset: tdset.cloned().unwrap_or_default(),
+                port_name: port_name.clone(),
+                config,
+                ignore: Arc::new(ignore),
+            },
+        );
     }
     (routes, contested)
 }
 
-/// Where the Service's workload answers on `port_name`: every address of its own slices
-/// (not the operator's) that is ready and not terminating, in a stable order. Empty while
-/// the workload sleeps or wakes.
-pub fn targets(own: &[EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
+/// Where the Service (in `namespace`) answers on `port_name`: every address of its own
+/// slices that is ready and not terminating and is a pod of its namespace, in a stable order.
+/// Its own slices are those a `trusted` manager keeps (the EndpointSlice controller's for a
+/// Service with a selector), never the operator's nor any other writer's: a slice a tenant
+/// writes cannot send held connections to an address of its choosing. Empty while the
+/// workload sleeps or wakes.
+pub fn targets(
+    own: &[EndpointSlice],
+    namespace: &str,
+    port_name: &str,
+    trusted: &[String],
+) -> Vec<SocketAddr> {
     let mut out = Vec::new();
     let mut slices: Vec<&EndpointSlice> = own
         .iter()
         .filter(|s| {
             let labels = s.metadata.labels.as_ref();
-            labels
-                .and_then(|l| l.get(MANAGED_BY_LABEL))
-                .map(String::as_str)
-                != Some(MANAGED_BY)
+            let manager = labels.and_then(|l| l.get(MANAGED_BY_LABEL));
+            manager.is_some_and(|m| m != MANAGED_BY && trusted.contains(m))
         })
         .filter(|s| s.address_type == "IPv4" || s.address_type == "IPv6")
         .collect();
@@ -139,6 +160,12 @@ pub fn targets(own: &[EndpointSlice], port_name: &str) -> Vec<SocketAddr> {
             let conditions = endpoint.conditions.clone().unwrap_or_default();
             // A missing `ready` means ready (the API's own reading); terminating never is.
             if conditions.ready == Some(false) || conditions.terminating == Some(true) {
+                continue;
+            }
+            let pod_here = (endpoint.target_ref.as_ref()).is_some_and(|r| {
+                r.kind.as_deref() == Some("Pod") && r.namespace.as_deref() == Some(namespace)
+            });
+            if !pod_here {
                 continue;
             }
             for address in &endpoint.addresses {
@@ -164,6 +191,9 @@ mod tests {
         slice(json!({
             "metadata": {
                 "name": format!("{svc}-tdset-wake-{family}"), "namespace": ns,
+                "creationTimestamp": "2026-11-28T10:00:00Z",
+                "ownerReferences": [{"apiVersion": "schedule.rs/v1", "kind": "TDSet",
+                                     "name": "night", "uid": "u", "controller": true}],
                 "labels": {
                     "kubernetes.io/service-name": svc,
                     "endpointslice.kubernetes.io/managed-by": "tdset.schedule.rs",
@@ -214,15 +244,20 @@ mod tests {
     }
 
     #[test]
-    fn a_port_two_services_claim_routes_nowhere() {
+    fn a_port_two_services_claim_stays_with_the_older_slice() {
+        let mut later = ours(
+            "b",
+            "shop",
+            "ipv4",
+            json!([{"name": "http", "port": 20001}]),
+        );
+        later.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-28T11:00:00Z".parse().unwrap(),
+            ));
         let slices = [
+            later,
             ours("a", "web", "ipv4", json!([{"name": "http", "port": 20001}])),
-            ours(
-                "b",
-                "shop",
-                "ipv4",
-                json!([{"name": "http", "port": 20001}]),
-            ),
             ours(
                 "b",
                 "shop",
@@ -231,7 +266,10 @@ mod tests {
             ),
         ];
         let (routes, contested) = routes(&slices);
-        assert!(!routes.contains_key(&20001));
+        assert_eq!(
+            routes[&20001].service.name, "web",
+            "the older claim keeps it"
+        );
         assert_eq!(contested[0].port, 20001);
         assert_eq!(contested[0].services.len(), 2);
         assert_eq!(routes[&20002].service.name, "shop");
@@ -252,8 +290,11 @@ mod tests {
             .unwrap()
             .remove(TDSET_LABEL);
         let out_of_range = ours("a", "web", "ipv4", json!([{"port": 70000}]));
-        let (routes, _) = routes(&[theirs, nameless, out_of_range]);
-        assert!(routes.is_empty());
+        // Labelled as the operator's, but not owned by the TDSet it names.
+        let mut unowned = ours("a", "web", "ipv4", json!([{"port": 20003}]));
+        unowned.metadata.owner_references = None;
+        let (routes, _) = routes(&[theirs, nameless, out_of_range, unowned]);
+        assert!(routes.is_empty(), "{routes:?}");
     }
 
     #[test]
@@ -264,10 +305,13 @@ mod tests {
                                     "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
             "addressType": "IPv4",
             "endpoints": [
-                {"addresses": ["10.1.0.5"], "conditions": {"ready": true}},
-                {"addresses": ["10.1.0.6"], "conditions": {"ready": false}},
-                {"addresses": ["10.1.0.7"], "conditions": {"ready": true, "terminating": true}},
-                {"addresses": ["10.1.0.8"]},
+                {"addresses": ["10.1.0.5"], "conditions": {"ready": true}, "targetRef": pod("a")},
+                {"addresses": ["10.1.0.6"], "conditions": {"ready": false}, "targetRef": pod("a")},
+                {"addresses": ["10.1.0.7"], "conditions": {"ready": true, "terminating": true}, "targetRef": pod("a")},
+                {"addresses": ["10.1.0.8"], "targetRef": pod("a")},
+                // Not a pod of the Service's namespace, or no pod at all: never a target.
+                {"addresses": ["10.2.0.1"], "targetRef": pod("other")},
+                {"addresses": ["10.2.0.2"]},
             ],
             "ports": [{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}],
         }));
@@ -276,12 +320,27 @@ mod tests {
         let mut with_proxy = proxy.clone();
         with_proxy.endpoints =
             vec![serde_json::from_value(json!({"addresses": ["10.9.0.1"]})).unwrap()];
-        let found = targets(&[with_proxy, own], "http");
+        // A slice someone else wrote for the Service, pointing anywhere: never a target.
+        let mut forged = own.clone();
+        forged.metadata.name = Some("a-forged".into());
+        forged
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(MANAGED_BY_LABEL.into(), "tenant".into());
+        forged.endpoints[0].addresses = vec!["10.96.0.1".into()];
+        let trusted = ["endpointslice-controller.k8s.io".to_string()];
+        let found = targets(&[with_proxy, forged, own], "a", "http", &trusted);
         let want: Vec<SocketAddr> = vec![
             "10.1.0.5:8080".parse().unwrap(),
             "10.1.0.8:8080".parse().unwrap(),
         ];
         assert_eq!(found, want);
-        assert!(targets(&[proxy], "http").is_empty());
+        assert!(targets(&[proxy], "a", "http", &trusted).is_empty());
+    }
+
+    fn pod(ns: &str) -> serde_json::Value {
+        json!({"kind": "Pod", "namespace": ns, "name": "p"})
     }
 }

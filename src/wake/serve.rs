@@ -7,7 +7,7 @@
 //! After `hold`: 503 with Retry-After (HTTP), or the connection closed.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,14 @@ const FIRST_BYTES: Duration = Duration::from_secs(1);
 const ROUTE_WAIT: Duration = Duration::from_secs(5);
 /// How long connecting to the workload may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a client may take to send its request head (a slow one holds a connection
+/// slot for at most this long, whatever the hold).
+const HEAD_READ: Duration = Duration::from_secs(10);
+/// After the proxy's own answer, how long (and how much) of what the client still sends is
+/// read and dropped, so that closing does not reset the connection before the client has
+/// read the answer.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 * 1024;
 
 /// Caps on what the proxy holds: connections in all, and held for one Service.
 #[derive(Clone, Copy, Debug)]
@@ -59,7 +67,7 @@ struct Proxy {
 
 /// Binds every port of `ports` on `ip` and serves them until the tasks are dropped.
 pub async fn listen(
-    ip: std::net::IpAddr,
+    ip: IpAddr,
     ports: (u16, u16),
     seen: Arc<Seen>,
     reporter: Reporter,
@@ -73,12 +81,19 @@ pub async fn listen(
         held: Mutex::default(),
     });
     let mut tasks = Vec::new();
+    let mut ip = ip;
     for port in ports.0..=ports.1 {
-        let listener = TcpListener::bind(SocketAddr::new(ip, port))
-            .await
-            .map_err(|e| {
-                Error::Config(format!("the wake proxy cannot listen on port {port}: {e}"))
-            })?;
+        let bound = match TcpListener::bind(SocketAddr::new(ip, port)).await {
+            // `::` takes IPv4 too; where IPv6 is off, 0.0.0.0 takes its place.
+            Err(_) if port == ports.0 && ip == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
+                ip = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+                TcpListener::bind(SocketAddr::new(ip, port)).await
+            }
+            other => other,
+        };
+        let listener = bound.map_err(|e| {
+            Error::Config(format!("the wake proxy cannot listen on port {port}: {e}"))
+        })?;
         let proxy = proxy.clone();
         tasks.push(tokio::spawn(async move {
             loop {
@@ -127,7 +142,7 @@ impl Proxy {
         let read = match read_head(&mut conn, hold).await {
             Ok(r) => r,
             Err(Some(answer)) => {
-                let _ = conn.write_all(&answer).await;
+                answer_and_close(conn, &answer).await;
                 return;
             }
             Err(None) => return,
@@ -149,13 +164,14 @@ impl Proxy {
             );
         }
         // Already awake (the slice not yet gone): straight through.
-        if let Some(target) = self.seen.targets(svc, &route.port_name).first().copied() {
-            relay(conn, read, peer, target).await;
+        let targets = self.seen.targets(svc, &route.port_name);
+        if !targets.is_empty() {
+            relay(conn, read, peer, &targets, &svc.name).await;
             return;
         }
         if ignored {
             if http.is_some() {
-                let _ = conn.write_all(&reply::ignored(&svc.name)).await;
+                answer_and_close(conn, &reply::ignored(&svc.name)).await;
             }
             return;
         }
@@ -167,9 +183,10 @@ impl Proxy {
         let mut changes = self.seen.changes();
         let deadline = tokio::time::Instant::from_std(started + hold);
         loop {
-            if let Some(target) = self.seen.targets(svc, &route.port_name).first().copied() {
-                debug!(service = %svc.name, held_ms = started.elapsed().as_millis() as u64, %target, "forwarding a held connection");
-                relay(conn, read, peer, target).await;
+            let targets = self.seen.targets(svc, &route.port_name);
+            if !targets.is_empty() {
+                debug!(service = %svc.name, held_ms = started.elapsed().as_millis() as u64, "forwarding a held connection");
+                relay(conn, read, peer, &targets, &svc.name).await;
                 return;
             }
             tokio::select! {
@@ -196,21 +213,22 @@ impl Proxy {
     }
 
     fn hold_slot(&self, svc: &ServiceKey) -> Option<OwnedSemaphorePermit> {
-        let sem = {
-            let mut held = self.held.lock().ok()?;
-            // Forget Services nothing is held for, so the map stays as small as what is held.
-            held.retain(|_, s| s.available_permits() < self.caps.held_per_service);
-            held.entry(svc.clone())
-                .or_insert_with(|| Arc::new(Semaphore::new(self.caps.held_per_service)))
-                .clone()
-        };
+        // Under the lock: a Service's semaphore is never forgotten between its lookup and
+        // the slot taken, so its cap holds.
+        let mut held = self.held.lock().ok()?;
+        // Forget Services nothing is held for, so the map stays as small as what is held.
+        held.retain(|_, s| s.available_permits() < self.caps.held_per_service);
+        let sem = held
+            .entry(svc.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.caps.held_per_service)))
+            .clone();
         sem.try_acquire_owned().ok()
     }
 
     /// `hold` passed (or the cap was reached) before the workload was ready.
     async fn give_up(
         &self,
-        mut conn: TcpStream,
+        conn: TcpStream,
         route: &Route,
         http: Option<&HttpHead>,
         started: Instant,
@@ -221,12 +239,29 @@ impl Proxy {
                 started.elapsed().as_secs(),
                 route.config.hold_secs,
             );
-            let _ = conn
-                .write_all(&reply::waking(h, &route.service.name, retry))
-                .await;
-            let _ = conn.shutdown().await;
+            answer_and_close(conn, &reply::waking(h, &route.service.name, retry)).await;
         }
     }
+}
+
+/// Writes the proxy's own answer, then reads and drops what the client still sends (a body
+/// it sent without waiting) for a moment, so that the close does not reset the connection
+/// before the client has read the answer.
+async fn answer_and_close(mut conn: TcpStream, answer: &[u8]) {
+    if conn.write_all(answer).await.is_err() || conn.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let mut left = LINGER_BYTES;
+    let _ = tokio::time::timeout(LINGER, async {
+        while left > 0 {
+            match conn.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
 }
 
 /// Reads until the head is known. `Err(Some(answer))`: refused with that answer;
@@ -237,7 +272,7 @@ async fn read_head(
 ) -> std::result::Result<Read, Option<Vec<u8>>> {
     let mut bytes = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
-    let deadline = tokio::time::Instant::now() + hold;
+    let deadline = tokio::time::Instant::now() + hold.min(HEAD_READ);
     // Nothing in the first second: a protocol where the server speaks first.
     match tokio::time::timeout(FIRST_BYTES, conn.read(&mut chunk)).await {
         Err(_) => {
@@ -273,23 +308,39 @@ fn request_of(route: &Route, http: Option<&HttpHead>) -> WakeRequest {
     }
 }
 
-/// Connects to `target`, sends what was read (an HTTP head with the client's address added),
-/// then copies both ways until either side closes.
-async fn relay(mut conn: TcpStream, read: Read, peer: SocketAddr, target: SocketAddr) {
-    let upstream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await;
-    let mut upstream = match upstream {
-        Ok(Ok(u)) => u,
-        Ok(Err(e)) => {
-            warn!(%target, error = %e, "connecting to the woken workload");
-            return;
+/// Connects to one of `targets` (the next, if one refuses; where to start turns, so held
+/// connections spread over the endpoints), sends what was read (an HTTP head as `relayed`
+/// makes it), then copies both ways until either side closes. None reachable: 502 for HTTP.
+async fn relay(
+    conn: TcpStream,
+    read: Read,
+    peer: SocketAddr,
+    targets: &[SocketAddr],
+    service: &str,
+) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let start = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut upstream = None;
+    for i in 0..targets.len() {
+        let target = targets[(start + i) % targets.len()];
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
+            Ok(Ok(u)) => {
+                upstream = Some(u);
+                break;
+            }
+            Ok(Err(e)) => warn!(%target, service, error = %e, "connecting to the woken workload"),
+            Err(_) => warn!(%target, service, "connecting to the woken workload timed out"),
         }
-        Err(_) => {
-            warn!(%target, "connecting to the woken workload timed out");
-            return;
+    }
+    let Some(mut upstream) = upstream else {
+        if matches!(read.head, Head::Http(_)) {
+            answer_and_close(conn, &reply::unreachable(service)).await;
         }
+        return;
     };
+    let mut conn = conn;
     let first = match &read.head {
-        Head::Http(h) => head::with_forwarded_for(&read.bytes, h, peer.ip()),
+        Head::Http(h) => head::relayed(&read.bytes, h, peer.ip()),
         _ => read.bytes,
     };
     if upstream.write_all(&first).await.is_err() {

@@ -1,10 +1,15 @@
 //! What the proxy sees: the operator's slices (cluster-wide, by their `managed-by` label) give
 //! the routes; for each Service routed to, a watch of that Service's own slices gives where
-//! its workload answers. Only EndpointSlices are read; a Service no longer routed to is no
-//! longer watched.
+//! its workload answers. Only EndpointSlices are read.
+//!
+//! A route outlives its slice by `RETIRED_FOR`: the operator removes the slice once the
+//! workload's own endpoints are ready, but connections it held still wait for the proxy's
+//! own view of those endpoints, and kube-proxy on other nodes keeps sending new ones here
+//! for a moment; both are relayed, not dropped. Past that the Service is no longer watched.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -17,36 +22,52 @@ use tracing::{info, warn};
 use super::routes::{self, Route, ServiceKey};
 use crate::workload::intercept::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL};
 
+/// How long a route is kept once its slice is gone: the longest hold, and kube-proxy's lag.
+const RETIRED_FOR: Duration = Duration::from_secs(90);
+/// How often retired routes past that are let go of.
+const SWEEP: Duration = Duration::from_secs(10);
+
 /// What the proxy knows now; connections read it, the watches write it.
 pub struct Seen {
     routes: RwLock<Arc<BTreeMap<u16, Route>>>,
+    /// Routes whose slice went, and when.
+    retired: RwLock<HashMap<u16, (Route, Instant)>>,
     own: RwLock<HashMap<ServiceKey, Arc<Vec<EndpointSlice>>>>,
+    /// The `managed-by` values of the slices taken as a Service's own.
+    trusted: Vec<String>,
     /// Bumped at every change: held connections look again.
     changed: watch::Sender<u64>,
     /// The operator's slices have been listed once.
     synced: std::sync::atomic::AtomicBool,
 }
 
-impl Default for Seen {
-    fn default() -> Self {
+impl Seen {
+    /// `trusted`: the managers whose slices are a Service's own (the EndpointSlice
+    /// controller's, `endpointslice-controller.k8s.io`, for every Service with a selector).
+    pub fn new(trusted: Vec<String>) -> Seen {
         Seen {
             routes: RwLock::default(),
+            retired: RwLock::default(),
             own: RwLock::default(),
+            trusted,
             changed: watch::channel(0).0,
             synced: std::sync::atomic::AtomicBool::new(false),
         }
     }
-}
 
-impl Seen {
     pub fn route(&self, port: u16) -> Option<Route> {
-        self.routes.read().ok()?.get(&port).cloned()
+        if let Some(r) = self.routes.read().ok()?.get(&port) {
+            return Some(r.clone());
+        }
+        let retired = self.retired.read().ok()?;
+        let (route, at) = retired.get(&port)?;
+        (at.elapsed() < RETIRED_FOR).then(|| route.clone())
     }
 
     /// Where `service` answers on `port_name` now (empty: asleep, waking, or not yet seen).
     pub fn targets(&self, service: &ServiceKey, port_name: &str) -> Vec<std::net::SocketAddr> {
         let own = self.own.read().ok().and_then(|o| o.get(service).cloned());
-        own.map(|own| routes::targets(&own, port_name))
+        own.map(|own| routes::targets(&own, &service.namespace, port_name, &self.trusted))
             .unwrap_or_default()
     }
 
@@ -68,11 +89,34 @@ impl Seen {
         self.changed.send_modify(|g| *g = g.wrapping_add(1));
     }
 
+    /// The routes now; those gone are kept as retired.
     fn set_routes(&self, routes: BTreeMap<u16, Route>) {
-        if let Ok(mut r) = self.routes.write() {
-            *r = Arc::new(routes);
+        if let (Ok(mut live), Ok(mut retired)) = (self.routes.write(), self.retired.write()) {
+            for (port, route) in live.iter() {
+                if routes.get(port).is_none_or(|r| r.service != route.service) {
+                    retired.insert(*port, (route.clone(), Instant::now()));
+                }
+            }
+            for port in routes.keys() {
+                retired.remove(port);
+            }
+            *live = Arc::new(routes);
         }
         self.bump();
+    }
+
+    /// Lets go of retired routes past `RETIRED_FOR`; the Services still routed to, live or
+    /// retired.
+    fn sweep(&self) -> BTreeSet<ServiceKey> {
+        let mut services = BTreeSet::new();
+        if let Ok(mut retired) = self.retired.write() {
+            retired.retain(|_, (_, at)| at.elapsed() < RETIRED_FOR);
+            services.extend(retired.values().map(|(r, _)| r.service.clone()));
+        }
+        if let Ok(live) = self.routes.read() {
+            services.extend(live.values().map(|r| r.service.clone()));
+        }
+        services
     }
 
     fn set_own(&self, service: &ServiceKey, slices: Option<Vec<EndpointSlice>>) {
@@ -94,39 +138,48 @@ pub async fn follow(client: Client, seen: Arc<Seen>) {
     let mut slices: BTreeMap<(String, String), EndpointSlice> = BTreeMap::new();
     let mut initial: Option<BTreeMap<(String, String), EndpointSlice>> = None;
     let mut events = watcher(api, config).default_backoff().boxed();
+    let mut sweep = tokio::time::interval(SWEEP);
     loop {
-        let event = match events.try_next().await {
-            Ok(Some(e)) => e,
-            Ok(None) => return,
-            Err(e) => {
-                warn!(error = %e, "watching the operator's EndpointSlices; retrying");
-                continue;
-            }
+        let event = tokio::select! {
+            e = events.try_next() => match e {
+                Ok(Some(e)) => Some(e),
+                Ok(None) => return,
+                Err(e) => {
+                    warn!(error = %e, "watching the operator's EndpointSlices; retrying");
+                    continue;
+                }
+            },
+            _ = sweep.tick() => None,
         };
+        let changed = event.is_some();
         match event {
-            watcher::Event::Init => initial = Some(BTreeMap::new()),
-            watcher::Event::InitApply(s) => {
+            None => {}
+            Some(watcher::Event::Init) => initial = Some(BTreeMap::new()),
+            Some(watcher::Event::InitApply(s)) => {
                 if let Some(i) = initial.as_mut() {
                     i.insert(key_of(&s), s);
                 }
                 continue;
             }
-            watcher::Event::InitDone => slices = initial.take().unwrap_or_default(),
-            watcher::Event::Apply(s) => {
+            Some(watcher::Event::InitDone) => slices = initial.take().unwrap_or_default(),
+            Some(watcher::Event::Apply(s)) => {
                 slices.insert(key_of(&s), s);
             }
-            watcher::Event::Delete(s) => {
+            Some(watcher::Event::Delete(s)) => {
                 slices.remove(&key_of(&s));
             }
         }
-        let all: Vec<EndpointSlice> = slices.values().cloned().collect();
-        let (routes, contested) = routes::routes(&all);
-        for c in &contested {
-            warn!(port = c.port, services = ?c.services, "a proxy port two Services' slices name: routed nowhere until one goes");
+        // Mid-relist the old view holds until the new one is whole.
+        if changed && initial.is_none() {
+            let all: Vec<EndpointSlice> = slices.values().cloned().collect();
+            let (routes, contested) = routes::routes(&all);
+            for c in &contested {
+                warn!(port = c.port, services = ?c.services, "a proxy port the slices of two Services name: the older keeps it");
+            }
+            seen.set_routes(routes);
         }
-        // Follow every Service routed to, and no other.
-        let wanted: std::collections::BTreeSet<ServiceKey> =
-            routes.values().map(|r| r.service.clone()).collect();
+        // Follow every Service routed to (live or retired), and no other.
+        let wanted = seen.sweep();
         followed.retain(|k, task| {
             let keep = wanted.contains(k);
             if !keep {
@@ -149,7 +202,6 @@ pub async fn follow(client: Client, seen: Arc<Seen>) {
         if initial.is_none() {
             seen.synced.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        seen.set_routes(routes);
     }
 }
 

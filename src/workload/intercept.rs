@@ -41,6 +41,10 @@ pub enum Refusal {
     NoPort(String),
     /// Its selector picks none of the TDSet's workloads' pods.
     SelectsNone,
+    /// No such Service in the TDSet's namespace.
+    NotFound,
+    /// Every port of the proxy's range is taken.
+    RangeFull,
 }
 
 impl fmt::Display for Refusal {
@@ -62,6 +66,11 @@ impl fmt::Display for Refusal {
             Refusal::SelectsNone => {
                 f.write_str("selects none of the pods of the TDSet's workloads")
             }
+            Refusal::NotFound => f.write_str("does not exist"),
+            Refusal::RangeFull => f.write_str(
+                "cannot be given a proxy port: every port of the wake proxy's range is taken \
+                 (widen --wake-proxy-ports on the operator and the proxy)",
+            ),
         }
     }
 }
@@ -80,7 +89,7 @@ pub struct Intercepted {
 pub fn intercepted(
     service: &Service,
     wanted: &[ServicePort],
-    workload_labels: &[&BTreeMap<String, String>],
+    workload_labels: Option<&[&BTreeMap<String, String>]>,
 ) -> Result<Vec<Intercepted>, Refusal> {
     let spec = service.spec.clone().unwrap_or_default();
     if spec.type_.as_deref() == Some("ExternalName") {
@@ -98,7 +107,7 @@ pub fn intercepted(
     }
     let picks =
         |labels: &&BTreeMap<String, String>| selector.iter().all(|(k, v)| labels.get(k) == Some(v));
-    if !workload_labels.iter().any(picks) {
+    if workload_labels.is_some_and(|labels| !labels.iter().any(picks)) {
         return Err(Refusal::SelectsNone);
     }
     let tcp: Vec<Intercepted> = spec
@@ -320,6 +329,144 @@ pub fn slice_name(service: &str, family: &str) -> String {
     format!("{service}-tdset-wake-{}", family.to_ascii_lowercase())
 }
 
+/// One Service of `wakeOnRequest`, as the reconcile found it.
+pub struct ServiceSeen<'a> {
+    pub name: &'a str,
+    /// `None`: it does not exist.
+    pub service: Option<&'a Service>,
+    pub ports: &'a [ServicePort],
+    /// The operator's slices for it now.
+    pub present: &'a [EndpointSlice],
+    /// Whether its own endpoints (not the proxy's) have one ready.
+    pub own_ready: bool,
+}
+
+/// What the reconcile does about one Service.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServicePlan {
+    /// Slices to apply: differing from what is present (nothing when they are the same).
+    pub apply: Vec<EndpointSlice>,
+    /// Slices of the operator's to delete (by name).
+    pub remove: Vec<String>,
+    pub refused: Option<Refusal>,
+    /// In the path and waiting for the workload's own endpoints: look again soon.
+    pub waiting: bool,
+}
+
+/// Everything else the plan needs: the TDSet, the proxies, the ports taken elsewhere.
+pub struct PlanFor<'a> {
+    pub tdset: &'a str,
+    pub tdset_uid: &'a str,
+    pub namespace: &'a str,
+    /// Whether the count the reconcile writes is 0.
+    pub asleep: bool,
+    /// The pod labels of the TDSet's workloads, when the form knows them without reading.
+    pub workload_labels: Option<&'a [&'a BTreeMap<String, String>]>,
+    pub proxies: &'a [ProxyAddress],
+    pub config: &'a ProxyConfig,
+    pub range: (u16, u16),
+}
+
+/// The slices one Service needs: in place while asleep (make before break) and until its own
+/// endpoints are ready, with the proxy ports it had (a port keeps its number while it is in
+/// use), else removed. A Service that cannot be woken through is refused, and any slice of
+/// the operator's for it removed. `used`: proxy ports taken by other Services' slices; a port
+/// given here is added.
+pub fn plan_service(
+    of: &PlanFor<'_>,
+    seen: &ServiceSeen<'_>,
+    used: &mut BTreeSet<u16>,
+) -> ServicePlan {
+    let present: Vec<String> = seen
+        .present
+        .iter()
+        .filter_map(|s| s.metadata.name.clone())
+        .collect();
+    let remove_all = |refused| ServicePlan {
+        remove: present.clone(),
+        refused,
+        ..ServicePlan::default()
+    };
+    if !wanted(
+        if of.asleep { 0 } else { 1 },
+        !present.is_empty(),
+        seen.own_ready,
+    ) {
+        return remove_all(None);
+    }
+    let Some(service) = seen.service else {
+        return remove_all(Some(Refusal::NotFound));
+    };
+    let ports = match intercepted(service, seen.ports, of.workload_labels) {
+        Ok(p) => p,
+        Err(r) => return remove_all(Some(r)),
+    };
+    let had: BTreeMap<String, u16> = (seen.present.iter())
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter_map(|p| {
+            Some((
+                p.name.clone().unwrap_or_default(),
+                u16::try_from(p.port?).ok()?,
+            ))
+        })
+        .filter(|(_, p)| (of.range.0..=of.range.1).contains(p))
+        .collect();
+    let mut given = Vec::new();
+    for p in ports {
+        let name = p.name.clone().unwrap_or_default();
+        let port = match had.get(&name) {
+            Some(port) => *port,
+            None => {
+                let key = format!("{}/{}/{name}", of.namespace, seen.name);
+                match allocate(&key, of.range, used) {
+                    Some(port) => port,
+                    None => return remove_all(Some(Refusal::RangeFull)),
+                }
+            }
+        };
+        used.insert(port);
+        given.push((p, port));
+    }
+    let slices_for = SliceFor {
+        tdset: of.tdset,
+        tdset_uid: of.tdset_uid,
+        service,
+        ports: &given,
+        config: of.config,
+    };
+    let desired = slices(&slices_for, of.proxies);
+    let names: BTreeSet<String> = desired
+        .iter()
+        .filter_map(|s| s.metadata.name.clone())
+        .collect();
+    ServicePlan {
+        apply: desired
+            .into_iter()
+            .filter(|d| !seen.present.iter().any(|p| same(p, d)))
+            .collect(),
+        // A family the Service no longer has.
+        remove: present.into_iter().filter(|n| !names.contains(n)).collect(),
+        refused: None,
+        waiting: !of.asleep,
+    }
+}
+
+/// Whether `present` already is what `desired` asks for (the fields the operator sets).
+fn same(present: &EndpointSlice, desired: &EndpointSlice) -> bool {
+    let labels_hold = |want: &Option<BTreeMap<String, String>>,
+                       have: &Option<BTreeMap<String, String>>| {
+        want.iter()
+            .flatten()
+            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+    };
+    present.metadata.name == desired.metadata.name
+        && present.address_type == desired.address_type
+        && present.endpoints == desired.endpoints
+        && present.ports == desired.ports
+        && labels_hold(&desired.metadata.labels, &present.metadata.labels)
+        && labels_hold(&desired.metadata.annotations, &present.metadata.annotations)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,13 +498,14 @@ mod tests {
     #[test]
     fn every_tcp_port_unless_some_are_named_and_a_named_port_must_exist() {
         let pods = labels(&[("app", "web"), ("tier", "front")]);
-        let all = intercepted(&web(), &[], &[&pods]).unwrap();
+        let all = intercepted(&web(), &[], Some(&[&pods])).unwrap();
         assert_eq!(
             all.iter().map(|p| p.port).collect::<Vec<_>>(),
             [80, 9090],
             "UDP is not intercepted"
         );
-        let http = intercepted(&web(), &[ServicePort::Name("http".into())], &[&pods]).unwrap();
+        let http =
+            intercepted(&web(), &[ServicePort::Name("http".into())], Some(&[&pods])).unwrap();
         assert_eq!(
             http,
             [Intercepted {
@@ -366,7 +514,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            intercepted(&web(), &[ServicePort::Number(53)], &[&pods]),
+            intercepted(&web(), &[ServicePort::Number(53)], Some(&[&pods])),
             Err(Refusal::NoPort("53".into()))
         );
     }
@@ -374,7 +522,7 @@ mod tests {
     #[test]
     fn services_that_cannot_be_stood_in_for_are_refused_with_why() {
         let pods = labels(&[("app", "web")]);
-        let refused = |spec| intercepted(&service(spec), &[], &[&pods]).unwrap_err();
+        let refused = |spec| intercepted(&service(spec), &[], Some(&[&pods])).unwrap_err();
         assert_eq!(
             refused(serde_json::json!({"clusterIP": "None", "selector": {"app": "web"}})),
             Refusal::Headless

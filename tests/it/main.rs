@@ -36,5 +36,6 @@ mod shards;
 mod trust;
 mod wake;
 mod wake_proxy;
+mod wake_slices;
 mod warm_up;
 mod workloads;

@@ -1,11 +1,14 @@
 //! Client calls, and nothing else: no `Outcome`, no Events. What a write means, and whether it
 //! is due, is the forms' to say.
 //!
+//! - `intercept`: wake on request's data plane: the Services named, the wake proxy's pods, the
+//!   operator's EndpointSlices;
 //! - `owned`: guarded create, `/scale`, apply and delete of the objects a TDSet owns;
 //! - `target`: a referenced target's `/scale` and an HPA's `minReplicas`, read and written;
 //! - `tdset`: the TDSet's own status (durable, or queued on the lane) and finalizer;
 //! - `wake`: a request wake-up: the proxy's token reviewed, `status.requestWake` written.
 
+pub(crate) mod intercept;
 pub(crate) mod owned;
 pub(crate) mod target;
 pub(crate) mod tdset;

@@ -11,6 +11,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -27,7 +28,7 @@ use super::io::target::hpa_view;
 use super::lane;
 use super::state::{
     CalendarIndex, Context, Discovery, GroupIndex, IcsSources, ShardOptions, Sharding, TargetIndex,
-    Wakeups, api_backoff, fill_loop, let_go_loop,
+    WakeProxyRef, Wakeups, api_backoff, fill_loop, let_go_loop,
 };
 use crate::api::TDSet;
 use crate::cache::{Cached, TDSetRef};
@@ -38,6 +39,7 @@ use crate::http::Health;
 use crate::memo::{OwnWrites, StatusMemo};
 use crate::telemetry::Metrics;
 use crate::workload::AllowedIn;
+use crate::workload::intercept;
 use watches::{InitialList, api_for, hpa_watch, owned_watch, target_watch, tdset_watch};
 
 #[derive(Clone, Debug)]
@@ -60,6 +62,8 @@ pub struct RunOptions {
     pub report_calendar_usage: bool,
     /// Run as this shard: reconcile only the TDSets its selector matches.
     pub shard: Option<ShardOptions>,
+    /// The wake proxy (`wakeOnRequest`); `None`: no Service is intercepted.
+    pub wake_proxy: Option<WakeProxyRef>,
 }
 
 /// How long the groups a workload's change concerns only for their counts wait, so that a
@@ -236,6 +240,8 @@ pub(crate) async fn run_controller(
     let (services, svc_stream) =
         owned_watch::<Service>(api_for(&watch_client, &opts.namespace), stream);
     let (hpas, hpa_stream) = hpa_watch(api_for(&watch_client, &opts.namespace), stream);
+    let (wake_slices, wake_slice_stream) =
+        watches::wake_slice_watch(api_for(&watch_client, &opts.namespace), stream);
     let (calendar_store, calendar_stream) =
         calendars::calendar_watch(kube::Api::all(watch_client.clone()));
     metrics.set_tdset_store(Some(tdsets.clone()));
@@ -254,6 +260,8 @@ pub(crate) async fn run_controller(
     let leading_since = clock.now();
     let ctx = Arc::new(Context {
         leading_since,
+        wake_proxy: opts.wake_proxy.clone(),
+        wake_slices: wake_slices.clone(),
         client: client.clone(),
         clock,
         lane: lane.clone(),
@@ -316,6 +324,7 @@ pub(crate) async fn run_controller(
             wakeups.clone(),
         );
         let ics = ics.clone();
+        let w = wake_slices.clone();
         tokio::spawn(async move {
             let synced =
                 |r: Option<Result<(), reflector::store::WriterDropped>>| matches!(r, Some(Ok(())));
@@ -325,6 +334,7 @@ pub(crate) async fn run_controller(
                     && synced(s.wait_until_ready().now_or_never())
                     && synced(h.wait_until_ready().now_or_never())
                     && synced(c.wait_until_ready().now_or_never())
+                    && synced(w.wait_until_ready().now_or_never())
                     && ics.ready()
                 {
                     info!("caches synced; ready");
@@ -407,6 +417,12 @@ pub(crate) async fn run_controller(
         .reconcile_on(wakeups.triggers())
         .owns_stream(svc_stream)
         .watches_stream(hpa_stream, on_hpa)
+        .watches_stream(wake_slice_stream, |s: EndpointSlice| {
+            // The TDSet a slice names (and owns): a slice changed or deleted by someone else
+            // is put back by its reconcile.
+            let tdset = s.labels().get(intercept::TDSET_LABEL).cloned();
+            tdset.map(|t| ObjectRef::new(&t).within(&s.namespace().unwrap_or_default()))
+        })
         .watches_stream(calendar_stream, on_calendar)
         .watches_stream(
             target_watch::<Deployment>(api_for(&watch_client, &opts.namespace), stream),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, WatchEvent, WatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
@@ -23,6 +24,7 @@ use crate::controller::state::{
     CalendarIndex, GroupIndex, Sharding, TargetIndex, Wakeups, api_backoff, claim_of, claimed,
 };
 use crate::memo::StatusMemo;
+use crate::workload::intercept;
 use crate::workload::owned::{self, FIELD_MANAGER};
 
 /// How the watches receive their initial lists (and their lists after a watch expired).
@@ -327,6 +329,29 @@ pub(crate) fn hpa_watch(
     let stream = watcher(api, config(stream))
         .backoff(api_backoff())
         .modify(|h: &mut HorizontalPodAutoscaler| h.prune())
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
+}
+
+/// The operator's own EndpointSlices (wake on request), by their `managed-by` label, kept
+/// whole (they are few and small): what the intercept stage finds present, and a trigger
+/// for the TDSet a slice names when someone else changes or deletes one.
+pub(crate) fn wake_slice_watch(
+    api: Api<EndpointSlice>,
+    stream: bool,
+) -> (
+    Store<EndpointSlice>,
+    impl futures::Stream<Item = Result<EndpointSlice, watcher::Error>> + Send,
+) {
+    let (reader, writer) = reflector::store();
+    let ours = config(stream).labels(&format!(
+        "{}={}",
+        intercept::MANAGED_BY_LABEL,
+        intercept::MANAGED_BY
+    ));
+    let stream = watcher(api, ours)
+        .backoff(api_backoff())
         .reflect(writer)
         .touched_objects();
     (reader, stream)

@@ -192,6 +192,17 @@ fn wait(
     wait
 }
 
+/// A Service `wakeOnRequest` cannot intercept is reported (unless the workload has a worse
+/// problem), and slices waiting for the workload's own endpoints are looked at again soon.
+pub(crate) fn keep_intercepted(outcome: &mut Outcome, intercepted: &super::intercept::Intercepted) {
+    if let Some(problem) = intercepted.problem() {
+        outcome.problem.get_or_insert(problem);
+    }
+    if let Some(recheck) = intercepted.recheck {
+        outcome.retry = Some(outcome.retry.map_or(recheck, |r| r.min(recheck)));
+    }
+}
+
 /// A group left behind with workloads not yet given back stays in the status (and is tried
 /// again) until every one is.
 pub(crate) fn keep_unreleased(

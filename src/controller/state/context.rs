@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicBool;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::runtime::reflector::Store;
 
@@ -69,6 +70,19 @@ pub struct Context {
     /// When this operator began reconciling: a scale-up written before then may have been
     /// ready long before anyone looked, and is no sample of its time to Ready.
     pub leading_since: chrono::DateTime<chrono::Utc>,
+    /// Where the wake proxy runs (`wakeOnRequest`); `None`: no proxy, nothing intercepted.
+    pub wake_proxy: Option<WakeProxyRef>,
+    /// The operator's own EndpointSlices (wake on request), cluster-wide.
+    pub wake_slices: Store<EndpointSlice>,
+}
+
+/// The wake proxy, as the operator finds it: its Service (whose slices list its pods) and the
+/// range of ports it listens on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WakeProxyRef {
+    pub namespace: String,
+    pub service: String,
+    pub ports: (u16, u16),
 }
 
 impl Context {

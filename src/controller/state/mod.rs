@@ -17,7 +17,7 @@ mod wakeups;
 
 pub(crate) use backoff::{after as backoff_after, api_backoff, jitter};
 pub use calendar_index::CalendarIndex;
-pub use context::Context;
+pub use context::{Context, WakeProxyRef};
 pub(crate) use discovery::{Discovery, Resolved};
 pub(crate) use group_index::{Claim, GroupEntry, GroupIndex, claim_of};
 pub use ics_sources::{IcsDates, IcsSources, Source as IcsSource, SourceKey, key_of};

@@ -312,6 +312,8 @@ impl Operator {
         );
         let ctx = Arc::new(Context {
             leading_since: now,
+            wake_proxy: None,
+            wake_slices: kube::runtime::reflector::store().0,
             client: client.clone(),
             clock: Arc::new(FixedClock(now)),
             lane,

@@ -87,6 +87,7 @@ impl Operator {
             group_max_workloads: 2000,
             report_calendar_usage: namespace.is_none(),
             shard: None,
+            wake_proxy: None,
         }
     }
 

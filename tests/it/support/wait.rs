@@ -3,7 +3,9 @@
 use super::*;
 
 /// Polls `f` until it returns Some, for at most `limit`. The limit only stops a hung test;
-/// it is not an assertion about speed.
+/// it is not an assertion about speed. An attempt that never returns (a request the API
+/// server never answers) is bounded by what is left of the limit, so a hang fails the test
+/// instead of stalling the run.
 pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
@@ -11,8 +13,11 @@ where
 {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        if let Some(v) = f().await {
-            return v;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(left.max(Duration::from_secs(5)), f()).await {
+            Ok(Some(v)) => return v,
+            Ok(None) => {}
+            Err(_) => panic!("gave up waiting for: {what} (an attempt did not return)"),
         }
         if tokio::time::Instant::now() > deadline {
             panic!("gave up waiting for: {what}");

@@ -1,0 +1,149 @@
+//! Wake on request's data plane, before the form's turn: each Service `wakeOnRequest` names
+//! gets the operator's EndpointSlices (the wake proxy's pods on the proxy ports it was given)
+//! before the write that takes the count to 0, so the Service never has no endpoint; waking,
+//! they stay until the workload's own endpoints are ready, then go, and nothing is in the
+//! path while awake. A TDSet without `wakeOnRequest` reads nothing here, unless slices of its
+//! own are left from before (they are removed).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use tracing::info;
+
+use super::resolve::Resolved;
+use crate::api::TDSet;
+use crate::controller::io::intercept as io;
+use crate::controller::state::Context;
+use crate::error::Result;
+use crate::schedule::wake;
+use crate::status::Problem;
+use crate::workload::intercept::{
+    PlanFor, ProxyConfig, SERVICE_NAME_LABEL, ServiceSeen, TDSET_LABEL, plan_service,
+};
+
+/// How soon a TDSet whose slices wait for its workload's own endpoints is looked at again
+/// (an endpoint's readiness reaches its slice a moment after the pod's).
+const WAITING_RECHECK: Duration = Duration::from_secs(2);
+
+/// What the stage did, for the report.
+#[derive(Debug, Default)]
+pub(crate) struct Intercepted {
+    /// Services that cannot be woken through, and why.
+    pub refused: Vec<String>,
+    /// Look again this soon.
+    pub recheck: Option<Duration>,
+}
+
+impl Intercepted {
+    /// A refusal, as Degraded says it (the schedule goes on).
+    pub(crate) fn problem(&self) -> Option<Problem> {
+        (!self.refused.is_empty()).then(|| {
+            Problem::WakeRefused(format!(
+                "wakeOnRequest: {}; requests to it do not wake the workload",
+                self.refused.join("; ")
+            ))
+        })
+    }
+}
+
+pub(crate) async fn intercept(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    resolved: &Resolved<'_>,
+) -> Result<Intercepted> {
+    let name = tdset.name_any();
+    // From the cache of the operator's slices: a stale view costs an apply that changes
+    // nothing, or a delete of one already gone.
+    let all = ctx.wake_slices.state();
+    let present: Vec<EndpointSlice> = (all.iter())
+        .filter(|s| s.namespace().as_deref() == Some(ns))
+        .filter(|s| s.labels().get(TDSET_LABEL) == Some(&name))
+        .map(|s| (**s).clone())
+        .collect();
+    let (Some(spec), Some(proxy)) = (&tdset.spec.wake_on_request, &ctx.wake_proxy) else {
+        // Turned off (or the operator runs without the proxy): what is left goes.
+        for slice in &present {
+            io::remove(&ctx.client, ns, &slice.name_any()).await?;
+        }
+        return Ok(Intercepted::default());
+    };
+    let asleep = resolved.eval.replicas == 0;
+    let proxies = io::proxies(&ctx.client, &proxy.namespace, &proxy.service).await?;
+    let config = ProxyConfig {
+        hold_secs: u64::try_from(wake::hold(spec).num_seconds()).unwrap_or(10),
+        ignore: spec.ignore.clone(),
+        samples: resolved
+            .previous
+            .as_ref()
+            .map(|s| s.warm_up_samples().to_vec())
+            .unwrap_or_default(),
+    };
+    let uid = tdset.uid().unwrap_or_default();
+    let of = PlanFor {
+        tdset: &name,
+        tdset_uid: &uid,
+        namespace: ns,
+        asleep,
+        workload_labels: None,
+        proxies: &proxies,
+        config: &config,
+        range: proxy.ports,
+    };
+    // The proxy ports every slice holds: a port kept is reused, a new one avoids them all.
+    let mut used: BTreeSet<u16> = (all.iter())
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter_map(|p| u16::try_from(p.port?).ok())
+        .collect();
+    let mut done = Intercepted::default();
+    // Slices of Services no longer named go.
+    let named: BTreeSet<&str> = spec.services.iter().map(|s| s.name.as_str()).collect();
+    for slice in &present {
+        let svc = slice.labels().get(SERVICE_NAME_LABEL).map(String::as_str);
+        if !svc.is_some_and(|s| named.contains(s)) {
+            io::remove(&ctx.client, ns, &slice.name_any()).await?;
+        }
+    }
+    for wanted in &spec.services {
+        let mine: Vec<_> = (present.iter())
+            .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&wanted.name))
+            .cloned()
+            .collect();
+        // Reads only what the decision needs: the Service while slices may be wanted, its
+        // own endpoints only while the proxy is in the path and the workload wakes.
+        let service = if asleep || !mine.is_empty() {
+            io::service(&ctx.client, ns, &wanted.name).await?
+        } else {
+            None
+        };
+        let own_ready =
+            !asleep && !mine.is_empty() && io::own_ready(&ctx.client, ns, &wanted.name).await?;
+        let seen = ServiceSeen {
+            name: &wanted.name,
+            service: service.as_ref(),
+            ports: &wanted.ports,
+            present: &mine,
+            own_ready,
+        };
+        let plan = plan_service(&of, &seen, &mut used);
+        // Make before break: new slices go in before old ones go out.
+        for slice in &plan.apply {
+            io::apply(&ctx.client, slice).await?;
+            info!(service = %wanted.name, slice = %slice.name_any(), endpoints = slice.endpoints.len(), "wake proxy in the path");
+        }
+        for gone in &plan.remove {
+            io::remove(&ctx.client, ns, gone).await?;
+            info!(service = %wanted.name, slice = %gone, "wake proxy out of the path");
+        }
+        if let Some(refused) = plan.refused {
+            done.refused
+                .push(format!("Service {} {refused}", wanted.name));
+        }
+        if plan.waiting {
+            done.recheck = Some(WAITING_RECHECK);
+        }
+    }
+    Ok(done)
+}

@@ -1,0 +1,155 @@
+//! Woken by a request, the data plane the reconcile keeps, on the real API server with
+//! kube-controller-manager's EndpointSlice controller: the operator's slice for a Service is
+//! in place before the count goes to 0 (make before break), points at the wake proxy's ready
+//! pods on a proxy port of the range, and goes once the workload's own endpoints are ready
+//! again; a Service that cannot be woken through is refused with a reason, and the schedule
+//! goes on.
+
+use crate::support::*;
+use crate::wake::{AUDIENCE, endpoint, token};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+use tdset_operator::clock::SystemClock;
+use tdset_operator::controller::WakeProxyRef;
+use tdset_operator::workload::intercept::{HOLD_ANNOTATION, MANAGED_BY};
+
+/// The operator's slices in `ns`.
+async fn ours(client: &Client, ns: &str) -> Vec<EndpointSlice> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let params = ListParams::default().labels(&format!(
+        "endpointslice.kubernetes.io/managed-by={MANAGED_BY}"
+    ));
+    api.list(&params).await.unwrap().items
+}
+
+fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
+    // etcd's revision, global to the store: a real API server's resourceVersions order writes.
+    meta.resource_version.as_deref().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_awake() {
+    let (client, ns) = setup("wake-slices").await;
+    let n = &ns.name;
+    // The wake proxy's Service: its one ready pod at 10.0.0.5 (a slice of the test's).
+    let _: Service = create_object(
+        &client,
+        n,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "proxy"},
+               "spec": {"ports": [{"port": 20000}]}}),
+    )
+    .await;
+    let _: EndpointSlice = create_object(
+        &client,
+        n,
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "proxy-1", "labels": {"kubernetes.io/service-name": "proxy"}},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": true}},
+                             {"addresses": ["10.0.0.6"], "conditions": {"ready": false}}],
+               "ports": [{"port": 20000}]}),
+    )
+    .await;
+    // The TDSet's own Service, selecting its pods, and a headless one it cannot wake through.
+    for (name, cluster_ip) in [("web", None), ("db", Some("None"))] {
+        let mut spec = json!({"selector": {"schedule.rs/tdset": "web"},
+                              "ports": [{"name": "http", "port": 80}]});
+        if let Some(ip) = cluster_ip {
+            spec["clusterIP"] = json!(ip);
+        }
+        let _: Service = create_object(
+            &client,
+            n,
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec}),
+        )
+        .await;
+    }
+    let clock = SystemClock::starting_at(utc("2026-05-01T16:59:45Z"));
+    let range = (21000, 21009);
+    let proxy = WakeProxyRef {
+        namespace: n.to_string(),
+        service: "proxy".into(),
+        ports: range,
+    };
+    let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
+    let addr = endpoint(&client, n, clock).await;
+    let spec = json!({
+        "container": {"image": "nginx", "port": 80},
+        "defaultReplica": 0,
+        "schedulingConfig": [{"startTime": "09:00", "endTime": "17:00", "replica": 2}],
+        "wakeOnRequest": {"services": [{"name": "web"}, {"name": "db"}], "wakeFor": "1m", "hold": "20s"}
+    });
+    create_tdset(&client, n, &tdset("web", spec)).await;
+    // Awake by day: nothing of the operator's in the path; the headless Service refused.
+    deployment_at(&client, n, "web", 2).await;
+    assert!(ours(&client, n).await.is_empty());
+
+    // 17:00: asleep, and the slice was there before the count went to 0.
+    let asleep = deployment_at(&client, n, "web", 0).await;
+    let slices = ours(&client, n).await;
+    assert_eq!(slices.len(), 1, "{slices:?}");
+    let slice = &slices[0];
+    assert!(
+        rv(&slice.metadata) < rv(&asleep.metadata),
+        "made before break"
+    );
+    assert_eq!(slice.metadata.name.as_deref(), Some("web-tdset-wake-ipv4"));
+    let labels = slice.metadata.labels.clone().unwrap();
+    assert_eq!(labels["kubernetes.io/service-name"], "web");
+    let addresses: Vec<&String> = slice.endpoints.iter().flat_map(|e| &e.addresses).collect();
+    assert_eq!(addresses, ["10.0.0.5"], "the proxy's ready pods only");
+    let port = slice.ports.as_ref().unwrap()[0].clone();
+    assert_eq!(port.name.as_deref(), Some("http"));
+    assert!((21000..=21009).contains(&port.port.unwrap()), "{port:?}");
+    assert_eq!(
+        slice.metadata.annotations.as_ref().unwrap()[HOLD_ANNOTATION],
+        "20"
+    );
+    let t = tdset_with_reason(&client, n, "web", "Degraded", "WakeOnRequestRefused").await;
+    let degraded = condition(&t, "Degraded").unwrap();
+    assert!(
+        degraded.message.contains("Service db is headless"),
+        "{}",
+        degraded.message
+    );
+    wait_for_event(&client, n, "web", |(kind, reason, _)| {
+        kind == "Warning" && reason == "WakeOnRequestRefused"
+    })
+    .await;
+
+    // A request wakes it; once its own endpoints are ready the proxy leaves the path.
+    let proxy_token = token(n, "wake-proxy", Some(AUDIENCE));
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-m",
+            "10",
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+        ])
+        .args(["-H", &format!("Authorization: Bearer {proxy_token}")])
+        .args([
+            "-d",
+            &json!({"namespace": n, "tdset": "web", "service": "web", "requests": 1,
+                             "request": {"service": "web"}})
+            .to_string(),
+        ])
+        .arg(format!("http://{addr}/v1/wake"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"written\":true"));
+    let _: Deployment = deployment_at(&client, n, "web", 2).await;
+    eventually(
+        GUARD,
+        "the operator's slice gone once web's pods are ready",
+        || async { ours(&client, n).await.is_empty().then_some(()) },
+    )
+    .await;
+    ns.cleanup().await;
+}
