@@ -94,7 +94,8 @@ fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
             .map_err(|e| Error::Config(format!("building the API client: {e}")))?;
         let metrics = Arc::new(Metrics::new()?);
         let health = Arc::new(Health::default());
-        let (addr, _server) = http::serve(args.metrics_addr, metrics, health.clone()).await?;
+        let (addr, _server) =
+            http::serve(args.metrics_addr, metrics.clone(), health.clone()).await?;
         info!(%addr, "serving /metrics, /healthz and /readyz");
         let opts = tdset_operator::wake::ProxyOptions {
             ip: args.ip,
@@ -110,7 +111,7 @@ fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
             trusted: args.trust_endpoints_managed_by,
         };
         let result = tokio::select! {
-            r = tdset_operator::wake::run(client, opts, health) => r,
+            r = tdset_operator::wake::run(client, opts, health, &metrics.registry) => r,
             _ = shutdown_signal() => Ok(()),
         };
         if let Err(e) = &result {

@@ -6,12 +6,16 @@
 //!
 //! - `head`: what is read of a connection before deciding (an HTTP/1.x head, h2c, plain TCP);
 //! - `reply`: what the proxy answers itself (503 with Retry-After, a self-reloading page);
+//! - `h2`: the same for an HTTP/2 connection (gRPC's UNAVAILABLE);
 //! - `routes`: which Service a proxy port stands for, and where that Service answers (pure);
 //! - `watch`: the EndpointSlices those are read from;
 //! - `report`: the wake intents sent to the operator, one at a time per TDSet;
-//! - `serve`: the listeners and the held connections.
+//! - `serve`: the listeners and the held connections;
+//! - `metrics`: the proxy's figures.
 
+pub mod h2;
 pub mod head;
+pub mod metrics;
 pub mod reply;
 pub mod report;
 pub mod routes;
@@ -39,11 +43,26 @@ pub struct ProxyOptions {
 }
 
 /// Binds every proxy port, follows the slices, and serves until the future is dropped.
-/// `health` turns ready once every port is bound and the routes have been read.
-pub async fn run(client: Client, opts: ProxyOptions, health: Arc<Health>) -> Result<()> {
+/// `health` turns ready once every port is bound and the routes have been read; the
+/// proxy's figures go into `registry` (what its `/metrics` shows).
+pub async fn run(
+    client: Client,
+    opts: ProxyOptions,
+    health: Arc<Health>,
+    registry: &prometheus::Registry,
+) -> Result<()> {
+    let metrics = Arc::new(metrics::ProxyMetrics::register(registry)?);
     let seen = Arc::new(watch::Seen::new(opts.trusted));
-    let reporter = report::Reporter::new(opts.report_to);
-    let listeners = serve::listen(opts.ip, opts.ports, seen.clone(), reporter, opts.caps).await?;
+    let reporter = report::Reporter::new(opts.report_to, metrics.clone());
+    let listeners = serve::listen(
+        opts.ip,
+        opts.ports,
+        seen.clone(),
+        reporter,
+        metrics,
+        opts.caps,
+    )
+    .await?;
     let following = tokio::spawn(watch::follow(client, seen.clone()));
     seen.synced().await;
     health.set_ready(true);

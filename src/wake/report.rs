@@ -16,6 +16,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tracing::{debug, warn};
 
+use super::metrics::ProxyMetrics;
 use crate::api::{WakeAnswer, WakeReport, WakeRequest};
 
 /// The least time between two reports for one TDSet.
@@ -60,16 +61,18 @@ struct Due {
 #[derive(Clone)]
 pub struct Reporter {
     to: Arc<ReportTo>,
+    metrics: Arc<ProxyMetrics>,
     http: HttpClient<HttpConnector, Full<Bytes>>,
     due: Arc<Mutex<HashMap<(String, String), Due>>>,
 }
 
 impl Reporter {
-    pub fn new(to: ReportTo) -> Reporter {
+    pub fn new(to: ReportTo, metrics: Arc<ProxyMetrics>) -> Reporter {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(3)));
         Reporter {
             to: Arc::new(to),
+            metrics,
             http: HttpClient::builder(TokioExecutor::new()).build(connector),
             due: Arc::default(),
         }
@@ -139,6 +142,12 @@ impl Reporter {
                     message: "timed out".into(),
                 }),
             };
+            let counted = match &failed {
+                None => "sent",
+                Some(f) if f.again && tries < MAX_TRIES => "retried",
+                Some(_) => "dropped",
+            };
+            self.metrics.reports.with_label_values(&[counted]).inc();
             match failed {
                 None => (wait, tries) = (SPACING, 0),
                 Some(f) if f.again && tries < MAX_TRIES => {

@@ -17,6 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info, warn};
 
 use super::head::{self, Head, HttpHead, MAX_HEAD};
+use super::metrics::{ProxyMetrics, outcome};
 use super::reply;
 use super::report::Reporter;
 use super::routes::{Route, ServiceKey};
@@ -60,6 +61,7 @@ impl Default for Caps {
 struct Proxy {
     seen: Arc<Seen>,
     reporter: Reporter,
+    metrics: Arc<ProxyMetrics>,
     caps: Caps,
     connections: Arc<Semaphore>,
     held: Mutex<HashMap<ServiceKey, Arc<Semaphore>>>,
@@ -71,11 +73,13 @@ pub async fn listen(
     ports: (u16, u16),
     seen: Arc<Seen>,
     reporter: Reporter,
+    metrics: Arc<ProxyMetrics>,
     caps: Caps,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>> {
     let proxy = Arc::new(Proxy {
         seen,
         reporter,
+        metrics,
         caps,
         connections: Arc::new(Semaphore::new(caps.connections)),
         held: Mutex::default(),
@@ -135,17 +139,20 @@ impl Proxy {
             Some(r) => r,
             None => {
                 debug!(port, "no Service is routed to this port; closed");
+                self.metrics.count(outcome::NO_ROUTE);
                 return;
             }
         };
         let hold = Duration::from_secs(route.config.hold_secs);
         let read = match read_head(&mut conn, hold).await {
             Ok(r) => r,
-            Err(Some(answer)) => {
-                answer_and_close(conn, &answer).await;
+            Err(answer) => {
+                self.metrics.count(outcome::BAD_HEAD);
+                if let Some(answer) = answer {
+                    answer_and_close(conn, &answer).await;
+                }
                 return;
             }
-            Err(None) => return,
         };
         let http = match &read.head {
             Head::Http(h) => Some(h.clone()),
@@ -166,27 +173,42 @@ impl Proxy {
         // Already awake (the slice not yet gone): straight through.
         let targets = self.seen.targets(svc, &route.port_name);
         if !targets.is_empty() {
-            relay(conn, read, peer, &targets, &svc.name).await;
+            let reached = relay(conn, read, peer, &targets, &svc.name).await;
+            self.metrics.count(if reached {
+                outcome::RELAYED
+            } else {
+                outcome::UNREACHABLE
+            });
             return;
         }
         if ignored {
+            self.metrics.count(outcome::IGNORED);
             if http.is_some() {
                 answer_and_close(conn, &reply::ignored(&svc.name)).await;
             }
             return;
         }
-        let Some(_held) = self.hold_slot(svc) else {
+        let Some(_slot) = self.hold_slot(svc) else {
             debug!(service = %svc.name, "held-connection cap reached");
-            self.give_up(conn, &route, http.as_ref(), started).await;
+            self.metrics.count(outcome::OVER_CAP);
+            self.give_up(conn, &route, read, started).await;
             return;
         };
+        let _held = Held::new(&self.metrics.held);
         let mut changes = self.seen.changes();
         let deadline = tokio::time::Instant::from_std(started + hold);
         loop {
             let targets = self.seen.targets(svc, &route.port_name);
             if !targets.is_empty() {
-                debug!(service = %svc.name, held_ms = started.elapsed().as_millis() as u64, "forwarding a held connection");
-                relay(conn, read, peer, &targets, &svc.name).await;
+                let waited = started.elapsed();
+                debug!(service = %svc.name, held_ms = waited.as_millis() as u64, "forwarding a held connection");
+                self.metrics.held_seconds.observe(waited.as_secs_f64());
+                let reached = relay(conn, read, peer, &targets, &svc.name).await;
+                self.metrics.count(if reached {
+                    outcome::WOKEN
+                } else {
+                    outcome::UNREACHABLE
+                });
                 return;
             }
             tokio::select! {
@@ -194,7 +216,8 @@ impl Proxy {
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
-        self.give_up(conn, &route, http.as_ref(), started).await;
+        self.metrics.count(outcome::TIMED_OUT);
+        self.give_up(conn, &route, read, started).await;
     }
 
     /// The route of `port`, waiting a little for one not seen yet.
@@ -226,20 +249,19 @@ impl Proxy {
     }
 
     /// `hold` passed (or the cap was reached) before the workload was ready.
-    async fn give_up(
-        &self,
-        conn: TcpStream,
-        route: &Route,
-        http: Option<&HttpHead>,
-        started: Instant,
-    ) {
-        if let Some(h) = http {
-            let retry = reply::retry_after(
-                &route.config.samples,
-                started.elapsed().as_secs(),
-                route.config.hold_secs,
-            );
-            answer_and_close(conn, &reply::waking(h, &route.service.name, retry)).await;
+    /// HTTP/1.x gets a 503 (a page for a browser), HTTP/2 gRPC's UNAVAILABLE (or a 503),
+    /// both with Retry-After; any other protocol is closed.
+    async fn give_up(&self, conn: TcpStream, route: &Route, read: Read, started: Instant) {
+        let retry = reply::retry_after(
+            &route.config.samples,
+            started.elapsed().as_secs(),
+            route.config.hold_secs,
+        );
+        let service = &route.service.name;
+        match read.head {
+            Head::Http(h) => answer_and_close(conn, &reply::waking(&h, service, retry)).await,
+            Head::H2 => super::h2::answer_waking(conn, read.bytes, service.clone(), retry).await,
+            Head::Opaque => {}
         }
     }
 }
@@ -310,14 +332,15 @@ fn request_of(route: &Route, http: Option<&HttpHead>) -> WakeRequest {
 
 /// Connects to one of `targets` (the next, if one refuses; where to start turns, so held
 /// connections spread over the endpoints), sends what was read (an HTTP head as `relayed`
-/// makes it), then copies both ways until either side closes. None reachable: 502 for HTTP.
+/// makes it), then copies both ways until either side closes. None reachable: 502 for HTTP,
+/// and `false`.
 async fn relay(
     conn: TcpStream,
     read: Read,
     peer: SocketAddr,
     targets: &[SocketAddr],
     service: &str,
-) {
+) -> bool {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let start = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut upstream = None;
@@ -336,7 +359,7 @@ async fn relay(
         if matches!(read.head, Head::Http(_)) {
             answer_and_close(conn, &reply::unreachable(service)).await;
         }
-        return;
+        return false;
     };
     let mut conn = conn;
     let first = match &read.head {
@@ -344,7 +367,24 @@ async fn relay(
         _ => read.bytes,
     };
     if upstream.write_all(&first).await.is_err() {
-        return;
+        return true;
     }
     let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+    true
+}
+
+/// One held connection in `tdset_wake_proxy_held`, for as long as it lives.
+struct Held<'a>(&'a prometheus::IntGauge);
+
+impl<'a> Held<'a> {
+    fn new(gauge: &'a prometheus::IntGauge) -> Held<'a> {
+        gauge.inc();
+        Held(gauge)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }

@@ -223,7 +223,7 @@ async fn a_flood_of_requests_to_a_sleeping_service_is_held_wakes_it_once_and_eac
     let (client, ns) = setup("wake-proxy").await;
     let n = &ns.name;
     let wake = json!({"services": [{"name": "web"}], "wakeFor": "1m", "hold": "60s"});
-    let (port, metrics, _op, _proxy) = proxied_world(&client, n, wake, "wake-proxy.log").await;
+    let (port, metrics, _op, proxy) = proxied_world(&client, n, wake, "wake-proxy.log").await;
     let (upstream_port, heads) = upstream().await;
 
     // 40 requests at once, while the workload sleeps: each is held.
@@ -290,6 +290,16 @@ async fn a_flood_of_requests_to_a_sleeping_service_is_held_wakes_it_once_and_eac
     // And one arriving late (kube-proxy elsewhere not yet caught up) is relayed too.
     let late = call(port, get("/late", "curl/8.5")).await;
     assert!(late.contains("hello from web"), "{late}");
+    // What the proxy counted: 40 held and woken, one relayed at once, none held now.
+    let connections = |o: &str| {
+        proxy.metric(&format!(
+            "tdset_wake_proxy_connections_total{{outcome=\"{o}\"}}"
+        ))
+    };
+    assert_eq!(connections("woken"), 40.0);
+    assert_eq!(connections("relayed"), 1.0);
+    assert_eq!(proxy.metric("tdset_wake_proxy_held "), 0.0);
+    assert_eq!(proxy.metric("tdset_wake_proxy_held_seconds_count"), 40.0);
     ns.cleanup().await;
 }
 
@@ -299,7 +309,7 @@ async fn hold_ends_in_a_503_with_retry_after_and_an_ignored_request_wakes_nothin
     let n = &ns.name;
     let wake = json!({"services": [{"name": "web"}], "wakeFor": "1m", "hold": "2s",
                       "ignore": {"userAgents": ["(?i)bot"], "paths": ["/healthz"]}});
-    let (port, _metrics, _op, _proxy) = proxied_world(&client, n, wake, "wake-hold.log").await;
+    let (port, _metrics, _op, proxy) = proxied_world(&client, n, wake, "wake-hold.log").await;
 
     // Probes and bots are answered, and wake nothing.
     for (path, agent) in [("/healthz", "kube-probe/1.34"), ("/", "Googlebot/2.1")] {
@@ -321,5 +331,14 @@ async fn hold_ends_in_a_503_with_retry_after_and_an_ignored_request_wakes_nothin
     assert!(answer.contains("Retry-After: 1\r\n"), "{answer}");
     // It woke the workload all the same.
     deployment_at(&client, n, "web", 2).await;
+    let connections = |o: &str| {
+        proxy.metric(&format!(
+            "tdset_wake_proxy_connections_total{{outcome=\"{o}\"}}"
+        ))
+    };
+    assert_eq!(
+        (connections("ignored"), connections("timed-out")),
+        (2.0, 1.0)
+    );
     ns.cleanup().await;
 }

@@ -1,9 +1,11 @@
-//! Woken by a request, the data plane the reconcile keeps, on the real API server with
-//! kube-controller-manager's EndpointSlice controller: the operator's slice for a Service is
-//! in place before the count goes to 0 (make before break), points at the wake proxy's ready
-//! pods on a proxy port of the range, and goes once the workload's own endpoints are ready
-//! again; a Service that cannot be woken through is refused with a reason, and the schedule
-//! goes on.
+//! Woken by a request, the data plane the reconcile keeps, on the real API server: the
+//! operator's slice for a Service is in place before the count goes to 0 (make before
+//! break), points at the wake proxy's ready pods on a proxy port of the range, and goes once
+//! the workload's own endpoints are ready again; a Service that cannot be woken through is
+//! refused with a reason, and the schedule goes on. The Service's own slice is written here
+//! as the EndpointSlice controller would write it once the pods are ready (that controller
+//! runs only on the real node's cluster: on kwok's it would follow every pod of every test
+//! for this one test's sake, and the one clean-clone run with it on failed two timing tests).
 
 use crate::support::*;
 use crate::wake::{AUDIENCE, endpoint, token};
@@ -145,9 +147,25 @@ async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"written\":true"));
     let _: Deployment = deployment_at(&client, n, "web", 2).await;
+    // Still in the path: the workload's own endpoints are not ready yet.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(ours(&client, n).await.len(), 1, "kept while waking");
+    let _: EndpointSlice = create_object(
+        &client,
+        n,
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "web-abcde",
+                            "labels": {"kubernetes.io/service-name": "web",
+                                       "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": ["10.0.1.7"], "conditions": {"ready": true},
+                              "targetRef": {"kind": "Pod", "namespace": n, "name": "web-1"}}],
+               "ports": [{"name": "http", "port": 80}]}),
+    )
+    .await;
     eventually(
         GUARD,
-        "the operator's slice gone once web's pods are ready",
+        "the operator's slice gone once web's own endpoint is ready",
         || async { ours(&client, n).await.is_empty().then_some(()) },
     )
     .await;
