@@ -11,7 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::schedule::wake::Ignore;
 use crate::workload::intercept::{
-    MANAGED_BY, MANAGED_BY_LABEL, ProxyConfig, SERVICE_NAME_LABEL, TDSET_LABEL,
+    MANAGED_BY, MANAGED_BY_LABEL, ProxyConfig, SERVICE_NAME_LABEL, TDSET_LABEL, serves,
 };
 
 /// A Service, by namespace and name.
@@ -157,9 +157,7 @@ pub fn targets(
             .filter(|p| *p > 0);
         let Some(port) = port else { continue };
         for endpoint in &slice.endpoints {
-            let conditions = endpoint.conditions.clone().unwrap_or_default();
-            // A missing `ready` means ready (the API's own reading); terminating never is.
-            if conditions.ready == Some(false) || conditions.terminating == Some(true) {
+            if !serves(endpoint) {
                 continue;
             }
             let pod_here = (endpoint.target_ref.as_ref()).is_some_and(|r| {

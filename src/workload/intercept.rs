@@ -171,6 +171,14 @@ impl Hasher for Fnv {
     }
 }
 
+/// Whether an endpoint of a slice takes connections: ready (a missing `ready` means ready,
+/// the API's own reading) and not terminating. The one reading of it for the operator and
+/// the proxy.
+pub fn serves(endpoint: &Endpoint) -> bool {
+    let c = endpoint.conditions.as_ref();
+    c.and_then(|c| c.ready) != Some(false) && c.and_then(|c| c.terminating) != Some(true)
+}
+
 /// A wake proxy pod's address, as its own Service's slices show it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ProxyAddress {

@@ -10,7 +10,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
 use crate::error::{Error, Result};
-use crate::workload::intercept::{MANAGED_BY, MANAGED_BY_LABEL, ProxyAddress, SERVICE_NAME_LABEL};
+use crate::workload::intercept::{
+    MANAGED_BY, MANAGED_BY_LABEL, ProxyAddress, SERVICE_NAME_LABEL, serves,
+};
 
 use crate::workload::owned::FIELD_MANAGER;
 
@@ -51,10 +53,7 @@ pub(crate) async fn own_ready(client: &Client, ns: &str, name: &str) -> Result<b
         .iter()
         .filter(|s| s.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY))
         .flat_map(|s| &s.endpoints)
-        .any(|e| {
-            let c = e.conditions.clone().unwrap_or_default();
-            c.ready != Some(false) && c.terminating != Some(true)
-        }))
+        .any(serves))
 }
 
 /// The wake proxy's pods, from its own Service's slices.
@@ -64,8 +63,7 @@ pub(crate) async fn proxies(client: &Client, ns: &str, service: &str) -> Result<
         .iter()
         .flat_map(|s| &s.endpoints)
         .flat_map(|e| {
-            let c = e.conditions.clone().unwrap_or_default();
-            let ready = c.ready != Some(false) && c.terminating != Some(true);
+            let ready = serves(e);
             e.addresses.iter().map(move |ip| ProxyAddress {
                 ip: ip.clone(),
                 ready,
