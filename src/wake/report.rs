@@ -142,15 +142,14 @@ impl Reporter {
                     message: "timed out".into(),
                 }),
             };
-            let counted = match &failed {
-                None => "sent",
-                Some(f) if f.again && tries < MAX_TRIES => "retried",
-                Some(_) => "dropped",
-            };
-            self.metrics.reports.with_label_values(&[counted]).inc();
+            let count = |result: &str| self.metrics.reports.with_label_values(&[result]).inc();
             match failed {
-                None => (wait, tries) = (SPACING, 0),
+                None => {
+                    count("sent");
+                    (wait, tries) = (SPACING, 0);
+                }
                 Some(f) if f.again && tries < MAX_TRIES => {
+                    count("retried");
                     tries += 1;
                     warn!(namespace = %ns, tdset = %tdset, error = %f.message, retry_in = ?wait,
                           "wake report failed; sent again");
@@ -160,6 +159,7 @@ impl Reporter {
                     continue;
                 }
                 Some(f) => {
+                    count("dropped");
                     warn!(namespace = %ns, tdset = %tdset, error = %f.message, requests = report.requests,
                           "wake report refused; its requests are not reported");
                     (wait, tries) = (SPACING, 0);
