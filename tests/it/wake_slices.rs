@@ -147,6 +147,21 @@ async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"written\":true"));
     let _: Deployment = deployment_at(&client, n, "web", 2).await;
+    // Slices of the Service with no ready endpoint, named before its ready one: the operator
+    // reads them a page at a time (10) and must page on to find the ready one.
+    for i in 0..25 {
+        let _: EndpointSlice = create_object(
+            &client,
+            n,
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": format!("web-0{i:02}"),
+                                "labels": {"kubernetes.io/service-name": "web"}},
+                   "addressType": "IPv4",
+                   "endpoints": [{"addresses": [format!("10.0.2.{i}")], "conditions": {"ready": false}}],
+                   "ports": [{"name": "http", "port": 80}]}),
+        )
+        .await;
+    }
     // Still in the path: the workload's own endpoints are not ready yet.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert_eq!(ours(&client, n).await.len(), 1, "kept while waking");

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
+use tracing::warn;
 
 use crate::error::{Error, Result};
 use crate::workload::intercept::{
@@ -16,8 +17,13 @@ use crate::workload::intercept::{
 
 use crate::workload::owned::FIELD_MANAGER;
 
-/// The most slices one list reads (the operator's slices cluster-wide, a Service's own).
-const PAGE: u32 = 500;
+/// Slices read per page. A slice is at most what etcd stores in one object (~1.5 MB, a tenant
+/// may write its own for its Service), so a page is at most ~15 MB, whatever the namespace holds.
+const PAGE: u32 = 10;
+/// Pages read for one Service before its own endpoints are taken as not ready (the proxy stays
+/// in the path, which is safe): the EndpointSlice controller writes 100 endpoints per slice,
+/// so this is 100 000 endpoints, and a tenant's pile of empty slices costs a bounded read.
+const MAX_PAGES: usize = 1000 / PAGE as usize;
 
 pub(crate) async fn service(client: &Client, ns: &str, name: &str) -> Result<Option<Service>> {
     Api::<Service>::namespaced(client.clone(), ns)
@@ -26,50 +32,76 @@ pub(crate) async fn service(client: &Client, ns: &str, name: &str) -> Result<Opt
         .map_err(Error::kube(format!("reading Service {ns}/{name}")))
 }
 
-async fn slices(client: &Client, ns: Option<&str>, labels: &str) -> Result<Vec<EndpointSlice>> {
-    let api: Api<EndpointSlice> = match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let mut out = Vec::new();
+/// Reads the slices `labels` picks in `ns` one page at a time, handing each page to `visit`
+/// until it returns `true` (found: stop) or the pages end. No page outlives its visit.
+async fn visit_slices(
+    client: &Client,
+    ns: &str,
+    labels: &str,
+    mut visit: impl FnMut(&[EndpointSlice]) -> bool,
+) -> Result<Visited> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
     let mut params = ListParams::default().labels(labels).limit(PAGE);
-    loop {
+    for _ in 0..MAX_PAGES {
         let page = api
             .list(&params)
             .await
             .map_err(Error::kube(format!("listing EndpointSlices ({labels})")))?;
-        out.extend(page.items);
+        if visit(&page.items) {
+            return Ok(Visited::Found);
+        }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
+            None => return Ok(Visited::All),
         }
     }
+    Ok(Visited::Capped)
+}
+
+#[derive(Debug, PartialEq)]
+enum Visited {
+    Found,
+    All,
+    Capped,
 }
 
 /// Whether Service `name`'s own slices (not the operator's) have a ready endpoint.
 pub(crate) async fn own_ready(client: &Client, ns: &str, name: &str) -> Result<bool> {
-    let all = slices(client, Some(ns), &format!("{SERVICE_NAME_LABEL}={name}")).await?;
-    Ok(all
-        .iter()
-        .filter(|s| s.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY))
-        .flat_map(|s| &s.endpoints)
-        .any(serves))
+    let labels = format!("{SERVICE_NAME_LABEL}={name}");
+    let visited = visit_slices(client, ns, &labels, |page| {
+        page.iter()
+            .filter(|s| s.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY))
+            .flat_map(|s| &s.endpoints)
+            .any(serves)
+    })
+    .await?;
+    if visited == Visited::Capped {
+        warn!(
+            namespace = ns,
+            service = name,
+            pages = MAX_PAGES,
+            "the Service has more slices than are read for it; its own endpoints are taken as not ready and the proxy stays in its path"
+        );
+    }
+    Ok(visited == Visited::Found)
 }
 
 /// The wake proxy's pods, from its own Service's slices.
 pub(crate) async fn proxies(client: &Client, ns: &str, service: &str) -> Result<Vec<ProxyAddress>> {
-    let all = slices(client, Some(ns), &format!("{SERVICE_NAME_LABEL}={service}")).await?;
-    Ok(all
-        .iter()
-        .flat_map(|s| &s.endpoints)
-        .flat_map(|e| {
+    let mut out = Vec::new();
+    let labels = format!("{SERVICE_NAME_LABEL}={service}");
+    visit_slices(client, ns, &labels, |page| {
+        for e in page.iter().flat_map(|s| &s.endpoints) {
             let ready = serves(e);
-            e.addresses.iter().map(move |ip| ProxyAddress {
+            out.extend(e.addresses.iter().map(|ip| ProxyAddress {
                 ip: ip.clone(),
                 ready,
-            })
-        })
-        .collect())
+            }));
+        }
+        false
+    })
+    .await?;
+    Ok(out)
 }
 
 pub(crate) async fn apply(client: &Client, slice: &EndpointSlice) -> Result<()> {
