@@ -80,10 +80,13 @@ pub struct WakeProxyArgs {
         default_value = "endpointslice-controller.k8s.io"
     )]
     pub trust_endpoints_managed_by: Vec<String>,
+    /// Intercept only this namespace's Services (the operator's `--namespace`; default: all).
+    #[arg(long, env = "TDSET_NAMESPACE")]
+    pub namespace: Option<String>,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "TDSET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: std::net::SocketAddr,
-    #[arg(long, env = "TDSET_LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "TDSET_LOG", default_value = "info")]
     pub log_level: String,
     #[arg(long, env = "TDSET_LOG_FORMAT", value_enum, default_value_t = crate::telemetry::LogFormat::Text)]
     pub log_format: crate::telemetry::LogFormat,
@@ -118,12 +121,12 @@ pub struct RunArgs {
     #[arg(long, env = "TDSET_WAKE_ADDR")]
     pub wake_addr: Option<std::net::SocketAddr>,
     /// The wake proxy's ServiceAccount (`namespace/name`): only its tokens may report requests.
-    /// Default: `tdset-wake-proxy` in the operator's namespace.
+    /// Default: `tdset-operator-wake-proxy` (the chart's name for it, deploy/) in the operator's namespace.
     #[arg(long, env = "TDSET_WAKE_PROXY_SERVICE_ACCOUNT")]
     pub wake_proxy_service_account: Option<String>,
     /// The wake proxy's Service (`namespace/name`), whose EndpointSlices list its pods: the
     /// addresses the operator's slices send a sleeping Service's connections to. Default:
-    /// `tdset-wake-proxy` in the operator's namespace. Used only with `--wake-addr`.
+    /// `tdset-operator-wake-proxy` (the chart's name for it, deploy/) in the operator's namespace. Used only with `--wake-addr`.
     #[arg(long, env = "TDSET_WAKE_PROXY_SERVICE")]
     pub wake_proxy_service: Option<String>,
     /// The wake proxy's ports, `FROM-TO` (its own `--ports`): each intercepted Service port

@@ -109,6 +109,7 @@ fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
                 held_per_service: args.max_held_per_service as usize,
             },
             trusted: args.trust_endpoints_managed_by,
+            namespace: args.namespace,
         };
         let result = tokio::select! {
             r = tdset_operator::wake::run(client, opts, health, &metrics.registry) => r,
@@ -222,7 +223,7 @@ fn wake_proxy_of(args: &RunArgs, lease_namespace: &str) -> Result<Option<WakePro
     let service = args
         .wake_proxy_service
         .clone()
-        .unwrap_or_else(|| format!("{lease_namespace}/tdset-wake-proxy"));
+        .unwrap_or_else(|| format!("{lease_namespace}/tdset-operator-wake-proxy"));
     let Some((namespace, name)) = service.split_once('/') else {
         return Err(Error::Config(format!(
             "--wake-proxy-service {service:?} is not namespace/name"
@@ -248,7 +249,7 @@ async fn serve_wake(
     let account = args
         .wake_proxy_service_account
         .clone()
-        .unwrap_or_else(|| format!("{lease_namespace}/tdset-wake-proxy"));
+        .unwrap_or_else(|| format!("{lease_namespace}/tdset-operator-wake-proxy"));
     let Some((ns, name)) = account.split_once('/') else {
         return Err(Error::Config(format!(
             "--wake-proxy-service-account {account:?} is not namespace/name"

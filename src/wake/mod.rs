@@ -40,6 +40,9 @@ pub struct ProxyOptions {
     pub caps: serve::Caps,
     /// The managers whose slices are a Service's own (see `routes::targets`).
     pub trusted: Vec<String>,
+    /// The one namespace whose Services are intercepted (the operator's `--namespace`); none:
+    /// every namespace.
+    pub namespace: Option<String>,
 }
 
 /// Binds every proxy port, follows the slices, and serves until the future is dropped.
@@ -63,7 +66,7 @@ pub async fn run(
         opts.caps,
     )
     .await?;
-    let following = tokio::spawn(watch::follow(client, seen.clone()));
+    let following = tokio::spawn(watch::follow(client, seen.clone(), opts.namespace));
     seen.synced().await;
     health.set_ready(true);
     let _ = following.await;

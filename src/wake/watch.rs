@@ -130,9 +130,13 @@ impl Seen {
     }
 }
 
-/// Runs the watches until the task is dropped.
-pub async fn follow(client: Client, seen: Arc<Seen>) {
-    let api: Api<EndpointSlice> = Api::all(client.clone());
+/// Runs the watches until the task is dropped: the operator's slices in `namespace`, or in
+/// every namespace.
+pub async fn follow(client: Client, seen: Arc<Seen>, namespace: Option<String>) {
+    let api: Api<EndpointSlice> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let mut followed: HashMap<ServiceKey, JoinHandle<()>> = HashMap::new();
     let mut slices: BTreeMap<(String, String), EndpointSlice> = BTreeMap::new();
@@ -199,8 +203,10 @@ pub async fn follow(client: Client, seen: Arc<Seen>) {
                 )));
             }
         }
-        if initial.is_none() {
-            seen.synced.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Said once the first list is whole, with a change of its own: `synced` waits on the
+        // changes, and with nothing to route the list itself changes nothing.
+        if initial.is_none() && !seen.synced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            seen.bump();
         }
     }
 }

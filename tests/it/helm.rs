@@ -245,15 +245,27 @@ async fn every_option_renders_objects_the_api_server_accepts() {
         .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["name"] == "tdset-operator")
         .expect("a RoleBinding for watchNamespace");
     assert_eq!(binding["metadata"]["namespace"], json!(watched.name));
-    // The one cluster-wide binding reads TDCalendars (cluster-scoped) and nothing else.
+    // The cluster-wide bindings are for cluster-scoped kinds only: TDCalendars read, and
+    // TokenReviews created (the wake endpoint's check of the proxy's token).
     let cluster_bindings: Vec<&String> = names
         .iter()
         .filter(|n| n.starts_with("ClusterRoleBinding/"))
         .collect();
     assert_eq!(
         cluster_bindings,
-        ["ClusterRoleBinding/tdset-operator-calendars"],
+        [
+            "ClusterRoleBinding/tdset-operator-calendars",
+            "ClusterRoleBinding/tdset-operator-wake"
+        ],
         "{names:?}"
+    );
+    let wake = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "tdset-operator-wake")
+        .expect("the wake ClusterRole");
+    assert_eq!(
+        wake["rules"],
+        json!([{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}])
     );
     let calendars = docs
         .iter()
@@ -350,6 +362,62 @@ async fn every_option_renders_objects_the_api_server_accepts() {
     ns.cleanup().await;
 }
 
+/// The wake proxy comes with the operator by default; turned off, nothing of it is rendered
+/// and the operator serves no wake endpoint (its TDSets with wakeOnRequest are then refused).
+#[test]
+fn the_wake_proxy_is_installed_by_default_and_left_out_when_turned_off() {
+    let wake_objects = |docs: &[Value]| -> Vec<String> {
+        kinds(docs)
+            .into_iter()
+            .filter(|k| k.contains("wake"))
+            .collect()
+    };
+    let operator_env = |docs: &[Value]| -> Vec<String> {
+        let d = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "tdset-operator")
+            .expect("the operator's Deployment");
+        d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let on = documents(&render("tdset-system", &[]));
+    let mut found = wake_objects(&on);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "ClusterRole/tdset-operator-wake",
+            "ClusterRole/tdset-operator-wake-proxy",
+            "ClusterRoleBinding/tdset-operator-wake",
+            "ClusterRoleBinding/tdset-operator-wake-proxy",
+            "Deployment/tdset-operator-wake-proxy",
+            "PodDisruptionBudget/tdset-operator-wake-proxy",
+            "Service/tdset-operator-wake",
+            "Service/tdset-operator-wake-proxy",
+            "ServiceAccount/tdset-operator-wake-proxy",
+            "ValidatingAdmissionPolicy/tdset-operator-wake-slices",
+            "ValidatingAdmissionPolicyBinding/tdset-operator-wake-slices",
+        ]
+    );
+    assert!(operator_env(&on).contains(&"TDSET_WAKE_ADDR".to_string()));
+    let off = documents(&render(
+        "tdset-system",
+        &["--set", "wakeOnRequest.enabled=false"],
+    ));
+    assert_eq!(wake_objects(&off), Vec::<String>::new());
+    assert!(
+        !operator_env(&off)
+            .iter()
+            .any(|e| e.starts_with("TDSET_WAKE")),
+        "{:?}",
+        operator_env(&off)
+    );
+}
+
 #[test]
 fn values_the_operator_cannot_take_are_refused_by_helm() {
     for (set, says) in [
@@ -374,6 +442,10 @@ fn values_the_operator_cannot_take_are_refused_by_helm() {
                 "shards[1].selector=x=z",
             ],
             "shard \"a\" is listed twice",
+        ),
+        (
+            vec!["wakeOnRequest.ports=20000"],
+            "wakeOnRequest.ports \"20000\": use FROM-TO",
         ),
     ] {
         let chart = chart();
@@ -414,7 +486,13 @@ fn shards_render_one_operator_deployment_each_with_its_selector_and_lease() {
         ],
     );
     let docs = documents(&yaml);
-    let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
+    // The operator's Deployments (the wake proxy's is one, whatever the shards).
+    let deployments: Vec<&Value> = docs
+        .iter()
+        .filter(|d| {
+            d["kind"] == "Deployment" && d["metadata"]["name"] != "tdset-operator-wake-proxy"
+        })
+        .collect();
     let env = |d: &Value, name: &str| -> Option<String> {
         d["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array()?
@@ -527,7 +605,7 @@ fn cluster_scoped_of(kubeconfig: &Path, release: &str) -> Vec<String> {
             kubeconfig,
             &[
                 "get",
-                "clusterroles,clusterrolebindings,customresourcedefinitions",
+                "clusterroles,clusterrolebindings,customresourcedefinitions,validatingadmissionpolicies,validatingadmissionpolicybindings",
                 "-l",
                 &format!("app.kubernetes.io/instance={release}"),
                 "-o",
@@ -557,18 +635,11 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
     assert_eq!(replicas(&d), Some(2));
     // The pods the Deployment made carry the chart's pod spec, scheduled on kwok's nodes.
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let running = eventually(GUARD, "two operator pods running", || async {
-        let list = pods
-            .list(&ListParams::default().labels("app.kubernetes.io/instance=tdset"))
-            .await
-            .ok()?;
-        let running: Vec<Pod> = list
-            .items
-            .into_iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .collect();
-        (running.len() == 2).then_some(running)
-    })
+    let running = running_pods(
+        &pods,
+        "app.kubernetes.io/name=tdset-operator,app.kubernetes.io/instance=tdset",
+        2,
+    )
     .await;
     let spec = running[0].spec.as_ref().unwrap();
     let c = &spec.containers[0];
@@ -608,6 +679,7 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
             .unwrap_or_default()
             .starts_with("kwok-node-")
     );
+    wake_proxy_installed_with_the_operator(kc, &client, &pods, &running[0]).await;
     let crd_keep = succeeded(
         "reading the CRD",
         kubectl_at(
@@ -685,11 +757,17 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-edit",
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-group-form",
             "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-view",
+            "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-wake",
+            "clusterrole.rbac.authorization.k8s.io/tdset-tdset-operator-wake-proxy",
             "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator",
             "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator-calendars",
             "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator-group-form",
+            "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator-wake",
+            "clusterrolebinding.rbac.authorization.k8s.io/tdset-tdset-operator-wake-proxy",
             "customresourcedefinition.apiextensions.k8s.io/tdcalendars.schedule.rs",
             "customresourcedefinition.apiextensions.k8s.io/tdsets.schedule.rs",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/tdset-tdset-operator-wake-slices",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/tdset-tdset-operator-wake-slices",
         ]
     );
     let out = succeeded(
@@ -749,6 +827,27 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
     assert_eq!(can(&["-n", &apps.name]), "yes");
     assert_eq!(can(&["-n", "default"]), "no");
     assert_eq!(can(&["--all-namespaces"]), "no");
+    // The proxy, scoped the same way, reads slices there only; the operator still reads the
+    // proxy's own slices in its namespace.
+    let proxy = "system:serviceaccount:tdset-system:tdset-tdset-operator-wake-proxy";
+    let can_as = |who: &str, verb: &str, scope: &[&str]| {
+        let mut args = vec![
+            "auth",
+            "can-i",
+            verb,
+            "endpointslices.discovery.k8s.io",
+            "--as",
+            who,
+        ];
+        args.extend_from_slice(scope);
+        String::from_utf8_lossy(&kubectl_at(kc, &args).stdout)
+            .trim()
+            .to_string()
+    };
+    assert_eq!(can_as(proxy, "watch", &["-n", &apps.name]), "yes");
+    assert_eq!(can_as(proxy, "watch", &["-n", "default"]), "no");
+    assert_eq!(can_as(sa, "list", &["-n", "tdset-system"]), "yes");
+    assert_eq!(can_as(sa, "patch", &["-n", "tdset-system"]), "no");
     works_as_the_release_service_account(kc, &client, &apps.name, Some("web2")).await;
     succeeded(
         "helm uninstall",
@@ -762,6 +861,208 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
         .arg(&dir)
         .status();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits until exactly `n` pods that `labels` picks are Running, and returns them.
+async fn running_pods(pods: &Api<Pod>, labels: &str, n: usize) -> Vec<Pod> {
+    eventually(GUARD, &format!("{n} pods running ({labels})"), || async {
+        let list = pods
+            .list(&ListParams::default().labels(labels))
+            .await
+            .ok()?;
+        let running: Vec<Pod> = list
+            .items
+            .into_iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .collect();
+        (running.len() == n).then_some(running)
+    })
+    .await
+}
+
+/// The chart's default wake proxy beside the operator (`operator`, one of its pods): its pods
+/// with their own identity and token, the operator pointed at it, its RBAC reading
+/// EndpointSlices only, and the admission policy that lets only the operator (or a cluster
+/// admin) write a slice labelled as the operator's.
+async fn wake_proxy_installed_with_the_operator(
+    kc: &Path,
+    client: &kube::Client,
+    pods: &Api<Pod>,
+    operator: &Pod,
+) {
+    let proxies = running_pods(
+        pods,
+        "app.kubernetes.io/name=tdset-operator-wake-proxy,app.kubernetes.io/instance=tdset",
+        2,
+    )
+    .await;
+    let spec = proxies[0].spec.as_ref().unwrap();
+    let c = &spec.containers[0];
+    assert_eq!(
+        spec.service_account_name.as_deref(),
+        Some("tdset-tdset-operator-wake-proxy")
+    );
+    assert_eq!(c.args.as_deref(), Some(&["wake-proxy".to_string()][..]));
+    let env_of = |c: &k8s_openapi::api::core::v1::Container, name: &str| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(
+        env_of(c, "TDSET_WAKE_OPERATOR_URL").as_deref(),
+        Some("http://tdset-tdset-operator-wake.tdset-system.svc:8081")
+    );
+    let token = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "wake-token")
+        .and_then(|v| v.projected.as_ref())
+        .and_then(|p| p.sources.as_ref())
+        .and_then(|s| s[0].service_account_token.as_ref())
+        .expect("a projected token for the wake endpoint");
+    assert_eq!(token.audience.as_deref(), Some("wake.tdset.schedule.rs"));
+    let op = &operator.spec.as_ref().unwrap().containers[0];
+    assert_eq!(
+        env_of(op, "TDSET_WAKE_ADDR").as_deref(),
+        Some("0.0.0.0:8081")
+    );
+    assert_eq!(
+        env_of(op, "TDSET_WAKE_PROXY_SERVICE_ACCOUNT").as_deref(),
+        Some("tdset-system/tdset-tdset-operator-wake-proxy")
+    );
+    assert_eq!(
+        env_of(op, "TDSET_WAKE_PROXY_PORTS"),
+        env_of(c, "TDSET_WAKE_PROXY_PORTS")
+    );
+    let can = |who: &str, verb: &str, resource: &str| {
+        String::from_utf8_lossy(
+            &kubectl_at(kc, &["auth", "can-i", verb, resource, "--as", who, "-A"]).stdout,
+        )
+        .trim()
+        .to_string()
+    };
+    let proxy = "system:serviceaccount:tdset-system:tdset-tdset-operator-wake-proxy";
+    let operator_sa = "system:serviceaccount:tdset-system:tdset-tdset-operator";
+    assert_eq!(
+        can(proxy, "watch", "endpointslices.discovery.k8s.io"),
+        "yes"
+    );
+    for (verb, resource) in [
+        ("patch", "endpointslices.discovery.k8s.io"),
+        ("list", "services"),
+        ("list", "pods"),
+        ("get", "secrets"),
+        ("create", "tokenreviews.authentication.k8s.io"),
+    ] {
+        assert_eq!(
+            can(proxy, verb, resource),
+            "no",
+            "the proxy may {verb} {resource}"
+        );
+    }
+    assert_eq!(
+        can(operator_sa, "create", "tokenreviews.authentication.k8s.io"),
+        "yes"
+    );
+
+    // A tenant who may write EndpointSlices in its namespace writes its own, but none labelled
+    // as the operator's; the operator's identity may.
+    let tenant = TestNamespace::new(client, "helm-slices").await;
+    let t = tenant.name.as_str();
+    succeeded(
+        "granting a tenant EndpointSlices",
+        kubectl_at(
+            kc,
+            &[
+                "-n",
+                t,
+                "create",
+                "role",
+                "slices",
+                "--verb=create,update,patch,get",
+                "--resource=endpointslices.discovery.k8s.io",
+            ],
+        ),
+    );
+    succeeded(
+        "binding it",
+        kubectl_at(
+            kc,
+            &[
+                "-n",
+                t,
+                "create",
+                "rolebinding",
+                "slices",
+                "--role=slices",
+                "--user=tenant",
+            ],
+        ),
+    );
+    let slice = |name: &str, ours: bool| {
+        let mut labels = json!({"kubernetes.io/service-name": "web"});
+        if ours {
+            labels["endpointslice.kubernetes.io/managed-by"] = json!("tdset.schedule.rs");
+        }
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": name, "namespace": t, "labels": labels},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": ["10.9.9.9"], "conditions": {"ready": true}}],
+               "ports": [{"name": "http", "port": 20000}]})
+        .to_string()
+    };
+    let apply_as = |who: &str, doc: String| {
+        let mut cmd = std::process::Command::new(kubectl_path());
+        cmd.env("KUBECONFIG", kc)
+            .args([
+                "apply",
+                "--server-side",
+                "--field-manager=tdset-operator",
+                "--as",
+                who,
+                "-f",
+                "-",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(doc.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    // The policy takes effect once the API server has loaded it.
+    let refused = eventually(GUARD, "a forged slice refused", || async {
+        let out = apply_as("tenant", slice("forged", true));
+        (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+    .await;
+    assert!(
+        refused.contains("written by the tdset-operator only"),
+        "{refused}"
+    );
+    succeeded(
+        "the tenant's own slice",
+        apply_as("tenant", slice("own", false)),
+    );
+    let relabel = apply_as("tenant", slice("own", true));
+    assert!(
+        !relabel.status.success(),
+        "the tenant relabelled its slice as the operator's"
+    );
+    succeeded(
+        "the operator's slice",
+        apply_as(operator_sa, slice("ours", true)),
+    );
+    tenant.cleanup().await;
 }
 
 /// Waits until nothing labelled with the release is left in any namespace and, of the

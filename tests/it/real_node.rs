@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tdset_operator::api::TDSet;
@@ -535,10 +535,42 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     })
     .await;
 
-    // Both on the node at once: the tiers' pods beside the warm-up's.
+    // The wake proxy the chart installed reports to the operator's wake Service; this node has
+    // no cluster DNS, so it is told the Service's ClusterIP (the chart's value for such
+    // clusters), and its pods roll.
+    let wake_ip = eventually(GUARD, "the wake Service's ClusterIP", || async {
+        let svc: Service = Api::namespaced(client.clone(), NS)
+            .get(&format!("{RELEASE}-wake"))
+            .await
+            .ok()?;
+        svc.spec?.cluster_ip
+    })
+    .await;
+    succeeded(
+        "helm upgrade (the proxy's operator URL)",
+        helm(
+            &kc,
+            &[
+                "upgrade",
+                RELEASE,
+                chart.to_str().unwrap(),
+                "--namespace",
+                NS,
+                "--reuse-values",
+                "--set",
+                &format!("wakeOnRequest.proxy.operatorUrl=http://{wake_ip}:8081"),
+                "--wait",
+                "--timeout",
+                "180s",
+            ],
+        ),
+    );
+
+    // On the node at once: the tiers' pods beside the warm-up's and the woken ones.
     tokio::join!(
         warm_up_on_real_pods(&client, apps),
-        tiers_on_real_pods(&client, apps)
+        tiers_on_real_pods(&client, apps),
+        wake_on_real_pods(&client, apps, &dir),
     );
 
     // Uninstalled, the operator's pods really stop. (Not `--wait`: Kubernetes' ClusterRole
@@ -952,4 +984,147 @@ async fn tiers_on_real_pods(client: &kube::Client, apps: &str) {
         "tiers: db Ready {}, api created {} and Ready {}, web created {}",
         db_ready.0, api_created.0, api_ready.0, web_created.0
     );
+}
+
+/// `curl` from the node (run in its network namespace, where kube-proxy's rules are) to
+/// `url`; the body and how long it took, or why it failed (curl's exit code 7: the
+/// connection was refused).
+fn curl_from_node(dir: &Path, url: &str) -> Result<(String, Duration), i32> {
+    let index = std::fs::read_to_string(dir.join("node/index")).expect("the node's index");
+    let netns = format!("tdset-node-{}", index.trim());
+    let t = Instant::now();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &netns, "curl", "-sS", "-m", "90", url])
+        .output()
+        .expect("running curl");
+    if out.status.success() {
+        Ok((
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            t.elapsed(),
+        ))
+    } else {
+        Err(out.status.code().unwrap_or(-1))
+    }
+}
+
+/// Wake on request on the real node (issue 49): a Deployment asleep by its schedule behind a
+/// ClusterIP Service. A request from the node to the ClusterIP goes, through kube-proxy's
+/// rules and the operator's EndpointSlice, to the chart's wake proxy; it wakes the workload
+/// and gets the application's own answer, and the TDSet's status and history say a request
+/// woke it. After `wakeFor` it is asleep again with the operator's slice back, and a second
+/// request wakes it again.
+async fn wake_on_real_pods(client: &kube::Client, apps: &str, dir: &Path) {
+    use chrono::{Duration as Span, Utc};
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), apps);
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), apps);
+    // The operator's slices for the Service.
+    let ours = || async {
+        slices
+            .list(&ListParams::default().labels(
+                "kubernetes.io/service-name=sleeper,endpointslice.kubernetes.io/managed-by=tdset.schedule.rs",
+            ))
+            .await
+            .ok()
+            .map(|l| l.items)
+    };
+    let _: Deployment = create_object(client, apps, probed_web("sleeper", 1)).await;
+    let svc: Service = create_object(
+        client,
+        apps,
+        json!({"metadata": {"name": "sleeper"},
+               "spec": {"selector": {"app": "sleeper"},
+                        "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
+    )
+    .await;
+    let ip = svc.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
+    let url = format!("http://{ip}:80/");
+    // Awake by the schedule only in a window half a day away: asleep now.
+    let window = |h: i64| (Utc::now() + Span::hours(h)).format("%H:00").to_string();
+    create_tdset(
+        client,
+        apps,
+        &tdset(
+            "sleeper",
+            json!({"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sleeper"},
+                   "schedulingConfig": [{"startTime": window(12), "endTime": window(13), "replica": 1}],
+                   "defaultReplica": 0,
+                   "wakeOnRequest": {"services": [{"name": "sleeper"}], "wakeFor": "1m", "hold": "45s"}}),
+        ),
+    )
+    .await;
+    // Asleep, and the proxy in the Service's path (a ready address in the operator's slice).
+    let asleep_with_the_proxy_in_the_path = || async {
+        let d: Deployment = Api::namespaced(client.clone(), apps)
+            .get("sleeper")
+            .await
+            .ok()?;
+        let at_zero = d.spec?.replicas == Some(0)
+            && d.status.and_then(|s| s.ready_replicas).unwrap_or(0) == 0;
+        let ours = ours().await?;
+        let proxied = ours
+            .iter()
+            .flat_map(|s| &s.endpoints)
+            .any(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true));
+        (at_zero && proxied).then_some(())
+    };
+    for round in 1..=2 {
+        let t = Instant::now();
+        eventually(GUARD, "sleeper asleep with the proxy in its path", || {
+            asleep_with_the_proxy_in_the_path()
+        })
+        .await;
+        eprintln!(
+            "wake on request, round {round}: asleep with the proxy in the path after {:.1}s",
+            t.elapsed().as_secs_f64()
+        );
+        // kube-proxy follows the slice a moment later: until then the ClusterIP refuses (7).
+        let (body, took) = eventually(
+            GUARD,
+            "a request through the ClusterIP answered",
+            || async {
+                match curl_from_node(dir, &url) {
+                    Ok(answer) => Some(answer),
+                    Err(7) => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        None
+                    }
+                    Err(code) => panic!("curl {url} failed with exit code {code}"),
+                }
+            },
+        )
+        .await;
+        assert_eq!(
+            body, "ok\n",
+            "the application's own answer, not the proxy's"
+        );
+        eprintln!(
+            "wake on request, round {round}: a request to the sleeping Service answered by the \
+             woken pod in {:.1}s",
+            took.as_secs_f64()
+        );
+        let status = tdsets.get_status("sleeper").await.unwrap().status.unwrap();
+        let woke = status.request_wake.expect("status.requestWake");
+        assert_eq!(
+            woke.request.as_ref().map(|r| r.service.as_str()),
+            Some("sleeper"),
+            "{woke:?}"
+        );
+        assert!(
+            status
+                .history
+                .iter()
+                .filter(|h| h.reason.contains("woken by a request"))
+                .count()
+                >= round,
+            "{:#?}",
+            status.history
+        );
+        // While awake the proxy is out of the path: the operator's slice is gone.
+        eventually(GUARD, "the operator's slice removed once awake", || async {
+            let left = ours().await?;
+            left.is_empty().then_some(())
+        })
+        .await;
+    }
 }

@@ -137,7 +137,7 @@ async fn proxied_world(
     })
     .await;
     assert_eq!(given, port, "the one port of the range");
-    let proxy = wake_proxy(n, port, &addr, log);
+    let proxy = wake_proxy(n, port, &addr, log, &[]);
     (port, metrics, op, proxy)
 }
 
@@ -163,26 +163,29 @@ async fn own_slice(client: &Client, ns: &str, svc: &str, port: u16) {
 }
 
 /// The wake proxy (the built binary) on 127.0.0.1, listening on `port` alone, reporting to
-/// the endpoint at `addr` with a token of `ns/wake-proxy`; ready once it has read the slices.
-fn wake_proxy(ns: &str, port: u16, addr: &str, log: &str) -> OperatorProcess {
+/// the endpoint at `addr` with a token of `ns/wake-proxy`, with `more` flags; ready once it
+/// has read the slices.
+fn wake_proxy(ns: &str, port: u16, addr: &str, log: &str, more: &[&str]) -> OperatorProcess {
     let token_file = std::env::temp_dir().join(format!("{ns}-wake-token"));
     std::fs::write(&token_file, token(ns, "wake-proxy", Some(AUDIENCE))).unwrap();
     let ports = format!("{port}-{port}");
     let url = format!("http://{addr}");
+    let mut extra = vec![
+        "--ip",
+        "127.0.0.1",
+        "--ports",
+        &ports,
+        "--operator-url",
+        &url,
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--trust-endpoints-managed-by",
+        "test.example",
+    ];
+    extra.extend_from_slice(more);
     let proxy = OperatorProcess::launch(Launch {
         command: "wake-proxy",
-        extra: &[
-            "--ip",
-            "127.0.0.1",
-            "--ports",
-            &ports,
-            "--operator-url",
-            &url,
-            "--token-file",
-            token_file.to_str().unwrap(),
-            "--trust-endpoints-managed-by",
-            "test.example",
-        ],
+        extra: &extra,
         ..Launch::new(&control_plane().kubeconfig, log)
     });
     proxy.wait_ready(GUARD, std::path::Path::new(log));
@@ -216,6 +219,18 @@ async fn tdset_status(
         .await
         .ok()
         .and_then(|t| t.status)
+}
+
+/// A proxy with nothing to intercept (no TDSet asks for it yet: the chart installs it before
+/// any) says ready once its list is read, so `helm install --wait` and its PodDisruptionBudget
+/// see it ready. Scoped to an empty namespace, its list holds no slice at all.
+#[tokio::test]
+async fn a_proxy_with_nothing_to_intercept_is_ready() {
+    let (_client, ns) = setup("wake-proxy-empty").await;
+    let n = &ns.name;
+    let log = format!("{n}-proxy.log");
+    let _proxy = wake_proxy(n, free_port(), "127.0.0.1:1", &log, &["--namespace", n]);
+    ns.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

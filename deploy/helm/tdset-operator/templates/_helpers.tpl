@@ -30,3 +30,20 @@ app.kubernetes.io/part-of: tdset-operator
 {{- define "tdset-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* The wake proxy's pods: a name of their own, so no selector of the operator's picks them. */}}
+{{- define "tdset-operator.wakeProxySelectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-wake-proxy
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tdset-operator.wakeProxyLabels" -}}
+{{ include "tdset-operator.wakeProxySelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: tdset-operator
+app.kubernetes.io/component: wake-proxy
+{{- end -}}
+
+{{- define "tdset-operator.wakeProxyName" -}}
+{{- printf "%s-wake-proxy" (include "tdset-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
