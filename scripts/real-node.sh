@@ -25,6 +25,8 @@ BUILDAH_ROOT="$CACHE_ROOT/buildah"
 NODE_NAME="real-node"
 PAUSE_IMAGE="localhost/tdset/pause:1"
 HTTPD_IMAGE="localhost/tdset/httpd:1"
+# A workload that says what it was sent (bodies, WebSocket messages): wake on request's tests.
+ECHO_IMAGE="localhost/tdset/echo:1"
 # The operator's runtime base (Dockerfile). Not pullable here; the stand-in carries the same
 # name so the Dockerfile builds unchanged.
 DISTROLESS_IMAGE="gcr.io/distroless/cc-debian12:nonroot"
@@ -100,7 +102,7 @@ cmd_node_check() {
   [[ -d /sys/fs/cgroup/cpu && -d /sys/fs/cgroup/memory ]] || why+=("cgroup v1 hierarchies (cgroup v2 alone is not supported yet)")
   local missing; missing="$(node_tools_missing)"
   [[ -z "$missing" ]] || why+=("$missing (Debian: apt-get install ${NODE_PACKAGES[*]})")
-  [[ -x "$NODE_DIR/kubelet" && -f "$IMAGES_DIR/pause.tar" ]] || why+=("the node's kubelet and images (scripts/control-plane.sh install)")
+  [[ -x "$NODE_DIR/kubelet" && -f "$IMAGES_DIR/pause.tar" && -f "$IMAGES_DIR/echo.tar" ]] || why+=("the node's kubelet and images (scripts/control-plane.sh install)")
   [[ ${#why[@]} -eq 0 ]] || { echo "a real node needs: $(IFS=';'; echo "${why[*]}")" >&2; return 1; }
 }
 
@@ -112,6 +114,15 @@ install_node() {
   fi
   install_extra node build_node "$NODE_DIR" kubelet kube-proxy
   install_extra images build_images "$IMAGES_DIR" pause.tar httpd.tar distroless-cc-debian12.tar
+  install_extra echo-image build_echo_image "$IMAGES_DIR" echo.tar
+}
+
+build_echo_image() {
+  local work="$1" src; src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/images"
+  mkdir -p "$work/echo"
+  gcc -static -O2 -Wall -o "$work/echo/echo" "$src/echo.c"
+  image_from_tree "$work/echo" "$ECHO_IMAGE" "$work/out/echo.tar" \
+    --entrypoint '["/echo"]' --user 65532:65532 --port 8080
 }
 
 # `build-image TAG ARCHIVE [buildah bud args...]`: builds the repository's Dockerfile (or what the
@@ -244,7 +255,7 @@ node_init() {
   local n
   for n in $(seq 1 100); do [[ -S "$nd/containerd.sock" ]] && break; sleep 0.1; done
   local img
-  for img in pause httpd; do
+  for img in pause httpd echo; do
     ctr --address "$nd/containerd.sock" -n k8s.io images import "$IMAGES_DIR/$img.tar" >/dev/null
   done
   "$NODE_DIR/kubelet" --config "$nd/kubelet.yaml" --kubeconfig "$nd/kubeconfig" --root-dir "$nd/kubelet" \

@@ -986,145 +986,369 @@ async fn tiers_on_real_pods(client: &kube::Client, apps: &str) {
     );
 }
 
-/// `curl` from the node (run in its network namespace, where kube-proxy's rules are) to
-/// `url`; the body and how long it took, or why it failed (curl's exit code 7: the
-/// connection was refused).
-fn curl_from_node(dir: &Path, url: &str) -> Result<(String, Duration), i32> {
+/// The node's network namespace, where kube-proxy's rules are: "from the node".
+fn node_netns(dir: &Path) -> String {
     let index = std::fs::read_to_string(dir.join("node/index")).expect("the node's index");
-    let netns = format!("tdset-node-{}", index.trim());
-    let t = Instant::now();
-    let out = Command::new("ip")
-        .args(["netns", "exec", &netns, "curl", "-sS", "-m", "90", url])
+    format!("tdset-node-{}", index.trim())
+}
+
+/// Runs `args` in the node's network namespace.
+fn on_node(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("ip")
+        .args(["netns", "exec", &node_netns(dir)])
+        .args(args)
         .output()
-        .expect("running curl");
+        .expect("running a command on the node")
+}
+
+const ECHO_IMAGE: &str = "localhost/tdset/echo:1";
+
+/// `probed_web` running the echo workload (scripts/images/echo.c): a body is answered with its
+/// length and FNV-1a hash, a WebSocket message is sent back.
+fn echo_web(name: &str, delay: i32) -> serde_json::Value {
+    let mut d = probed_web(name, delay);
+    d["spec"]["template"]["spec"]["containers"][0]["image"] = json!(ECHO_IMAGE);
+    d
+}
+
+fn fnv1a64(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// One Service woken on request on the real node: `deployment` asleep by its schedule (awake
+/// only in a window half a day away) behind a ClusterIP Service of its name (port 80 to the
+/// pods' `http`), its TDSet's `wakeOnRequest` the Service with `wake`'s other fields.
+struct Sleeper<'a> {
+    client: &'a kube::Client,
+    ns: &'a str,
+    name: String,
+    url: String,
+    ip: String,
+}
+
+impl<'a> Sleeper<'a> {
+    async fn new(
+        client: &'a kube::Client,
+        ns: &'a str,
+        deployment: serde_json::Value,
+        wake: serde_json::Value,
+    ) -> Sleeper<'a> {
+        use chrono::{Duration as Span, Utc};
+        let name = deployment["metadata"]["name"].as_str().unwrap().to_string();
+        let _: Deployment = create_object(client, ns, deployment).await;
+        let svc: Service = create_object(
+            client,
+            ns,
+            json!({"metadata": {"name": name},
+                   "spec": {"selector": {"app": name},
+                            "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
+        )
+        .await;
+        let ip = svc.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
+        let window = |h: i64| (Utc::now() + Span::hours(h)).format("%H:00").to_string();
+        let mut wake_on_request = wake;
+        wake_on_request["services"] = json!([{"name": name}]);
+        create_tdset(
+            client,
+            ns,
+            &tdset(
+                &name,
+                json!({"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                       "schedulingConfig": [{"startTime": window(12), "endTime": window(13), "replica": 1}],
+                       "defaultReplica": 0,
+                       "wakeOnRequest": wake_on_request}),
+            ),
+        )
+        .await;
+        Sleeper {
+            client,
+            ns,
+            url: format!("http://{ip}:80"),
+            name,
+            ip,
+        }
+    }
+
+    /// The operator's slices for the Service.
+    async fn ours(&self) -> Option<Vec<k8s_openapi::api::discovery::v1::EndpointSlice>> {
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(
+            self.client.clone(),
+            self.ns,
+        )
+        .list(&ListParams::default().labels(&format!(
+            "kubernetes.io/service-name={},endpointslice.kubernetes.io/managed-by=tdset.schedule.rs",
+            self.name
+        )))
+        .await
+        .ok()
+        .map(|l| l.items)
+    }
+
+    /// Waits until the workload is at 0 with no ready pod, the operator's slice names a ready
+    /// proxy address, and kube-proxy on the node sends the ClusterIP there.
+    async fn asleep_with_the_proxy_in_its_path(&self, dir: &Path) {
+        let t = Instant::now();
+        eventually(
+            GUARD,
+            &format!("{} asleep, the proxy in its path", self.name),
+            || async {
+                let d: Deployment = Api::namespaced(self.client.clone(), self.ns)
+                    .get(&self.name)
+                    .await
+                    .ok()?;
+                let at_zero = d.spec?.replicas == Some(0)
+                    && d.status.and_then(|s| s.ready_replicas).unwrap_or(0) == 0;
+                let proxied = self
+                    .ours()
+                    .await?
+                    .iter()
+                    .flat_map(|s| &s.endpoints)
+                    .any(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true));
+                // kube-proxy's rule for the ClusterIP once it has an endpoint (a Service with
+                // none only gets a REJECT rule in the filter table).
+                let rules = on_node(dir, &["iptables-save", "-t", "nat"]);
+                let programmed = String::from_utf8_lossy(&rules.stdout)
+                    .lines()
+                    .any(|l| l.contains(&format!("-d {}/32", self.ip)) && l.contains("KUBE-SVC-"));
+                (at_zero && proxied && programmed).then_some(())
+            },
+        )
+        .await;
+        eprintln!(
+            "wake on request, {}: asleep with the proxy in its path after {:.1}s",
+            self.name,
+            t.elapsed().as_secs_f64()
+        );
+    }
+
+    async fn status(&self) -> tdset_operator::api::TDSetStatus {
+        Api::<TDSet>::namespaced(self.client.clone(), self.ns)
+            .get_status(&self.name)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+    }
+
+    /// The history entries of request wake-ups.
+    async fn request_wake_ups(&self) -> usize {
+        self.status()
+            .await
+            .history
+            .iter()
+            .filter(|h| h.reason.contains("woken by a request"))
+            .count()
+    }
+}
+
+/// `curl` from the node to `url` with `more` options; its output, or curl's exit code.
+fn curl_on_node(dir: &Path, url: &str, more: &[&str]) -> Result<String, i32> {
+    let mut args = vec!["curl", "-sS", "-m", "90"];
+    args.extend_from_slice(more);
+    args.push(url);
+    let out = on_node(dir, &args);
     if out.status.success() {
-        Ok((
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            t.elapsed(),
-        ))
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(out.status.code().unwrap_or(-1))
     }
 }
 
-/// Wake on request on the real node (issue 49): a Deployment asleep by its schedule behind a
-/// ClusterIP Service. A request from the node to the ClusterIP goes, through kube-proxy's
-/// rules and the operator's EndpointSlice, to the chart's wake proxy; it wakes the workload
-/// and gets the application's own answer, and the TDSet's status and history say a request
-/// woke it. After `wakeFor` it is asleep again with the operator's slice back, and a second
-/// request wakes it again.
+/// Wake on request on the real node (issue 49), five Services side by side, each a
+/// Deployment asleep by its schedule behind a ClusterIP. Requests are sent from the node (its
+/// network namespace: kube-proxy's rules, the operator's EndpointSlice, the chart's proxy).
 async fn wake_on_real_pods(client: &kube::Client, apps: &str, dir: &Path) {
-    use chrono::{Duration as Span, Utc};
-    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), apps);
-    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
-        Api::namespaced(client.clone(), apps);
-    // The operator's slices for the Service.
-    let ours = || async {
-        slices
-            .list(&ListParams::default().labels(
-                "kubernetes.io/service-name=sleeper,endpointslice.kubernetes.io/managed-by=tdset.schedule.rs",
-            ))
-            .await
-            .ok()
-            .map(|l| l.items)
-    };
-    let _: Deployment = create_object(client, apps, probed_web("sleeper", 1)).await;
-    let svc: Service = create_object(
+    tokio::join!(
+        woken_twice(client, apps, dir),
+        a_large_body_through_a_wake_up(client, apps, dir),
+        a_websocket_through_a_wake_up(client, apps, dir),
+        a_crowd_wakes_it_once(client, apps, dir),
+        held_past_hold_and_ignored(client, apps, dir),
+    );
+}
+
+/// A request gets the application's own answer, and the status and history say a request
+/// woke it; the proxy then leaves the path. After `wakeFor` it is asleep again with the
+/// operator's slice back, and a second request wakes it again.
+async fn woken_twice(client: &kube::Client, apps: &str, dir: &Path) {
+    let s = Sleeper::new(
         client,
         apps,
-        json!({"metadata": {"name": "sleeper"},
-               "spec": {"selector": {"app": "sleeper"},
-                        "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
+        probed_web("sleeper", 1),
+        json!({"wakeFor": "1m", "hold": "45s"}),
     )
     .await;
-    let ip = svc.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
-    let url = format!("http://{ip}:80/");
-    // Awake by the schedule only in a window half a day away: asleep now.
-    let window = |h: i64| (Utc::now() + Span::hours(h)).format("%H:00").to_string();
-    create_tdset(
-        client,
-        apps,
-        &tdset(
-            "sleeper",
-            json!({"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sleeper"},
-                   "schedulingConfig": [{"startTime": window(12), "endTime": window(13), "replica": 1}],
-                   "defaultReplica": 0,
-                   "wakeOnRequest": {"services": [{"name": "sleeper"}], "wakeFor": "1m", "hold": "45s"}}),
-        ),
-    )
-    .await;
-    // Asleep, and the proxy in the Service's path (a ready address in the operator's slice).
-    let asleep_with_the_proxy_in_the_path = || async {
-        let d: Deployment = Api::namespaced(client.clone(), apps)
-            .get("sleeper")
-            .await
-            .ok()?;
-        let at_zero = d.spec?.replicas == Some(0)
-            && d.status.and_then(|s| s.ready_replicas).unwrap_or(0) == 0;
-        let ours = ours().await?;
-        let proxied = ours
-            .iter()
-            .flat_map(|s| &s.endpoints)
-            .any(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true));
-        (at_zero && proxied).then_some(())
-    };
     for round in 1..=2 {
+        s.asleep_with_the_proxy_in_its_path(dir).await;
         let t = Instant::now();
-        eventually(GUARD, "sleeper asleep with the proxy in its path", || {
-            asleep_with_the_proxy_in_the_path()
-        })
-        .await;
-        eprintln!(
-            "wake on request, round {round}: asleep with the proxy in the path after {:.1}s",
-            t.elapsed().as_secs_f64()
-        );
-        // kube-proxy follows the slice a moment later: until then the ClusterIP refuses (7).
-        let (body, took) = eventually(
-            GUARD,
-            "a request through the ClusterIP answered",
-            || async {
-                match curl_from_node(dir, &url) {
-                    Ok(answer) => Some(answer),
-                    Err(7) => {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        None
-                    }
-                    Err(code) => panic!("curl {url} failed with exit code {code}"),
-                }
-            },
-        )
-        .await;
+        let body = curl_on_node(dir, &s.url, &[]).expect("curl through the ClusterIP");
         assert_eq!(
             body, "ok\n",
             "the application's own answer, not the proxy's"
         );
         eprintln!(
-            "wake on request, round {round}: a request to the sleeping Service answered by the \
-             woken pod in {:.1}s",
-            took.as_secs_f64()
+            "wake on request, sleeper round {round}: answered by the woken pod in {:.1}s",
+            t.elapsed().as_secs_f64()
         );
-        let status = tdsets.get_status("sleeper").await.unwrap().status.unwrap();
-        let woke = status.request_wake.expect("status.requestWake");
+        let woke = s.status().await.request_wake.expect("status.requestWake");
         assert_eq!(
             woke.request.as_ref().map(|r| r.service.as_str()),
             Some("sleeper"),
             "{woke:?}"
         );
-        assert!(
-            status
-                .history
-                .iter()
-                .filter(|h| h.reason.contains("woken by a request"))
-                .count()
-                >= round,
-            "{:#?}",
-            status.history
-        );
+        assert_eq!(s.request_wake_ups().await, round);
         // While awake the proxy is out of the path: the operator's slice is gone.
         eventually(GUARD, "the operator's slice removed once awake", || async {
-            let left = ours().await?;
-            left.is_empty().then_some(())
+            s.ours().await?.is_empty().then_some(())
         })
         .await;
     }
+}
+
+/// A 4 MiB POST that wakes the workload arrives whole (its length and hash, as the pod saw
+/// them).
+async fn a_large_body_through_a_wake_up(client: &kube::Client, apps: &str, dir: &Path) {
+    let s = Sleeper::new(
+        client,
+        apps,
+        echo_web("sleeper-body", 1),
+        json!({"wakeFor": "5m", "hold": "45s"}),
+    )
+    .await;
+    let body: Vec<u8> = (0..4u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let file = std::env::temp_dir().join(format!("{apps}-body.bin"));
+    std::fs::write(&file, &body).unwrap();
+    s.asleep_with_the_proxy_in_its_path(dir).await;
+    let data = format!("@{}", file.display());
+    let answer =
+        curl_on_node(dir, &s.url, &["--data-binary", &data]).expect("a POST through the ClusterIP");
+    assert_eq!(
+        answer,
+        format!("bytes={} fnv1a64={:016x}\n", body.len(), fnv1a64(&body)),
+        "the body as the woken pod received it"
+    );
+    assert_eq!(s.request_wake_ups().await, 1);
+    let _ = std::fs::remove_file(&file);
+}
+
+/// A WebSocket opened to the sleeping Service is upgraded by the woken pod and echoes.
+async fn a_websocket_through_a_wake_up(client: &kube::Client, apps: &str, dir: &Path) {
+    let s = Sleeper::new(
+        client,
+        apps,
+        echo_web("sleeper-ws", 1),
+        json!({"wakeFor": "5m", "hold": "45s"}),
+    )
+    .await;
+    s.asleep_with_the_proxy_in_its_path(dir).await;
+    // A WebSocket client (RFC 6455: a masked text frame out, the echo's unmasked frame back).
+    let client_py = r#"
+import base64, hashlib, os, socket, sys
+ip, msg = sys.argv[1], sys.argv[2].encode()
+s = socket.create_connection((ip, 80), timeout=90)
+key = base64.b64encode(os.urandom(16)).decode()
+s.sendall(("GET /ws HTTP/1.1\r\nHost: sleeper-ws\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % key).encode())
+buf = b""
+while b"\r\n\r\n" not in buf:
+    chunk = s.recv(4096)
+    if not chunk: sys.exit("closed before the upgrade: %r" % buf)
+    buf += chunk
+head, rest = buf.split(b"\r\n\r\n", 1)
+accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+if not head.startswith(b"HTTP/1.1 101") or accept not in head: sys.exit("no upgrade: %r" % head)
+mask = os.urandom(4)
+s.sendall(bytes([0x81, 0x80 | len(msg)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(msg)))
+while len(rest) < 2 + len(msg):
+    chunk = s.recv(4096)
+    if not chunk: break
+    rest += chunk
+print(rest[2:2 + rest[1]].decode(), end="")
+"#;
+    let msg = "hello through a wake-up";
+    let out = on_node(dir, &["python3", "-c", client_py, &s.ip, msg]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), msg);
+    assert_eq!(s.request_wake_ups().await, 1);
+}
+
+/// 200 requests at once to the sleeping Service all get the application's answer, and they
+/// make one wake-up.
+async fn a_crowd_wakes_it_once(client: &kube::Client, apps: &str, dir: &Path) {
+    let s = Sleeper::new(
+        client,
+        apps,
+        probed_web("sleeper-crowd", 1),
+        json!({"wakeFor": "5m", "hold": "45s"}),
+    )
+    .await;
+    s.asleep_with_the_proxy_in_its_path(dir).await;
+    let urls: Vec<String> = (0..200).map(|i| format!("{}/{i}", s.url)).collect();
+    let mut args = vec![
+        "--parallel",
+        "--parallel-immediate",
+        "--parallel-max",
+        "200",
+        "-w",
+        "%{http_code}\n",
+        "-o",
+        "/dev/null",
+    ];
+    for u in &urls[1..] {
+        args.extend(["-o", "/dev/null", u.as_str()]);
+    }
+    let t = Instant::now();
+    let codes = curl_on_node(dir, &urls[0], &args).expect("200 requests at once");
+    let ok = codes.lines().filter(|c| *c == "200").count();
+    assert_eq!(ok, 200, "every request answered by the woken pod: {codes}");
+    eprintln!(
+        "wake on request, sleeper-crowd: 200 requests at once, all answered in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        s.request_wake_ups().await,
+        1,
+        "{:#?}",
+        s.status().await.history
+    );
+}
+
+/// A workload that is not ready within `hold`: the request held that long gets 503 with a
+/// Retry-After. Before it, a request whose user agent `ignore` names is answered by the
+/// proxy and wakes nothing.
+async fn held_past_hold_and_ignored(client: &kube::Client, apps: &str, dir: &Path) {
+    let s = Sleeper::new(
+        client,
+        apps,
+        probed_web("sleeper-slow", 600),
+        json!({"wakeFor": "5m", "hold": "2s", "ignore": {"userAgents": ["(?i)uptime-bot"]}}),
+    )
+    .await;
+    s.asleep_with_the_proxy_in_its_path(dir).await;
+    let ignored = curl_on_node(dir, &s.url, &["-i", "-A", "Uptime-Bot/1.0"]).expect("curl");
+    assert!(ignored.starts_with("HTTP/1.1 503"), "{ignored}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        s.status().await.request_wake.is_none(),
+        "an ignored request woke it"
+    );
+    let t = Instant::now();
+    let held = curl_on_node(dir, &s.url, &["-i"]).expect("curl");
+    let took = t.elapsed();
+    assert!(held.starts_with("HTTP/1.1 503"), "{held}");
+    assert!(
+        held.to_ascii_lowercase().contains("\r\nretry-after: "),
+        "{held}"
+    );
+    assert!(took >= Duration::from_secs(2), "answered after {took:?}");
+    // It was woken all the same: the count is up, its pod starting.
+    deployment_at(client, apps, "sleeper-slow", 1).await;
 }

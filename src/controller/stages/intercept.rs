@@ -71,6 +71,11 @@ pub(crate) async fn intercept(
         return Ok(Intercepted::default());
     };
     let asleep = resolved.eval.replicas == 0;
+    // Awake with nothing of the operator's in the path: nothing to read or write (most
+    // reconciles of a TDSet awake by its schedule).
+    if !asleep && present.is_empty() {
+        return Ok(Intercepted::default());
+    }
     let proxies = io::proxies(&ctx.client, &proxy.namespace, &proxy.service).await?;
     let config = ProxyConfig {
         hold_secs: u64::try_from(wake::hold(spec).num_seconds()).unwrap_or(10),

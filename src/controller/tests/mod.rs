@@ -277,12 +277,22 @@ pub(super) struct Operator {
     hpas: Writer<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>,
     calendars: Writer<crate::api::TDCalendar>,
     tdsets: Writer<Cached<TDSet>>,
+    wake_slices: Writer<k8s_openapi::api::discovery::v1::EndpointSlice>,
 }
 
 impl Operator {
     /// The operator at `now`, every cache listed and empty (no Service is ever added: its
     /// writer goes).
     pub fn at(server: &ApiServer, now: &str) -> Operator {
+        Operator::with_wake_proxy(server, now, None)
+    }
+
+    /// `at`, with the wake proxy `proxy` (the operator's `--wake-addr` on).
+    pub fn with_wake_proxy(
+        server: &ApiServer,
+        now: &str,
+        proxy: Option<super::state::WakeProxyRef>,
+    ) -> Operator {
         let client = server.client.clone();
         let now = DateTime::parse_from_rfc3339(now)
             .unwrap()
@@ -292,6 +302,8 @@ impl Operator {
         let (hpas, mut hw) = reflector::store();
         let (calendars, mut cw) = reflector::store();
         let (tdsets, mut tw) = reflector::store();
+        let (wake_slices, mut ww) = reflector::store();
+        listed(&mut ww, vec![]);
         listed(&mut dw, vec![]);
         listed(&mut sw, vec![]);
         listed(&mut hw, vec![]);
@@ -312,8 +324,8 @@ impl Operator {
         );
         let ctx = Arc::new(Context {
             leading_since: now,
-            wake_proxy: None,
-            wake_slices: kube::runtime::reflector::store().0,
+            wake_proxy: proxy,
+            wake_slices,
             client: client.clone(),
             clock: Arc::new(FixedClock(now)),
             lane,
@@ -345,7 +357,19 @@ impl Operator {
             hpas: hw,
             calendars: cw,
             tdsets: tw,
+            wake_slices: ww,
         }
+    }
+
+    /// The cache of the operator's EndpointSlices now holds `objects`.
+    pub fn wake_slices(&mut self, objects: Vec<Value>) {
+        listed(
+            &mut self.wake_slices,
+            objects
+                .into_iter()
+                .map(|o| serde_json::from_value(o).unwrap())
+                .collect(),
+        );
     }
 
     /// The Deployment cache now holds `objects`.

@@ -816,3 +816,212 @@ async fn a_request_wake_up_scales_and_writes_only_its_phase_back() {
     operator.reconcile(&t).await.unwrap();
     assert_eq!(server.all().len(), 0, "{:#?}", server.all());
 }
+
+const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices";
+const PROXY_SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/tdset-system/endpointslices";
+
+/// The wake proxy the operator points its slices at: Service `tdset-system/wake-proxy`.
+fn wake_proxy() -> Option<crate::controller::state::WakeProxyRef> {
+    Some(crate::controller::state::WakeProxyRef {
+        namespace: "tdset-system".into(),
+        service: "wake-proxy".into(),
+        ports: (20000, 20255),
+    })
+}
+
+/// Service `web` (port `http` 80 to the pods' 8080), one IPv4 ClusterIP.
+fn web_service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-svc", "resourceVersion": "30"},
+        "spec": {"type": "ClusterIP", "selector": {"app": "web"},
+                 "clusterIP": "10.0.0.10", "clusterIPs": ["10.0.0.10"], "ipFamilies": ["IPv4"],
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]},
+    })
+}
+
+/// A list of EndpointSlices of Service `service` in `ns`, each `(address, ready)` one endpoint.
+fn slice_list(ns: &str, service: &str, endpoints: &[(&str, bool)]) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList",
+        "metadata": {"resourceVersion": "40"},
+        "items": [{
+            "metadata": {"name": format!("{service}-abcde"), "namespace": ns,
+                         "labels": {"kubernetes.io/service-name": service,
+                                    "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+            "addressType": "IPv4",
+            "endpoints": endpoints.iter().map(|(ip, ready)| json!({
+                "addresses": [ip], "conditions": {"ready": ready}})).collect::<Vec<_>>(),
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        }],
+    })
+}
+
+/// TDSet `t` over Deployment `web` (at 3) with `schedule` and `wakeOnRequest` for Service
+/// `web`, and the API server answering the form's reads, Service `web`, the proxy's pods
+/// (`proxies`: address, ready) and the TDSet's status.
+fn intercepted(schedule: Value, proxies: &[(&str, bool)]) -> (ApiServer, TDSet) {
+    let server = ApiServer::start();
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(3));
+    let mut spec = schedule;
+    spec["scaleTargetRef"] = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"});
+    spec["wakeOnRequest"] = json!({"services": [{"name": "web"}]});
+    let t = tdset(spec);
+    server.returns(
+        "GET",
+        &format!("{TDSETS}/t"),
+        serde_json::to_value(&t).unwrap(),
+    );
+    server.returns("GET", "/api/v1/namespaces/ns/services/web", web_service());
+    server.lists(
+        PROXY_SLICES,
+        "kubernetes.io/service-name=wake-proxy",
+        slice_list("tdset-system", "wake-proxy", proxies),
+    );
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "11"));
+    (server, t)
+}
+
+/// Going to sleep, the operator's slice for the Service (the proxy's ready pod on a proxy
+/// port) is applied before the write that takes the count to 0: the Service never has no
+/// endpoint. A reconcile that finds it in place does not write it again.
+#[tokio::test(start_paused = true)]
+async fn going_to_sleep_the_proxy_is_put_in_the_path_before_the_count_goes_to_0() {
+    let (server, t) = intercepted(
+        json!({"defaultReplica": 0,
+               "schedulingConfig": [{"startTime": "12:00", "endTime": "13:00", "replica": 3}]}),
+        &[("10.0.9.1", true), ("10.0.9.2", false)],
+    );
+    server.on(
+        "PATCH",
+        &format!("{SLICES}/web-tdset-wake-ipv4"),
+        echo("41"),
+    );
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
+        (200, scale(0, "12"))
+    });
+    let mut operator = Operator::with_wake_proxy(&server, NOW, wake_proxy());
+
+    operator.reconcile(&t).await.unwrap();
+
+    let requests = server.requests();
+    let at = |line: &str| {
+        requests
+            .iter()
+            .position(|r| r == line)
+            .unwrap_or_else(|| panic!("{line} not sent: {requests:#?}"))
+    };
+    let slice =
+        at("PATCH /apis/discovery.k8s.io/v1/namespaces/ns/endpointslices/web-tdset-wake-ipv4");
+    let to_zero = at("PATCH /apis/apps/v1/namespaces/ns/deployments/web/scale");
+    assert!(
+        slice < to_zero,
+        "the slice after the count went to 0: {requests:#?}"
+    );
+    let sent = server.sent();
+    let applied = &sent[slice].body;
+    assert!(
+        sent[slice].query.contains("fieldManager="),
+        "a server-side apply"
+    );
+    assert_eq!(
+        applied["metadata"]["labels"]["kubernetes.io/service-name"],
+        "web"
+    );
+    assert_eq!(
+        applied["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+        "tdset.schedule.rs"
+    );
+    assert_eq!(applied["metadata"]["ownerReferences"][0]["uid"], "uid-t");
+    // The proxy's ready pod only, marked ready explicitly; the Service's port name on a
+    // proxy port of the range.
+    assert_eq!(
+        applied["endpoints"],
+        json!([{"addresses": ["10.0.9.1"],
+                 "conditions": {"ready": true, "serving": true, "terminating": false}}])
+    );
+    assert_eq!(applied["ports"][0]["name"], "http");
+    let port = applied["ports"][0]["port"].as_i64().unwrap();
+    assert!((20000..=20255).contains(&port), "{port}");
+
+    // The watch brings the slice back: the next reconcile (the count already 0) reads the
+    // proxy's pods again but writes no slice.
+    let mut stored = applied.clone();
+    stored["metadata"]["namespace"] = json!("ns");
+    stored["metadata"]["resourceVersion"] = json!("41");
+    operator.wake_slices(vec![stored]);
+    operator.deployments(vec![web(0)]);
+    server.clear();
+    operator.reconcile(&t).await.unwrap();
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.contains("endpointslices/web-tdset-wake")),
+        "{:#?}",
+        server.requests()
+    );
+}
+
+/// Awake again (a window), the operator's slice stays while the Service's own endpoints are
+/// not ready, and is deleted once one is: nothing of the operator's is in the path.
+#[tokio::test(start_paused = true)]
+async fn woken_the_slice_goes_once_the_services_own_endpoint_is_ready() {
+    let (server, t) = intercepted(json!({"defaultReplica": 3}), &[("10.0.9.1", true)]);
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
+        (200, scale(3, "12"))
+    });
+    server.on("DELETE", &format!("{SLICES}/web-tdset-wake-ipv4"), |_| {
+        status(200, "", "deleted")
+    });
+    // (The slice as cached here lacks what the operator puts on it: kept, it is refreshed.)
+    server.on(
+        "PATCH",
+        &format!("{SLICES}/web-tdset-wake-ipv4"),
+        echo("42"),
+    );
+    let ours = json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-tdset-wake-ipv4", "namespace": "ns", "resourceVersion": "41",
+                     "labels": {"kubernetes.io/service-name": "web",
+                                "endpointslice.kubernetes.io/managed-by": "tdset.schedule.rs",
+                                "schedule.rs/tdset": "t"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.9.1"], "conditions": {"ready": true}}],
+        "ports": [{"name": "http", "port": 20000, "protocol": "TCP"}],
+    });
+    let mut operator = Operator::with_wake_proxy(&server, NOW, wake_proxy());
+    operator.wake_slices(vec![ours]);
+    operator.deployments(vec![web(3)]);
+
+    // Its own endpoint not ready yet: kept.
+    server.lists(
+        SLICES,
+        "kubernetes.io/service-name=web",
+        slice_list("ns", "web", &[("10.1.0.5", false)]),
+    );
+    operator.reconcile(&t).await.unwrap();
+    assert!(
+        !server.requests().iter().any(|r| r.starts_with("DELETE")),
+        "{:#?}",
+        server.requests()
+    );
+
+    // Ready: the slice goes.
+    server.first(
+        "GET",
+        SLICES,
+        slice_list("ns", "web", &[("10.1.0.5", true)]),
+    );
+    server.clear();
+    operator.reconcile(&t).await.unwrap();
+    assert!(
+        server.requests().contains(
+            &"DELETE /apis/discovery.k8s.io/v1/namespaces/ns/endpointslices/web-tdset-wake-ipv4"
+                .to_string()
+        ),
+        "{:#?}",
+        server.requests()
+    );
+}
