@@ -185,12 +185,16 @@ install_extra() {
 }
 
 install_extras() {
+  # The monitoring CRDs are a module's download (minutes on a cold module cache), not a build:
+  # fetched beside the builds, which want the CPU.
+  install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
+    monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml &
+  local fetching=$!
   install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
   install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml
   install_extra helm build_helm "$HELM_DIR" helm
-  install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
-    monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml
   install_node
+  wait "$fetching" || die "fetching the monitoring CRDs failed (above)"
 }
 
 cmd_install() {
