@@ -9,6 +9,7 @@
 //! run a node (not root, or containerd/runc/buildah/iptables/CNI plugins missing; test.sh
 //! installs them with apt when it runs as root).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1036,6 +1037,21 @@ impl<'a> Sleeper<'a> {
         wake: serde_json::Value,
     ) -> Sleeper<'a> {
         use chrono::{Duration as Span, Utc};
+        let window = |h: i64| (Utc::now() + Span::hours(h)).format("%H:00").to_string();
+        let schedule = json!({
+            "schedulingConfig": [{"startTime": window(12), "endTime": window(13), "replica": 1}],
+            "defaultReplica": 0});
+        Sleeper::scheduled(client, ns, deployment, wake, schedule).await
+    }
+
+    /// `new`, with `schedule` (its `schedulingConfig` and `defaultReplica`) instead.
+    async fn scheduled(
+        client: &'a kube::Client,
+        ns: &'a str,
+        deployment: serde_json::Value,
+        wake: serde_json::Value,
+        schedule: serde_json::Value,
+    ) -> Sleeper<'a> {
         let name = deployment["metadata"]["name"].as_str().unwrap().to_string();
         let _: Deployment = create_object(client, ns, deployment).await;
         let svc: Service = create_object(
@@ -1047,21 +1063,12 @@ impl<'a> Sleeper<'a> {
         )
         .await;
         let ip = svc.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
-        let window = |h: i64| (Utc::now() + Span::hours(h)).format("%H:00").to_string();
-        let mut wake_on_request = wake;
-        wake_on_request["services"] = json!([{"name": name}]);
-        create_tdset(
-            client,
-            ns,
-            &tdset(
-                &name,
-                json!({"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                       "schedulingConfig": [{"startTime": window(12), "endTime": window(13), "replica": 1}],
-                       "defaultReplica": 0,
-                       "wakeOnRequest": wake_on_request}),
-            ),
-        )
-        .await;
+        let mut spec = schedule;
+        spec["scaleTargetRef"] =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name});
+        spec["wakeOnRequest"] = wake;
+        spec["wakeOnRequest"]["services"] = json!([{"name": name}]);
+        create_tdset(client, ns, &tdset(&name, spec)).await;
         Sleeper {
             client,
             ns,
@@ -1106,12 +1113,18 @@ impl<'a> Sleeper<'a> {
                     .iter()
                     .flat_map(|s| &s.endpoints)
                     .any(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true));
-                // kube-proxy's rule for the ClusterIP once it has an endpoint (a Service with
-                // none only gets a REJECT rule in the filter table).
-                let rules = on_node(dir, &["iptables-save", "-t", "nat"]);
-                let programmed = String::from_utf8_lossy(&rules.stdout)
-                    .lines()
-                    .any(|l| l.contains(&format!("-d {}/32", self.ip)) && l.contains("KUBE-SVC-"));
+                // kube-proxy sends the ClusterIP to the proxy's ports only: no longer to the pod
+                // that went (its endpoint leaves the rules a moment after the pod stops).
+                let proxy_ports: BTreeSet<String> = (self.ours().await?.iter())
+                    .flat_map(|s| s.ports.iter().flatten())
+                    .filter_map(|p| p.port.map(|p| p.to_string()))
+                    .collect();
+                let targets = kube_proxy_targets(dir, &self.ip);
+                let programmed = !targets.is_empty()
+                    && targets.iter().all(|t| {
+                        t.rsplit_once(':')
+                            .is_some_and(|(_, port)| proxy_ports.contains(port))
+                    });
                 (at_zero && proxied && programmed).then_some(())
             },
         )
@@ -1121,6 +1134,14 @@ impl<'a> Sleeper<'a> {
             self.name,
             t.elapsed().as_secs_f64()
         );
+    }
+
+    async fn status_now(&self) -> Option<tdset_operator::api::TDSetStatus> {
+        Api::<TDSet>::namespaced(self.client.clone(), self.ns)
+            .get_status(&self.name)
+            .await
+            .ok()?
+            .status
     }
 
     async fn status(&self) -> tdset_operator::api::TDSetStatus {
@@ -1141,6 +1162,44 @@ impl<'a> Sleeper<'a> {
             .filter(|h| h.reason.contains("woken by a request"))
             .count()
     }
+}
+
+/// Where kube-proxy's rules on the node send new connections to ClusterIP `ip` (iptables
+/// mode): the `--to-destination` of each endpoint chain its Service chains jump to.
+fn kube_proxy_targets(dir: &Path, ip: &str) -> Vec<String> {
+    let rules = on_node(dir, &["iptables-save", "-t", "nat"]);
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    let jump = |l: &str| {
+        l.split(" -j ")
+            .nth(1)
+            .map(|t| t.split(' ').next().unwrap_or(t).to_string())
+    };
+    let services: BTreeSet<String> = rules
+        .lines()
+        .filter(|l| l.starts_with("-A KUBE-SERVICES ") && l.contains(&format!("-d {ip}/32")))
+        .filter_map(jump)
+        .filter(|c| c.starts_with("KUBE-SVC-"))
+        .collect();
+    let endpoints: BTreeSet<String> = rules
+        .lines()
+        .filter(|l| {
+            services
+                .iter()
+                .any(|svc| l.starts_with(&format!("-A {svc} ")))
+        })
+        .filter_map(jump)
+        .filter(|c| c.starts_with("KUBE-SEP-"))
+        .collect();
+    rules
+        .lines()
+        .filter(|l| {
+            endpoints
+                .iter()
+                .any(|sep| l.starts_with(&format!("-A {sep} ")))
+        })
+        .filter_map(|l| l.split("--to-destination ").nth(1))
+        .map(|d| d.split(' ').next().unwrap_or(d).to_string())
+        .collect()
 }
 
 /// `curl` from the node to `url` with `more` options; its output, or curl's exit code.
@@ -1166,6 +1225,7 @@ async fn wake_on_real_pods(client: &kube::Client, apps: &str, dir: &Path) {
         a_websocket_through_a_wake_up(client, apps, dir),
         a_crowd_wakes_it_once(client, apps, dir),
         held_past_hold_and_ignored(client, apps, dir),
+        a_steady_load_through_sleep_wake_and_hand_over(client, apps, dir),
     );
 }
 
@@ -1351,4 +1411,111 @@ async fn held_past_hold_and_ignored(client: &kube::Client, apps: &str, dir: &Pat
     assert!(took >= Duration::from_secs(2), "answered after {took:?}");
     // It was woken all the same: the count is up, its pod starting.
     deployment_at(client, apps, "sleeper-slow", 1).await;
+}
+
+/// Zero failed requests: a steady load (20 requests a second, each counted) from before a
+/// scheduled sleep to after the wake-up it causes. At the boundary the operator puts the proxy
+/// in the Service's path before the count goes to 0; the next requests are held, wake the
+/// workload and are relayed; once the pod is ready the proxy leaves the path (the hand-over).
+/// One answer that is not the application's 200 fails the test. (The pod does what a
+/// well-behaved one does: it is sent away from the Service before it stops, preStop 5 s.)
+async fn a_steady_load_through_sleep_wake_and_hand_over(
+    client: &kube::Client,
+    apps: &str,
+    dir: &Path,
+) {
+    use chrono::{DateTime, Duration as Span, Utc};
+    let mut d = echo_web("sleeper-load", 1);
+    d["spec"]["template"]["spec"]["containers"][0]["lifecycle"] =
+        json!({"preStop": {"sleep": {"seconds": 5}}});
+    // Awake by a window that ends one to two minutes from now (minute precision).
+    let hhmm = |t: DateTime<Utc>| t.format("%H:%M").to_string();
+    let now = Utc::now();
+    let s = Sleeper::scheduled(
+        client,
+        apps,
+        d,
+        json!({"wakeFor": "5m", "hold": "45s"}),
+        json!({"schedulingConfig": [{"startTime": hhmm(now - Span::hours(1)),
+                                     "endTime": hhmm(now + Span::minutes(2)), "replica": 1}],
+               "defaultReplica": 0}),
+    )
+    .await;
+    let boundary = eventually(GUARD, "sleeper-load awake, its boundary known", || async {
+        let d: Deployment = Api::namespaced(client.clone(), apps)
+            .get("sleeper-load")
+            .await
+            .ok()?;
+        let ready = d.status.and_then(|s| s.ready_replicas) == Some(1);
+        let next = s.status_now().await?.next_transition_time?;
+        ready
+            .then(|| DateTime::parse_from_rfc3339(&next).ok())
+            .flatten()
+    })
+    .await;
+    let load_for = (boundary.with_timezone(&Utc) - Utc::now()).num_seconds() + 60;
+    assert!(load_for > 60, "the boundary is {load_for} s away");
+    let load_py = r#"
+import sys, threading, time, urllib.request
+url, secs, rate = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+results, lock = [], threading.Lock()
+def one(i, sent):
+    try:
+        with opener.open("%s/%d" % (url, i), timeout=90) as r:
+            outcome = r.status if r.read() == b"ok\n" else "body"
+    except Exception as e:
+        outcome = repr(e)
+    with lock:
+        results.append((round(sent - start, 2), outcome))
+start = time.time()
+threads, i = [], 0
+while time.time() - start < secs:
+    t = threading.Thread(target=one, args=(i, time.time()))
+    t.start(); threads.append(t); i += 1
+    time.sleep(1.0 / rate)
+for t in threads: t.join()
+bad = [r for r in results if r[1] != 200]
+print(len(results), len(bad), bad[:10])
+"#;
+    let url = s.url.clone();
+    let dir_owned = dir.to_path_buf();
+    let secs = load_for.to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        on_node(&dir_owned, &["python3", "-c", load_py, &url, &secs, "20"])
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("wake on request, sleeper-load: {load_for} s of load at 20/s: {text}");
+    let mut fields = text.split_whitespace();
+    let total: usize = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0);
+    let failed: usize = fields
+        .next()
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(usize::MAX);
+    assert!(
+        total as i64 >= load_for * 15,
+        "{total} requests in {load_for} s"
+    );
+    assert_eq!(
+        failed, 0,
+        "requests that did not get the application's answer: {text}"
+    );
+    // Through a sleep and a wake-up: the history (newest first) has a request's wake-up after
+    // the scheduled 0.
+    let history = s.status().await.history;
+    let slept = history.iter().position(|h| h.to == Some(0));
+    let woken = history
+        .iter()
+        .position(|h| h.reason.contains("woken by a request"));
+    assert!(
+        matches!((woken, slept), (Some(w), Some(s)) if w < s),
+        "{history:#?}"
+    );
 }
