@@ -33,21 +33,20 @@ fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 
     meta.resource_version.as_deref().unwrap().parse().unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_awake() {
-    let (client, ns) = setup("wake-slices").await;
-    let n = &ns.name;
-    // The wake proxy's Service: its one ready pod at 10.0.0.5 (a slice of the test's).
+/// The wake proxy as the operator finds it: Service `proxy` in `ns`, its one ready pod at
+/// 10.0.0.5 (and an unready one at 10.0.0.6) in a slice the test writes, the proxy ports
+/// `range`.
+async fn proxy_in(client: &Client, ns: &str, range: (u16, u16)) -> WakeProxyRef {
     let _: Service = create_object(
-        &client,
-        n,
+        client,
+        ns,
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "proxy"},
                "spec": {"ports": [{"port": 20000}]}}),
     )
     .await;
     let _: EndpointSlice = create_object(
-        &client,
-        n,
+        client,
+        ns,
         json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                "metadata": {"name": "proxy-1", "labels": {"kubernetes.io/service-name": "proxy"}},
                "addressType": "IPv4",
@@ -56,6 +55,17 @@ async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_
                "ports": [{"port": 20000}]}),
     )
     .await;
+    WakeProxyRef {
+        namespace: ns.to_string(),
+        service: "proxy".into(),
+        ports: range,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_awake() {
+    let (client, ns) = setup("wake-slices").await;
+    let n = &ns.name;
     // The TDSet's own Service, selecting its pods, and a headless one it cannot wake through.
     for (name, cluster_ip) in [("web", None), ("db", Some("None"))] {
         let mut spec = json!({"selector": {"schedule.rs/tdset": "web"},
@@ -71,12 +81,7 @@ async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_
         .await;
     }
     let clock = SystemClock::starting_at(utc("2026-05-01T16:59:45Z"));
-    let range = (21000, 21009);
-    let proxy = WakeProxyRef {
-        namespace: n.to_string(),
-        service: "proxy".into(),
-        ports: range,
-    };
+    let proxy = proxy_in(&client, n, (21000, 21009)).await;
     let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
     let addr = endpoint(&client, n, clock).await;
     let spec = json!({
@@ -181,6 +186,50 @@ async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_
     eventually(
         GUARD,
         "the operator's slice gone once web's own endpoint is ready",
+        || async { ours(&client, n).await.is_empty().then_some(()) },
+    )
+    .await;
+    ns.cleanup().await;
+}
+
+/// A TDSet deleted while its workload sleeps behind the proxy: its slice goes with it (nothing
+/// of the operator's is left in the Service's path) and, with `onDelete: Restore`, the
+/// workload gets its own count back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tdset_deleted_while_asleep_takes_its_slice_and_gives_the_count_back() {
+    let (client, ns) = setup("wake-slices-deleted").await;
+    let n = &ns.name;
+    let proxy = proxy_in(&client, n, (21010, 21019)).await;
+    let _: Deployment = create_object(&client, n, app_deployment("web", 3)).await;
+    let _: Service = create_object(
+        &client,
+        n,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}}),
+    )
+    .await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
+    let spec = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "onDelete": "Restore",
+        "defaultReplica": 0,
+        "schedulingConfig": [],
+        "wakeOnRequest": {"services": [{"name": "web"}]}
+    });
+    create_tdset(&client, n, &tdset("web", spec)).await;
+    deployment_at(&client, n, "web", 0).await;
+    assert_eq!(ours(&client, n).await.len(), 1, "the proxy in the path");
+
+    Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), n)
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    tdset_gone(&client, n, "web").await;
+    deployment_at(&client, n, "web", 3).await;
+    eventually(
+        GUARD,
+        "the operator's slice gone with its TDSet",
         || async { ours(&client, n).await.is_empty().then_some(()) },
     )
     .await;
