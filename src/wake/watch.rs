@@ -141,6 +141,9 @@ pub async fn follow(client: Client, seen: Arc<Seen>, namespace: Option<String>) 
     let mut followed: HashMap<ServiceKey, JoinHandle<()>> = HashMap::new();
     let mut slices: BTreeMap<(String, String), EndpointSlice> = BTreeMap::new();
     let mut initial: Option<BTreeMap<(String, String), EndpointSlice>> = None;
+    // Whether a whole list has been read: only then are the routes worth saying ready for
+    // (the sweep's first tick comes before any list).
+    let mut listed = false;
     let mut events = watcher(api, config).default_backoff().boxed();
     let mut sweep = tokio::time::interval(SWEEP);
     loop {
@@ -165,7 +168,10 @@ pub async fn follow(client: Client, seen: Arc<Seen>, namespace: Option<String>) 
                 }
                 continue;
             }
-            Some(watcher::Event::InitDone) => slices = initial.take().unwrap_or_default(),
+            Some(watcher::Event::InitDone) => {
+                slices = initial.take().unwrap_or_default();
+                listed = true;
+            }
             Some(watcher::Event::Apply(s)) => {
                 slices.insert(key_of(&s), s);
             }
@@ -203,9 +209,10 @@ pub async fn follow(client: Client, seen: Arc<Seen>, namespace: Option<String>) 
                 )));
             }
         }
-        // Said once the first list is whole, with a change of its own: `synced` waits on the
-        // changes, and with nothing to route the list itself changes nothing.
-        if initial.is_none() && !seen.synced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        // Said once the first list is whole (not at the sweep's first tick, before it), with a
+        // change of its own: `synced` waits on the changes, and with nothing to route the
+        // list itself may change nothing.
+        if listed && !seen.synced.swap(true, std::sync::atomic::Ordering::SeqCst) {
             seen.bump();
         }
     }
