@@ -1025,3 +1025,68 @@ async fn woken_the_slice_goes_once_the_services_own_endpoint_is_ready() {
         server.requests()
     );
 }
+
+/// Two TDSets going to sleep at once, each with its own Service, the first one's slice not yet
+/// in the watch cache when the second is planned: the second is not given the port the first
+/// was (with one port in the range it is refused, never given the same one: the proxy would
+/// send its requests to the other Service's pods).
+#[tokio::test(start_paused = true)]
+async fn a_port_handed_out_is_not_given_again_before_the_cache_has_it() {
+    let server = ApiServer::start();
+    let mut svc = web_service();
+    svc["metadata"]["name"] = json!("solo-b");
+    server.returns("GET", "/api/v1/namespaces/ns/services/solo-b", svc);
+    let mut svc = web_service();
+    svc["metadata"]["name"] = json!("solo-a");
+    server.returns("GET", "/api/v1/namespaces/ns/services/solo-a", svc);
+    server.lists(
+        PROXY_SLICES,
+        "kubernetes.io/service-name=wake-proxy",
+        slice_list("tdset-system", "wake-proxy", &[("10.0.9.1", true)]),
+    );
+    server.on(
+        "PATCH",
+        &format!("{SLICES}/solo-a-tdset-wake-ipv4"),
+        echo("41"),
+    );
+    server.on(
+        "PATCH",
+        &format!("{SLICES}/solo-b-tdset-wake-ipv4"),
+        echo("42"),
+    );
+    server.on("POST", DEPLOYMENTS, |body| (201, created(body)));
+    let mut operator = Operator::with_wake_proxy(
+        &server,
+        NOW,
+        Some(crate::controller::state::WakeProxyRef {
+            namespace: "tdset-system".into(),
+            service: "wake-proxy".into(),
+            ports: (20999, 20999),
+        }),
+    );
+    let mut given = Vec::new();
+    for service in ["solo-a", "solo-b"] {
+        let mut t = tdset(json!({
+            "container": {"image": "nginx:1.27", "port": 8080},
+            "defaultReplica": 0,
+            "wakeOnRequest": {"services": [{"name": service}]},
+        }));
+        t.metadata.name = Some(service.into());
+        t.metadata.uid = Some(format!("uid-{service}"));
+        server.on(
+            "PATCH",
+            &format!("{TDSETS}/{service}/status"),
+            patched(&t, "11"),
+        );
+        server.clear();
+        operator.reconcile(&t).await.unwrap();
+        given.extend(
+            server
+                .sent()
+                .iter()
+                .filter(|s| s.path.contains("/endpointslices/"))
+                .map(|s| (service, s.body["ports"][0]["port"].clone())),
+        );
+    }
+    assert_eq!(given, vec![("solo-a", json!(20999))], "{given:?}");
+}
