@@ -262,6 +262,7 @@ pub(crate) async fn run_controller(
         leading_since,
         wake_proxy: opts.wake_proxy.clone(),
         wake_slices: wake_slices.clone(),
+        ports_handed_out: Default::default(),
         client: client.clone(),
         clock,
         lane: lane.clone(),

@@ -5,9 +5,8 @@
 //! path while awake. A TDSet without `wakeOnRequest` reads nothing here, unless slices of its
 //! own are left from before (they are removed).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::collections::BTreeSet;
+use std::time::Duration;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
@@ -21,42 +20,8 @@ use crate::error::Result;
 use crate::schedule::wake;
 use crate::status::Problem;
 use crate::workload::intercept::{
-    PlanFor, ProxyConfig, SERVICE_NAME_LABEL, ServicePlan, ServiceSeen, TDSET_LABEL, plan_service,
+    PlanFor, ProxyConfig, SERVICE_NAME_LABEL, ServiceSeen, TDSET_LABEL, plan_service,
 };
-
-/// Proxy ports this process handed out lately, and to which Service (`namespace/name`),
-/// whether or not their slice is in the watch cache yet: two reconciles at once (TDSets going
-/// to sleep at the same boundary) would otherwise both find a port free and give it to two
-/// Services, and the proxy would send one Service's requests to the other's pods. Kept for
-/// longer than the cache takes to catch up with an apply.
-static HANDED_OUT: Mutex<BTreeMap<u16, (String, Instant)>> = Mutex::new(BTreeMap::new());
-const HANDED_OUT_FOR: Duration = Duration::from_secs(60);
-
-/// Plans Service `service`'s slices with the ports other Services were handed out lately
-/// taken as used, and records the ports the plan gives it, in one step.
-fn plan_handing_out(
-    service: &str,
-    of: &PlanFor<'_>,
-    seen: &ServiceSeen<'_>,
-    used: &mut BTreeSet<u16>,
-) -> ServicePlan {
-    let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-    handed.retain(|_, (_, at)| at.elapsed() < HANDED_OUT_FOR);
-    used.extend(
-        (handed.iter())
-            .filter(|(_, (to, _))| to != service)
-            .map(|(port, _)| *port),
-    );
-    let plan = plan_service(of, seen, used);
-    for slice in &plan.apply {
-        for port in slice.ports.iter().flatten().filter_map(|p| p.port) {
-            if let Ok(port) = u16::try_from(port) {
-                handed.insert(port, (service.to_string(), Instant::now()));
-            }
-        }
-    }
-    plan
-}
 
 /// How soon a TDSet whose slices wait for its workload's own endpoints is looked at again
 /// (an endpoint's readiness reaches its slice a moment after the pod's).
@@ -168,7 +133,15 @@ pub(crate) async fn intercept(
             own_ready,
         };
         let key = format!("{ns}/{}", wanted.name);
-        let plan = plan_handing_out(&key, &of, &seen, &mut used);
+        let plan = ctx.ports_handed_out.plan(&key, |others| {
+            used.extend(others);
+            let plan = plan_service(&of, &seen, &mut used);
+            let ports = (plan.apply.iter())
+                .flat_map(|s| s.ports.iter().flatten())
+                .filter_map(|p| u16::try_from(p.port?).ok())
+                .collect();
+            (plan, ports)
+        });
         // Make before break: new slices go in before old ones go out.
         for slice in &plan.apply {
             io::apply(&ctx.client, slice).await?;

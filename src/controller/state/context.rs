@@ -74,6 +74,8 @@ pub struct Context {
     pub wake_proxy: Option<WakeProxyRef>,
     /// The operator's own EndpointSlices (wake on request), cluster-wide.
     pub wake_slices: Store<EndpointSlice>,
+    /// Proxy ports handed out and not yet, perhaps, in `wake_slices`.
+    pub ports_handed_out: super::PortsHandedOut,
 }
 
 /// The wake proxy, as the operator finds it: its Service (whose slices list its pods) and the

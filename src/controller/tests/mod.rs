@@ -326,6 +326,7 @@ impl Operator {
             leading_since: now,
             wake_proxy: proxy,
             wake_slices,
+            ports_handed_out: Default::default(),
             client: client.clone(),
             clock: Arc::new(FixedClock(now)),
             lane,
