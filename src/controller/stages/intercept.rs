@@ -77,15 +77,7 @@ pub(crate) async fn intercept(
         return Ok(Intercepted::default());
     }
     let proxies = io::proxies(&ctx.client, &proxy.namespace, &proxy.service).await?;
-    let config = ProxyConfig {
-        hold_secs: u64::try_from(wake::hold(spec).num_seconds()).unwrap_or(10),
-        ignore: spec.ignore.clone(),
-        samples: resolved
-            .previous
-            .as_ref()
-            .map(|s| s.warm_up_samples().to_vec())
-            .unwrap_or_default(),
-    };
+    let config = proxy_config(spec, resolved);
     let uid = tdset.uid().unwrap_or_default();
     let of = PlanFor {
         tdset: &name,
@@ -98,10 +90,7 @@ pub(crate) async fn intercept(
         range: proxy.ports,
     };
     // The proxy ports every slice holds: a port kept is reused, a new one avoids them all.
-    let mut used: BTreeSet<u16> = (all.iter())
-        .flat_map(|s| s.ports.iter().flatten())
-        .filter_map(|p| u16::try_from(p.port?).ok())
-        .collect();
+    let mut used: BTreeSet<u16> = proxy_ports(all.iter().map(|s| &**s)).collect();
     let mut done = Intercepted::default();
     // Slices of Services no longer named go.
     let named: BTreeSet<&str> = spec.services.iter().map(|s| s.name.as_str()).collect();
@@ -112,52 +101,83 @@ pub(crate) async fn intercept(
         }
     }
     for wanted in &spec.services {
-        let mine: Vec<_> = (present.iter())
-            .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&wanted.name))
-            .cloned()
-            .collect();
-        // Reads only what the decision needs: the Service while slices may be wanted, its
-        // own endpoints only while the proxy is in the path and the workload wakes.
-        let service = if asleep || !mine.is_empty() {
-            io::service(&ctx.client, ns, &wanted.name).await?
-        } else {
-            None
-        };
-        let own_ready =
-            !asleep && !mine.is_empty() && io::own_ready(&ctx.client, ns, &wanted.name).await?;
-        let seen = ServiceSeen {
-            name: &wanted.name,
-            service: service.as_ref(),
-            ports: &wanted.ports,
-            present: &mine,
-            own_ready,
-        };
-        let key = format!("{ns}/{}", wanted.name);
-        let plan = ctx.ports_handed_out.plan(&key, |others| {
-            used.extend(others);
-            let plan = plan_service(&of, &seen, &mut used);
-            let ports = (plan.apply.iter())
-                .flat_map(|s| s.ports.iter().flatten())
-                .filter_map(|p| u16::try_from(p.port?).ok())
-                .collect();
-            (plan, ports)
-        });
-        // Make before break: new slices go in before old ones go out.
-        for slice in &plan.apply {
-            io::apply(&ctx.client, slice).await?;
-            info!(service = %wanted.name, slice = %slice.name_any(), endpoints = slice.endpoints.len(), "wake proxy in the path");
-        }
-        for gone in &plan.remove {
-            io::remove(&ctx.client, ns, gone).await?;
-            info!(service = %wanted.name, slice = %gone, "wake proxy out of the path");
-        }
-        if let Some(refused) = plan.refused {
-            done.refused
-                .push(format!("Service {} {refused}", wanted.name));
-        }
-        if plan.waiting {
-            done.recheck = Some(WAITING_RECHECK);
-        }
+        intercept_service(ctx, &of, wanted, &present, &mut used, &mut done).await?;
     }
     Ok(done)
+}
+
+/// What the proxy is told for the TDSet's Services (as annotations of its slices).
+fn proxy_config(spec: &crate::api::WakeOnRequest, resolved: &Resolved<'_>) -> ProxyConfig {
+    ProxyConfig {
+        hold_secs: u64::try_from(wake::hold(spec).num_seconds()).unwrap_or(10),
+        ignore: spec.ignore.clone(),
+        samples: resolved
+            .previous
+            .as_ref()
+            .map(|s| s.warm_up_samples().to_vec())
+            .unwrap_or_default(),
+    }
+}
+
+/// The proxy ports `slices` hold.
+fn proxy_ports<'a>(slices: impl Iterator<Item = &'a EndpointSlice>) -> impl Iterator<Item = u16> {
+    slices
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter_map(|p| u16::try_from(p.port?).ok())
+}
+
+/// One Service `wakeOnRequest` names: what is read of it, its plan (the port handed out with
+/// it), and the writes, new slices before old ones go (make before break).
+async fn intercept_service(
+    ctx: &Context,
+    of: &PlanFor<'_>,
+    wanted: &crate::api::WakeService,
+    present: &[EndpointSlice],
+    used: &mut BTreeSet<u16>,
+    done: &mut Intercepted,
+) -> Result<()> {
+    let (ns, asleep) = (of.namespace, of.asleep);
+    let mine: Vec<_> = (present.iter())
+        .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&wanted.name))
+        .cloned()
+        .collect();
+    // Reads only what the decision needs: the Service while slices may be wanted, its own
+    // endpoints only while the proxy is in the path and the workload wakes.
+    let service = if asleep || !mine.is_empty() {
+        io::service(&ctx.client, ns, &wanted.name).await?
+    } else {
+        None
+    };
+    let own_ready =
+        !asleep && !mine.is_empty() && io::own_ready(&ctx.client, ns, &wanted.name).await?;
+    let seen = ServiceSeen {
+        name: &wanted.name,
+        service: service.as_ref(),
+        ports: &wanted.ports,
+        present: &mine,
+        own_ready,
+    };
+    let key = format!("{ns}/{}", wanted.name);
+    let plan = ctx.ports_handed_out.plan(&key, |others| {
+        used.extend(others);
+        let plan = plan_service(of, &seen, used);
+        let ports = proxy_ports(plan.apply.iter()).collect();
+        (plan, ports)
+    });
+    for slice in &plan.apply {
+        io::apply(&ctx.client, slice).await?;
+        info!(service = %wanted.name, slice = %slice.name_any(), endpoints = slice.endpoints.len(), "wake proxy in the path");
+    }
+    for gone in &plan.remove {
+        io::remove(&ctx.client, ns, gone).await?;
+        info!(service = %wanted.name, slice = %gone, "wake proxy out of the path");
+    }
+    if let Some(refused) = plan.refused {
+        done.refused
+            .push(format!("Service {} {refused}", wanted.name));
+    }
+    if plan.waiting {
+        done.recheck = Some(WAITING_RECHECK);
+    }
+    Ok(())
 }
