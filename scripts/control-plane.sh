@@ -60,30 +60,23 @@ have_binaries() {
   for b in "${BINARIES[@]}"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
 }
 
-# The k8s.io/kubernetes module requires its staging modules at v0.0.0, which only resolve
-# inside the kubernetes repo; outside it every one needs a replace to the published tag.
 STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
   cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
   cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
   kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
   mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller)
 
-build_kubernetes() {
-  local work="$1" stage_ver="v0.${K8S_VERSION#v1.}" m
-  mkdir -p "$work/k8s" && cd "$work/k8s"
-  {
-    echo "module tdset.local/k8s-build"
-    echo
-    echo "go 1.24.0"
-    echo
-    echo "require k8s.io/kubernetes ${K8S_VERSION}"
-    echo
-    for m in "${STAGING[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $stage_ver"; done
-  } >go.mod
-  log "resolving k8s.io/kubernetes ${K8S_VERSION} (staging modules at $stage_ver)"
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@${K8S_VERSION}" \
-    "k8s.io/kubernetes/cmd/kube-controller-manager@${K8S_VERSION}" \
-    "k8s.io/kubernetes/cmd/kubectl@${K8S_VERSION}"
+# Every Kubernetes command at once (`go build` of several main packages into one directory):
+# one module graph, each package compiled once, and the links run side by side instead of one
+# after another. kube-scheduler always; kubelet and kube-proxy when this machine can run a real
+# node (they would otherwise be built later, alone).
+k8s_commands() {
+  local cmds=(kube-apiserver kube-controller-manager kubectl kube-scheduler)
+  node_buildable && cmds+=(kubelet kube-proxy)
+  echo "${cmds[*]}"
+}
+
+k8s_ldflags() {
   local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
   local date; date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   local ld="-s -w" pkg
@@ -91,10 +84,32 @@ build_kubernetes() {
     ld="$ld -X $pkg.gitVersion=${K8S_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor}"
     ld="$ld -X $pkg.gitTreeState=clean -X $pkg.buildDate=${date}"
   done
-  for m in kube-apiserver kube-controller-manager kubectl; do
-    log "building $m ${K8S_VERSION}"
-    go build -trimpath -ldflags "$ld" -o "$work/out/$m" "k8s.io/kubernetes/cmd/$m"
-  done
+  echo "$ld"
+}
+
+# The k8s.io/kubernetes module requires its staging modules at v0.0.0, which only resolve
+# inside the kubernetes repo; outside it every one needs a replace to the published tag.
+k8s_module() {
+  local dir="$1" name="$2" stage_ver="v0.${K8S_VERSION#v1.}" m
+  mkdir -p "$dir"
+  {
+    echo "module tdset.local/$name"; echo; echo "go 1.24.0"; echo
+    echo "require k8s.io/kubernetes ${K8S_VERSION}"; echo
+    for m in "${STAGING[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $stage_ver"; done
+  } >"$dir/go.mod"
+}
+
+# build_kubernetes WORK CMD...: builds each k8s.io/kubernetes/cmd/CMD into WORK/out.
+build_kubernetes() {
+  local work="$1"; shift
+  local pkgs=() c
+  for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  k8s_module "$work/k8s" k8s-build && cd "$work/k8s"
+  log "resolving k8s.io/kubernetes ${K8S_VERSION} for $*"
+  local gets=() p; for p in "${pkgs[@]}"; do gets+=("$p@${K8S_VERSION}"); done
+  go get "${gets[@]}"
+  log "building $* ${K8S_VERSION}"
+  go build -trimpath -ldflags "$(k8s_ldflags)" -o "$work/out/" "${pkgs[@]}"
 }
 
 build_etcd() {
@@ -107,20 +122,7 @@ build_etcd() {
   go build -trimpath -ldflags "-s -w" -o "$work/out/etcd" go.etcd.io/etcd/server/v3
 }
 
-build_scheduler() {
-  local work="$1" stage_ver="v0.${K8S_VERSION#v1.}" m
-  mkdir -p "$work/sched" && cd "$work/sched"
-  {
-    echo "module tdset.local/sched-build"; echo; echo "go 1.24.0"; echo
-    echo "require k8s.io/kubernetes ${K8S_VERSION}"; echo
-    for m in "${STAGING[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $stage_ver"; done
-  } >go.mod
-  go get "k8s.io/kubernetes/cmd/kube-scheduler@${K8S_VERSION}"
-  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  local ld="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION}"
-  ld="$ld -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
-  go build -trimpath -ldflags "$ld" -o "$work/out/kube-scheduler" k8s.io/kubernetes/cmd/kube-scheduler
-}
+build_scheduler() { build_kubernetes "$1" kube-scheduler; }
 
 # kwok simulates kubelets: pods bound to its nodes go Running and Ready. What happens to a
 # node or a pod, and when, comes from the module's own "fast" stage files.
@@ -184,17 +186,41 @@ install_extra() {
   rm -rf "$work"
 }
 
-install_extras() {
-  # The monitoring CRDs are a module's download (minutes on a cold module cache), not a build:
-  # fetched beside the builds, which want the CPU.
+# Waits for each background job "PID NAME"; dies naming every one that failed.
+wait_jobs() {
+  local failed=() pid name
+  while [[ $# -gt 0 ]]; do
+    pid="$1" name="$2"; shift 2
+    wait "$pid" || failed+=("$name")
+  done
+  [[ ${#failed[@]} -eq 0 ]] || die "building ${failed[*]} failed (above)"
+}
+
+# What shares no package with the Kubernetes build (other versions of its libraries, or only a
+# download), started beside it: the module downloads, the links and the chains of packages that
+# wait on one another each leave a core idle, which the others fill. Adds "PID NAME" pairs to
+# EXTRA_JOBS (jobs of this shell, so it can wait for them).
+EXTRA_JOBS=()
+start_independent_extras() {
   install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
     monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml &
-  local fetching=$!
+  EXTRA_JOBS+=("$!" monitoring-crds)
+  install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml &
+  EXTRA_JOBS+=("$!" kwok)
+  install_extra helm build_helm "$HELM_DIR" helm &
+  EXTRA_JOBS+=("$!" helm)
+}
+
+# What the Kubernetes build's packages make (after it: each package is then compiled once).
+install_k8s_extras() {
   install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
-  install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml
-  install_extra helm build_helm "$HELM_DIR" helm
   install_node
-  wait "$fetching" || die "fetching the monitoring CRDs failed (above)"
+}
+
+install_extras() {
+  start_independent_extras
+  install_k8s_extras
+  wait_jobs "${EXTRA_JOBS[@]}"
 }
 
 cmd_install() {
@@ -206,21 +232,40 @@ cmd_install() {
   local work; work="$(mktemp -d "${TMPDIR:-/tmp}/tdset-k8s-build.XXXXXX")"
   local buildlog="$CACHE_ROOT/build-${K8S_VERSION}-${ETCD_VERSION}.log"
   mkdir -p "$CACHE_ROOT" "$work/out"
-  log "building the control plane into $BIN_DIR (cold: tens of minutes; log: $buildlog)"
-  if ! (
+  start_independent_extras
+  local cmds; cmds="$(k8s_commands)"
+  log "building the control plane ($cmds, etcd) into $BIN_DIR (cold: tens of minutes; log: $buildlog)"
+  (
     export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
-    build_kubernetes "$work" && build_etcd "$work"
-  ) >"$buildlog" 2>&1; then
-    tail -n 15 "$buildlog" >&2
+    # shellcheck disable=SC2086  # the commands' names
+    build_kubernetes "$work" $cmds
+  ) >"$buildlog" 2>&1 &
+  local k8s=$!
+  (
+    export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
+    build_etcd "$work"
+  ) >"$buildlog.etcd" 2>&1 &
+  local etcd=$!
+  local rc=0
+  wait "$k8s" || { rc=1; tail -n 15 "$buildlog" >&2; }
+  wait "$etcd" || { rc=1; tail -n 15 "$buildlog.etcd" >&2; }
+  if [[ $rc -ne 0 ]]; then
     rm -rf "$work"
-    die "building the control plane failed; full log: $buildlog"
+    die "building the control plane failed; full logs: $buildlog{,.etcd}"
   fi
+  cat "$buildlog.etcd" >>"$buildlog" && rm -f "$buildlog.etcd"
   mkdir -p "$BIN_DIR"
   # Move into place last so a half-finished build never looks like a cache hit.
-  for b in "${BINARIES[@]}"; do mv "$work/out/$b" "$BIN_DIR/$b.tmp" && mv "$BIN_DIR/$b.tmp" "$BIN_DIR/$b"; done
+  local b
+  for b in "${BINARIES[@]}" kube-scheduler; do mv "$work/out/$b" "$BIN_DIR/$b.tmp" && mv "$BIN_DIR/$b.tmp" "$BIN_DIR/$b"; done
+  if [[ -x "$work/out/kubelet" ]]; then
+    mkdir -p "$NODE_DIR"
+    for b in kubelet kube-proxy; do mv "$work/out/$b" "$NODE_DIR/$b.tmp" && mv "$NODE_DIR/$b.tmp" "$NODE_DIR/$b"; done
+  fi
   rm -rf "$work"
   log "built: $("$BIN_DIR/kube-apiserver" --version), etcd $("$BIN_DIR/etcd" --version | head -1)"
-  install_extras
+  install_k8s_extras
+  wait_jobs "${EXTRA_JOBS[@]}"
   echo "$BIN_DIR"
 }
 

@@ -35,23 +35,12 @@ CNI_BIN_DIR="/usr/lib/cni"
 
 buildah_() { buildah --root "$BUILDAH_ROOT/root" --runroot "$BUILDAH_ROOT/run" --storage-driver vfs "$@"; }
 
-# kubelet and kube-proxy, at the control plane's version with the same module setup.
-build_node() {
-  local work="$1" stage_ver="v0.${K8S_VERSION#v1.}" m
-  mkdir -p "$work/node" && cd "$work/node"
-  {
-    echo "module tdset.local/node-build"; echo; echo "go 1.24.0"; echo
-    echo "require k8s.io/kubernetes ${K8S_VERSION}"; echo
-    for m in "${STAGING[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $stage_ver"; done
-  } >go.mod
-  go get "k8s.io/kubernetes/cmd/kubelet@${K8S_VERSION}" "k8s.io/kubernetes/cmd/kube-proxy@${K8S_VERSION}"
-  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  local ld="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION}"
-  ld="$ld -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
-  for m in kubelet kube-proxy; do
-    go build -trimpath -ldflags "$ld" -o "$work/out/$m" "k8s.io/kubernetes/cmd/$m"
-  done
-}
+# kubelet and kube-proxy, at the control plane's version with the same module setup (a cold
+# install builds them with the control plane: this is for a cache that lacks only them).
+build_node() { build_kubernetes "$1" kubelet kube-proxy; }
+
+# Whether install builds the node: root and the tools (test.sh installs them first as root).
+node_buildable() { [[ $(id -u) -eq 0 && -z "$(node_tools_missing)" ]]; }
 
 node_tools_missing() {
   local t missing=()
