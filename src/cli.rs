@@ -83,6 +83,12 @@ pub struct WakeProxyArgs {
     /// Intercept only this namespace's Services (the operator's `--namespace`; default: all).
     #[arg(long, env = "TDSET_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Stopping (SIGTERM), the longest the proxy keeps serving to answer or relay what it
+    /// holds (a held request lasts at most its `hold`, 60 s); then what is left is closed. The
+    /// pod's terminationGracePeriodSeconds must be longer.
+    #[arg(long, env = "TDSET_WAKE_DRAIN_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(0..=3600))]
+    pub drain_seconds: u32,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "TDSET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: std::net::SocketAddr,

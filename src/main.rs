@@ -110,11 +110,10 @@ fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
             },
             trusted: args.trust_endpoints_managed_by,
             namespace: args.namespace,
+            drain: std::time::Duration::from_secs(args.drain_seconds.into()),
         };
-        let result = tokio::select! {
-            r = tdset_operator::wake::run(client, opts, health, &metrics.registry) => r,
-            _ = shutdown_signal() => Ok(()),
-        };
+        let stop = shutdown_signal("draining what the proxy holds");
+        let result = tdset_operator::wake::run(client, opts, health, &metrics.registry, stop).await;
         if let Err(e) = &result {
             error!(error = %e, "the wake proxy stopped with an error");
         }
@@ -202,7 +201,7 @@ async fn operate(args: RunArgs) -> Result<()> {
         Arc::new(clock),
         metrics,
         health,
-        shutdown_signal(),
+        shutdown_signal("finishing in-flight reconciles"),
     )
     .await;
     server.abort();
@@ -271,7 +270,7 @@ async fn serve_wake(
 }
 
 /// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+async fn shutdown_signal(then: &'static str) {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -281,7 +280,7 @@ async fn shutdown_signal() {
         }
     };
     tokio::select! {
-        _ = term => info!("SIGTERM received; finishing in-flight reconciles"),
-        _ = tokio::signal::ctrl_c() => info!("SIGINT received; finishing in-flight reconciles"),
+        _ = term => info!("SIGTERM received; {then}"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT received; {then}"),
     }
 }

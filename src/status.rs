@@ -400,6 +400,57 @@ pub fn recorded(previous: Option<&TDSetStatus>, mut entry: HistoryEntry) -> Vec<
     history
 }
 
+/// A change the status on record does not know although it landed: the count the schedule
+/// asks for (`count`) differs from the one on record, and the reconcile found nothing to write
+/// and nothing in its way. The reconcile that wrote it stopped before its status was written
+/// (the operator restarted, or the leader changed: statuses follow the writes), so it is
+/// recorded now, once, saying so. With no count on record at all (the operator's first status
+/// lost too), only a request's wake-up is recorded so: the wake endpoint wrote it before it
+/// answered, and the history does not have it yet.
+pub fn found_applied(
+    previous: Option<&TDSetStatus>,
+    count: Option<i32>,
+    reason: String,
+    at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Option<HistoryEntry> {
+    let p = previous?;
+    let after = count?;
+    let before = match p.desired_replicas {
+        Some(before) if before == after => return None,
+        Some(before) => Some(before),
+        None if unrecorded_wake_up(p) => None,
+        None => return None,
+    };
+    Some(HistoryEntry {
+        at: rfc3339(at),
+        applied_at: Some(now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        ready_at: None,
+        from: before,
+        to: Some(after),
+        level: None,
+        reason,
+        message: Some(
+            "found applied, with nothing left to write: the write that made it landed before a restart or a change of leader lost its status (or someone else set the count); appliedAt is when it was found"
+                .into(),
+        ),
+    })
+}
+
+/// A request's wake-up on record that no history entry since its start records.
+fn unrecorded_wake_up(p: &TDSetStatus) -> bool {
+    let parse = |t: &str| crate::preview::parse_rfc3339(t);
+    let Some(since) = (p.request_wake.as_ref())
+        .and_then(|w| w.since.as_deref())
+        .and_then(parse)
+    else {
+        return false;
+    };
+    !p.history.iter().any(|e| {
+        e.reason.starts_with("woken by a request") && parse(&e.at).is_some_and(|at| at >= since)
+    })
+}
+
 /// The failed attempt at a transition that was due (its write's instant, from `previous`, has
 /// passed and the reconcile failed), for `history`: a scale-up written ahead (`warmUp`) fails
 /// at `nextWriteTime`, before its transition, and is recorded then, at its transition.
@@ -909,5 +960,54 @@ mod tests {
         // write that never converges (the claim's owner is another manager operation).
         assert_eq!(next_status(&as_shard(None)).shard.as_deref(), Some("a"));
         assert_eq!(next_status(&inputs(None, &eval, None, now)).shard, None);
+    }
+
+    #[test]
+    fn a_change_found_applied_is_recorded_once_saying_so() {
+        let at = utc("2026-05-01T22:00:00Z");
+        let now = utc("2026-05-01T22:00:07Z");
+        let asleep = TDSetStatus {
+            desired_replicas: Some(0),
+            ..TDSetStatus::default()
+        };
+        let e = found_applied(Some(&asleep), Some(2), "woken by a request".into(), at, now)
+            .expect("0 on record, 2 now and nothing written: it landed before a restart");
+        assert_eq!((e.from, e.to), (Some(0), Some(2)));
+        assert_eq!(e.at, "2026-05-01T22:00:00Z");
+        assert_eq!(e.applied_at.as_deref(), Some("2026-05-01T22:00:07.000Z"));
+        assert!(e.message.unwrap().contains("found applied"));
+        // Already on record, or nothing on record: nothing to say.
+        let awake = TDSetStatus {
+            desired_replicas: Some(2),
+            ..TDSetStatus::default()
+        };
+        assert_eq!(
+            found_applied(Some(&awake), Some(2), "x".into(), at, now),
+            None
+        );
+        assert_eq!(found_applied(None, Some(2), "x".into(), at, now), None);
+        assert_eq!(
+            found_applied(Some(&asleep), None, "x".into(), at, now),
+            None
+        );
+        // Nothing on record but the wake endpoint's wake-up: recorded, its count before unknown;
+        // and not again once the history has it, nor for a status with nothing at all.
+        let woken: TDSetStatus = serde_json::from_value(serde_json::json!({
+            "requestWake": {"since": "2026-05-01T21:59:58Z", "until": "2026-05-01T22:29:58Z"}}))
+        .unwrap();
+        let reason = "woken by a request until 2026-05-01T22:29:58Z".to_string();
+        let e = found_applied(Some(&woken), Some(2), reason.clone(), at, now)
+            .expect("the wake-up the endpoint recorded");
+        assert_eq!((e.from, e.to), (None, Some(2)));
+        let mut recorded = woken.clone();
+        recorded.history = vec![e];
+        assert_eq!(
+            found_applied(Some(&recorded), Some(2), reason, at, now),
+            None
+        );
+        assert_eq!(
+            found_applied(Some(&TDSetStatus::default()), Some(2), "x".into(), at, now),
+            None
+        );
     }
 }

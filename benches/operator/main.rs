@@ -26,7 +26,10 @@
 //!                                                warmup: warmUp Measured against none at
 //!                                                three boundaries of 1000 workloads each, pods
 //!                                                Ready 5-60 s late, on a control plane of its
-//!                                                own with kube-controller-manager and kwok)
+//!                                                own with kube-controller-manager and kwok,
+//!                                                wake (only when named; root, a real node):
+//!                                                wake on request's wake-ups, forwarding,
+//!                                                and held connections)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
 //!
 //! Rooms: this file (the run, its report in BENCHMARKS.md), `fixtures` (what the scenarios
@@ -59,6 +62,7 @@ mod group;
 mod measure;
 mod status_cost;
 mod steady;
+mod wake;
 mod warm_up;
 
 use fixtures::*;
@@ -239,6 +243,9 @@ fn main() {
         }
         if want("kconverge") {
             b.kubectl_converge(1000).await;
+        }
+        if args.iter().any(|a| a == "wake") {
+            b.wake().await;
         }
         if args.iter().any(|a| a == "fleet") {
             b.fleet().await;

@@ -24,8 +24,10 @@ pub mod watch;
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kube::Client;
+use tracing::{info, warn};
 
 use crate::error::Result;
 use crate::http::Health;
@@ -43,16 +45,26 @@ pub struct ProxyOptions {
     /// The one namespace whose Services are intercepted (the operator's `--namespace`); none:
     /// every namespace.
     pub namespace: Option<String>,
+    /// How long a stopping proxy may take to answer or relay what it holds.
+    pub drain: Duration,
 }
 
-/// Binds every proxy port, follows the slices, and serves until the future is dropped.
-/// `health` turns ready once every port is bound and the routes have been read; the
-/// proxy's figures go into `registry` (what its `/metrics` shows).
+/// A stopping proxy keeps its ports open at least this long, and until no connection has come
+/// for this long: the operator takes a stopping pod out of every slice (its pods' readiness is
+/// watched) and kube-proxy everywhere follows within seconds; what arrives meanwhile is served
+/// as ever.
+const DRAIN_QUIET: Duration = Duration::from_secs(5);
+
+/// Binds every proxy port, follows the slices, and serves until `stop` resolves, then drains:
+/// not ready, the ports still open, until what it holds or relays is done (at most
+/// `opts.drain`). `health` turns ready once every port is bound and the routes have been
+/// read; the proxy's figures go into `registry` (what its `/metrics` shows).
 pub async fn run(
     client: Client,
     opts: ProxyOptions,
     health: Arc<Health>,
     registry: &prometheus::Registry,
+    stop: impl Future<Output = ()>,
 ) -> Result<()> {
     let metrics = Arc::new(metrics::ProxyMetrics::register(registry)?);
     let seen = Arc::new(watch::Seen::new(opts.trusted));
@@ -66,10 +78,45 @@ pub async fn run(
         opts.caps,
     )
     .await?;
-    let following = tokio::spawn(watch::follow(client, seen.clone(), opts.namespace));
-    seen.synced().await;
-    health.set_ready(true);
-    let _ = following.await;
-    drop(listeners);
+    let mut following = tokio::spawn(watch::follow(client, seen.clone(), opts.namespace));
+    let serving = async {
+        seen.synced().await;
+        health.set_ready(true);
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        _ = serving => {}
+        _ = &mut following => return Ok(()),
+        _ = stop => {}
+    }
+    health.set_ready(false);
+    drain(&listeners, opts.drain).await;
+    following.abort();
     Ok(())
+}
+
+/// Waits until nothing is open and no connection has come for `DRAIN_QUIET`, or `limit`.
+async fn drain(listening: &serve::Listening, limit: Duration) {
+    let started = Instant::now();
+    info!(
+        open = listening.open(),
+        "stopping: draining what the proxy holds and relays"
+    );
+    loop {
+        let open = listening.open();
+        let quiet = started.elapsed() >= DRAIN_QUIET && listening.quiet_for() >= DRAIN_QUIET;
+        if open == 0 && quiet {
+            info!(took_ms = started.elapsed().as_millis() as u64, "drained");
+            return;
+        }
+        if started.elapsed() >= limit {
+            warn!(
+                open,
+                limit_secs = limit.as_secs(),
+                "drain limit reached; closing what is left"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

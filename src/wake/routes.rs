@@ -11,7 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::schedule::wake::Ignore;
 use crate::workload::intercept::{
-    MANAGED_BY, MANAGED_BY_LABEL, ProxyConfig, SERVICE_NAME_LABEL, TDSET_LABEL, serves,
+    MANAGED_BY, MANAGED_BY_LABEL, ProxyConfig, SERVICE_NAME_LABEL, TDSET_LABEL, claim_cmp, serves,
 };
 
 /// A Service, by namespace and name.
@@ -49,14 +49,7 @@ pub fn routes(slices: &[EndpointSlice]) -> (BTreeMap<u16, Route>, Vec<Contested>
     let mut claims: BTreeMap<u16, Vec<(ServiceKey, String, &EndpointSlice)>> = BTreeMap::new();
     // Oldest first: the first claim of a port is the one that keeps it.
     let mut slices: Vec<&EndpointSlice> = slices.iter().collect();
-    slices.sort_by(|a, b| {
-        let at = |s: &EndpointSlice| s.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        (at(a), &a.metadata.namespace, &a.metadata.name).cmp(&(
-            at(b),
-            &b.metadata.namespace,
-            &b.metadata.name,
-        ))
-    });
+    slices.sort_by(|a, b| claim_cmp(a, b));
     for slice in slices {
         let labels = slice.metadata.labels.as_ref();
         let label = |k: &str| labels.and_then(|l| l.get(k)).filter(|v| !v.is_empty());

@@ -59,6 +59,8 @@ impl Default for Caps {
 }
 
 struct Proxy {
+    /// When the last connection was accepted (a stopping proxy waits for a quiet spell).
+    last_accepted: Mutex<Instant>,
     seen: Arc<Seen>,
     reporter: Reporter,
     metrics: Arc<ProxyMetrics>,
@@ -67,7 +69,35 @@ struct Proxy {
     held: Mutex<HashMap<ServiceKey, Arc<Semaphore>>>,
 }
 
-/// Binds every port of `ports` on `ip` and serves them until the tasks are dropped.
+/// The proxy ports, bound and served until this is dropped.
+pub struct Listening {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    proxy: Arc<Proxy>,
+}
+
+impl Listening {
+    /// Connections open now: being read, held or relayed.
+    pub fn open(&self) -> usize {
+        self.proxy.caps.connections - self.proxy.connections.available_permits()
+    }
+
+    /// How long since a connection was last accepted.
+    pub fn quiet_for(&self) -> Duration {
+        (self.proxy.last_accepted.lock())
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Binds every port of `ports` on `ip` and serves them until the result is dropped.
 pub async fn listen(
     ip: IpAddr,
     ports: (u16, u16),
@@ -75,8 +105,9 @@ pub async fn listen(
     reporter: Reporter,
     metrics: Arc<ProxyMetrics>,
     caps: Caps,
-) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+) -> Result<Listening> {
     let proxy = Arc::new(Proxy {
+        last_accepted: Mutex::new(Instant::now()),
         seen,
         reporter,
         metrics,
@@ -110,6 +141,9 @@ pub async fn listen(
                         continue;
                     }
                 };
+                if let Ok(mut t) = proxy.last_accepted.lock() {
+                    *t = Instant::now();
+                }
                 let Ok(permit) = proxy.connections.clone().try_acquire_owned() else {
                     debug!(port, "connection cap reached; closed");
                     continue;
@@ -123,7 +157,7 @@ pub async fn listen(
         }));
     }
     info!(from = ports.0, to = ports.1, "the wake proxy listens");
-    Ok(tasks)
+    Ok(Listening { tasks, proxy })
 }
 
 /// What the connection turned out to be, as read.

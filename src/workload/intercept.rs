@@ -15,7 +15,7 @@ use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
 use crate::api::{ServicePort, WakeIgnore};
 
@@ -136,6 +136,61 @@ pub fn intercepted(
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+/// Which of two slices claims a proxy port first: the wake proxy routes a port that two
+/// Services' slices name to the first (the older, then by namespace and name), and the
+/// operator moves the other off it.
+pub fn claim_cmp(a: &EndpointSlice, b: &EndpointSlice) -> std::cmp::Ordering {
+    fn key(s: &EndpointSlice) -> (Option<&Time>, Option<&String>, Option<&String>) {
+        let m = &s.metadata;
+        (
+            m.creation_timestamp.as_ref(),
+            m.namespace.as_ref(),
+            m.name.as_ref(),
+        )
+    }
+    key(a).cmp(&key(b))
+}
+
+/// The proxy ports that `mine` (one Service's slices) name and a slice of another Service
+/// claims first (`claim_cmp`): the proxy sends their connections to that other Service, so
+/// `mine` must move off them. Two operators (shards whose port ranges overlap) that gave out a
+/// port at the same moment leave such a pair; the younger slice moves.
+pub fn contested<'a>(
+    mine: &[EndpointSlice],
+    all: impl Iterator<Item = &'a EndpointSlice>,
+) -> BTreeSet<u16> {
+    let service = |s: &EndpointSlice| {
+        let label = s
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL));
+        (s.metadata.namespace.clone(), label.cloned())
+    };
+    let ports = |s: &EndpointSlice| -> BTreeSet<u16> {
+        (s.ports.iter().flatten())
+            .filter_map(|p| u16::try_from(p.port?).ok())
+            .collect()
+    };
+    let Some(first) = mine.first() else {
+        return BTreeSet::new();
+    };
+    let ours = service(first);
+    let held: Vec<(&EndpointSlice, BTreeSet<u16>)> = mine.iter().map(|m| (m, ports(m))).collect();
+    let mut out = BTreeSet::new();
+    for other in all.filter(|o| service(o) != ours) {
+        for p in ports(other) {
+            let lost = held
+                .iter()
+                .any(|(m, ps)| ps.contains(&p) && claim_cmp(other, m) == std::cmp::Ordering::Less);
+            if lost {
+                out.insert(p);
+            }
+        }
+    }
+    out
 }
 
 /// The proxy port for `key` (`namespace/service/port`) in `range`, avoiding `used`: where its
@@ -347,6 +402,8 @@ pub struct ServiceSeen<'a> {
     pub present: &'a [EndpointSlice],
     /// Whether its own endpoints (not the proxy's) have one ready.
     pub own_ready: bool,
+    /// Proxy ports its slices name that another Service's slice claims first (`contested`).
+    pub contested: &'a BTreeSet<u16>,
 }
 
 /// What the reconcile does about one Service.
@@ -417,7 +474,7 @@ pub fn plan_service(
                 u16::try_from(p.port?).ok()?,
             ))
         })
-        .filter(|(_, p)| (of.range.0..=of.range.1).contains(p))
+        .filter(|(_, p)| (of.range.0..=of.range.1).contains(p) && !seen.contested.contains(p))
         .collect();
     let mut given = Vec::new();
     for p in ports {
@@ -677,6 +734,87 @@ mod tests {
         assert_eq!(
             ProxyConfig::from_annotations(None).hold_secs,
             DEFAULT_HOLD_SECS
+        );
+    }
+
+    /// An operator's slice for `ns/svc` at proxy port `port`, created at `at`.
+    fn claim(ns: &str, svc: &str, port: i32, at: &str) -> EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{svc}-tdset-wake-ipv4"), "namespace": ns,
+                         "creationTimestamp": at,
+                         "labels": {SERVICE_NAME_LABEL: svc, MANAGED_BY_LABEL: MANAGED_BY}},
+            "addressType": "IPv4",
+            "endpoints": [],
+            "ports": [{"name": "http", "port": port}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_port_another_services_older_slice_names_is_contested_and_moved_off() {
+        let mine = [claim("b", "shop", 20001, "2026-11-28T11:00:00Z")];
+        let older = claim("a", "web", 20001, "2026-11-28T10:00:00Z");
+        let younger = claim("c", "api", 20001, "2026-11-28T12:00:00Z");
+        let elsewhere = claim("d", "db", 20002, "2026-11-28T09:00:00Z");
+        let all = [mine[0].clone(), older.clone(), younger.clone(), elsewhere];
+        assert_eq!(contested(&mine, all.iter()), BTreeSet::from([20001]));
+        // The oldest claim keeps its port (the proxy routes it there); a tie in time goes by
+        // namespace, then name, as the proxy orders them.
+        assert!(contested(std::slice::from_ref(&older), all.iter()).is_empty());
+        let same_second = claim("a", "web", 20001, "2026-11-28T11:00:00Z");
+        assert!(contested(std::slice::from_ref(&same_second), mine.iter()).is_empty());
+        assert_eq!(
+            contested(&mine, [same_second].iter()),
+            BTreeSet::from([20001])
+        );
+
+        // The plan gives the contested Service another port, in the same write.
+        let shop = service(serde_json::json!({
+            "selector": {"app": "shop"},
+            "ports": [{"name": "http", "port": 80}]
+        }));
+        let config = ProxyConfig::default();
+        let proxies = [ProxyAddress {
+            ip: "10.0.0.5".into(),
+            ready: true,
+        }];
+        let of = PlanFor {
+            tdset: "shop",
+            tdset_uid: "uid-shop",
+            namespace: "b",
+            asleep: true,
+            workload_labels: None,
+            proxies: &proxies,
+            config: &config,
+            range: (20000, 20009),
+        };
+        let lost = BTreeSet::from([20001]);
+        let kept = BTreeSet::new();
+        let plan = |contested: &BTreeSet<u16>| {
+            let seen = ServiceSeen {
+                name: "shop",
+                service: Some(&shop),
+                ports: &[],
+                present: &mine,
+                own_ready: false,
+                contested,
+            };
+            plan_service(&of, &seen, &mut BTreeSet::from([20001]))
+        };
+        let moved = plan(&lost);
+        let port = moved.apply[0].ports.as_ref().unwrap()[0].port;
+        assert!(
+            port.is_some_and(|p| p != 20001 && (20000..=20009).contains(&p)),
+            "{port:?}"
+        );
+        let stays = plan(&kept);
+        let port = stays
+            .apply
+            .first()
+            .map(|s| s.ports.as_ref().unwrap()[0].port);
+        assert!(
+            matches!(port, None | Some(Some(20001))),
+            "uncontested, the port it has is kept: {port:?}"
         );
     }
 }

@@ -447,6 +447,18 @@ fn values_the_operator_cannot_take_are_refused_by_helm() {
             vec!["wakeOnRequest.ports=20000"],
             "wakeOnRequest.ports \"20000\": use FROM-TO",
         ),
+        (
+            vec![
+                "wakeOnRequest.ports=20000-20001",
+                "shards[0].name=a",
+                "shards[0].selector=x=a",
+                "shards[1].name=b",
+                "shards[1].selector=x=b",
+                "shards[2].name=c",
+                "shards[2].selector=x=c",
+            ],
+            "has fewer ports than there are shards (3)",
+        ),
     ] {
         let chart = chart();
         let mut args = vec!["template", "x", chart.as_str()];
@@ -540,6 +552,18 @@ fn shards_render_one_operator_deployment_each_with_its_selector_and_lease() {
         (s(d), n, s(shard), s(sel), s(e), s(l))
     });
     assert_eq!(shards, want);
+    // Each shard gives out wake proxy ports from its own part of the range (the proxy listens
+    // on all of it): two shards never give out one port at the same moment.
+    let ranges: Vec<Option<String>> = (deployments.iter())
+        .map(|d| env(d, "TDSET_WAKE_PROXY_PORTS"))
+        .collect();
+    assert_eq!(
+        ranges,
+        [
+            Some("20000-20127".to_string()),
+            Some("20128-20255".to_string())
+        ]
+    );
     // Election is on for shards even when switched off: the Lease Role comes with them.
     assert!(
         docs.iter()
@@ -1002,10 +1026,10 @@ async fn wake_proxy_installed_with_the_operator(
             ],
         ),
     );
-    let slice = |name: &str, ours: bool| {
+    let slice_by = |name: &str, manager: Option<&str>| {
         let mut labels = json!({"kubernetes.io/service-name": "web"});
-        if ours {
-            labels["endpointslice.kubernetes.io/managed-by"] = json!("tdset.schedule.rs");
+        if let Some(m) = manager {
+            labels["endpointslice.kubernetes.io/managed-by"] = json!(m);
         }
         json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                "metadata": {"name": name, "namespace": t, "labels": labels},
@@ -1014,6 +1038,7 @@ async fn wake_proxy_installed_with_the_operator(
                "ports": [{"name": "http", "port": 20000}]})
         .to_string()
     };
+    let slice = |name: &str, ours: bool| slice_by(name, ours.then_some("tdset.schedule.rs"));
     let apply_as = |who: &str, doc: String| {
         let mut cmd = std::process::Command::new(kubectl_path());
         cmd.env("KUBECONFIG", kc)
@@ -1061,6 +1086,46 @@ async fn wake_proxy_installed_with_the_operator(
     succeeded(
         "the operator's slice",
         apply_as(operator_sa, slice("ours", true)),
+    );
+    // Nor one labelled as the EndpointSlice controller's (the proxy relays to its endpoints),
+    // which that controller itself writes as ever.
+    let kcm = "endpointslice-controller.k8s.io";
+    let forged = apply_as("tenant", slice_by("forged-kcm", Some(kcm)));
+    assert!(
+        String::from_utf8_lossy(&forged.stderr).contains("written by Kubernetes' controllers only"),
+        "{forged:?}"
+    );
+    let relabel = apply_as("tenant", slice_by("own", Some(kcm)));
+    assert!(
+        !relabel.status.success(),
+        "the tenant relabelled its slice as the controller's"
+    );
+    succeeded(
+        "a slice of another manager",
+        apply_as("tenant", slice_by("mesh", Some("mesh.example"))),
+    );
+    // (Its bootstrap role has no `patch`, which a server-side apply is: granted here.)
+    succeeded(
+        "binding the slices role to the EndpointSlice controller",
+        kubectl_at(
+            kc,
+            &[
+                "-n",
+                t,
+                "create",
+                "rolebinding",
+                "slices-kcm",
+                "--role=slices",
+                "--serviceaccount=kube-system:endpointslice-controller",
+            ],
+        ),
+    );
+    succeeded(
+        "the EndpointSlice controller's slice",
+        apply_as(
+            "system:serviceaccount:kube-system:endpointslice-controller",
+            slice_by("kcm", Some(kcm)),
+        ),
     );
     tenant.cleanup().await;
 }

@@ -10,91 +10,26 @@
 //! installs them with apt when it runs as root).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::node::*;
 use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tdset_operator::api::TDSet;
 
-const GUARD: Duration = Duration::from_secs(180);
-const NS: &str = "tdset-system";
-const RELEASE: &str = "tdset-operator";
-const IMAGE_REPO: &str = "localhost/tdset/operator";
-const IMAGE_TAG: &str = "test";
-const WORKLOAD_IMAGE: &str = "localhost/tdset/httpd:1";
-
-/// A build context holding only the binary these tests were built with, for the Dockerfile's
-/// `prebuilt` target (`--build-arg BINARY=tdset-operator`): the test command builds the operator
-/// once, and the image runs the very code under test.
-fn image_context(dir: &Path) -> PathBuf {
-    let context = dir.join("image-context");
-    std::fs::create_dir_all(&context).expect("creating the image's build context");
-    std::fs::copy(
-        env!("CARGO_BIN_EXE_tdset-operator"),
-        context.join("tdset-operator"),
-    )
-    .expect("copying the operator's binary into the build context");
-    context
-}
-
-fn script_output(what: &str, args: &[&str]) -> String {
-    succeeded(
-        what,
-        Command::new(script())
-            .args(args)
-            .current_dir(repo_root())
-            .output()
-            .expect("running scripts/control-plane.sh"),
-    )
-}
-
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-fn raw_get(kubeconfig: &Path, path: &str) -> Option<String> {
-    let out = kubectl_at(kubeconfig, &["get", "--raw", path]);
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
+const GUARD: Duration = NODE_GUARD;
 
 async fn operator_pods(pods: &Api<Pod>) -> Vec<Pod> {
     pods.list(&ListParams::default().labels("app.kubernetes.io/name=tdset-operator"))
         .await
         .expect("listing the operator's pods")
         .items
-}
-
-fn ready(p: &Pod) -> bool {
-    p.metadata.deletion_timestamp.is_none()
-        && p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// The pod's (only) container's status.
-fn first_container(p: &Pod) -> &k8s_openapi::api::core::v1::ContainerStatus {
-    &p.status
-        .as_ref()
-        .expect("a pod status")
-        .container_statuses
-        .as_ref()
-        .expect("container statuses")[0]
-}
-
-fn name(p: &Pod) -> String {
-    p.metadata.name.clone().unwrap_or_default()
 }
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
@@ -151,33 +86,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
 
     // The image, as README "Build the image" says (buildah standing in for docker).
     let t = Instant::now();
-    let archive = dir.join("operator-image.tar");
-    let tag = format!("{IMAGE_REPO}:{IMAGE_TAG}");
-    let context = image_context(&dir);
-    let dockerfile = repo_root().join("Dockerfile");
-    script_output(
-        "building the operator's image",
-        &[
-            "build-image",
-            &tag,
-            archive.to_str().unwrap(),
-            "--target",
-            "prebuilt",
-            "--build-arg",
-            "BINARY=tdset-operator",
-            "-f",
-            dockerfile.to_str().unwrap(),
-            context.to_str().unwrap(),
-        ],
-    );
-    script_output(
-        "loading the image into the node",
-        &[
-            "load-image",
-            dir.to_str().unwrap(),
-            archive.to_str().unwrap(),
-        ],
-    );
+    operator_image_on_node(&dir);
     eprintln!(
         "image built from {} and loaded in {:.1}s",
         env!("CARGO_BIN_EXE_tdset-operator"),
@@ -187,30 +96,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
 
     // The chart, with that image; `--wait` returns once both pods pass their real probes.
     let t = Instant::now();
-    let chart = repo_root().join("deploy/helm/tdset-operator");
-    succeeded(
-        "helm install",
-        helm(
-            &kc,
-            &[
-                "install",
-                RELEASE,
-                chart.to_str().unwrap(),
-                "--namespace",
-                NS,
-                "--create-namespace",
-                "--set",
-                &format!("image.repository={IMAGE_REPO}"),
-                "--set",
-                &format!("image.tag={IMAGE_TAG}"),
-                "--set",
-                "image.pullPolicy=Never",
-                "--wait",
-                "--timeout",
-                "180s",
-            ],
-        ),
-    );
+    install_chart_on_node(&kc, &[]);
     eprintln!(
         "helm install --wait: both operator pods Ready in {:.1}s",
         t.elapsed().as_secs_f64()
@@ -539,33 +425,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     // The wake proxy the chart installed reports to the operator's wake Service; this node has
     // no cluster DNS, so it is told the Service's ClusterIP (the chart's value for such
     // clusters), and its pods roll.
-    let wake_ip = eventually(GUARD, "the wake Service's ClusterIP", || async {
-        let svc: Service = Api::namespaced(client.clone(), NS)
-            .get(&format!("{RELEASE}-wake"))
-            .await
-            .ok()?;
-        svc.spec?.cluster_ip
-    })
-    .await;
-    succeeded(
-        "helm upgrade (the proxy's operator URL)",
-        helm(
-            &kc,
-            &[
-                "upgrade",
-                RELEASE,
-                chart.to_str().unwrap(),
-                "--namespace",
-                NS,
-                "--reuse-values",
-                "--set",
-                &format!("wakeOnRequest.proxy.operatorUrl=http://{wake_ip}:8081"),
-                "--wait",
-                "--timeout",
-                "180s",
-            ],
-        ),
-    );
+    proxy_to_wake_service_ip(&client, &kc).await;
 
     // On the node at once: the tiers' pods beside the warm-up's and the woken ones.
     tokio::join!(
@@ -573,6 +433,8 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
         tiers_on_real_pods(&client, apps),
         wake_on_real_pods(&client, apps, &dir),
     );
+    // Then the faults, one at a time: each stops a part the scenarios above share.
+    wake_faults_on_real_pods(&client, apps, &dir).await;
 
     // Uninstalled, the operator's pods really stop. (Not `--wait`: Kubernetes' ClusterRole
     // aggregation controller may recreate the deleted aggregated role, and Helm would wait for
@@ -682,32 +544,6 @@ async fn terminated_exit_code(pods: &Api<Pod>, name: &str) -> i32 {
     code.expect("the pod's container reported how it ended before the pod was removed")
 }
 
-/// The host's processes whose cgroup paths contain `part` (a container's id, a node's root).
-fn container_pids(part: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .expect("reading /proc")
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_string_lossy().parse::<i32>().ok()?;
-            let cgroups = std::fs::read_to_string(e.path().join("cgroup")).ok()?;
-            cgroups.contains(part).then_some(pid)
-        })
-        .collect()
-}
-
-/// SIGKILLs, from the host, every process of the container; returns how many.
-fn kill_container(id: &str) -> usize {
-    container_pids(id)
-        .into_iter()
-        .filter(|pid| {
-            Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .count()
-}
-
 /// What a node could change on the host outside its namespaces: the kernel settings the
 /// kubelet sets host-wide, and containerd's default plugin dir.
 #[derive(Debug, PartialEq)]
@@ -731,33 +567,6 @@ impl HostState {
             opt_containerd: Path::new("/opt/containerd").exists(),
         }
     }
-}
-
-/// A Deployment of real pods whose readiness probe passes only 15 s after the container
-/// starts (a slow start-up), at 1.
-fn slow_web(name: &str) -> serde_json::Value {
-    probed_web(name, 15)
-}
-
-/// A Deployment of real pods whose readiness probe passes only `delay` seconds after the
-/// container starts, at 1.
-fn probed_web(name: &str, delay: i32) -> serde_json::Value {
-    json!({
-        "metadata": {"name": name},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                   "spec": {"containers": [{
-                       "name": "web",
-                       "image": WORKLOAD_IMAGE,
-                       "imagePullPolicy": "Never",
-                       "ports": [{"name": "http", "containerPort": 8080}],
-                       "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
-                                          "initialDelaySeconds": delay, "periodSeconds": 1},
-                       "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
-                                           "allowPrivilegeEscalation": false,
-                                           "capabilities": {"drop": ["ALL"]}}
-                   }]}}}
-    })
 }
 
 /// `warmUp: Measured` with real pods (issue 35): two Deployments whose pods are Ready 15 s
@@ -985,234 +794,6 @@ async fn tiers_on_real_pods(client: &kube::Client, apps: &str) {
         "tiers: db Ready {}, api created {} and Ready {}, web created {}",
         db_ready.0, api_created.0, api_ready.0, web_created.0
     );
-}
-
-/// The node's network namespace, where kube-proxy's rules are: "from the node".
-fn node_netns(dir: &Path) -> String {
-    let index = std::fs::read_to_string(dir.join("node/index")).expect("the node's index");
-    format!("tdset-node-{}", index.trim())
-}
-
-/// Runs `args` in the node's network namespace.
-fn on_node(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("ip")
-        .args(["netns", "exec", &node_netns(dir)])
-        .args(args)
-        .output()
-        .expect("running a command on the node")
-}
-
-const ECHO_IMAGE: &str = "localhost/tdset/echo:1";
-
-/// `probed_web` running the echo workload (scripts/images/echo.c): a body is answered with its
-/// length and FNV-1a hash, a WebSocket message is sent back.
-fn echo_web(name: &str, delay: i32) -> serde_json::Value {
-    let mut d = probed_web(name, delay);
-    d["spec"]["template"]["spec"]["containers"][0]["image"] = json!(ECHO_IMAGE);
-    d
-}
-
-fn fnv1a64(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf29ce484222325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
-    })
-}
-
-/// One Service woken on request on the real node: `deployment` asleep by its schedule (awake
-/// only in a window half a day away) behind a ClusterIP Service of its name (port 80 to the
-/// pods' `http`), its TDSet's `wakeOnRequest` the Service with `wake`'s other fields.
-struct Sleeper<'a> {
-    client: &'a kube::Client,
-    ns: &'a str,
-    name: String,
-    url: String,
-    ip: String,
-}
-
-impl<'a> Sleeper<'a> {
-    async fn new(
-        client: &'a kube::Client,
-        ns: &'a str,
-        deployment: serde_json::Value,
-        wake: serde_json::Value,
-    ) -> Sleeper<'a> {
-        use chrono::{Duration as Span, Utc};
-        let window = |h: i64| (Utc::now() + Span::hours(h)).format("%H:00").to_string();
-        let schedule = json!({
-            "schedulingConfig": [{"startTime": window(12), "endTime": window(13), "replica": 1}],
-            "defaultReplica": 0});
-        Sleeper::scheduled(client, ns, deployment, wake, schedule).await
-    }
-
-    /// `new`, with `schedule` (its `schedulingConfig` and `defaultReplica`) instead.
-    async fn scheduled(
-        client: &'a kube::Client,
-        ns: &'a str,
-        deployment: serde_json::Value,
-        wake: serde_json::Value,
-        schedule: serde_json::Value,
-    ) -> Sleeper<'a> {
-        let name = deployment["metadata"]["name"].as_str().unwrap().to_string();
-        let _: Deployment = create_object(client, ns, deployment).await;
-        let svc: Service = create_object(
-            client,
-            ns,
-            json!({"metadata": {"name": name},
-                   "spec": {"selector": {"app": name},
-                            "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
-        )
-        .await;
-        let ip = svc.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
-        let mut spec = schedule;
-        spec["scaleTargetRef"] =
-            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name});
-        spec["wakeOnRequest"] = wake;
-        spec["wakeOnRequest"]["services"] = json!([{"name": name}]);
-        create_tdset(client, ns, &tdset(&name, spec)).await;
-        Sleeper {
-            client,
-            ns,
-            url: format!("http://{ip}:80"),
-            name,
-            ip,
-        }
-    }
-
-    /// The operator's slices for the Service.
-    async fn ours(&self) -> Option<Vec<k8s_openapi::api::discovery::v1::EndpointSlice>> {
-        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(
-            self.client.clone(),
-            self.ns,
-        )
-        .list(&ListParams::default().labels(&format!(
-            "kubernetes.io/service-name={},endpointslice.kubernetes.io/managed-by=tdset.schedule.rs",
-            self.name
-        )))
-        .await
-        .ok()
-        .map(|l| l.items)
-    }
-
-    /// Waits until the workload is at 0 with no ready pod, the operator's slice names a ready
-    /// proxy address, and kube-proxy on the node sends the ClusterIP there.
-    async fn asleep_with_the_proxy_in_its_path(&self, dir: &Path) {
-        let t = Instant::now();
-        eventually(
-            GUARD,
-            &format!("{} asleep, the proxy in its path", self.name),
-            || async {
-                let d: Deployment = Api::namespaced(self.client.clone(), self.ns)
-                    .get(&self.name)
-                    .await
-                    .ok()?;
-                let at_zero = d.spec?.replicas == Some(0)
-                    && d.status.and_then(|s| s.ready_replicas).unwrap_or(0) == 0;
-                let proxied = self
-                    .ours()
-                    .await?
-                    .iter()
-                    .flat_map(|s| &s.endpoints)
-                    .any(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true));
-                // kube-proxy sends the ClusterIP to the proxy's ports only: no longer to the pod
-                // that went (its endpoint leaves the rules a moment after the pod stops).
-                let proxy_ports: BTreeSet<String> = (self.ours().await?.iter())
-                    .flat_map(|s| s.ports.iter().flatten())
-                    .filter_map(|p| p.port.map(|p| p.to_string()))
-                    .collect();
-                let targets = kube_proxy_targets(dir, &self.ip);
-                let programmed = !targets.is_empty()
-                    && targets.iter().all(|t| {
-                        t.rsplit_once(':')
-                            .is_some_and(|(_, port)| proxy_ports.contains(port))
-                    });
-                (at_zero && proxied && programmed).then_some(())
-            },
-        )
-        .await;
-        eprintln!(
-            "wake on request, {}: asleep with the proxy in its path after {:.1}s",
-            self.name,
-            t.elapsed().as_secs_f64()
-        );
-    }
-
-    async fn status_now(&self) -> Option<tdset_operator::api::TDSetStatus> {
-        Api::<TDSet>::namespaced(self.client.clone(), self.ns)
-            .get_status(&self.name)
-            .await
-            .ok()?
-            .status
-    }
-
-    async fn status(&self) -> tdset_operator::api::TDSetStatus {
-        Api::<TDSet>::namespaced(self.client.clone(), self.ns)
-            .get_status(&self.name)
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-    }
-
-    /// The history entries of request wake-ups.
-    async fn request_wake_ups(&self) -> usize {
-        self.status()
-            .await
-            .history
-            .iter()
-            .filter(|h| h.reason.contains("woken by a request"))
-            .count()
-    }
-}
-
-/// Where kube-proxy's rules on the node send new connections to ClusterIP `ip` (iptables
-/// mode): the `--to-destination` of each endpoint chain its Service chains jump to.
-fn kube_proxy_targets(dir: &Path, ip: &str) -> Vec<String> {
-    let rules = on_node(dir, &["iptables-save", "-t", "nat"]);
-    let rules = String::from_utf8_lossy(&rules.stdout);
-    let jump = |l: &str| {
-        l.split(" -j ")
-            .nth(1)
-            .map(|t| t.split(' ').next().unwrap_or(t).to_string())
-    };
-    let services: BTreeSet<String> = rules
-        .lines()
-        .filter(|l| l.starts_with("-A KUBE-SERVICES ") && l.contains(&format!("-d {ip}/32")))
-        .filter_map(jump)
-        .filter(|c| c.starts_with("KUBE-SVC-"))
-        .collect();
-    let endpoints: BTreeSet<String> = rules
-        .lines()
-        .filter(|l| {
-            services
-                .iter()
-                .any(|svc| l.starts_with(&format!("-A {svc} ")))
-        })
-        .filter_map(jump)
-        .filter(|c| c.starts_with("KUBE-SEP-"))
-        .collect();
-    rules
-        .lines()
-        .filter(|l| {
-            endpoints
-                .iter()
-                .any(|sep| l.starts_with(&format!("-A {sep} ")))
-        })
-        .filter_map(|l| l.split("--to-destination ").nth(1))
-        .map(|d| d.split(' ').next().unwrap_or(d).to_string())
-        .collect()
-}
-
-/// `curl` from the node to `url` with `more` options; its output, or curl's exit code.
-fn curl_on_node(dir: &Path, url: &str, more: &[&str]) -> Result<String, i32> {
-    let mut args = vec!["curl", "-sS", "-m", "90"];
-    args.extend_from_slice(more);
-    args.push(url);
-    let out = on_node(dir, &args);
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(out.status.code().unwrap_or(-1))
-    }
 }
 
 /// Wake on request on the real node (issue 49), five Services side by side, each a
@@ -1517,5 +1098,177 @@ print(len(results), len(bad), bad[:10])
     assert!(
         matches!((woken, slept), (Some(w), Some(s)) if w < s),
         "{history:#?}"
+    );
+}
+
+/// Waits until the proxy's two pods are Ready and the operator's slices for `s` name exactly
+/// them; returns their names.
+async fn slices_follow_the_proxy(client: &kube::Client, s: &Sleeper<'_>) -> BTreeSet<String> {
+    eventually(
+        GUARD,
+        &format!("{}'s slice naming the proxy's Ready pods", s.name),
+        || async {
+            let pods: Vec<Pod> = (proxy_pods(client).await.into_iter())
+                .filter(ready)
+                .collect();
+            let mut ips: Vec<String> = (pods.iter())
+                .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+                .collect();
+            ips.sort();
+            (pods.len() == 2 && s.proxied_to().await? == ips)
+                .then(|| pods.iter().map(name).collect())
+        },
+    )
+    .await
+}
+
+/// Wake on request's faults on the real node: the proxy rolled while it holds requests, a
+/// proxy pod killed, the operator's leader killed mid wake-up.
+async fn wake_faults_on_real_pods(client: &kube::Client, apps: &str, dir: &Path) {
+    the_proxy_rolled_while_it_holds(client, apps, dir).await;
+    a_proxy_pod_killed(client, apps, dir).await;
+    the_operator_killed_mid_wake_up(client, apps, dir).await;
+}
+
+/// The proxy's Deployment rolled (`kubectl rollout restart`: a new pod beside an old one,
+/// which then stops) while it holds requests for a workload that takes 20 s to be ready, and
+/// while another Service sleeps behind it. The stopping pods relay what they hold (they drain),
+/// every slice moves to the new pods, and the sleeping Service wakes through them.
+async fn the_proxy_rolled_while_it_holds(client: &kube::Client, apps: &str, dir: &Path) {
+    let wake = json!({"wakeFor": "5m", "hold": "60s"});
+    let idle = Sleeper::new(client, apps, probed_web("sleeper-idle", 1), wake.clone()).await;
+    let slow = Sleeper::new(client, apps, probed_web("sleeper-roll", 20), wake).await;
+    idle.asleep_with_the_proxy_in_its_path(dir).await;
+    slow.asleep_with_the_proxy_in_its_path(dir).await;
+    let before = slices_follow_the_proxy(client, &idle).await;
+    let held: Vec<_> = (0..6)
+        .map(|i| curl_in_background(dir, format!("{}/{i}", slow.url)))
+        .collect();
+    deployment_at(client, apps, "sleeper-roll", 1).await;
+
+    let t = Instant::now();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let proxy = format!("{RELEASE}-wake-proxy");
+    let restarted = chrono::Utc::now().to_rfc3339();
+    deployments
+        .patch(
+            &proxy,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
+                "kubectl.kubernetes.io/restartedAt": restarted}}}}})),
+        )
+        .await
+        .expect("rolling the proxy's Deployment");
+    for (i, h) in held.into_iter().enumerate() {
+        assert_eq!(
+            h.await.unwrap().as_deref(),
+            Ok("ok\n"),
+            "request {i}, held by a proxy pod that was rolled"
+        );
+    }
+    eprintln!(
+        "wake on request, the proxy rolled: 6 held requests answered {:.1}s after the roll began",
+        t.elapsed().as_secs_f64()
+    );
+    eventually(GUARD, "the proxy's rollout complete", || async {
+        let d = deployments.get(&proxy).await.ok()?;
+        let (spec, status) = (d.spec?, d.status?);
+        let want = spec.replicas?;
+        (status.observed_generation >= d.metadata.generation
+            && status.updated_replicas == Some(want)
+            && status.available_replicas == Some(want)
+            && status.replicas == Some(want))
+        .then_some(())
+    })
+    .await;
+    let after = slices_follow_the_proxy(client, &idle).await;
+    assert!(before.is_disjoint(&after), "{before:?} -> {after:?}");
+    let body = curl_on_node(dir, &idle.url, &[]).expect("curl through the new proxy pods");
+    assert_eq!(body, "ok\n");
+    assert_eq!(idle.request_wake_ups().await, 1);
+}
+
+/// A proxy pod's process killed (SIGKILL: no drain). The kubelet restarts it; the operator
+/// takes it out of the slices while it is not ready and back once it is, and a new request
+/// wakes the Service through the proxy.
+async fn a_proxy_pod_killed(client: &kube::Client, apps: &str, dir: &Path) {
+    let s = Sleeper::new(
+        client,
+        apps,
+        probed_web("sleeper-kill", 1),
+        json!({"wakeFor": "5m", "hold": "45s"}),
+    )
+    .await;
+    s.asleep_with_the_proxy_in_its_path(dir).await;
+    slices_follow_the_proxy(client, &s).await;
+    let victim = proxy_pods(client)
+        .await
+        .into_iter()
+        .find(ready)
+        .expect("a Ready proxy pod");
+    let id = first_container(&victim)
+        .container_id
+        .clone()
+        .expect("its container");
+    assert!(kill_container(id.trim_start_matches("containerd://")) > 0);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    eventually(GUARD, "the killed proxy restarted and Ready", || async {
+        let p = pods.get_opt(&name(&victim)).await.ok().flatten()?;
+        (first_container(&p).restart_count >= 1 && ready(&p)).then_some(())
+    })
+    .await;
+    slices_follow_the_proxy(client, &s).await;
+    let body = curl_on_node(dir, &s.url, &[]).expect("curl after the proxy's crash");
+    assert_eq!(body, "ok\n");
+    assert_eq!(s.request_wake_ups().await, 1);
+}
+
+/// The operator's leader killed (SIGKILL) as soon as a request's wake-up is recorded, before
+/// the workload (15 s to be ready) serves. The held request still gets the application's
+/// answer: the next leader finishes the wake-up from the status (the count, the hand-over),
+/// and it is one wake-up.
+async fn the_operator_killed_mid_wake_up(client: &kube::Client, apps: &str, dir: &Path) {
+    let s = Sleeper::new(
+        client,
+        apps,
+        probed_web("sleeper-op", 15),
+        json!({"wakeFor": "5m", "hold": "60s"}),
+    )
+    .await;
+    s.asleep_with_the_proxy_in_its_path(dir).await;
+    let held = curl_in_background(dir, s.url.clone());
+    eventually(GUARD, "the wake-up recorded", || async {
+        s.status_now().await?.request_wake.map(|_| ())
+    })
+    .await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let leader = holder(&leases).await.expect("a leader");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let p = pods.get(&leader).await.expect("the leader's pod");
+    let id = first_container(&p)
+        .container_id
+        .clone()
+        .expect("its container");
+    let t = Instant::now();
+    assert!(kill_container(id.trim_start_matches("containerd://")) > 0);
+    assert_eq!(
+        held.await.unwrap().as_deref(),
+        Ok("ok\n"),
+        "the held request, its wake-up's leader killed"
+    );
+    eprintln!(
+        "wake on request, the leader killed mid wake-up: the held request answered {:.1}s later",
+        t.elapsed().as_secs_f64()
+    );
+    eventually(GUARD, "the proxy out of the path", || async {
+        s.ours().await?.is_empty().then_some(())
+    })
+    .await;
+    deployment_at(client, apps, "sleeper-op", 1).await;
+    assert_eq!(
+        s.request_wake_ups().await,
+        1,
+        "{:#?}",
+        s.status().await.history
     );
 }

@@ -273,3 +273,173 @@ async fn only_the_wake_proxys_token_for_its_audience_may_wake_and_only_what_name
     assert_eq!(code, 202, "the proxy's own token is taken: {body}");
     ns.cleanup().await;
 }
+
+/// A group asleep by its schedule and woken by a request wakes as at a scheduled transition:
+/// tier by tier (`order`), the data tier first and each once the one before it is ready (kwok's
+/// pods go Ready 3 s after they are bound). The proxy waits for the Service's own endpoints, so
+/// a Service of the first tier answers before the last tier is awake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_wakes_a_group_tier_by_tier() {
+    let (client, ns) = setup("wake-tiers").await;
+    let n = &ns.name;
+    let recorder = Recorder::start(&client, n);
+    for (name, tier) in [("db", "data"), ("api", "backend"), ("web", "front")] {
+        let mut d = app_deployment(name, 1);
+        d["metadata"]["labels"]["env"] = json!("dev");
+        d["metadata"]["labels"]["tier"] = json!(tier);
+        d["spec"]["template"]["metadata"]["annotations"] =
+            json!({"pod-ready.stage.kwok.x-k8s.io/delay": "3s"});
+        let _: Deployment = create_object(&client, n, d).await;
+    }
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start(&client, n, clock, None, "test");
+    let addr = endpoint(&client, n, clock).await;
+    let spec = json!({
+        "scaleTargetSelector": {
+            "kinds": ["Deployment"],
+            "selector": {"matchLabels": {"env": "dev"}},
+            "order": [{"matchLabels": {"tier": "data"}}, {"matchLabels": {"tier": "backend"}}]},
+        "schedulingConfig": [{"startTime": "20:00", "endTime": "07:00", "replica": 0}],
+        "wakeOnRequest": {"services": [{"name": "db"}], "wakeFor": "30m"},
+    });
+    create_tdset(&client, n, &tdset("env", spec)).await;
+    for name in ["web", "api", "db"] {
+        recorder
+            .until(0, name, "asleep", |spec, ready| spec == 0 && ready == 0)
+            .await;
+    }
+
+    let mark = recorder.log().len();
+    let proxy = token(n, "wake-proxy", Some(AUDIENCE));
+    let (code, body) = report(&addr, Some(&proxy), n, "env", "db");
+    assert_eq!(code, 202, "{body}");
+    let db_up = recorder
+        .until(mark, "db", "woken", |spec, _| spec == 1)
+        .await;
+    let db_ready = recorder
+        .until(db_up, "db", "ready", |spec, ready| spec == 1 && ready == 1)
+        .await;
+    let api_up = recorder
+        .until(mark, "api", "woken", |spec, _| spec == 1)
+        .await;
+    let api_ready = recorder
+        .until(api_up, "api", "ready", |spec, ready| {
+            spec == 1 && ready == 1
+        })
+        .await;
+    let web_up = recorder
+        .until(mark, "web", "woken", |spec, _| spec == 1)
+        .await;
+    let log = recorder.log();
+    assert!(
+        db_ready < api_up,
+        "api was woken before db was ready: {log:?}"
+    );
+    assert!(
+        api_ready < web_up,
+        "web was woken before api was ready: {log:?}"
+    );
+    // One entry for the wake-up, its reason the request.
+    let woke = eventually(GUARD, "the wake-up in the history", || async {
+        let t = Api::<TDSet>::namespaced(client.clone(), n)
+            .get_status("env")
+            .await
+            .ok()?;
+        t.status?
+            .history
+            .first()
+            .filter(|e| e.reason.contains("woken by a request"))
+            .cloned()
+    })
+    .await;
+    assert!(woke.reason.contains("woken by a request"), "{woke:?}");
+    ns.cleanup().await;
+}
+
+/// The operator (the binary, its own wake endpoint, the proxy's slices) in `n` at 22:00.
+fn operator_at_night(n: &str, wake_addr: &str, log: &str) -> OperatorProcess {
+    let account = format!("{n}/wake-proxy");
+    let proxy = format!("{n}/proxy");
+    let op = OperatorProcess::launch(Launch {
+        namespace: Some(n),
+        fake_now: Some(utc("2026-05-01T22:00:00Z")),
+        extra: &[
+            "--wake-addr",
+            wake_addr,
+            "--wake-proxy-service-account",
+            &account,
+            "--wake-proxy-service",
+            &proxy,
+            "--wake-proxy-ports",
+            "21040-21049",
+        ],
+        ..Launch::new(&control_plane().kubeconfig, log)
+    });
+    op.wait_ready(GUARD, std::path::Path::new(log));
+    op
+}
+
+/// The operator killed (SIGKILL) the moment a request's wake-up is recorded, before or after
+/// its write, while the proxy is in the Service's path (its own endpoints never get ready
+/// here): the next one finishes the wake-up from status, and the history records it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_killed_as_a_wake_up_is_recorded_finishes_it_from_status() {
+    let (client, ns) = setup("wake-killed").await;
+    let n = &ns.name;
+    for (name, spec) in [
+        ("proxy", json!({"ports": [{"port": 20000}]})),
+        (
+            "web",
+            json!({"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}),
+        ),
+    ] {
+        let _: k8s_openapi::api::core::v1::Service = create_object(
+            &client,
+            n,
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec}),
+        )
+        .await;
+    }
+    let _: k8s_openapi::api::discovery::v1::EndpointSlice = create_object(
+        &client,
+        n,
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "proxy-1", "labels": {"kubernetes.io/service-name": "proxy"}},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": true}}],
+               "ports": [{"port": 20000}]}),
+    )
+    .await;
+    let addr = format!("127.0.0.1:{}", free_port());
+    let op = operator_at_night(n, &addr, "wake-killed-1.log");
+    let _: Deployment = create_object(&client, n, app_deployment("web", 3)).await;
+    let mut t = asleep_at_night();
+    t.spec.container = None;
+    t.spec.scale_target_ref = Some(
+        serde_json::from_value(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}),
+        )
+        .unwrap(),
+    );
+    create_tdset(&client, n, &t).await;
+    deployment_at(&client, n, "web", 0).await;
+
+    let proxy = token(n, "wake-proxy", Some(AUDIENCE));
+    let (code, body) = report(&addr, Some(&proxy), n, "web", "web");
+    assert_eq!(code, 202, "{body}");
+    op.sigkill();
+    let _op = operator_at_night(n, &addr, "wake-killed-2.log");
+    deployment_at(&client, n, "web", 2).await;
+    let history = eventually(GUARD, "the wake-up in the history", || async {
+        let s = status(&client, n).await?;
+        (s.history.iter())
+            .any(|e| e.reason.contains("woken by a request"))
+            .then_some(s.history)
+    })
+    .await;
+    let wake_ups = (history.iter())
+        .filter(|e| e.reason.contains("woken by a request"))
+        .count();
+    assert_eq!(wake_ups, 1, "{history:#?}");
+    ns.cleanup().await;
+}

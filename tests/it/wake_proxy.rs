@@ -77,8 +77,8 @@ async fn upstream() -> (u16, Arc<Mutex<Vec<String>>>) {
 
 /// The world a proxy test runs in: the wake proxy's Service (one ready pod: this machine,
 /// where the proxy binary listens), the TDSet `web` asleep at night with `wake_on_request`,
-/// its Service `web` (port `http`; its selector picks no pod, so the test's slice is its only
-/// endpoint), the operator with the wake endpoint, and the proxy. Returns the proxy port the
+/// its Service `web` (port `http`, selecting the TDSet's pods; no EndpointSlice controller runs
+/// here, so the test's slice is its only endpoint), the operator with the wake endpoint, and the proxy. Returns the proxy port the
 /// operator gave `web`, and the proxy.
 async fn proxied_world(
     client: &Client,
@@ -112,7 +112,7 @@ async fn proxied_world(
         client,
         n,
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-               "spec": {"selector": {"app": "web-nobody"},
+               "spec": {"selector": {"schedule.rs/tdset": "web"},
                         "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
     )
     .await;
@@ -355,5 +355,47 @@ async fn hold_ends_in_a_503_with_retry_after_and_an_ignored_request_wakes_nothin
         (connections("ignored"), connections("timed-out")),
         (2.0, 1.0)
     );
+    ns.cleanup().await;
+}
+
+/// A proxy pod stopping (a rollout, a drain: SIGTERM) while it holds a request says it is not
+/// ready, keeps its ports open (kube-proxy elsewhere may still send it a connection), relays
+/// what it holds once the workload is ready, and only then exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_proxy_still_relays_what_it_holds_then_exits() {
+    let (client, ns) = setup("wake-drain").await;
+    let n = &ns.name;
+    let wake = json!({"services": [{"name": "web"}], "wakeFor": "1m", "hold": "60s"});
+    let (port, _metrics, _op, mut proxy) = proxied_world(&client, n, wake, "wake-drain.log").await;
+    let (upstream_port, heads) = upstream().await;
+    let held = tokio::spawn(call(port, get("/held", "curl/8.5")));
+    // Reported, so held: the workload is woken.
+    deployment_at(&client, n, "web", 2).await;
+
+    proxy.terminate();
+    let not_ready = || async {
+        let (code, _) = tokio::task::block_in_place(|| proxy.get("/readyz"))?;
+        (code == 503).then_some(())
+    };
+    eventually(GUARD, "the stopping proxy not ready", not_ready).await;
+    let late = tokio::spawn(call(port, get("/late", "curl/8.5")));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(proxy.alive(), "the proxy exited holding requests");
+
+    own_slice(&client, n, "web", upstream_port).await;
+    for (what, c) in [("held", held), ("late", late)] {
+        let answer = c.await.unwrap();
+        assert!(answer.contains("hello from web"), "{what}: {answer:?}");
+    }
+    assert_eq!(heads.lock().unwrap().len(), 2);
+    // Drained: it exits by itself (a quiet spell after the last connection).
+    let deadline = std::time::Instant::now() + GUARD;
+    while proxy.alive() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the drained proxy did not exit"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     ns.cleanup().await;
 }

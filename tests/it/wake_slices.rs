@@ -66,9 +66,12 @@ async fn proxy_in(client: &Client, ns: &str, range: (u16, u16)) -> WakeProxyRef 
 async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_awake() {
     let (client, ns) = setup("wake-slices").await;
     let n = &ns.name;
-    // The TDSet's own Service, selecting its pods, and a headless one it cannot wake through.
-    for (name, cluster_ip) in [("web", None), ("db", Some("None"))] {
-        let mut spec = json!({"selector": {"schedule.rs/tdset": "web"},
+    // The TDSet's own Service, selecting its pods, a headless one it cannot wake through, and
+    // one selecting another app's pods (a request to it would wake a workload it never
+    // reaches).
+    for (name, cluster_ip) in [("web", None), ("db", Some("None")), ("other", None)] {
+        let app = if name == "other" { "other" } else { "web" };
+        let mut spec = json!({"selector": {"schedule.rs/tdset": app},
                               "ports": [{"name": "http", "port": 80}]});
         if let Some(ip) = cluster_ip {
             spec["clusterIP"] = json!(ip);
@@ -88,7 +91,7 @@ async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_
         "container": {"image": "nginx", "port": 80},
         "defaultReplica": 0,
         "schedulingConfig": [{"startTime": "09:00", "endTime": "17:00", "replica": 2}],
-        "wakeOnRequest": {"services": [{"name": "web"}, {"name": "db"}], "wakeFor": "1m", "hold": "20s"}
+        "wakeOnRequest": {"services": [{"name": "web"}, {"name": "db"}, {"name": "other"}], "wakeFor": "1m", "hold": "20s"}
     });
     create_tdset(&client, n, &tdset("web", spec)).await;
     // Awake by day: nothing of the operator's in the path; the headless Service refused.
@@ -120,6 +123,12 @@ async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_
     let degraded = condition(&t, "Degraded").unwrap();
     assert!(
         degraded.message.contains("Service db is headless"),
+        "{}",
+        degraded.message
+    );
+    assert!(
+        (degraded.message)
+            .contains("Service other selects none of the pods of the TDSet's workloads"),
         "{}",
         degraded.message
     );
@@ -233,5 +242,169 @@ async fn a_tdset_deleted_while_asleep_takes_its_slice_and_gives_the_count_back()
         || async { ours(&client, n).await.is_empty().then_some(()) },
     )
     .await;
+    ns.cleanup().await;
+}
+
+/// Deployment `app` (at 2) and its Service (port `http`, selecting its pods).
+async fn app_behind_its_service(client: &Client, n: &str, app: &str) {
+    let _: Deployment = create_object(client, n, app_deployment(app, 2)).await;
+    let _: Service = create_object(
+        client,
+        n,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": app},
+               "spec": {"selector": {"app": app}, "ports": [{"name": "http", "port": 80}]}}),
+    )
+    .await;
+}
+
+/// A TDSet over Deployment `app`, at 2 from 08:00 to 18:00 and asleep otherwise, woken by
+/// requests to Service `app`.
+fn by_day_over(app: &str) -> serde_json::Value {
+    json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
+        "defaultReplica": 0,
+        "schedulingConfig": [{"startTime": "08:00", "endTime": "18:00", "replica": 2}],
+        "wakeOnRequest": {"services": [{"name": app}]}
+    })
+}
+
+/// The wake proxy's pods moving (a rollout, a node drained) while Services sleep behind it:
+/// every slice of every TDSet gains the new pod, then loses the one that stops, without a
+/// reconcile of its own being due (asleep for the night, nothing else changes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_pods_that_move_join_every_slice_before_the_old_ones_leave() {
+    let (client, ns) = setup("wake-slices-moved").await;
+    let n = &ns.name;
+    let proxy = proxy_in(&client, n, (21020, 21029)).await;
+    for app in ["web", "api"] {
+        app_behind_its_service(&client, n, app).await;
+    }
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
+    for app in ["web", "api"] {
+        create_tdset(&client, n, &tdset(app, by_day_over(app))).await;
+        deployment_at(&client, n, app, 0).await;
+    }
+    let named = |want: &'static [&'static str]| {
+        let client = client.clone();
+        async move {
+            let slices = ours(&client, n).await;
+            let all: Vec<Vec<String>> = (slices.iter())
+                .map(|s| {
+                    let mut a: Vec<String> = s
+                        .endpoints
+                        .iter()
+                        .flat_map(|e| e.addresses.clone())
+                        .collect();
+                    a.sort();
+                    a
+                })
+                .collect();
+            (all.len() == 2 && all.iter().all(|a| a == want)).then_some(())
+        }
+    };
+    eventually(GUARD, "both slices name the proxy's ready pod", || {
+        named(&["10.0.0.5"])
+    })
+    .await;
+
+    // A new proxy pod ready beside the old one (a rollout's surge): in every slice.
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), n);
+    let proxy_pods = |endpoints: serde_json::Value| {
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "proxy-1", "labels": {"kubernetes.io/service-name": "proxy"}},
+               "addressType": "IPv4", "endpoints": endpoints, "ports": [{"port": 20000}]})
+    };
+    let apply = |body: serde_json::Value| {
+        let slices = slices.clone();
+        async move {
+            slices
+                .patch(
+                    "proxy-1",
+                    &kube::api::PatchParams::apply("test.example").force(),
+                    &kube::api::Patch::Apply(body),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    apply(proxy_pods(json!([
+        {"addresses": ["10.0.0.5"], "conditions": {"ready": true}},
+        {"addresses": ["10.0.0.7"], "conditions": {"ready": true}}])))
+    .await;
+    eventually(GUARD, "the new proxy pod in every slice", || {
+        named(&["10.0.0.5", "10.0.0.7"])
+    })
+    .await;
+
+    // The old one stopping (terminating, still serving what it holds): out of every slice.
+    apply(proxy_pods(json!([
+        {"addresses": ["10.0.0.5"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+        {"addresses": ["10.0.0.7"], "conditions": {"ready": true}}]))).await;
+    eventually(GUARD, "the stopping proxy pod out of every slice", || {
+        named(&["10.0.0.7"])
+    })
+    .await;
+    ns.cleanup().await;
+}
+
+/// Two Services' slices naming one proxy port (what two operators whose port ranges overlap
+/// leave when they give out a port at the same moment): the proxy sends its connections to the
+/// older slice's Service, so the younger slice moves to a port of its own; the older keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_two_services_slices_name_stays_with_the_older_and_the_younger_moves() {
+    let (client, ns) = setup("wake-slices-contest").await;
+    let n = &ns.name;
+    let proxy = proxy_in(&client, n, (21030, 21039)).await;
+    for app in ["web", "api"] {
+        app_behind_its_service(&client, n, app).await;
+    }
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), n);
+    let port_of = |svc: &'static str| {
+        let slices = slices.clone();
+        async move {
+            let s = slices
+                .get_opt(&format!("{svc}-tdset-wake-ipv4"))
+                .await
+                .ok()??;
+            s.ports?.first()?.port
+        }
+    };
+    let mut older = 0;
+    for app in ["web", "api"] {
+        create_tdset(&client, n, &tdset(app, by_day_over(app))).await;
+        let port = eventually(GUARD, "the operator's slice", || port_of(app)).await;
+        if app == "web" {
+            older = port;
+            // A second apart at least: creation times are whole seconds.
+            tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        } else {
+            assert_ne!(port, older, "one operator gives a port once");
+        }
+    }
+    // api's slice made to name web's port, as a racing second operator would have made it.
+    slices
+        .patch(
+            "api-tdset-wake-ipv4",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"ports": [{"name": "http", "port": older, "protocol": "TCP"}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    let moved = eventually(GUARD, "the younger slice on a port of its own", || async {
+        let port = port_of("api").await?;
+        (port != older).then_some(port)
+    })
+    .await;
+    assert!((21030..=21039).contains(&moved), "{moved}");
+    assert_eq!(
+        port_of("web").await,
+        Some(older),
+        "the older slice keeps its port"
+    );
     ns.cleanup().await;
 }

@@ -100,6 +100,7 @@ async fn apply(
     let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
     let mut scaled = None;
     let mut retry = None;
+    let mut held_back = false;
     let key = format!("{ns}/{}", tdset.name_any());
     let now = tokio::time::Instant::now();
     if turn.write == Write::IfDifferent
@@ -108,6 +109,7 @@ async fn apply(
         if let Verdict::Wait(until) = ctx.contest(&key, |c| c.decide(replicas, now)) {
             // Someone keeps setting it back: put the schedule's count back later, not now.
             retry = Some(until.duration_since(now));
+            held_back = true;
         } else {
             ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
             if let Err(p) = write(ctx, ns, r, res, replicas).await? {
@@ -139,6 +141,7 @@ async fn apply(
         retry,
         scaled,
         saved,
+        held_back,
         ..Outcome::observed(Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas)))
     })
 }

@@ -4,12 +4,16 @@
 //! Read live, and only while a TDSet's slices are wanted (the operator's own slices are
 //! watched: `state`'s `wake_slices`).
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
+use crate::api::ScaleTargetRef;
 use crate::error::{Error, Result};
 use crate::workload::intercept::{
     MANAGED_BY, MANAGED_BY_LABEL, ProxyAddress, SERVICE_NAME_LABEL, serves,
@@ -84,6 +88,44 @@ pub(crate) async fn own_ready(client: &Client, ns: &str, name: &str) -> Result<b
         );
     }
     Ok(visited == Visited::Found)
+}
+
+/// The pod template labels of the workload `target` names, when it is a Deployment,
+/// StatefulSet or ReplicaSet (`apps/v1`); `None` for another kind, or one not found.
+pub(crate) async fn template_labels(
+    client: &Client,
+    ns: &str,
+    target: &ScaleTargetRef,
+) -> Result<Option<BTreeMap<String, String>>> {
+    async fn template<K>(client: &Client, ns: &str, name: &str) -> Result<Option<K>>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(Error::kube(format!("reading {} {ns}/{name}", K::kind(&()))))
+    }
+    if target.api_version != "apps/v1" {
+        return Ok(None);
+    }
+    let name = target.name.as_str();
+    let labels = match target.kind.as_str() {
+        "Deployment" => template::<Deployment>(client, ns, name)
+            .await?
+            .and_then(|d| d.spec?.template.metadata?.labels),
+        "StatefulSet" => template::<StatefulSet>(client, ns, name)
+            .await?
+            .and_then(|d| d.spec?.template.metadata?.labels),
+        "ReplicaSet" => template::<ReplicaSet>(client, ns, name)
+            .await?
+            .and_then(|d| d.spec?.template?.metadata?.labels),
+        _ => None,
+    };
+    Ok(labels)
 }
 
 /// The wake proxy's pods, from its own Service's slices.

@@ -396,6 +396,16 @@ pub(crate) async fn run_controller(
         wakeups: wakeups.clone(),
         tdsets: tdsets.clone(),
     };
+    let proxy_moves = match &opts.wake_proxy {
+        Some(p) => watches::proxy_moves(
+            kube::Api::namespaced(watch_client.clone(), &p.namespace),
+            &p.service,
+            stream,
+            wake_slices.clone(),
+        )
+        .boxed(),
+        None => futures::stream::empty().boxed(),
+    };
     let controller = Controller::for_stream(futures::stream::empty(), tdsets)
         .reconcile_on(drive_tdset_watch)
         .reconcile_on({
@@ -424,6 +434,7 @@ pub(crate) async fn run_controller(
             let tdset = s.labels().get(intercept::TDSET_LABEL).cloned();
             tdset.map(|t| ObjectRef::new(&t).within(&s.namespace().unwrap_or_default()))
         })
+        .reconcile_on(proxy_moves)
         .watches_stream(calendar_stream, on_calendar)
         .watches_stream(
             target_watch::<Deployment>(api_for(&watch_client, &opts.namespace), stream),

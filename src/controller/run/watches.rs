@@ -1,12 +1,12 @@
 //! The watches that feed the controller, each with a cache that keeps only what a reconcile
 //! reads, and the backoff they share.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, WatchEvent, WatchParams};
@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use crate::api::TDSet;
-use crate::cache::{Cached, Prune, TDSetRef, tdset_ref};
+use crate::cache::{Cached, Prune, TDSetRef, tdset_ref, tdset_ref_named};
 use crate::controller::state::{
     CalendarIndex, GroupIndex, Sharding, TargetIndex, Wakeups, api_backoff, claim_of, claimed,
 };
@@ -412,6 +412,66 @@ pub(crate) fn api_for<K: Resource<Scope = kube::core::NamespaceResourceScope, Dy
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     }
+}
+
+/// The wake proxy's pods moving (a ready address of its own Service's slices added or gone)
+/// reconciles every TDSet whose slices send a Service to the proxy: a new pod joins them, one
+/// that stops leaves them (its reconcile reads the proxy's slices live and applies both in one
+/// write, so a pod that goes is never the last one named). Changes that leave the ready
+/// addresses as they were (a relist, a port renamed) trigger nothing.
+pub(crate) fn proxy_moves(
+    api: Api<EndpointSlice>,
+    service: &str,
+    stream: bool,
+    ours: Store<EndpointSlice>,
+) -> impl futures::Stream<Item = TDSetRef> + Send + use<> {
+    let (reader, writer) = reflector::store();
+    let of_proxy = config(stream).labels(&format!("{}={service}", intercept::SERVICE_NAME_LABEL));
+    let mut last: Option<BTreeSet<String>> = None;
+    watcher(api, of_proxy)
+        .backoff(api_backoff())
+        .reflect(writer)
+        .filter_map(move |event| {
+            // A relist's objects reach the store at its end: compared then, not one by one.
+            let settled = matches!(
+                event,
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
+            );
+            let moved = settled
+                .then(|| ready_proxies(&reader.state()))
+                .and_then(|now| {
+                    let moved = last.as_ref() != Some(&now);
+                    last = Some(now);
+                    moved.then_some(())
+                });
+            futures::future::ready(moved)
+        })
+        .flat_map(move |()| {
+            let holding: BTreeSet<(String, String)> = (ours.state().iter())
+                .filter_map(|s| {
+                    let tdset = s.labels().get(intercept::TDSET_LABEL)?;
+                    Some((s.namespace()?, tdset.clone()))
+                })
+                .collect();
+            info!(
+                tdsets = holding.len(),
+                "the wake proxy's pods moved; rewriting the slices that name them"
+            );
+            futures::stream::iter(
+                holding
+                    .into_iter()
+                    .map(|(ns, name)| tdset_ref_named(&ns, &name)),
+            )
+        })
+}
+
+/// The addresses of the proxy's pods that serve, from its Service's slices.
+fn ready_proxies(slices: &[Arc<EndpointSlice>]) -> BTreeSet<String> {
+    (slices.iter())
+        .flat_map(|s| &s.endpoints)
+        .filter(|e| intercept::serves(e))
+        .flat_map(|e| e.addresses.iter().cloned())
+        .collect()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! path while awake. A TDSet without `wakeOnRequest` reads nothing here, unless slices of its
 //! own are left from before (they are removed).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -20,8 +20,9 @@ use crate::error::Result;
 use crate::schedule::wake;
 use crate::status::Problem;
 use crate::workload::intercept::{
-    PlanFor, ProxyConfig, SERVICE_NAME_LABEL, ServiceSeen, TDSET_LABEL, plan_service,
+    PlanFor, ProxyConfig, SERVICE_NAME_LABEL, ServiceSeen, TDSET_LABEL, contested, plan_service,
 };
+use crate::workload::owned;
 
 /// How soon a TDSet whose slices wait for its workload's own endpoints is looked at again
 /// (an endpoint's readiness reaches its slice a moment after the pod's).
@@ -79,12 +80,14 @@ pub(crate) async fn intercept(
     let proxies = io::proxies(&ctx.client, &proxy.namespace, &proxy.service).await?;
     let config = proxy_config(spec, resolved);
     let uid = tdset.uid().unwrap_or_default();
+    let labels = workload_labels(tdset, ctx, ns).await?;
+    let labels: Option<Vec<&BTreeMap<String, String>>> = labels.as_ref().map(|l| vec![l]);
     let of = PlanFor {
         tdset: &name,
         tdset_uid: &uid,
         namespace: ns,
         asleep,
-        workload_labels: None,
+        workload_labels: labels.as_deref(),
         proxies: &proxies,
         config: &config,
         range: proxy.ports,
@@ -101,9 +104,40 @@ pub(crate) async fn intercept(
         }
     }
     for wanted in &spec.services {
-        intercept_service(ctx, &of, wanted, &present, &mut used, &mut done).await?;
+        let mine: Vec<EndpointSlice> = (present.iter())
+            .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&wanted.name))
+            .cloned()
+            .collect();
+        let contested = contested(&mine, all.iter().map(|s| &**s));
+        if !contested.is_empty() {
+            info!(service = %wanted.name, ports = ?contested, "a proxy port is claimed first by another Service's slice; moving off it");
+        }
+        let this = Named {
+            wanted,
+            mine: &mine,
+            contested: &contested,
+        };
+        intercept_service(ctx, &of, &this, &mut used, &mut done).await?;
     }
     Ok(done)
+}
+
+/// The pod labels of the TDSet's workload, where one read at most tells them: the Deployment
+/// it owns (from its spec), or the Deployment, StatefulSet or ReplicaSet it targets. A Service
+/// must select those pods (else its requests would wake a workload they never reach). A
+/// group's workloads are its own stage's reads: `None`, not checked.
+async fn workload_labels(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Option<BTreeMap<String, String>>> {
+    if let Some(target) = &tdset.spec.scale_target_ref {
+        return io::template_labels(&ctx.client, ns, target).await;
+    }
+    Ok(owned::desired_deployment(tdset, 0)
+        .ok()
+        .flatten()
+        .and_then(|d| d.spec?.template.metadata?.labels))
 }
 
 /// What the proxy is told for the TDSet's Services (as annotations of its slices).
@@ -126,21 +160,26 @@ fn proxy_ports<'a>(slices: impl Iterator<Item = &'a EndpointSlice>) -> impl Iter
         .filter_map(|p| u16::try_from(p.port?).ok())
 }
 
+/// One Service `wakeOnRequest` names, and what the cache shows of it.
+struct Named<'a> {
+    wanted: &'a crate::api::WakeService,
+    /// The operator's slices for it.
+    mine: &'a [EndpointSlice],
+    /// Ports of those that another Service's slice claims first.
+    contested: &'a BTreeSet<u16>,
+}
+
 /// One Service `wakeOnRequest` names: what is read of it, its plan (the port handed out with
 /// it), and the writes, new slices before old ones go (make before break).
 async fn intercept_service(
     ctx: &Context,
     of: &PlanFor<'_>,
-    wanted: &crate::api::WakeService,
-    present: &[EndpointSlice],
+    this: &Named<'_>,
     used: &mut BTreeSet<u16>,
     done: &mut Intercepted,
 ) -> Result<()> {
     let (ns, asleep) = (of.namespace, of.asleep);
-    let mine: Vec<_> = (present.iter())
-        .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&wanted.name))
-        .cloned()
-        .collect();
+    let (wanted, mine) = (this.wanted, this.mine);
     // Reads only what the decision needs: the Service while slices may be wanted, its own
     // endpoints only while the proxy is in the path and the workload wakes.
     let service = if asleep || !mine.is_empty() {
@@ -154,8 +193,9 @@ async fn intercept_service(
         name: &wanted.name,
         service: service.as_ref(),
         ports: &wanted.ports,
-        present: &mine,
+        present: mine,
         own_ready,
+        contested: this.contested,
     };
     let key = format!("{ns}/{}", wanted.name);
     let plan = ctx.ports_handed_out.plan(&key, |others| {

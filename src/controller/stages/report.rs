@@ -53,7 +53,7 @@ pub(crate) async fn report(
             resolved.now,
         );
     }
-    let change = change(ctx, &resolved, &outcome);
+    let change = change(ctx, &resolved, &outcome, tdset.spec.is_suspended());
     let recorded = change.is_some();
     let mut new_status = next_status(tdset, ctx, &resolved, &outcome, change);
     // The scale-ups the workload now serves: how long they took, and how late they were.
@@ -91,14 +91,39 @@ pub(crate) async fn report(
 /// one was due), and the transition lag it observed. A change that did not land at all is
 /// recorded only when one was due (a workload that keeps refusing writes would otherwise add
 /// an entry every reconcile).
-fn change(ctx: &Context, resolved: &Resolved<'_>, outcome: &Outcome) -> Option<HistoryEntry> {
+fn change(
+    ctx: &Context,
+    resolved: &Resolved<'_>,
+    outcome: &Outcome,
+    suspended: bool,
+) -> Option<HistoryEntry> {
     let (eval, due, now) = (&resolved.eval, resolved.due, resolved.now);
     let landed = outcome.scaled.as_ref().is_some_and(|s| s.landed);
     if let Some(due) = due.filter(|_| landed) {
         let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
         ctx.metrics.transition_lag.observe(lag);
     }
-    (outcome.scaled.clone())
+    let Some(s) = outcome.scaled.clone() else {
+        // Nothing written, nothing in the way, and the count differs from the one on record:
+        // the write landed before a restart, its status did not.
+        // (Suspended, nothing is written: the count on record is what it asks for, not what
+        // the workload runs.)
+        let clear =
+            !suspended && !outcome.held_back && outcome.problem.is_none() && !outcome.failed;
+        let single = !matches!(resolved.source, Source::Group(_));
+        return (clear && single && outcome.workload.is_ok())
+            .then(|| {
+                status::found_applied(
+                    resolved.previous.as_ref(),
+                    eval.count().replicas(),
+                    eval.why(),
+                    eval.ahead_of.map(|t| t.at).or(due).unwrap_or(now),
+                    ctx.clock.now(),
+                )
+            })
+            .flatten();
+    };
+    Some(s)
         .filter(|s| s.landed || due.is_some())
         .map(|s| HistoryEntry {
             // A rise written ahead is recorded at its transition, applied before it.

@@ -817,6 +817,58 @@ async fn a_request_wake_up_scales_and_writes_only_its_phase_back() {
     assert_eq!(server.all().len(), 0, "{:#?}", server.all());
 }
 
+/// The leader that woke the workload for a request stopped before its status was written (its
+/// write landed, its status did not): the next leader finds the Deployment at the wake-up's
+/// count with 0 on record, writes nothing to it, and records the wake-up in the history, once,
+/// saying it was found applied.
+#[tokio::test(start_paused = true)]
+async fn a_wake_up_whose_status_was_lost_is_recorded_as_found() {
+    let server = ApiServer::start();
+    let mut t = tdset(json!({
+        "container": {"image": "nginx:1.27", "port": 8080},
+        "defaultReplica": 0,
+        "schedulingConfig": [{"startTime": "12:00", "endTime": "13:00", "replica": 3}],
+        "wakeOnRequest": {"services": [{"name": "web"}], "wakeFor": "30m"},
+    }));
+    t.status = Some(
+        serde_json::from_value(json!({
+            "desiredReplicas": 0,
+            "requestWake": {"since": "2026-11-26T09:55:00Z", "until": "2026-11-26T10:25:00Z",
+                            "requests": 1, "request": {"service": "web:http"}},
+        }))
+        .unwrap(),
+    );
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
+    let mut operator = Operator::at(&server, NOW);
+    // The previous leader's write, as the watch shows it.
+    let woken = crate::workload::owned::desired_deployment(&t, 3)
+        .unwrap()
+        .unwrap();
+    operator.deployments(vec![created(&serde_json::to_value(&woken).unwrap())]);
+
+    operator.reconcile(&t).await.unwrap();
+
+    let sent = server.sent();
+    assert_eq!(sent.len(), 1, "the status alone: {:#?}", server.requests());
+    let entry = &sent[0].body["status"]["history"][0];
+    assert_eq!(
+        (entry["from"].clone(), entry["to"].clone()),
+        (json!(0), json!(3)),
+        "{entry:#}"
+    );
+    assert!(
+        entry["reason"]
+            .as_str()
+            .unwrap()
+            .contains("woken by a request"),
+        "{entry:#}"
+    );
+    assert!(
+        entry["message"].as_str().unwrap().contains("found applied"),
+        "{entry:#}"
+    );
+}
+
 const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices";
 const PROXY_SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/tdset-system/endpointslices";
 
@@ -1033,12 +1085,17 @@ async fn woken_the_slice_goes_once_the_services_own_endpoint_is_ready() {
 #[tokio::test(start_paused = true)]
 async fn a_port_handed_out_is_not_given_again_before_the_cache_has_it() {
     let server = ApiServer::start();
-    let mut svc = web_service();
-    svc["metadata"]["name"] = json!("solo-b");
-    server.returns("GET", "/api/v1/namespaces/ns/services/solo-b", svc);
-    let mut svc = web_service();
-    svc["metadata"]["name"] = json!("solo-a");
-    server.returns("GET", "/api/v1/namespaces/ns/services/solo-a", svc);
+    for name in ["solo-a", "solo-b"] {
+        // Each selects its TDSet's pods (the Deployment it owns).
+        let mut svc = web_service();
+        svc["metadata"]["name"] = json!(name);
+        svc["spec"]["selector"] = json!({"schedule.rs/tdset": name});
+        server.returns(
+            "GET",
+            &format!("/api/v1/namespaces/ns/services/{name}"),
+            svc,
+        );
+    }
     server.lists(
         PROXY_SLICES,
         "kubernetes.io/service-name=wake-proxy",

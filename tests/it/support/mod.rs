@@ -11,7 +11,9 @@
 //! - `wait`: the one "wait until" helper;
 //! - `operator`: the one operator launcher (in-process, or the built binary);
 //! - `network`: socket timers, a black-holing proxy;
-//! - `recorder`: the order in which a namespace's Deployments changed.
+//! - `recorder`: the order in which a namespace's Deployments changed;
+//! - `node` (by name: `support::node::*`): the real node's image, commands and sleeping
+//!   Services.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -32,6 +34,7 @@ use kube::{Client, Config};
 mod cluster;
 mod namespace;
 mod network;
+pub mod node;
 mod objects;
 mod operator;
 mod recorder;

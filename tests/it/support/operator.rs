@@ -337,6 +337,13 @@ impl OperatorProcess {
         drop(self);
     }
 
+    /// Sends SIGTERM and returns at once (the process stops as it chooses).
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
     pub fn sigterm(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
