@@ -89,6 +89,10 @@ pub struct WakeProxyArgs {
     #[arg(long, env = "TDSET_WAKE_DRAIN_SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u32).range(0..=3600))]
     pub drain_seconds: u32,
+    /// This pod's IP (the chart sets it from `status.podIP`): stopping, the proxy keeps serving
+    /// while any of the operator's slices names it.
+    #[arg(long, env = "TDSET_POD_IP")]
+    pub pod_ip: Option<std::net::IpAddr>,
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "TDSET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: std::net::SocketAddr,

@@ -111,6 +111,7 @@ fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
             trusted: args.trust_endpoints_managed_by,
             namespace: args.namespace,
             drain: std::time::Duration::from_secs(args.drain_seconds.into()),
+            pod_ip: args.pod_ip,
         };
         let stop = shutdown_signal("draining what the proxy holds");
         let result = tdset_operator::wake::run(client, opts, health, &metrics.registry, stop).await;

@@ -400,13 +400,14 @@ pub fn recorded(previous: Option<&TDSetStatus>, mut entry: HistoryEntry) -> Vec<
     history
 }
 
-/// A change the status on record does not know although it landed: the count the schedule
-/// asks for (`count`) differs from the one on record, and the reconcile found nothing to write
-/// and nothing in its way. The reconcile that wrote it stopped before its status was written
-/// (the operator restarted, or the leader changed: statuses follow the writes), so it is
-/// recorded now, once, saying so. With no count on record at all (the operator's first status
-/// lost too), only a request's wake-up is recorded so: the wake endpoint wrote it before it
-/// answered, and the history does not have it yet.
+/// A change the history does not have although it landed: the count the schedule asks for
+/// (`count`) is not the one the newest entry set, and the reconcile read the workload at it
+/// with nothing to write. The reconcile that wrote it stopped before its status was written
+/// (the operator restarted, or the leader changed: statuses follow the writes), and a status
+/// written since without an entry (a reconcile that found a cache not yet synced) does not
+/// hide it: the history is what is compared. Recorded once, saying so, with no `appliedAt`
+/// (when it landed is not known; a warm-up does not sample it). With no entry at all, only a
+/// request's wake-up is recorded so: the wake endpoint wrote it before it answered.
 pub fn found_applied(
     previous: Option<&TDSetStatus>,
     count: Option<i32>,
@@ -416,24 +417,24 @@ pub fn found_applied(
 ) -> Option<HistoryEntry> {
     let p = previous?;
     let after = count?;
-    let before = match p.desired_replicas {
-        Some(before) if before == after => return None,
-        Some(before) => Some(before),
+    let before = match p.history.first() {
+        Some(newest) if newest.to == Some(after) => return None,
+        Some(newest) => newest.to,
         None if unrecorded_wake_up(p) => None,
         None => return None,
     };
     Some(HistoryEntry {
         at: rfc3339(at),
-        applied_at: Some(now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        applied_at: None,
         ready_at: None,
         from: before,
         to: Some(after),
         level: None,
         reason,
-        message: Some(
-            "found applied, with nothing left to write: the write that made it landed before a restart or a change of leader lost its status (or someone else set the count); appliedAt is when it was found"
-                .into(),
-        ),
+        message: Some(format!(
+            "found applied at {}, with nothing left to write: the write that made it landed before a restart or a change of leader lost its status (or someone else set the count)",
+            now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        )),
     })
 }
 
@@ -966,19 +967,32 @@ mod tests {
     fn a_change_found_applied_is_recorded_once_saying_so() {
         let at = utc("2026-05-01T22:00:00Z");
         let now = utc("2026-05-01T22:00:07Z");
+        let entry = |to: i32| HistoryEntry {
+            at: "2026-05-01T20:00:00Z".into(),
+            to: Some(to),
+            reason: "window".into(),
+            ..HistoryEntry::default()
+        };
+        // The newest entry put it to sleep; a status written since says 2 (a reconcile that
+        // found a cache not synced) without an entry: the history is what counts.
         let asleep = TDSetStatus {
-            desired_replicas: Some(0),
+            desired_replicas: Some(2),
+            history: vec![entry(0)],
             ..TDSetStatus::default()
         };
         let e = found_applied(Some(&asleep), Some(2), "woken by a request".into(), at, now)
-            .expect("0 on record, 2 now and nothing written: it landed before a restart");
+            .expect("0 in the history, 2 now and nothing written: it landed before a restart");
         assert_eq!((e.from, e.to), (Some(0), Some(2)));
         assert_eq!(e.at, "2026-05-01T22:00:00Z");
-        assert_eq!(e.applied_at.as_deref(), Some("2026-05-01T22:00:07.000Z"));
-        assert!(e.message.unwrap().contains("found applied"));
-        // Already on record, or nothing on record: nothing to say.
+        assert_eq!(e.applied_at, None, "when it landed is not known");
+        assert!(
+            e.message
+                .unwrap()
+                .contains("found applied at 2026-05-01T22:00:07.000Z")
+        );
+        // Already in the history, or nothing on record: nothing to say.
         let awake = TDSetStatus {
-            desired_replicas: Some(2),
+            history: vec![entry(2)],
             ..TDSetStatus::default()
         };
         assert_eq!(
@@ -990,7 +1004,7 @@ mod tests {
             found_applied(Some(&asleep), None, "x".into(), at, now),
             None
         );
-        // Nothing on record but the wake endpoint's wake-up: recorded, its count before unknown;
+        // No entry at all but the wake endpoint's wake-up: recorded, its count before unknown;
         // and not again once the history has it, nor for a status with nothing at all.
         let woken: TDSetStatus = serde_json::from_value(serde_json::json!({
             "requestWake": {"since": "2026-05-01T21:59:58Z", "until": "2026-05-01T22:29:58Z"}}))

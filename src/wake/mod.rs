@@ -47,6 +47,9 @@ pub struct ProxyOptions {
     pub namespace: Option<String>,
     /// How long a stopping proxy may take to answer or relay what it holds.
     pub drain: Duration,
+    /// This pod's address (the downward API's `status.podIP`): stopping, the proxy keeps
+    /// serving while a slice of the operator's still names it.
+    pub pod_ip: Option<IpAddr>,
 }
 
 /// A stopping proxy keeps its ports open at least this long, and until no connection has come
@@ -90,13 +93,17 @@ pub async fn run(
         _ = stop => {}
     }
     health.set_ready(false);
-    drain(&listeners, opts.drain).await;
+    let address = opts.pod_ip.map(|ip| ip.to_string());
+    let named = || address.as_deref().is_some_and(|a| seen.names_address(a));
+    drain(&listeners, named, opts.drain).await;
     following.abort();
     Ok(())
 }
 
-/// Waits until nothing is open and no connection has come for `DRAIN_QUIET`, or `limit`.
-async fn drain(listening: &serve::Listening, limit: Duration) {
+/// Waits until no slice names this pod (`named`), nothing is open and no connection has come
+/// for `DRAIN_QUIET`, or `limit`. With thousands of sleeping Services the operator takes a
+/// while to rewrite every slice; until it has, kube-proxy may still send connections here.
+async fn drain(listening: &serve::Listening, named: impl Fn() -> bool, limit: Duration) {
     let started = Instant::now();
     info!(
         open = listening.open(),
@@ -105,13 +112,14 @@ async fn drain(listening: &serve::Listening, limit: Duration) {
     loop {
         let open = listening.open();
         let quiet = started.elapsed() >= DRAIN_QUIET && listening.quiet_for() >= DRAIN_QUIET;
-        if open == 0 && quiet {
+        if open == 0 && quiet && !named() {
             info!(took_ms = started.elapsed().as_millis() as u64, "drained");
             return;
         }
         if started.elapsed() >= limit {
             warn!(
                 open,
+                named = named(),
                 limit_secs = limit.as_secs(),
                 "drain limit reached; closing what is left"
             );

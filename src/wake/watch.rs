@@ -39,6 +39,8 @@ pub struct Seen {
     changed: watch::Sender<u64>,
     /// The operator's slices have been listed once.
     synced: std::sync::atomic::AtomicBool,
+    /// The addresses the operator's slices name (proxy pods).
+    named: RwLock<BTreeSet<String>>,
 }
 
 impl Seen {
@@ -52,7 +54,14 @@ impl Seen {
             trusted,
             changed: watch::channel(0).0,
             synced: std::sync::atomic::AtomicBool::new(false),
+            named: RwLock::default(),
         }
+    }
+
+    /// Whether a slice of the operator's still names `address` (a stopping proxy pod waits
+    /// until none does: kube-proxy may send it connections until then).
+    pub fn names_address(&self, address: &str) -> bool {
+        self.named.read().is_ok_and(|n| n.contains(address))
     }
 
     pub fn route(&self, port: u16) -> Option<Route> {
@@ -182,6 +191,12 @@ pub async fn follow(client: Client, seen: Arc<Seen>, namespace: Option<String>) 
         // Mid-relist the old view holds until the new one is whole.
         if changed && initial.is_none() {
             let all: Vec<EndpointSlice> = slices.values().cloned().collect();
+            if let Ok(mut named) = seen.named.write() {
+                *named = (all.iter())
+                    .flat_map(|s| &s.endpoints)
+                    .flat_map(|e| e.addresses.iter().cloned())
+                    .collect();
+            }
             let (routes, contested) = routes::routes(&all);
             for c in &contested {
                 warn!(port = c.port, services = ?c.services, "a proxy port the slices of two Services name: the older keeps it");

@@ -105,8 +105,19 @@ pub fn intercepted(
     if spec.session_affinity.as_deref() == Some("ClientIP") {
         return Err(Refusal::ClientIpAffinity);
     }
-    let picks =
-        |labels: &&BTreeMap<String, String>| selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+    // Labels the workload's controller adds to each pod (a StatefulSet's per-pod Service
+    // selects one) are not in its template: not held against it.
+    let added = [
+        "statefulset.kubernetes.io/pod-name",
+        "apps.kubernetes.io/pod-index",
+        "pod-template-hash",
+        "controller-revision-hash",
+    ];
+    let picks = |labels: &&BTreeMap<String, String>| {
+        (selector.iter())
+            .filter(|(k, _)| !added.contains(&k.as_str()))
+            .all(|(k, v)| labels.get(k) == Some(v))
+    };
     if workload_labels.is_some_and(|labels| !labels.iter().any(picks)) {
         return Err(Refusal::SelectsNone);
     }
@@ -180,7 +191,20 @@ pub fn contested<'a>(
     let ours = service(first);
     let held: Vec<(&EndpointSlice, BTreeSet<u16>)> = mine.iter().map(|m| (m, ports(m))).collect();
     let mut out = BTreeSet::new();
-    for other in all.filter(|o| service(o) != ours) {
+    // Only slices the proxy routes by (`wake::routes`): labelled, owned by their TDSet.
+    let routed = |s: &EndpointSlice| {
+        let labels = s.metadata.labels.as_ref();
+        let label = |k: &str| labels.and_then(|l| l.get(k)).filter(|v| !v.is_empty());
+        let owned = |tdset: &String| {
+            (s.metadata.owner_references.iter().flatten())
+                .any(|o| o.kind == "TDSet" && o.name == *tdset && o.controller == Some(true))
+        };
+        label(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+            && label(SERVICE_NAME_LABEL).is_some()
+            && s.metadata.namespace.is_some()
+            && label(TDSET_LABEL).is_some_and(owned)
+    };
+    for other in all.filter(|o| routed(o) && service(o) != ours) {
         for p in ports(other) {
             let lost = held
                 .iter()
@@ -525,6 +549,7 @@ fn same(present: &EndpointSlice, desired: &EndpointSlice) -> bool {
             .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
     };
     present.metadata.name == desired.metadata.name
+        && present.metadata.owner_references == desired.metadata.owner_references
         && present.address_type == desired.address_type
         && present.endpoints == desired.endpoints
         && present.ports == desired.ports
@@ -742,7 +767,10 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("{svc}-tdset-wake-ipv4"), "namespace": ns,
                          "creationTimestamp": at,
-                         "labels": {SERVICE_NAME_LABEL: svc, MANAGED_BY_LABEL: MANAGED_BY}},
+                         "labels": {SERVICE_NAME_LABEL: svc, MANAGED_BY_LABEL: MANAGED_BY,
+                                    TDSET_LABEL: svc},
+                         "ownerReferences": [{"apiVersion": "schedule.rs/v1", "kind": "TDSet",
+                                              "name": svc, "uid": "u", "controller": true}]},
             "addressType": "IPv4",
             "endpoints": [],
             "ports": [{"name": "http", "port": port}],

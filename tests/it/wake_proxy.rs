@@ -85,6 +85,7 @@ async fn proxied_world(
     n: &str,
     wake_on_request: serde_json::Value,
     log: &str,
+    more: &[&str],
 ) -> (
     u16,
     std::sync::Arc<tdset_operator::telemetry::Metrics>,
@@ -137,7 +138,7 @@ async fn proxied_world(
     })
     .await;
     assert_eq!(given, port, "the one port of the range");
-    let proxy = wake_proxy(n, port, &addr, log, &[]);
+    let proxy = wake_proxy(n, port, &addr, log, more);
     (port, metrics, op, proxy)
 }
 
@@ -238,7 +239,7 @@ async fn a_flood_of_requests_to_a_sleeping_service_is_held_wakes_it_once_and_eac
     let (client, ns) = setup("wake-proxy").await;
     let n = &ns.name;
     let wake = json!({"services": [{"name": "web"}], "wakeFor": "1m", "hold": "60s"});
-    let (port, metrics, _op, proxy) = proxied_world(&client, n, wake, "wake-proxy.log").await;
+    let (port, metrics, _op, proxy) = proxied_world(&client, n, wake, "wake-proxy.log", &[]).await;
     let (upstream_port, heads) = upstream().await;
 
     // 40 requests at once, while the workload sleeps: each is held.
@@ -324,7 +325,7 @@ async fn hold_ends_in_a_503_with_retry_after_and_an_ignored_request_wakes_nothin
     let n = &ns.name;
     let wake = json!({"services": [{"name": "web"}], "wakeFor": "1m", "hold": "2s",
                       "ignore": {"userAgents": ["(?i)bot"], "paths": ["/healthz"]}});
-    let (port, _metrics, _op, proxy) = proxied_world(&client, n, wake, "wake-hold.log").await;
+    let (port, _metrics, _op, proxy) = proxied_world(&client, n, wake, "wake-hold.log", &[]).await;
 
     // Probes and bots are answered, and wake nothing.
     for (path, agent) in [("/healthz", "kube-probe/1.34"), ("/", "Googlebot/2.1")] {
@@ -366,7 +367,8 @@ async fn a_stopping_proxy_still_relays_what_it_holds_then_exits() {
     let (client, ns) = setup("wake-drain").await;
     let n = &ns.name;
     let wake = json!({"services": [{"name": "web"}], "wakeFor": "1m", "hold": "60s"});
-    let (port, _metrics, _op, mut proxy) = proxied_world(&client, n, wake, "wake-drain.log").await;
+    let (port, _metrics, _op, mut proxy) =
+        proxied_world(&client, n, wake, "wake-drain.log", &[]).await;
     let (upstream_port, heads) = upstream().await;
     let held = tokio::spawn(call(port, get("/held", "curl/8.5")));
     // Reported, so held: the workload is woken.
@@ -378,9 +380,10 @@ async fn a_stopping_proxy_still_relays_what_it_holds_then_exits() {
         (code == 503).then_some(())
     };
     eventually(GUARD, "the stopping proxy not ready", not_ready).await;
+    // Past the quiet spell a drain waits at least: what it holds keeps it serving.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(proxy.alive(), "the proxy exited holding a request");
     let late = tokio::spawn(call(port, get("/late", "curl/8.5")));
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(proxy.alive(), "the proxy exited holding requests");
 
     own_slice(&client, n, "web", upstream_port).await;
     for (what, c) in [("held", held), ("late", late)] {
@@ -397,5 +400,57 @@ async fn a_stopping_proxy_still_relays_what_it_holds_then_exits() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    ns.cleanup().await;
+}
+
+/// A proxy pod stopping while a Service sleeps behind it, holding nothing: it keeps serving
+/// while the operator's slice still names it (with thousands of slices to rewrite, the
+/// operator takes a while, and kube-proxy sends connections there until it has), and exits
+/// once its address has left the slice, which the operator rewrites when the proxy's own
+/// Service marks the pod as terminating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_proxy_serves_until_no_slice_names_it() {
+    let (client, ns) = setup("wake-drain-named").await;
+    let n = &ns.name;
+    let wake = json!({"services": [{"name": "web"}], "wakeFor": "1m", "hold": "3s"});
+    let ip = host_ip().to_string();
+    let (port, _metrics, _op, mut proxy) =
+        proxied_world(&client, n, wake, "wake-drain-named.log", &["--pod-ip", &ip]).await;
+    proxy.terminate();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(proxy.alive(), "exited while the operator's slice names it");
+    // Still served meanwhile: a request is held (it wakes the workload), then answered 503
+    // after its hold (the workload's own endpoints never get ready here).
+    let held = call(port, get("/", "curl/8.5")).await;
+    assert!(held.starts_with("HTTP/1.1 503"), "{held}");
+    deployment_at(&client, n, "web", 2).await;
+
+    // The pod terminating and another proxy pod ready, as their Service's slice says it: the
+    // operator moves the slice to the other pod, and this proxy, no longer named, exits.
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), n);
+    slices
+        .patch(
+            "proxy-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"endpoints": [
+                {"addresses": [ip], "conditions": {"ready": false, "serving": true, "terminating": true}},
+                {"addresses": ["10.0.0.9"], "conditions": {"ready": true}}]})),
+        )
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + GUARD;
+    while proxy.alive() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proxy no slice names did not exit"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ours = slices.get_opt("web-tdset-wake-ipv4").await.unwrap();
+    let named: Vec<&String> = (ours.iter())
+        .flat_map(|s| &s.endpoints)
+        .flat_map(|e| &e.addresses)
+        .collect();
+    assert_eq!(named, ["10.0.0.9"], "exited while named: {ours:?}");
     ns.cleanup().await;
 }

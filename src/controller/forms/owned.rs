@@ -104,6 +104,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>) -> Result<Outcome> {
         _ => eval.replicas,
     };
     let (workload, problem, scaled) = deployment(&mut turn, cached.as_ref(), replicas).await?;
+    let at_count = scaled.is_none() && hpa.is_none() && cached_replicas == Some(eval.replicas);
     let scaled = scaled.map(Scaled::from_count);
     let problem = problem.or(hpa.map(|h| {
         Problem::ConflictingAutoscaler(format!(
@@ -129,6 +130,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>) -> Result<Outcome> {
     Ok(Outcome {
         problem,
         scaled,
+        at_count,
         saved: Some(owned_savings(tdset, eval.replicas)),
         ..Outcome::observed(workload)
     })

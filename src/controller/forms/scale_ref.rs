@@ -100,7 +100,6 @@ async fn apply(
     let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
     let mut scaled = None;
     let mut retry = None;
-    let mut held_back = false;
     let key = format!("{ns}/{}", tdset.name_any());
     let now = tokio::time::Instant::now();
     if turn.write == Write::IfDifferent
@@ -109,7 +108,6 @@ async fn apply(
         if let Verdict::Wait(until) = ctx.contest(&key, |c| c.decide(replicas, now)) {
             // Someone keeps setting it back: put the schedule's count back later, not now.
             retry = Some(until.duration_since(now));
-            held_back = true;
         } else {
             ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
             if let Err(p) = write(ctx, ns, r, res, replicas).await? {
@@ -128,6 +126,8 @@ async fn apply(
             view.spec_replicas = replicas;
         }
     }
+    let at_count =
+        turn.write == Write::IfDifferent && scaled.is_none() && view.spec_replicas == eval.replicas;
     let problem = ctx
         .contest(&key, |c| c.fight(now))
         .map(|_| conflicting_writer(r, &view));
@@ -141,7 +141,7 @@ async fn apply(
         retry,
         scaled,
         saved,
-        held_back,
+        at_count,
         ..Outcome::observed(Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas)))
     })
 }

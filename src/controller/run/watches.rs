@@ -16,7 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::api::TDSet;
 use crate::cache::{Cached, Prune, TDSetRef, tdset_ref, tdset_ref_named};
@@ -415,10 +415,11 @@ pub(crate) fn api_for<K: Resource<Scope = kube::core::NamespaceResourceScope, Dy
 }
 
 /// The wake proxy's pods moving (a ready address of its own Service's slices added or gone)
-/// reconciles every TDSet whose slices send a Service to the proxy: a new pod joins them, one
-/// that stops leaves them (its reconcile reads the proxy's slices live and applies both in one
-/// write, so a pod that goes is never the last one named). Changes that leave the ready
-/// addresses as they were (a relist, a port renamed) trigger nothing.
+/// reconciles each TDSet whose slices name other addresses than the ready ones (its reconcile
+/// reads the proxy's slices live and applies both in one write, so a pod that goes is never
+/// the last one named). Compared slice by slice at every settled event, so a change a watch
+/// gap hid is caught at the relist, and events that change nothing trigger nothing. With no
+/// proxy ready (all restarting), nothing is triggered: the slices keep what they name.
 pub(crate) fn proxy_moves(
     api: Api<EndpointSlice>,
     service: &str,
@@ -427,38 +428,35 @@ pub(crate) fn proxy_moves(
 ) -> impl futures::Stream<Item = TDSetRef> + Send + use<> {
     let (reader, writer) = reflector::store();
     let of_proxy = config(stream).labels(&format!("{}={service}", intercept::SERVICE_NAME_LABEL));
-    let mut last: Option<BTreeSet<String>> = None;
     watcher(api, of_proxy)
         .backoff(api_backoff())
         .reflect(writer)
         .filter_map(move |event| {
             // A relist's objects reach the store at its end: compared then, not one by one.
-            let settled = matches!(
-                event,
-                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
-            );
-            let moved = settled
-                .then(|| ready_proxies(&reader.state()))
-                .and_then(|now| {
-                    let moved = last.as_ref() != Some(&now);
-                    last = Some(now);
-                    moved.then_some(())
-                });
-            futures::future::ready(moved)
+            let settled = match event {
+                Ok(
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                ) => true,
+                Ok(_) => false,
+                Err(e) => {
+                    warn!(error = %e, "watching the wake proxy's EndpointSlices; retrying");
+                    false
+                }
+            };
+            let stale = settled
+                .then(|| stale_slices(&ready_proxies(&reader.state()), &ours.state()))
+                .filter(|s| !s.is_empty());
+            if let Some(s) = &stale {
+                info!(
+                    tdsets = s.len(),
+                    "the wake proxy's pods moved; rewriting the slices that name them"
+                );
+            }
+            futures::future::ready(stale)
         })
-        .flat_map(move |()| {
-            let holding: BTreeSet<(String, String)> = (ours.state().iter())
-                .filter_map(|s| {
-                    let tdset = s.labels().get(intercept::TDSET_LABEL)?;
-                    Some((s.namespace()?, tdset.clone()))
-                })
-                .collect();
-            info!(
-                tdsets = holding.len(),
-                "the wake proxy's pods moved; rewriting the slices that name them"
-            );
+        .flat_map(|stale| {
             futures::stream::iter(
-                holding
+                stale
                     .into_iter()
                     .map(|(ns, name)| tdset_ref_named(&ns, &name)),
             )
@@ -471,6 +469,29 @@ fn ready_proxies(slices: &[Arc<EndpointSlice>]) -> BTreeSet<String> {
         .flat_map(|s| &s.endpoints)
         .filter(|e| intercept::serves(e))
         .flat_map(|e| e.addresses.iter().cloned())
+        .collect()
+}
+
+/// The TDSets (namespace, name) whose slices name other addresses of their family than the
+/// `ready` proxies; none when no proxy is ready.
+fn stale_slices(
+    ready: &BTreeSet<String>,
+    ours: &[Arc<EndpointSlice>],
+) -> BTreeSet<(String, String)> {
+    if ready.is_empty() {
+        return BTreeSet::new();
+    }
+    (ours.iter())
+        .filter(|s| {
+            let v6 = s.address_type == "IPv6";
+            let want: BTreeSet<&String> = ready.iter().filter(|a| a.contains(':') == v6).collect();
+            let have: BTreeSet<&String> = s.endpoints.iter().flat_map(|e| &e.addresses).collect();
+            want != have
+        })
+        .filter_map(|s| {
+            let tdset = s.labels().get(intercept::TDSET_LABEL)?;
+            Some((s.namespace()?, tdset.clone()))
+        })
         .collect()
 }
 
@@ -501,5 +522,32 @@ mod tests {
         t.metadata.deletion_timestamp = None;
         t.status = None;
         assert!(!status_only(&t));
+    }
+
+    #[test]
+    fn slices_naming_other_proxies_than_the_ready_ones_are_stale() {
+        let slice = |tdset: &str, family: &str, addresses: &[&str]| {
+            Arc::new(
+                serde_json::from_value::<EndpointSlice>(serde_json::json!({
+                    "metadata": {"name": format!("{tdset}-{family}"), "namespace": "ns",
+                                 "labels": {intercept::TDSET_LABEL: tdset}},
+                    "addressType": family,
+                    "endpoints": [{"addresses": addresses}],
+                }))
+                .unwrap(),
+            )
+        };
+        let ours = [
+            slice("current", "IPv4", &["10.0.0.7"]),
+            slice("current", "IPv6", &["fd00::7"]),
+            slice("behind", "IPv4", &["10.0.0.5"]),
+        ];
+        let ready: BTreeSet<String> = ["10.0.0.7", "fd00::7"].map(String::from).into();
+        assert_eq!(
+            stale_slices(&ready, &ours),
+            BTreeSet::from([("ns".to_string(), "behind".to_string())])
+        );
+        // No proxy ready: nothing is rewritten to name none.
+        assert!(stale_slices(&BTreeSet::new(), &ours).is_empty());
     }
 }

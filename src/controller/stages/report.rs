@@ -108,8 +108,7 @@ fn change(
         // the write landed before a restart, its status did not.
         // (Suspended, nothing is written: the count on record is what it asks for, not what
         // the workload runs.)
-        let clear =
-            !suspended && !outcome.held_back && outcome.problem.is_none() && !outcome.failed;
+        let clear = !suspended && outcome.at_count && outcome.problem.is_none() && !outcome.failed;
         let single = !matches!(resolved.source, Source::Group(_));
         return (clear && single && outcome.workload.is_ok())
             .then(|| {

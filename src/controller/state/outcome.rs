@@ -35,9 +35,9 @@ pub(crate) struct Outcome {
     /// HPA form: the ceiling in force as the form writes it (raised to the floor, held under
     /// the higher one while a rise is written ahead), for `status.desiredMaxReplicas`.
     pub ceiling: Option<i32>,
-    /// The count the schedule asks for was not written: someone keeps setting it back, and it
-    /// is put back later (the workload is not at it).
-    pub held_back: bool,
+    /// The workload was read at the count the schedule asks for, with nothing to write (a
+    /// change the history lacks was then made before a restart: `status::found_applied`).
+    pub at_count: bool,
 }
 
 /// A change of the count, for `status.history`.
@@ -80,7 +80,7 @@ impl Outcome {
             failed: false,
             saved: None,
             ceiling: None,
-            held_back: false,
+            at_count: false,
         }
     }
 

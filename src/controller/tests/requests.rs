@@ -833,6 +833,7 @@ async fn a_wake_up_whose_status_was_lost_is_recorded_as_found() {
     t.status = Some(
         serde_json::from_value(json!({
             "desiredReplicas": 0,
+            "history": [{"at": "2026-11-25T13:00:00Z", "to": 0, "reason": "no window is active"}],
             "requestWake": {"since": "2026-11-26T09:55:00Z", "until": "2026-11-26T10:25:00Z",
                             "requests": 1, "request": {"service": "web:http"}},
         }))
