@@ -1265,6 +1265,12 @@ async fn the_operator_killed_mid_wake_up(client: &kube::Client, apps: &str, dir:
     })
     .await;
     deployment_at(client, apps, "sleeper-op", 1).await;
+    // The wake-up in the history (the next leader's status follows its writes), once.
+    eventually(GUARD, "the wake-up in the history", || async {
+        (s.request_wake_ups().await >= 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         s.request_wake_ups().await,
         1,
