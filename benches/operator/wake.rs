@@ -20,6 +20,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::*;
 use support::node::*;
+use tdset_operator::workload::intercept::serves;
 
 const APPS: &str = "wake-bench";
 
@@ -123,61 +124,57 @@ fn rss_mib(pod: &Pod) -> f64 {
     kib as f64 / 1024.0
 }
 
+/// When a watch first saw what it waits for.
+type FirstSeen = Arc<Mutex<Option<DateTime<Utc>>>>;
+
+/// Watches `api` (`cfg`), tells `opened` once its initial list is seen, and keeps the instant
+/// of the first change (not of the initial list) that `seen` picks.
+fn first_seen<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    opened: tokio::sync::mpsc::Sender<()>,
+    seen: impl Fn(&K) -> bool + Send + 'static,
+) -> (FirstSeen, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let at: FirstSeen = Arc::default();
+    let first = at.clone();
+    let task = tokio::spawn(async move {
+        let mut events = watcher(api, cfg).boxed();
+        while let Some(Ok(e)) = events.next().await {
+            match e {
+                watcher::Event::InitDone => {
+                    let _ = opened.send(()).await;
+                }
+                watcher::Event::Apply(o) if seen(&o) => {
+                    first.lock().unwrap().get_or_insert(Utc::now());
+                }
+                _ => {}
+            }
+        }
+    });
+    (at, task)
+}
+
 /// One wake-up of `s`: the watches are open (their initial lists seen) before the request.
 async fn wake_up(client: &Client, s: &Sleeper<'_>, dir: &std::path::Path) -> WakeUp {
-    let scaled: Arc<Mutex<Option<DateTime<Utc>>>> = Arc::default();
-    let ready: Arc<Mutex<Option<DateTime<Utc>>>> = Arc::default();
     let (opened_tx, mut opened) = tokio::sync::mpsc::channel::<()>(2);
-    let deployments = {
-        let (scaled, tx) = (scaled.clone(), opened_tx.clone());
-        let api: Api<Deployment> = Api::namespaced(client.clone(), APPS);
-        let cfg = watcher::Config::default().fields(&format!("metadata.name={}", s.name));
-        tokio::spawn(async move {
-            let mut events = watcher(api, cfg).boxed();
-            while let Some(Ok(e)) = events.next().await {
-                match e {
-                    watcher::Event::InitDone => {
-                        let _ = tx.send(()).await;
-                    }
-                    watcher::Event::Apply(d)
-                        if d.spec.as_ref().and_then(|s| s.replicas) >= Some(1) =>
-                    {
-                        scaled.lock().unwrap().get_or_insert(Utc::now());
-                    }
-                    _ => {}
-                }
-            }
-        })
-    };
-    let slices = {
-        let (ready, tx) = (ready.clone(), opened_tx);
-        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), APPS);
-        let cfg = watcher::Config::default().labels(&format!(
+    let (scaled, deployments) = first_seen(
+        Api::<Deployment>::namespaced(client.clone(), APPS),
+        watcher::Config::default().fields(&format!("metadata.name={}", s.name)),
+        opened_tx.clone(),
+        |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas) >= Some(1),
+    );
+    let (ready, slices) = first_seen(
+        Api::<EndpointSlice>::namespaced(client.clone(), APPS),
+        watcher::Config::default().labels(&format!(
             "kubernetes.io/service-name={},endpointslice.kubernetes.io/managed-by!=tdset.schedule.rs",
             s.name
-        ));
-        tokio::spawn(async move {
-            let mut events = watcher(api, cfg).boxed();
-            while let Some(Ok(e)) = events.next().await {
-                match e {
-                    watcher::Event::InitDone => {
-                        let _ = tx.send(()).await;
-                    }
-                    watcher::Event::Apply(slice) => {
-                        let serving = slice.endpoints.iter().any(|e| {
-                            let c = e.conditions.as_ref();
-                            c.and_then(|c| c.ready) == Some(true)
-                                && c.and_then(|c| c.terminating) != Some(true)
-                        });
-                        if serving {
-                            ready.lock().unwrap().get_or_insert(Utc::now());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        })
-    };
+        )),
+        opened_tx,
+        |slice: &EndpointSlice| slice.endpoints.iter().any(serves),
+    );
     opened.recv().await;
     opened.recv().await;
     let (dir, ip) = (dir.to_path_buf(), s.ip.clone());
