@@ -2,7 +2,7 @@
 //! statuses it queued or sent, and the owned objects it applied. A reconcile consults these
 //! before trusting a cached copy that predates its own write.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,9 +15,21 @@ use crate::api::{RequestWakeStatus, TDSet, TDSetStatus};
 /// before the watch delivers it; computed from the stale status, the next status would differ
 /// in its transition times, or lose what only status remembers (a target's original count),
 /// and be written again.
+///
+/// An entry outlives the watch's echo of it by `GRACE`: the echo is seen before the cache is
+/// given it, and a reconcile may have read the cache before either; forgotten at the echo, such
+/// a reconcile computed from the status before ours (a group's joining workload taken for a
+/// boundary's, a target's original count lost).
 #[derive(Default)]
 pub struct StatusMemo {
-    written: Mutex<HashMap<String, Written>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    written: HashMap<String, Written>,
+    /// Entries the watch caught up with, oldest first, to forget once `GRACE` has passed.
+    caught_up: VecDeque<(Instant, String)>,
 }
 
 struct Written {
@@ -28,6 +40,8 @@ struct Written {
     /// Shared with the lane's queue: a burst of 10 000 statuses is held once.
     status: Arc<TDSetStatus>,
     at: Instant,
+    /// When the watch delivered the revision `produced` (the entry then goes after `GRACE`).
+    caught_up: Option<Instant>,
 }
 
 /// Whether the cached revision `cached` is older than `produced`. The API server's
@@ -48,6 +62,9 @@ impl StatusMemo {
     const MAX: usize = 16384;
     /// Entries normally go once the cache catches up; this clears those of deleted TDSets.
     const MAX_AGE: Duration = Duration::from_secs(300);
+    /// How long an entry outlives the watch catching up with it: longer than any reconcile
+    /// takes from reading the cache to asking `current`.
+    const GRACE: Duration = Duration::from_secs(10);
 
     /// The TDSet's status as far as this operator knows: the one it queued, or the one it
     /// wrote while the cached TDSet is a revision from before that write.
@@ -55,9 +72,10 @@ impl StatusMemo {
         let Some(uid) = tdset.meta().uid.as_deref() else {
             return tdset.status.clone();
         };
-        let Ok(mut written) = self.written.lock() else {
+        let Ok(mut inner) = self.inner.lock() else {
             return tdset.status.clone();
         };
+        let written = &mut inner.written;
         let cached = tdset.meta().resource_version.as_deref();
         match written.get(uid) {
             Some(w) if w.produced.is_none() || older(cached, w.produced.as_deref()) => {
@@ -75,8 +93,8 @@ impl StatusMemo {
     /// wrote (not one still queued), else the cached one.
     pub fn durable(&self, tdset: &TDSet) -> Option<TDSetStatus> {
         let written = tdset.meta().uid.as_deref().and_then(|uid| {
-            let written = self.written.lock().ok()?;
-            let w = written.get(uid)?;
+            let inner = self.inner.lock().ok()?;
+            let w = inner.written.get(uid)?;
             w.produced.as_ref()?;
             Some(TDSetStatus::clone(&w.status))
         });
@@ -93,12 +111,16 @@ impl StatusMemo {
     /// TDSet's next reconcile, which may be hours away: the memo holds only writes in flight,
     /// not a second copy of every status.
     pub fn seen(&self, tdset: &TDSet, deleted: bool) -> bool {
-        let (Some(uid), Ok(mut written)) = (tdset.meta().uid.as_deref(), self.written.lock())
-        else {
+        self.seen_at(tdset, deleted, Instant::now())
+    }
+
+    fn seen_at(&self, tdset: &TDSet, deleted: bool, now: Instant) -> bool {
+        let (Some(uid), Ok(mut inner)) = (tdset.meta().uid.as_deref(), self.inner.lock()) else {
             return false;
         };
+        inner.forget_caught_up(now);
         let cached = tdset.meta().resource_version.as_deref();
-        let Some(w) = written.get(uid) else {
+        let Some(w) = inner.written.get_mut(uid) else {
             return false;
         };
         // The wake endpoint writes status too (`requestWake`): an event at the revision our
@@ -114,8 +136,14 @@ impl StatusMemo {
         let echo = cached.is_some()
             && w.produced.as_deref() == cached
             && wake(tdset.status.as_ref()) == wake(Some(&w.status));
-        if deleted || (w.produced.is_some() && !older(cached, w.produced.as_deref())) {
-            written.remove(uid);
+        if deleted {
+            inner.written.remove(uid);
+        } else if w.produced.is_some()
+            && !older(cached, w.produced.as_deref())
+            && w.caught_up.is_none()
+        {
+            w.caught_up = Some(now);
+            inner.caught_up.push_back((now, uid.to_string()));
         }
         echo
     }
@@ -123,13 +151,14 @@ impl StatusMemo {
     /// Records `status` as written at `produced` outside the lane (a shard let go of the
     /// TDSet): what `current` returns while the cache is older.
     pub fn replace(&self, uid: &str, status: TDSetStatus, produced: Option<String>) {
-        if let Ok(mut written) = self.written.lock() {
-            written.insert(
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.written.insert(
                 uid.to_string(),
                 Written {
                     produced,
                     status: Arc::new(status),
                     at: Instant::now(),
+                    caught_up: None,
                 },
             );
         }
@@ -137,16 +166,18 @@ impl StatusMemo {
 
     /// Forgets what this operator wrote of a TDSet (a shard let go of it).
     pub fn forget(&self, uid: &str) {
-        if let Ok(mut written) = self.written.lock() {
-            written.remove(uid);
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.written.remove(uid);
         }
     }
 
     /// Records a status queued for `tdset`.
     pub fn queued(&self, tdset: &TDSet, status: Arc<TDSetStatus>) {
-        let (Some(uid), Ok(mut written)) = (tdset.meta().uid.clone(), self.written.lock()) else {
+        let (Some(uid), Ok(mut inner)) = (tdset.meta().uid.clone(), self.inner.lock()) else {
             return;
         };
+        inner.forget_caught_up(Instant::now());
+        let written = &mut inner.written;
         if written.len() >= Self::MAX {
             written.retain(|_, w| w.at.elapsed() < Self::MAX_AGE);
         }
@@ -157,6 +188,7 @@ impl StatusMemo {
                     produced: None,
                     status,
                     at: Instant::now(),
+                    caught_up: None,
                 },
             );
         }
@@ -166,9 +198,10 @@ impl StatusMemo {
     /// is gone, or the write gave up). Kept only when it is still the status on record: a
     /// newer one queued meanwhile stays.
     pub fn written(&self, uid: &str, status: &TDSetStatus, produced: Option<String>) {
-        let Ok(mut written) = self.written.lock() else {
+        let Ok(mut inner) = self.inner.lock() else {
             return;
         };
+        let written = &mut inner.written;
         match written.get_mut(uid) {
             Some(w) if *w.status == *status => match produced {
                 Some(rv) => w.produced = Some(rv),
@@ -177,6 +210,28 @@ impl StatusMemo {
                 }
             },
             _ => {}
+        }
+    }
+}
+
+impl Inner {
+    /// Forgets the entries the watch caught up with `GRACE` ago or more (and not queued again
+    /// since: a new status clears the mark).
+    fn forget_caught_up(&mut self, now: Instant) {
+        while let Some((at, _)) = self.caught_up.front() {
+            if now.saturating_duration_since(*at) < StatusMemo::GRACE {
+                break;
+            }
+            let Some((at, uid)) = self.caught_up.pop_front() else {
+                break;
+            };
+            if self
+                .written
+                .get(&uid)
+                .is_some_and(|w| w.caught_up == Some(at))
+            {
+                self.written.remove(&uid);
+            }
         }
     }
 }
@@ -331,6 +386,40 @@ mod tests {
         assert_eq!(memo.current(&at("4", Some(theirs.clone()))), Some(theirs));
         // ... and the entry is gone, so a revision-1 object is no longer overlaid.
         assert_eq!(memo.current(&at("1", None)), None);
+    }
+
+    /// The watch's echo is seen before the cache is given it, and a reconcile may have read the
+    /// cache before either: the status before ours must not come back in that window.
+    #[test]
+    fn a_reconcile_that_read_the_cache_before_the_echo_still_sees_our_status() {
+        let memo = StatusMemo::default();
+        let before = TDSetStatus {
+            desired_replicas: Some(3),
+            ..TDSetStatus::default()
+        };
+        let ours = TDSetStatus {
+            desired_replicas: Some(0),
+            ..TDSetStatus::default()
+        };
+        memo.queued(&at("1", Some(before.clone())), Arc::new(ours.clone()));
+        memo.written(UID, &ours, Some("3".into()));
+        let now = Instant::now();
+        assert!(memo.seen_at(&at("3", Some(ours.clone())), false, now));
+        assert_eq!(
+            memo.current(&at("1", Some(before.clone()))),
+            Some(ours.clone())
+        );
+        // Another TDSet's event within the grace forgets nothing.
+        let mut other = at("7", None);
+        other.metadata.uid = Some("other".into());
+        memo.seen_at(&other, false, now + StatusMemo::GRACE / 2);
+        assert_eq!(
+            memo.current(&at("1", Some(before.clone()))),
+            Some(ours.clone())
+        );
+        // Past the grace, any event forgets it: the cache has long been given the echo.
+        memo.seen_at(&other, false, now + StatusMemo::GRACE);
+        assert_eq!(memo.current(&at("1", Some(before.clone()))), Some(before));
     }
 
     #[test]
@@ -498,8 +587,19 @@ mod tests {
             Some(ours.clone()),
             "not caught up: kept"
         );
-        memo.seen(&at("3", Some(ours.clone())), false);
-        assert_eq!(memo.current(&at("1", None)), None, "caught up: forgotten");
+        let now = Instant::now();
+        memo.seen_at(&at("3", Some(ours.clone())), false, now);
+        assert_eq!(
+            memo.current(&at("1", None)),
+            Some(ours.clone()),
+            "caught up: kept for a reconcile that read the cache before"
+        );
+        memo.seen_at(&at("3", Some(ours.clone())), false, now + StatusMemo::GRACE);
+        assert_eq!(
+            memo.current(&at("1", None)),
+            None,
+            "caught up a grace ago: forgotten"
+        );
         memo.queued(&at("4", None), Arc::new(ours.clone()));
         memo.seen(&at("4", None), true);
         assert_eq!(memo.current(&at("4", None)), None, "deleted: forgotten");
