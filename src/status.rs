@@ -56,6 +56,8 @@ pub mod reason {
     pub const INVALID_TEMPLATE: &str = "InvalidTemplate";
     pub const CONFLICTING_TDSET: &str = "ConflictingTDSet";
     pub const CONFLICTING_WRITER: &str = "ConflictingWriter";
+    /// The other writer is a GitOps tool (Argo CD, Flux): the message carries its fix.
+    pub const GITOPS_CONFLICT: &str = "GitOpsConflict";
     pub const FORM_NOT_ALLOWED: &str = "FormNotAllowed";
     pub const CALENDAR_NOT_FOUND: &str = "CalendarNotFound";
     pub const CALENDAR_INVALID: &str = "CalendarInvalid";
@@ -92,6 +94,9 @@ pub enum Problem {
     PartlyHeldElsewhere(String),
     /// Someone else keeps setting the count the operator sets (e.g. a GitOps tool).
     ConflictingWriter(String),
+    /// That writer is a GitOps tool's drift correction; the message names the Application,
+    /// Kustomization or HelmRelease and the rule that makes it leave the field.
+    GitOpsConflict(String),
     /// The platform does not allow this form here (`--pod-forms-in`).
     FormNotAllowed(String),
     /// A calendar the TDSet names does not exist.
@@ -123,6 +128,7 @@ impl Problem {
                 reason::CONFLICTING_TDSET
             }
             Problem::ConflictingWriter(_) => reason::CONFLICTING_WRITER,
+            Problem::GitOpsConflict(_) => reason::GITOPS_CONFLICT,
             Problem::FormNotAllowed(_) => reason::FORM_NOT_ALLOWED,
             Problem::CalendarNotFound(_) => reason::CALENDAR_NOT_FOUND,
             Problem::CalendarInvalid(_) => reason::CALENDAR_INVALID,
@@ -159,6 +165,7 @@ impl Problem {
             | Problem::ConflictingTDSet(m)
             | Problem::PartlyHeldElsewhere(m)
             | Problem::ConflictingWriter(m)
+            | Problem::GitOpsConflict(m)
             | Problem::FormNotAllowed(m)
             | Problem::CalendarNotFound(m)
             | Problem::CalendarInvalid(m)

@@ -28,7 +28,7 @@ pub struct MemberPreview {
     pub note: Option<String>,
 }
 
-async fn resource(client: &Client, k: &GroupKind) -> Result<Option<ApiResource>> {
+pub(super) async fn resource(client: &Client, k: &GroupKind) -> Result<Option<ApiResource>> {
     let (group, version, plural) = match k {
         GroupKind::Named(NamedKind::Deployment) => ("apps", "v1", "deployments"),
         GroupKind::Named(NamedKind::StatefulSet) => ("apps", "v1", "statefulsets"),

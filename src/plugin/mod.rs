@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::preview::rfc3339;
 use crate::schedule::parse_duration;
 
+pub mod doctor;
 mod group;
 
 /// The field manager of everything the plugin writes.
@@ -87,6 +88,9 @@ pub enum PluginCommand {
     Calendars,
     /// The last changes of a TDSet's workload (status.history), with how late each landed.
     History { name: String },
+    /// Who else writes the fields this TDSet sets; for Argo CD or Flux, the exact rule that
+    /// makes it leave them (read-only).
+    Doctor { name: String },
     /// What the schedules save now, per TDSet and in total (status.savings).
     Savings {
         /// Every namespace.
@@ -316,6 +320,10 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
             }
             .map_err(Error::kube("listing TDSets"))?;
             Ok(savings_table(&list.items))
+        }
+        PluginCommand::Doctor { name } => {
+            let tdset = get(&api, &ns, &name).await?;
+            doctor::doctor(&api.into_client(), &ns, &tdset).await
         }
         PluginCommand::History { name } => {
             let tdset = get(&api, &ns, &name).await?;

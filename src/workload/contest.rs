@@ -104,13 +104,23 @@ pub fn replicas_manager(
     managed: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry],
     ours: &str,
 ) -> Option<String> {
+    manager_of(managed, ours, "/f:spec/f:replicas")
+}
+
+/// The manager, other than `ours`, that last set the field at `pointer` (in managedFields'
+/// own terms, e.g. `/f:spec/f:maxReplicas`).
+pub fn manager_of(
+    managed: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry],
+    ours: &str,
+    pointer: &str,
+) -> Option<String> {
     managed
         .iter()
         .filter(|m| m.manager.as_deref().is_some_and(|n| n != ours))
         .filter(|m| {
             m.fields_v1
                 .as_ref()
-                .is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some())
+                .is_some_and(|f| f.0.pointer(pointer).is_some())
         })
         .max_by_key(|m| m.time.as_ref().and_then(|t| serde_json::to_string(t).ok()))
         .and_then(|m| m.manager.clone())

@@ -7,9 +7,11 @@
 //! - [`group`]: many workloads selected by labels, each with its own count recorded on it;
 //! - [`savings`]: what a schedule removes now, in replicas and their pods' requests;
 //! - [`contest`]: when another writer keeps resetting the count, how often to put it back;
+//! - [`gitops`]: which GitOps tool that writer is, and the rule that makes it stop;
 //! - [`intercept`]: wake on request's data plane: the ports intercepted, the operator's slices.
 
 pub mod contest;
+pub mod gitops;
 pub mod group;
 pub mod hpa;
 pub mod intercept;

@@ -18,12 +18,12 @@ use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
 
 /// Noon on a Friday, inside 09:00-17:00.
-fn noon() -> SystemClock {
+pub(crate) fn noon() -> SystemClock {
     SystemClock::starting_at(utc("2026-05-01T12:00:00Z"))
 }
 
 /// `replicas` from 09:00 to 17:00 UTC (so at noon), `default` otherwise, for `source`.
-fn at_noon(source: Value, replicas: i32, default: i32) -> Value {
+pub(crate) fn at_noon(source: Value, replicas: i32, default: i32) -> Value {
     let mut spec = json!({
         "schedulingConfig": [{"name": "office", "startTime": 9, "endTime": 17, "replica": replicas}],
         "defaultReplica": default,
@@ -35,7 +35,7 @@ fn at_noon(source: Value, replicas: i32, default: i32) -> Value {
     spec
 }
 
-fn deployment_ref(name: &str) -> Value {
+pub(crate) fn deployment_ref(name: &str) -> Value {
     json!({"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}})
 }
 
@@ -643,10 +643,11 @@ async fn a_writer_that_keeps_resetting_the_count_is_reported_and_not_followed_at
     let op = web_at_4_held_by(&client, &ns.name, "sched").await;
     let scale_writes = || op.counter("tdset_api_writes_total{resource=\"deployments/scale\"");
     let before = scale_writes();
-    // A GitOps tool that puts its own count back twice a second, for 30 s.
+    // A script that puts its own count back twice a second, for 30 s (a GitOps tool is named
+    // with its fix: tests/it/gitops.rs).
     let api = deployments(&client, &ns.name);
     let gitops = PatchParams {
-        field_manager: Some("argocd-controller".into()),
+        field_manager: Some("deploy-script".into()),
         ..PatchParams::default()
     };
     let until = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -675,9 +676,9 @@ async fn a_writer_that_keeps_resetting_the_count_is_reported_and_not_followed_at
         "{reverts} reverts in 30 s: the operator followed the other writer at watch speed"
     );
     let message = degraded_for(&client, &ns.name, "sched", "ConflictingWriter").await;
-    assert!(message.contains("argocd-controller"), "{message}");
+    assert!(message.contains("deploy-script"), "{message}");
     wait_for_event(&client, &ns.name, "sched", |(ty, r, note)| {
-        ty == "Warning" && r == "ConflictingWriter" && note.contains("argocd-controller")
+        ty == "Warning" && r == "ConflictingWriter" && note.contains("deploy-script")
     })
     .await;
     op.stop().await;

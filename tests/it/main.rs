@@ -15,6 +15,7 @@ mod crd_drift;
 mod deploy;
 mod examples;
 mod faults;
+mod gitops;
 mod group;
 mod group_memory;
 mod group_order;

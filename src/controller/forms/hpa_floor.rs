@@ -10,14 +10,17 @@ use super::events::record_scale;
 use super::target::{Record, ensure_durable, problem_outcome, target_status};
 use crate::api::{Asleep, ScaleTargetRef, TargetStatus};
 use crate::controller::io::target::{
-    read_hpa, resolve_and_read, write, write_if_unchanged, write_max_replicas, write_min_replicas,
+    gitops_writer, read_hpa, resolve_and_read, write, write_if_unchanged, write_max_replicas,
+    write_min_replicas,
 };
 use crate::controller::lane::{EventType, note};
 use crate::controller::state::{Answer, Context, Outcome, Resolved, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::contest::Verdict;
+use crate::workload::gitops;
 use crate::workload::hpa::{self, HpaView};
+use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::{Requests, Saved};
 
 /// The field this form sets.
@@ -255,7 +258,12 @@ async fn apply(
     let fight = ctx.contest(&key, |c| c.fight(now));
     let mut out = outcome(r, &hpa, record, target, &plan, scaled);
     if fight.is_some() && out.problem.is_none() {
-        out.problem = Some(conflicting_ceiling_writer(r));
+        let resource = kube::api::ApiResource::erase::<
+            k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
+        >(&());
+        let pointer = "/f:spec/f:maxReplicas";
+        let writer = gitops_writer(ctx, ns, &resource, &r.name, pointer).await;
+        out.problem = Some(conflicting_ceiling_writer(r, writer.as_ref()));
     }
     out.retry = out.retry.or(retry);
     out.ceiling = ceiling.in_force.map(|c| c.max(eval.replicas).max(1));
@@ -363,8 +371,20 @@ fn managed_by_keda(r: &ScaleTargetRef, owner: &str) -> Problem {
     ))
 }
 
-/// Another writer keeps setting `maxReplicas` back.
-fn conflicting_ceiling_writer(r: &ScaleTargetRef) -> Problem {
+/// Another writer keeps setting `maxReplicas` back (a GitOps tool: then the fix it needs).
+fn conflicting_ceiling_writer(
+    r: &ScaleTargetRef,
+    gitops: Option<&(gitops::Writer, gitops::Object)>,
+) -> Problem {
+    if let Some((writer, object)) = gitops {
+        return Problem::GitOpsConflict(gitops::conflict_message(
+            writer,
+            object,
+            "spec.maxReplicas",
+            &["/spec/maxReplicas"],
+            FIELD_MANAGER,
+        ));
+    }
     Problem::ConflictingWriter(format!(
         "spec.maxReplicas of HorizontalPodAutoscaler {} keeps being set back by another writer; \
          the operator now puts the schedule's ceiling back less and less often instead of \

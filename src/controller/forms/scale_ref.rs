@@ -17,6 +17,8 @@ use crate::controller::state::{Outcome, Resolved, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Missing, Observed, Problem, reason};
 use crate::workload::contest::Verdict;
+use crate::workload::gitops;
+use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Saved;
 use crate::workload::target::{self, ScaleView};
 
@@ -130,7 +132,7 @@ async fn apply(
         turn.write == Write::IfDifferent && scaled.is_none() && view.spec_replicas == eval.replicas;
     let problem = ctx
         .contest(&key, |c| c.fight(now))
-        .map(|_| conflicting_writer(r, &view));
+        .map(|_| conflicting_writer(r, ns, &view));
     let saved = record
         .status
         .original_replicas
@@ -146,8 +148,24 @@ async fn apply(
     })
 }
 
-/// Another writer keeps setting the count back (a GitOps tool's self-heal).
-fn conflicting_writer(r: &ScaleTargetRef, view: &ScaleView) -> Problem {
+/// Another writer keeps setting the count back (a GitOps tool's self-heal: then the fix it
+/// needs).
+fn conflicting_writer(r: &ScaleTargetRef, ns: &str, view: &ScaleView) -> Problem {
+    if let Some(writer) = &view.replicas_writer {
+        let object = gitops::Object {
+            group: r.group().to_string(),
+            kind: r.kind.clone(),
+            namespace: ns.to_string(),
+            name: r.name.clone(),
+        };
+        return Problem::GitOpsConflict(gitops::conflict_message(
+            writer,
+            &object,
+            "spec.replicas",
+            &["/spec/replicas"],
+            FIELD_MANAGER,
+        ));
+    }
     let who = view
         .replicas_manager
         .as_deref()

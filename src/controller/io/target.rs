@@ -13,12 +13,12 @@ use crate::controller::state::{Answer, Context, Resolved};
 use crate::error::{Error, Result};
 use crate::memo::OwnWrites;
 use crate::status::Problem;
-use crate::workload::contest;
 use crate::workload::group;
 use crate::workload::hpa::{self, HpaView};
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Requests;
 use crate::workload::target::{self, ScaleView};
+use crate::workload::{contest, gitops};
 
 /// Kinds whose changes a watch reports within seconds; other kinds are re-read at
 /// `intervalMint`, or sooner while they are missing.
@@ -93,6 +93,8 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
     };
     if r.group() == "apps" {
         return Ok(request("").answer(api.get(&r.name).await)?.map(|o| {
+            let manager = (o.metadata.managed_fields.as_deref())
+                .and_then(|m| contest::replicas_manager(m, FIELD_MANAGER));
             let int = |path: &str| {
                 o.data
                     .pointer(path)
@@ -106,11 +108,10 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
                 ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
                 uid: o.metadata.uid.clone(),
                 resource_version: o.metadata.resource_version.clone(),
-                replicas_manager: o
-                    .metadata
-                    .managed_fields
+                replicas_manager: manager.clone(),
+                replicas_writer: manager
                     .as_deref()
-                    .and_then(|m| contest::replicas_manager(m, FIELD_MANAGER)),
+                    .and_then(|m| gitops::writer(m, o.labels(), o.annotations())),
                 requests: o
                     .data
                     .pointer("/spec/template")
@@ -140,6 +141,7 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
             uid: s.metadata.uid,
             resource_version: s.metadata.resource_version,
             replicas_manager: None,
+            replicas_writer: None,
             // `/scale` has no annotations: a group's record on the object is read below, where
             // a group may hold it.
             spec_replicas: s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
@@ -418,4 +420,37 @@ fn hpa_written(
         }
         Err(e) => Err(Error::kube(format!("setting {field} of {r} in {ns}"))(e)),
     }
+}
+
+/// The GitOps tool that last set the field at `pointer` (managedFields' terms) of object
+/// `name`, read from the object itself: one GET, made only when a fight over the field is
+/// reported. None when it is not a GitOps tool, or cannot be read now.
+pub async fn gitops_writer(
+    ctx: &Context,
+    ns: &str,
+    resource: &ApiResource,
+    name: &str,
+    pointer: &str,
+) -> Option<(gitops::Writer, gitops::Object)> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, resource);
+    let o = match api.get(name).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::debug!(error = %e, object = %name, "reading who set a field back");
+            return None;
+        }
+    };
+    let manager = contest::manager_of(
+        o.metadata.managed_fields.as_deref()?,
+        FIELD_MANAGER,
+        pointer,
+    )?;
+    let writer = gitops::writer(&manager, o.labels(), o.annotations())?;
+    let object = gitops::Object {
+        group: resource.group.clone(),
+        kind: resource.kind.clone(),
+        namespace: ns.to_string(),
+        name: name.to_string(),
+    };
+    Some((writer, object))
 }

@@ -32,7 +32,9 @@ use crate::error::{Error, Result};
 use crate::schedule::{Count, Evaluation};
 use crate::status::{Observed, Problem};
 use crate::workload::contest::Verdict;
+use crate::workload::gitops;
 use crate::workload::group::{self, LeaveReason, Member, Place, Value, Why};
+use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Saved;
 
 use observe::{Keep, Kind, is_hpa, kinds, observe, recorded_kinds};
@@ -95,7 +97,11 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let ordered = (mode != Mode::Never).then(|| gate(&group, sel, previous.as_ref(), &plan, level));
     let written = write_planned(&group, &plan, mode, ordered.as_ref()).await?;
     let writes_failed = written.first_error.is_some();
-    let problems = with_write_problems(problems, &written, &members);
+    let fighter = match written.fights.first() {
+        Some((m, _)) => observe::replicas_writer(ctx, ns, &kinds, m).await,
+        None => None,
+    };
+    let problems = with_write_problems(problems, &written, &members, fighter.as_ref());
     let held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
     let status = group_status(&plan, &members, &written, ordered.as_ref(), held_kinds);
     let continuing = ordered.as_ref().is_some_and(|o| o.gate.continuing);
@@ -480,13 +486,29 @@ fn with_write_problems(
     mut problems: Vec<Problem>,
     written: &Written,
     members: &[Member],
+    fighter: Option<&(gitops::Writer, gitops::Object)>,
 ) -> Vec<Problem> {
     problems.extend(written.problems.iter().cloned());
     if let Some(e) = &written.first_error {
         warn!(error = %e, "a group write failed");
         problems.push(Problem::ApiError(e.to_string()));
     }
-    if let Some((m, n)) = written.fights.first() {
+    if let Some((writer, object)) = fighter {
+        let more = match written.fights.len() - 1 {
+            0 => String::new(),
+            n => format!(" (and {n} more workloads)"),
+        };
+        problems.insert(
+            0,
+            Problem::GitOpsConflict(gitops::conflict_message(
+                writer,
+                object,
+                &format!("spec.replicas{more}"),
+                &["/spec/replicas"],
+                FIELD_MANAGER,
+            )),
+        );
+    } else if let Some((m, n)) = written.fights.first() {
         problems.insert(
             0,
             Problem::ConflictingWriter(format!(

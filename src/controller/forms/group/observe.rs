@@ -877,3 +877,22 @@ impl kube::Resource for Lean {
         &mut self.metadata
     }
 }
+
+/// The GitOps tool that last set `m`'s count (its `managedFields` and labels are not kept by
+/// the list, so the object is read).
+pub(super) async fn replicas_writer(
+    ctx: &Context,
+    ns: &str,
+    kinds: &[Kind],
+    m: &Member,
+) -> Option<(
+    crate::workload::gitops::Writer,
+    crate::workload::gitops::Object,
+)> {
+    let group = m.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let kind = kinds
+        .iter()
+        .find(|k| k.resource.kind == m.kind && k.resource.group == group)?;
+    let pointer = "/f:spec/f:replicas";
+    crate::controller::io::target::gitops_writer(ctx, ns, &kind.resource, &m.name, pointer).await
+}

@@ -1,0 +1,141 @@
+//! GitOps tools beside the operator, on the real API server: a second writer that sets the
+//! count back by server-side apply under Argo CD's and Flux's field managers, with the marks
+//! each puts on what it applies. The TDSet names the tool, its Application or Kustomization,
+//! and the exact rule that makes it leave the field; `kubectl tdset doctor` prints it.
+
+use std::time::Duration;
+
+use crate::hardening::{at_noon, deployment_ref, noon};
+use crate::support::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// Sets Deployment `name` back to 1 whenever it is not, by server-side apply under `manager`
+/// (a tool's drift correction), until aborted.
+fn drift_correction(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    manager: &str,
+) -> tokio::task::JoinHandle<()> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let (name, params) = (name.to_string(), PatchParams::apply(manager).force());
+    tokio::spawn(async move {
+        loop {
+            if let Ok(d) = api.get(&name).await
+                && replicas(&d) != Some(1)
+            {
+                let body = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                                  "metadata": {"name": name}, "spec": {"replicas": 1}});
+                let _ = api.patch(&name, &params, &Patch::Apply(&body)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
+
+fn marked(name: &str, labels: Value, annotations: Value) -> Value {
+    let mut d = app_deployment(name, 1);
+    for (k, v) in labels.as_object().into_iter().flatten() {
+        d["metadata"]["labels"][k] = v.clone();
+    }
+    for (k, v) in annotations.as_object().into_iter().flatten() {
+        d["metadata"]["annotations"][k] = v.clone();
+    }
+    d
+}
+
+#[tokio::test]
+async fn argo_cd_and_flux_setting_the_count_back_are_named_with_the_rule_each_needs() {
+    let (client, ns) = setup("gitops").await;
+    let n = &ns.name;
+    let tracking = format!("shop:apps/Deployment:{n}/shop");
+    let shop = marked(
+        "shop",
+        json!({}),
+        json!({"argocd.argoproj.io/tracking-id": tracking}),
+    );
+    let flux_labels = json!({"kustomize.toolkit.fluxcd.io/name": "apps",
+                             "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    let api = marked("api", flux_labels, json!({}));
+    let _: Deployment = create_object(&client, n, shop).await;
+    let _: Deployment = create_object(&client, n, api).await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    for name in ["shop", "api"] {
+        let spec = at_noon(deployment_ref(name), 4, 1);
+        create_tdset(&client, n, &tdset(name, spec)).await;
+    }
+    deployment_at(&client, n, "shop", 4).await;
+    deployment_at(&client, n, "api", 4).await;
+
+    // Before any fight, the doctor already sees who applies each workload.
+    let dir = plugin_dir();
+    let doctor = |name: &str| {
+        let (ok, out, err) =
+            kubectl_tdset(&dir, &["doctor", name, "-n", n, "--context", "tdset-local"]);
+        assert!(ok, "{err}");
+        out
+    };
+    let before = doctor("shop");
+    assert!(
+        before.contains("applied by Argo CD (Application shop)"),
+        "{before}"
+    );
+    assert!(
+        before.contains("managedFieldsManagers: [tdset-operator]"),
+        "{before}"
+    );
+
+    let argo = drift_correction(&client, n, "shop", "argocd-controller");
+    let flux = drift_correction(&client, n, "api", "kustomize-controller");
+    let message = degraded_for(&client, n, "shop", "GitOpsConflict").await;
+    for part in [
+        "Argo CD (Application shop)",
+        "field manager argocd-controller",
+        "managedFieldsManagers: [tdset-operator]",
+        "RespectIgnoreDifferences=true",
+        &format!("kind: Deployment, name: shop, namespace: {n}"),
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    let message = degraded_for(&client, n, "api", "GitOpsConflict").await;
+    for part in [
+        "Flux (Kustomization flux-system/apps)",
+        "spec.driftIgnoreRules: [{paths: [\"/spec/replicas\"], target: {group: apps, kind: Deployment, name: api",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    for (name, tool) in [("shop", "Argo CD"), ("api", "Flux")] {
+        wait_for_event(&client, n, name, |(ty, r, note)| {
+            ty == "Warning" && r == "GitOpsConflict" && note.contains(tool)
+        })
+        .await;
+    }
+    argo.abort();
+    flux.abort();
+
+    // The doctor names the writer from managedFields, with the rule as YAML.
+    let shop = doctor("shop");
+    assert!(shop.contains("Degraded (GitOpsConflict)"), "{shop}");
+    assert!(
+        shop.contains("spec.replicas last set by argocd-controller"),
+        "{shop}"
+    );
+    assert!(
+        shop.contains("    spec:\n      ignoreDifferences:\n      - group: apps\n        kind: Deployment\n        name: shop\n"),
+        "{shop}"
+    );
+    let api = doctor("api");
+    assert!(
+        api.contains("spec.replicas last set by kustomize-controller"),
+        "{api}"
+    );
+    assert!(
+        api.contains("      driftIgnoreRules:\n      - paths: [\"/spec/replicas\"]"),
+        "{api}"
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}
