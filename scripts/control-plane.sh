@@ -33,14 +33,15 @@
 # -E: the ERR trap that stops a half-started cluster fires in functions too.
 set -eEuo pipefail
 
-K8S_VERSION="v1.34.4"
+# One Go module builds them all (`build_go`): the versions are chosen so that each uses the
+# Kubernetes libraries of the control plane (v0.36), which are then compiled once.
+K8S_VERSION="v1.36.3"
 ETCD_VERSION="v3.6.16"
-KWOK_VERSION="v0.8.0"   # the newest release the module proxy served on 2026-11-22
-HELM_VERSION="v3.22.0"  # the newest helm.sh/helm/v3 on the module proxy on 2026-11-22
+KWOK_VERSION="v0.8.0"   # the newest release on the module proxy (2026-11-22); k8s.io v0.36
+HELM_VERSION="v3.21.4"  # the newest helm.sh/helm/v3 on k8s.io v0.36 (v3.22 is on v0.37)
 CACHE_ROOT="${TDSET_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tdset-operator}"
 BIN_DIR="$CACHE_ROOT/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}/bin"
-BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
-# Built separately (kwok under its own version key), so adding them kept the cache valid.
+BINARIES=(etcd kube-apiserver kube-controller-manager kubectl kube-scheduler)
 SCHEDULER="$BIN_DIR/kube-scheduler"
 KWOK_DIR="$CACHE_ROOT/kwok-${KWOK_VERSION}"
 HELM_DIR="$CACHE_ROOT/helm-${HELM_VERSION}"
@@ -62,18 +63,38 @@ have_binaries() {
 
 STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
   cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
-  cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
-  kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
-  mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller)
+  cri-client cri-streaming csi-translation-lib dynamic-resource-allocation endpointslice
+  externaljwt kms kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet
+  metrics mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller
+  streaming)
 
-# Every Kubernetes command at once (`go build` of several main packages into one directory):
-# one module graph, each package compiled once, and the links run side by side instead of one
-# after another. kube-scheduler always; kubelet and kube-proxy when this machine can run a real
-# node (they would otherwise be built later, alone).
-k8s_commands() {
-  local cmds=(kube-apiserver kube-controller-manager kubectl kube-scheduler)
-  node_buildable && cmds+=(kubelet kube-proxy)
-  echo "${cmds[*]}"
+# What each part of the install is made of: its Go packages, where its outputs go, and which.
+# `core` is the control plane; `node` a real node's kubelet and kube-proxy (only where this
+# machine can run one); `kwok` simulated kubelets; `helm` the chart's tests.
+part_pkgs() {
+  case "$1" in
+    core) echo k8s.io/kubernetes/cmd/{kube-apiserver,kube-controller-manager,kubectl,kube-scheduler} \
+      go.etcd.io/etcd/server/v3 ;;
+    node) echo k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy ;;
+    kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
+    helm) echo helm.sh/helm/v3/cmd/helm ;;
+  esac
+}
+part_dir() {
+  case "$1" in core) echo "$BIN_DIR" ;; node) echo "$NODE_DIR" ;; kwok) echo "$KWOK_DIR" ;; helm) echo "$HELM_DIR" ;; esac
+}
+part_outputs() {
+  case "$1" in
+    core) echo "${BINARIES[*]}" ;;
+    node) echo kubelet kube-proxy ;;
+    kwok) echo kwok kwok-stages.yaml ;;
+    helm) echo helm ;;
+  esac
+}
+part_missing() {
+  local f dir; dir="$(part_dir "$1")"
+  for f in $(part_outputs "$1"); do [[ -e "$dir/$f" ]] || return 0; done
+  return 1
 }
 
 k8s_ldflags() {
@@ -87,69 +108,68 @@ k8s_ldflags() {
   echo "$ld"
 }
 
+# helm's version, and the Kubernetes version it assumes without a cluster (lint, template),
+# which follows its client-go as helm's own Makefile sets it.
+helm_ldflags() {
+  local src cg major minor ld pkg
+  src="$(go mod download -json "helm.sh/helm/v3@${HELM_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  cg="$(awk '$1 == "k8s.io/client-go" {print $2}' "$src/go.mod")"   # v0.36.2
+  major=$(( $(cut -d. -f1 <<<"${cg#v}") + 1 )); minor="$(cut -d. -f2 <<<"$cg")"
+  ld="-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+  ld="$ld -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld="$ld -X $pkg.k8sVersionMajor=$major -X $pkg.k8sVersionMinor=$minor"
+  done
+  echo "$ld"
+}
+
 # The k8s.io/kubernetes module requires its staging modules at v0.0.0, which only resolve
-# inside the kubernetes repo; outside it every one needs a replace to the published tag.
+# inside the kubernetes repo; outside it every one needs a replace to the published tag. The
+# other tools' modules join it: one module graph, each shared package at one version.
 k8s_module() {
   local dir="$1" name="$2" stage_ver="v0.${K8S_VERSION#v1.}" m
   mkdir -p "$dir"
   {
-    echo "module tdset.local/$name"; echo; echo "go 1.24.0"; echo
+    echo "module tdset.local/$name"; echo; echo "go 1.26.0"; echo
     echo "require k8s.io/kubernetes ${K8S_VERSION}"; echo
     for m in "${STAGING[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $stage_ver"; done
   } >"$dir/go.mod"
 }
 
-# build_kubernetes WORK CMD...: builds each k8s.io/kubernetes/cmd/CMD into WORK/out.
-build_kubernetes() {
+module_version() {
+  case "$1" in
+    k8s.io/kubernetes/*) echo "$K8S_VERSION" ;;
+    go.etcd.io/etcd/*) echo "$ETCD_VERSION" ;;
+    sigs.k8s.io/kwok/*) echo "$KWOK_VERSION" ;;
+    helm.sh/helm/*) echo "$HELM_VERSION" ;;
+  esac
+}
+
+# build_go WORK PKG...: every main package at once (`go build` of several into one directory):
+# one module graph, each package compiled once, the links side by side. etcd's main package is
+# go.etcd.io/etcd/server/v3, whose binary is `server`.
+build_go() {
   local work="$1"; shift
-  local pkgs=() c
-  for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  k8s_module "$work/k8s" k8s-build && cd "$work/k8s"
-  log "resolving k8s.io/kubernetes ${K8S_VERSION} for $*"
-  local gets=() p; for p in "${pkgs[@]}"; do gets+=("$p@${K8S_VERSION}"); done
+  k8s_module "$work/src" tdset-build && cd "$work/src"
+  local gets=() p
+  for p in "$@"; do gets+=("$p@$(module_version "$p")"); done
+  log "resolving ${gets[*]}"
   go get "${gets[@]}"
-  log "building $* ${K8S_VERSION}"
-  go build -trimpath -ldflags "$(k8s_ldflags)" -o "$work/out/" "${pkgs[@]}"
+  log "building $*"
+  go build -trimpath -ldflags "$(k8s_ldflags) $(helm_ldflags)" -o "$work/out/" "$@"
+  [[ ! -e "$work/out/server" ]] || mv "$work/out/server" "$work/out/etcd"
+  if [[ -e "$work/out/kwok" ]]; then kwok_stages >"$work/out/kwok-stages.yaml"; fi
 }
-
-build_etcd() {
-  local work="$1"
-  mkdir -p "$work/etcd" && cd "$work/etcd"
-  printf 'module tdset.local/etcd-build\n\ngo 1.24.0\n' >go.mod
-  log "resolving go.etcd.io/etcd/server/v3 ${ETCD_VERSION}"
-  go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
-  log "building etcd ${ETCD_VERSION}"
-  go build -trimpath -ldflags "-s -w" -o "$work/out/etcd" go.etcd.io/etcd/server/v3
-}
-
-build_scheduler() { build_kubernetes "$1" kube-scheduler; }
 
 # kwok simulates kubelets: pods bound to its nodes go Running and Ready. What happens to a
 # node or a pod, and when, comes from the module's own "fast" stage files.
-build_kwok() {
-  local work="$1" src f
-  GOBIN="$work/out" go install "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+kwok_stages() {
+  local src f
   src="$(go mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   for f in node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml \
     pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
     cat "$src/kustomize/stage/$f"; echo "---"
-  done >"$work/out/kwok-stages.yaml"
-}
-
-# helm, for the chart's tests (lint, template, install/upgrade/uninstall on this control plane).
-# The Kubernetes version helm assumes without a cluster (lint, template) follows its client-go,
-# as helm's own Makefile sets it.
-build_helm() {
-  local work="$1" src cg major minor ld
-  src="$(go mod download -json "helm.sh/helm/v3@${HELM_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  cg="$(awk '$1 == "k8s.io/client-go" {print $2}' "$src/go.mod")"   # v0.37.0
-  major=$(( $(cut -d. -f1 <<<"${cg#v}") + 1 )); minor="$(cut -d. -f2 <<<"$cg")"
-  ld="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
-  ld="$ld -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-    ld="$ld -X $pkg.k8sVersionMajor=$major -X $pkg.k8sVersionMinor=$minor"
   done
-  GOBIN="$work/out" go install -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
 }
 
 fetch_monitoring_crds() {
@@ -196,76 +216,57 @@ wait_jobs() {
   [[ ${#failed[@]} -eq 0 ]] || die "building ${failed[*]} failed (above)"
 }
 
-# What shares no package with the Kubernetes build (other versions of its libraries, or only a
-# download), started beside it: the module downloads, the links and the chains of packages that
-# wait on one another each leave a core idle, which the others fill. Adds "PID NAME" pairs to
-# EXTRA_JOBS (jobs of this shell, so it can wait for them).
-EXTRA_JOBS=()
-start_independent_extras() {
-  install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
-    monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml &
-  EXTRA_JOBS+=("$!" monitoring-crds)
-  install_extra kwok build_kwok "$KWOK_DIR" kwok kwok-stages.yaml &
-  EXTRA_JOBS+=("$!" kwok)
-  install_extra helm build_helm "$HELM_DIR" helm &
-  EXTRA_JOBS+=("$!" helm)
-}
-
-# What the Kubernetes build's packages make (after it: each package is then compiled once).
-install_k8s_extras() {
-  install_extra kube-scheduler build_scheduler "$BIN_DIR" kube-scheduler
-  install_node
-}
-
-install_extras() {
-  start_independent_extras
-  install_k8s_extras
-  wait_jobs "${EXTRA_JOBS[@]}"
+# The Go parts missing from the cache, built together (`build_go`), then each part's outputs
+# moved into its directory, last, so a half-finished build never looks like a cache hit.
+install_go_parts() {
+  local parts=() pkgs=() part
+  for part in core node kwok helm; do
+    [[ $part != node ]] || node_buildable || continue
+    part_missing "$part" || continue
+    parts+=("$part")
+    # shellcheck disable=SC2207  # package paths have no spaces
+    pkgs+=($(part_pkgs "$part"))
+  done
+  [[ ${#parts[@]} -gt 0 ]] || return 0
+  command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.26 (https://go.dev/dl) and retry"
+  local work; work="$(mktemp -d "${TMPDIR:-/tmp}/tdset-go-build.XXXXXX")"
+  local joined; joined="$(IFS=-; echo "${parts[*]}")"
+  local buildlog="$CACHE_ROOT/build-${joined}-${K8S_VERSION}.log"
+  mkdir -p "$CACHE_ROOT" "$work/out"
+  log "building ${parts[*]} (Kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, helm ${HELM_VERSION}; cold: tens of minutes; log: $buildlog)"
+  local rc=0
+  (
+    set -e
+    export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
+    build_go "$work" "${pkgs[@]}"
+  ) >"$buildlog" 2>&1 || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    tail -n 15 "$buildlog" >&2
+    rm -rf "$work"
+    die "building ${parts[*]} failed; full log: $buildlog"
+  fi
+  local dir f
+  for part in "${parts[@]}"; do
+    dir="$(part_dir "$part")"; mkdir -p "$dir"
+    for f in $(part_outputs "$part"); do mv "$work/out/$f" "$dir/$f.tmp" && mv "$dir/$f.tmp" "$dir/$f"; done
+  done
+  rm -rf "$work"
 }
 
 cmd_install() {
-  if have_binaries; then
-    install_extras; echo "$BIN_DIR"; return 0
-  fi
-  command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
   command -v openssl >/dev/null || die "openssl is missing; install it (apt-get install -y openssl) and retry"
-  local work; work="$(mktemp -d "${TMPDIR:-/tmp}/tdset-k8s-build.XXXXXX")"
-  local buildlog="$CACHE_ROOT/build-${K8S_VERSION}-${ETCD_VERSION}.log"
-  mkdir -p "$CACHE_ROOT" "$work/out"
-  start_independent_extras
-  local cmds; cmds="$(k8s_commands)"
-  log "building the control plane ($cmds, etcd) into $BIN_DIR (cold: tens of minutes; log: $buildlog)"
-  (
-    export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
-    # shellcheck disable=SC2086  # the commands' names
-    build_kubernetes "$work" $cmds
-  ) >"$buildlog" 2>&1 &
-  local k8s=$!
-  (
-    export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
-    build_etcd "$work"
-  ) >"$buildlog.etcd" 2>&1 &
-  local etcd=$!
-  local rc=0
-  wait "$k8s" || { rc=1; tail -n 15 "$buildlog" >&2; }
-  wait "$etcd" || { rc=1; tail -n 15 "$buildlog.etcd" >&2; }
-  if [[ $rc -ne 0 ]]; then
-    rm -rf "$work"
-    die "building the control plane failed; full logs: $buildlog{,.etcd}"
-  fi
-  cat "$buildlog.etcd" >>"$buildlog" && rm -f "$buildlog.etcd"
-  mkdir -p "$BIN_DIR"
-  # Move into place last so a half-finished build never looks like a cache hit.
-  local b
-  for b in "${BINARIES[@]}" kube-scheduler; do mv "$work/out/$b" "$BIN_DIR/$b.tmp" && mv "$BIN_DIR/$b.tmp" "$BIN_DIR/$b"; done
-  if [[ -x "$work/out/kubelet" ]]; then
-    mkdir -p "$NODE_DIR"
-    for b in kubelet kube-proxy; do mv "$work/out/$b" "$NODE_DIR/$b.tmp" && mv "$NODE_DIR/$b.tmp" "$NODE_DIR/$b"; done
-  fi
-  rm -rf "$work"
-  log "built: $("$BIN_DIR/kube-apiserver" --version), etcd $("$BIN_DIR/etcd" --version | head -1)"
-  install_k8s_extras
-  wait_jobs "${EXTRA_JOBS[@]}"
+  # Beside the Go build, what shares nothing with it (downloads, the real node's images): each
+  # leaves a core idle at times (downloads, links), which the other fills.
+  local jobs=()
+  install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
+    monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml &
+  jobs+=("$!" monitoring-crds)
+  install_node_images &
+  jobs+=("$!" node-images)
+  install_go_parts &
+  jobs+=("$!" "the Go build")
+  wait_jobs "${jobs[@]}"
+  have_binaries || die "the control plane's binaries are still missing from $BIN_DIR"
   echo "$BIN_DIR"
 }
 

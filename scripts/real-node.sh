@@ -35,10 +35,6 @@ CNI_BIN_DIR="/usr/lib/cni"
 
 buildah_() { buildah --root "$BUILDAH_ROOT/root" --runroot "$BUILDAH_ROOT/run" --storage-driver vfs "$@"; }
 
-# kubelet and kube-proxy, at the control plane's version with the same module setup (a cold
-# install builds them with the control plane: this is for a cache that lacks only them).
-build_node() { build_kubernetes "$1" kubelet kube-proxy; }
-
 # Whether install builds the node: root and the tools (test.sh installs them first as root).
 node_buildable() { [[ $(id -u) -eq 0 && -z "$(node_tools_missing)" ]]; }
 
@@ -95,13 +91,13 @@ cmd_node_check() {
   [[ ${#why[@]} -eq 0 ]] || { echo "a real node needs: $(IFS=';'; echo "${why[*]}")" >&2; return 1; }
 }
 
-install_node() {
+# The real node's images (its kubelet and kube-proxy are part of the Go build, `install_go_parts`).
+install_node_images() {
   local missing; missing="$(node_tools_missing)"
   if [[ -n "$missing" || $(id -u) -ne 0 ]]; then
     log "not building the real node (needs root and $missing; Debian: apt-get install ${NODE_PACKAGES[*]})"
     return 0
   fi
-  install_extra node build_node "$NODE_DIR" kubelet kube-proxy
   install_extra images build_images "$IMAGES_DIR" pause.tar httpd.tar distroless-cc-debian12.tar
   install_extra echo-image build_echo_image "$IMAGES_DIR" echo.tar
 }
@@ -207,7 +203,9 @@ readOnlyPort: 0
 # exec, port-forward): pods can reach 10.99.$i.2, and anonymous requests are refused.
 authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: $dir/pki/client-ca.crt}}
 authorization: {mode: AlwaysAllow}
-# What this VM allows: cgroup v1 through cgroupfs, no QoS hierarchy, swap on.
+# What this VM allows: cgroup v1 through cgroupfs, no QoS hierarchy, swap on. Since 1.35 the
+# kubelet refuses cgroup v1 unless told otherwise.
+failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupsPerQOS: false
 cgroupRoot: /tdset-node-$i

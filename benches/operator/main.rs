@@ -260,7 +260,7 @@ fn main() {
         let _ = Command::new(script()).arg("stop").arg(&dir).status();
         let mut md = String::new();
         let _ = writeln!(md, "## Run of {} (`cargo bench --bench operator{}`)\n", Utc::now().format("%Y-%m-%d %H:%M UTC"), if args.is_empty() { String::new() } else { format!(" -- {}", args.join(" ")) });
-        let _ = writeln!(md, "Machine: {}. Control plane: etcd 3.6.16 (--unsafe-no-fsync) + kube-apiserver v1.34.4 on the same machine, no controller manager. Operator: release build, separate process; --concurrency 64 as admin for converge, steady and memory; the operator's default flags (concurrency 16) under a ServiceAccount bound to its ClusterRole for the boundary lag. Bench client concurrency {CONCURRENCY}.\n", machine());
+        let _ = writeln!(md, "Machine: {}. Control plane: etcd 3.6.16 (--unsafe-no-fsync) + kube-apiserver v1.36.3 on the same machine, no controller manager. Operator: release build, separate process; --concurrency 64 as admin for converge, steady and memory; the operator's default flags (concurrency 16) under a ServiceAccount bound to its ClusterRole for the boundary lag. Bench client concurrency {CONCURRENCY}.\n", machine());
         if args.iter().any(|a| a == "wake") {
             let _ = writeln!(md, "The wake on request rows: a control plane of their own with kube-controller-manager, kube-scheduler and a real node (containerd, kubelet, kube-proxy in iptables mode); the chart installed with the image of the release build (2 operator and 2 wake proxy pods); requests sent from the node's network namespace by a Python client, instants on this machine's wall clock (the client's, and the bench's watches of the Deployment and of the Service's own EndpointSlices).\n");
         }

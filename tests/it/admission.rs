@@ -158,12 +158,13 @@ async fn invalid_manifests_are_rejected_naming_the_field() {
         (
             "holiday that does not exist",
             variant("", "  holidays: [\"2026-12-24\", \"2027-02-29\"]"),
-            "spec.holidays[1]: Invalid value: \"string\": not a real date",
+            // Kubernetes 1.35+ quotes the value (before: its type, "string").
+            "spec.holidays[1]: Invalid value: \"2027-02-29\": not a real date",
         ),
         (
             "holiday range ending on a day that does not exist",
             variant("", "  holidays: [\"2026-04-01/2026-04-31\"]"),
-            "spec.holidays[0]: Invalid value: \"string\": not a real date",
+            "spec.holidays[0]: Invalid value: \"2026-04-01/2026-04-31\": not a real date",
         ),
         (
             "too many holidays",

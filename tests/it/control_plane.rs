@@ -102,7 +102,7 @@ async fn crds_become_established_and_serve_tdsets_and_tdcalendars() {
     let version = kubectl(&["version", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&version.stdout).unwrap();
     assert_eq!(
-        v["serverVersion"]["gitVersion"], "v1.34.4",
+        v["serverVersion"]["gitVersion"], "v1.36.3",
         "the API server reports its real version"
     );
 }

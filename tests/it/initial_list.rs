@@ -36,7 +36,7 @@ async fn initial_lists_are_streamed_where_the_api_server_supports_it() {
     assert_eq!(
         op.counter("tdset_watch_streaming_lists"),
         1.0,
-        "a 1.34 API server serves streaming lists, so `auto` uses them"
+        "a 1.36 API server serves streaming lists, so `auto` uses them"
     );
     op.stop().await;
     ns.cleanup().await;
