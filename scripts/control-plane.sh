@@ -158,12 +158,12 @@ build_go() {
   log "building $*"
   go build -trimpath -ldflags "$(k8s_ldflags) $(helm_ldflags)" -o "$work/out/" "$@"
   [[ ! -e "$work/out/server" ]] || mv "$work/out/server" "$work/out/etcd"
-  if [[ -e "$work/out/kwok" ]]; then kwok_stages >"$work/out/kwok-stages.yaml"; fi
+  if [[ -e "$work/out/kwok" ]]; then kwok_module_stages >"$work/out/kwok-stages.yaml"; fi
 }
 
 # kwok simulates kubelets: pods bound to its nodes go Running and Ready. What happens to a
 # node or a pod, and when, comes from the module's own "fast" stage files.
-kwok_stages() {
+kwok_module_stages() {
   local src f
   src="$(go mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   for f in node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml \

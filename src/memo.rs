@@ -16,10 +16,10 @@ use crate::api::{RequestWakeStatus, TDSet, TDSetStatus};
 /// in its transition times, or lose what only status remembers (a target's original count),
 /// and be written again.
 ///
-/// An entry outlives the watch's echo of it by `GRACE`: the echo is seen before the cache is
-/// given it, and a reconcile may have read the cache before either; forgotten at the echo, such
-/// a reconcile computed from the status before ours (a group's joining workload taken for a
-/// boundary's, a target's original count lost).
+/// An entry outlives the watch's echo of it by `GRACE` (a reconcile's deadline and more): the
+/// echo is seen before the cache is given it, and a reconcile may have read the cache before
+/// either; forgotten at the echo, such a reconcile computed from the status before ours (a
+/// group's joining workload taken for a boundary's, a target's original count lost).
 #[derive(Default)]
 pub struct StatusMemo {
     inner: Mutex<Inner>,
@@ -63,8 +63,9 @@ impl StatusMemo {
     /// Entries normally go once the cache catches up; this clears those of deleted TDSets.
     const MAX_AGE: Duration = Duration::from_secs(300);
     /// How long an entry outlives the watch catching up with it: longer than any reconcile
-    /// takes from reading the cache to asking `current`.
-    const GRACE: Duration = Duration::from_secs(10);
+    /// may take from reading the cache to asking `current`, its deadline (60 s,
+    /// `controller::RECONCILE_DEADLINE`, checked there).
+    pub const GRACE: Duration = Duration::from_secs(65);
 
     /// The TDSet's status as far as this operator knows: the one it queued, or the one it
     /// wrote while the cached TDSet is a revision from before that write.

@@ -198,3 +198,13 @@ async fn reconcile_inner(
     debug!(?wait, "next look");
     Ok(Some(wait))
 }
+
+#[cfg(test)]
+mod tests {
+    /// A reconcile that read the cache before its TDSet's status echo still finds our status
+    /// in the memo when it asks, however late within its deadline (`StatusMemo::GRACE`).
+    #[test]
+    fn the_status_memo_outlives_any_reconcile() {
+        assert!(crate::memo::StatusMemo::GRACE > super::RECONCILE_DEADLINE);
+    }
+}

@@ -83,14 +83,14 @@ pub fn diagnose(i: &Inspected) -> Vec<Finding> {
         }
     }
     if by.is_empty() {
-        return applied_by(&i.labels, &i.annotations)
+        return applied_by(&i.object, &i.labels, &i.annotations)
             .map(Finding::AppliedBy)
             .into_iter()
             .collect();
     }
     by.into_iter()
         .map(|(manager, fields)| Finding::SetBy {
-            gitops: gitops::writer(&manager, &i.labels, &i.annotations),
+            gitops: gitops::writer(&manager, &i.object, &i.labels, &i.annotations),
             manager,
             fields,
         })
@@ -100,6 +100,7 @@ pub fn diagnose(i: &Inspected) -> Vec<Finding> {
 /// The GitOps tool whose marks the object carries (the manager it applies with). Argo CD only
 /// by its tracking annotation: `app.kubernetes.io/instance` is every Helm chart's label too.
 fn applied_by(
+    object: &Object,
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
 ) -> Option<Writer> {
@@ -110,9 +111,12 @@ fn applied_by(
     ];
     candidates
         .into_iter()
-        .filter_map(|m| gitops::writer(m, labels, annotations))
+        .filter_map(|m| gitops::writer(m, object, labels, annotations))
         .find(|w| match &w.tool {
-            Tool::ArgoCd { .. } => annotations.contains_key(gitops::ARGOCD_TRACKING_ID),
+            // A tracking id that names this very object (one copied from elsewhere names none).
+            Tool::ArgoCd { application, .. } => {
+                application.is_some() && annotations.contains_key(gitops::ARGOCD_TRACKING_ID)
+            }
             Tool::Kustomization { name, .. } | Tool::HelmRelease { name, .. } => name.is_some(),
         })
 }
@@ -177,8 +181,9 @@ fn finding(object: &Object, f: &Finding) -> String {
             let names: Vec<&str> = fields.iter().map(|f| f.name).collect();
             let pointers: Vec<&str> = fields.iter().map(|f| f.pointer).collect();
             format!(
-                "  {} last set by {manager}: {}, whose drift correction undoes the schedule.\n  \
-                 Tell it to leave what field manager {FIELD_MANAGER} sets; in {}:\n{}",
+                "  {} last set by {manager}: {}. If its drift correction keeps setting them \
+                 back (the TDSet is then Degraded, GitOpsConflict), tell it to leave what field \
+                 manager {FIELD_MANAGER} sets; in {}:\n{}",
                 names.join(", "),
                 w.tool,
                 w.tool.object(),
@@ -219,7 +224,20 @@ pub async fn doctor(client: &Client, ns: &str, tdset: &TDSet) -> Result<String> 
     match Source::of(&tdset.spec) {
         Ok(Source::Scale(r)) => inspected.extend(one(client, ns, r, &[REPLICAS]).await?),
         Ok(Source::HpaFloor(r)) => {
-            inspected.extend(one(client, ns, r, &[MIN_REPLICAS, MAX_REPLICAS]).await?)
+            // maxReplicas is the operator's only where the schedule sets ceilings; otherwise
+            // the HPA's manifest rightly owns it.
+            let spec = &tdset.spec;
+            let ceilings = spec
+                .scheduling_config
+                .iter()
+                .any(|w| w.max_replica.is_some())
+                || spec.overrides.iter().any(|o| o.max_replica.is_some());
+            let fields: &[Field] = if ceilings {
+                &[MIN_REPLICAS, MAX_REPLICAS]
+            } else {
+                &[MIN_REPLICAS]
+            };
+            inspected.extend(one(client, ns, r, fields).await?)
         }
         Ok(Source::Group(sel)) => {
             let selector = Selector::compile(&sel.selector).map_err(Error::Config)?;
@@ -367,7 +385,7 @@ mod tests {
             text.contains("Flux (Kustomization flux-system/apps)"),
             "{text}"
         );
-        assert!(text.contains("driftIgnoreRules:"), "{text}");
+        assert!(text.contains("  ignore:"), "{text}");
     }
 
     #[test]
@@ -383,6 +401,11 @@ mod tests {
         assert!(matches!(&found[..], [Finding::AppliedBy(_)]), "{found:?}");
         assert!(finding(&tracked.object, &found[0]).contains("managedFieldsManagers"));
         assert!(diagnose(&web(ours.clone(), &[])).is_empty());
+        // A tracking id copied from another object (an operator copying its CR's annotations).
+        let mut copied = web(ours.clone(), &[]);
+        copied.annotations =
+            pairs(&[(gitops::ARGOCD_TRACKING_ID, "shop:apps/Deployment:shop/api")]);
+        assert!(diagnose(&copied).is_empty());
         // A Helm chart's instance label alone is no sign of Argo CD.
         let helm = web(ours, &[("app.kubernetes.io/instance", "shop")]);
         assert!(diagnose(&helm).is_empty());

@@ -58,31 +58,35 @@ pub struct Object {
     pub name: String,
 }
 
-/// The GitOps tool behind field manager `manager`, and which of its objects applies the
-/// workload (from the workload's own labels and annotations). None: not a GitOps tool this
-/// knows.
+/// The GitOps tool behind field manager `manager`, and which of its objects applies `object`
+/// (from its own labels and annotations; a value that is no object name is left out, so a
+/// tenant's text never reaches a message). None: not a GitOps tool this knows.
 pub fn writer(
     manager: &str,
+    object: &Object,
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
 ) -> Option<Writer> {
-    let named =
-        |name: &str, namespace: &str| (labels.get(name).cloned(), labels.get(namespace).cloned());
+    let label = |key: &str| labels.get(key).filter(|v| is_name(v)).cloned();
     let tool = if ARGOCD_MANAGERS.contains(&manager) {
         let (application, namespace) = match annotations.get(ARGOCD_TRACKING_ID) {
-            Some(id) => application_of(id),
-            None => (labels.get(INSTANCE_LABEL).cloned(), None),
+            Some(id) => application_of(id, object),
+            None => (label(INSTANCE_LABEL), None),
         };
         Tool::ArgoCd {
             application,
             namespace,
         }
     } else if manager == KUSTOMIZE_CONTROLLER {
-        let (name, namespace) = named(KUSTOMIZATION_NAME, KUSTOMIZATION_NAMESPACE);
-        Tool::Kustomization { name, namespace }
+        Tool::Kustomization {
+            name: label(KUSTOMIZATION_NAME),
+            namespace: label(KUSTOMIZATION_NAMESPACE),
+        }
     } else if manager == HELM_CONTROLLER {
-        let (name, namespace) = named(HELMRELEASE_NAME, HELMRELEASE_NAMESPACE);
-        Tool::HelmRelease { name, namespace }
+        Tool::HelmRelease {
+            name: label(HELMRELEASE_NAME),
+            namespace: label(HELMRELEASE_NAMESPACE),
+        }
     } else {
         return None;
     };
@@ -94,14 +98,35 @@ pub fn writer(
 
 /// The Application of an Argo CD tracking id, `<app>:<group>/<kind>:<namespace>/<name>`,
 /// where `<app>` is `<namespace>_<name>` for applications outside Argo CD's own namespace.
-fn application_of(id: &str) -> (Option<String>, Option<String>) {
-    let app = id.split(':').next().unwrap_or_default();
+/// An id that names another object (copied from elsewhere: Argo CD itself would not take it)
+/// or whose application is no name gives none.
+fn application_of(id: &str, object: &Object) -> (Option<String>, Option<String>) {
+    let Some((app, rest)) = id.split_once(':') else {
+        return (None, None);
+    };
+    let expected = format!(
+        "{}/{}:{}/{}",
+        object.group, object.kind, object.namespace, object.name
+    );
+    if rest != expected {
+        return (None, None);
+    }
     match app.split_once('_') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
+        Some((ns, name)) if is_name(ns) && is_name(name) => {
             (Some(name.to_string()), Some(ns.to_string()))
         }
-        _ => ((!app.is_empty()).then(|| app.to_string()), None),
+        _ => (is_name(app).then(|| app.to_string()), None),
     }
+}
+
+/// A Kubernetes object name (a DNS-1123 subdomain): all of a tenant's label or annotation
+/// value a message may carry.
+fn is_name(s: &str) -> bool {
+    (1..=253).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 impl fmt::Display for Tool {
@@ -139,7 +164,8 @@ impl Tool {
         }
     }
 
-    /// "Application argocd/shop" (or "the Application" when the workload does not name it).
+    /// "Application argocd/shop" (or "the Application that applies it" when the workload does
+    /// not name it).
     pub fn object(&self) -> String {
         let (_, kind, name, namespace) = self.parts();
         match name {
@@ -157,18 +183,27 @@ fn qualified(namespace: Option<&str>, name: &str) -> String {
 }
 
 /// The change that makes `writer`'s tool leave `paths` (JSON pointers, e.g. `/spec/replicas`)
-/// of `object` to field manager `ours`, as a YAML fragment of the tool's object (`flow`: on
-/// one line, for a condition's message and an Event).
+/// of `object` to field manager `ours`: entries added to lists of the tool's object, as YAML
+/// (`flow`: in words on one line, for a condition's message and an Event).
 pub fn fix(writer: &Writer, object: &Object, paths: &[&str], ours: &str, flow: bool) -> String {
-    let target = |with_namespace: bool| {
+    // Flux's targets are anchored regular expressions: a name's dots are escaped, or `web.v2`
+    // would also name `web-v2`.
+    let target = |with_namespace: bool, regex: bool| {
+        let name = |n: &str| {
+            if regex {
+                n.replace('.', "\\.")
+            } else {
+                n.to_string()
+            }
+        };
         let mut t = Vec::new();
         if !object.group.is_empty() {
-            t.push(format!("group: {}", object.group));
+            t.push(format!("group: {}", name(&object.group)));
         }
         t.push(format!("kind: {}", object.kind));
-        t.push(format!("name: {}", object.name));
+        t.push(format!("name: {}", name(&object.name)));
         if with_namespace {
-            t.push(format!("namespace: {}", object.namespace));
+            t.push(format!("namespace: {}", name(&object.namespace)));
         }
         t
     };
@@ -177,46 +212,48 @@ pub fn fix(writer: &Writer, object: &Object, paths: &[&str], ours: &str, flow: b
         .map(|p| format!("\"{p}\""))
         .collect::<Vec<_>>()
         .join(", ");
+    let added = "# added to the list";
     match &writer.tool {
         Tool::ArgoCd { .. } => {
-            let mut rule = target(true);
+            let mut rule = target(true, false);
             rule.push(format!("managedFieldsManagers: [{ours}]"));
             if flow {
                 format!(
-                    "spec.ignoreDifferences: [{{{}}}] and spec.syncPolicy.syncOptions: [RespectIgnoreDifferences=true]",
+                    "add {{{}}} to spec.ignoreDifferences and RespectIgnoreDifferences=true to spec.syncPolicy.syncOptions",
                     rule.join(", ")
                 )
             } else {
                 format!(
-                    "spec:\n  ignoreDifferences:\n  - {}\n  syncPolicy:\n    syncOptions:\n    - RespectIgnoreDifferences=true\n",
+                    "spec:\n  ignoreDifferences:   {added}\n  - {}\n  syncPolicy:\n    syncOptions:       {added}\n    - RespectIgnoreDifferences=true\n",
                     rule.join("\n    ")
                 )
             }
         }
         Tool::Kustomization { .. } => {
-            let t = target(true);
+            let t = target(true, true);
             if flow {
                 format!(
-                    "spec.driftIgnoreRules: [{{paths: [{paths}], target: {{{}}}}}]",
+                    "add {{paths: [{paths}], target: {{{}}}}} to spec.ignore",
                     t.join(", ")
                 )
             } else {
                 format!(
-                    "spec:\n  driftIgnoreRules:\n  - paths: [{paths}]\n    target:\n      {}\n",
+                    "spec:\n  ignore:              {added}\n  - paths: [{paths}]\n    target:\n      {}\n",
                     t.join("\n      ")
                 )
             }
         }
+        // Only a release whose drift detection corrects (`mode: enabled`) sets a field back.
         Tool::HelmRelease { .. } => {
-            let t = target(false);
+            let t = target(false, true);
             if flow {
                 format!(
-                    "spec.driftDetection: {{mode: enabled, ignore: [{{paths: [{paths}], target: {{{}}}}}]}}",
+                    "add {{paths: [{paths}], target: {{{}}}}} to spec.driftDetection.ignore",
                     t.join(", ")
                 )
             } else {
                 format!(
-                    "spec:\n  driftDetection:\n    mode: enabled\n    ignore:\n    - paths: [{paths}]\n      target:\n        {}\n",
+                    "spec:\n  driftDetection:\n    ignore:            {added}\n    - paths: [{paths}]\n      target:\n        {}\n",
                     t.join("\n        ")
                 )
             }
@@ -225,7 +262,7 @@ pub fn fix(writer: &Writer, object: &Object, paths: &[&str], ours: &str, flow: b
 }
 
 /// The one-line account of the conflict, with its fix: what a condition and an Event say.
-/// `fields` names them for a person ("spec.replicas"), `what` the object ("Deployment web").
+/// `fields` names them for a person ("spec.replicas").
 pub fn conflict_message(
     writer: &Writer,
     object: &Object,
@@ -270,7 +307,7 @@ mod tests {
     fn argo_cd_is_named_with_its_application_from_the_tracking_id_or_the_instance_label() {
         let none = BTreeMap::new();
         let tracked = map(&[(ARGOCD_TRACKING_ID, "shop:apps/Deployment:shop/web")]);
-        let w = writer("argocd-controller", &none, &tracked).unwrap();
+        let w = writer("argocd-controller", &web(), &none, &tracked).unwrap();
         assert_eq!(
             w.tool,
             Tool::ArgoCd {
@@ -280,15 +317,40 @@ mod tests {
         );
         // Apps in any namespace: `<namespace>_<name>`.
         let anywhere = map(&[(ARGOCD_TRACKING_ID, "team-a_shop:apps/Deployment:shop/web")]);
-        let w = writer("argocd-application-controller", &none, &anywhere).unwrap();
+        let w = writer("argocd-application-controller", &web(), &none, &anywhere).unwrap();
         assert_eq!(w.tool.to_string(), "Argo CD (Application team-a/shop)");
         let labelled = map(&[(INSTANCE_LABEL, "shop")]);
-        let w = writer("argocd-controller", &labelled, &none).unwrap();
+        let w = writer("argocd-controller", &web(), &labelled, &none).unwrap();
         assert_eq!(w.tool.object(), "Application shop");
-        let w = writer("argocd-controller", &none, &none).unwrap();
+        let w = writer("argocd-controller", &web(), &none, &none).unwrap();
         assert_eq!(w.tool.object(), "the Application that applies it");
         // Anyone else is not a GitOps tool, whatever the labels say.
-        assert_eq!(writer("kubectl-edit", &labelled, &tracked), None);
+        assert_eq!(writer("kubectl-edit", &web(), &labelled, &tracked), None);
+    }
+
+    /// What a tenant writes into an annotation reaches a message only as an object's name, and
+    /// a tracking id copied from another object names no Application.
+    #[test]
+    fn a_tracking_id_that_is_not_this_objects_or_not_a_name_names_nothing() {
+        let none = BTreeMap::new();
+        let unnamed = Tool::ArgoCd {
+            application: None,
+            namespace: None,
+        };
+        for id in [
+            "shop:apps/Deployment:shop/api",
+            "shop:apps/StatefulSet:shop/web",
+            "shop",
+            &format!("{}:apps/Deployment:shop/web", "x".repeat(300)),
+            "Run kubectl delete ns prod:apps/Deployment:shop/web",
+        ] {
+            let tracked = map(&[(ARGOCD_TRACKING_ID, id)]);
+            let w = writer("argocd-controller", &web(), &none, &tracked).unwrap();
+            assert_eq!(w.tool, unnamed, "{id}");
+        }
+        let labelled = map(&[(KUSTOMIZATION_NAME, "Not A Name!")]);
+        let w = writer("kustomize-controller", &web(), &labelled, &none).unwrap();
+        assert_eq!(w.tool.object(), "the Kustomization that applies it");
     }
 
     #[test]
@@ -298,30 +360,36 @@ mod tests {
             (KUSTOMIZATION_NAME, "apps"),
             (KUSTOMIZATION_NAMESPACE, "flux-system"),
         ]);
-        let w = writer("kustomize-controller", &ks, &none).unwrap();
+        let w = writer("kustomize-controller", &web(), &ks, &none).unwrap();
         assert_eq!(w.tool.to_string(), "Flux (Kustomization flux-system/apps)");
         let hr = map(&[(HELMRELEASE_NAME, "web"), (HELMRELEASE_NAMESPACE, "shop")]);
-        let w = writer("helm-controller", &hr, &none).unwrap();
+        let w = writer("helm-controller", &web(), &hr, &none).unwrap();
         assert_eq!(w.tool.object(), "HelmRelease shop/web");
     }
 
     #[test]
     fn each_tool_gets_the_rule_it_reads() {
         let none = BTreeMap::new();
-        let argo = writer("argocd-controller", &none, &none).unwrap();
+        let argo = writer("argocd-controller", &web(), &none, &none).unwrap();
         assert_eq!(
             fix(&argo, &web(), &["/spec/replicas"], "tdset-operator", false),
-            "spec:\n  ignoreDifferences:\n  - group: apps\n    kind: Deployment\n    name: web\n    \
-             namespace: shop\n    managedFieldsManagers: [tdset-operator]\n  syncPolicy:\n    \
-             syncOptions:\n    - RespectIgnoreDifferences=true\n"
+            "spec:\n  ignoreDifferences:   # added to the list\n  - group: apps\n    kind: \
+             Deployment\n    name: web\n    namespace: shop\n    managedFieldsManagers: \
+             [tdset-operator]\n  syncPolicy:\n    syncOptions:       # added to the list\n    \
+             - RespectIgnoreDifferences=true\n"
         );
-        let flux = writer("kustomize-controller", &none, &none).unwrap();
+        // Flux's targets are anchored regular expressions: `web.v2` must not name `web-v2`.
+        let flux = writer("kustomize-controller", &web(), &none, &none).unwrap();
+        let dotted = Object {
+            name: "web.v2".into(),
+            ..web()
+        };
         assert_eq!(
-            fix(&flux, &web(), &["/spec/replicas"], "tdset-operator", true),
-            "spec.driftIgnoreRules: [{paths: [\"/spec/replicas\"], target: {group: apps, \
-             kind: Deployment, name: web, namespace: shop}}]"
+            fix(&flux, &dotted, &["/spec/replicas"], "tdset-operator", true),
+            "add {paths: [\"/spec/replicas\"], target: {group: apps, kind: Deployment, \
+             name: web\\.v2, namespace: shop}} to spec.ignore"
         );
-        let helm = writer("helm-controller", &none, &none).unwrap();
+        let helm = writer("helm-controller", &web(), &none, &none).unwrap();
         let hpa = Object {
             group: "autoscaling".into(),
             kind: "HorizontalPodAutoscaler".into(),
@@ -336,7 +404,7 @@ mod tests {
                 "tdset-operator",
                 false
             ),
-            "spec:\n  driftDetection:\n    mode: enabled\n    ignore:\n    - paths: \
+            "spec:\n  driftDetection:\n    ignore:            # added to the list\n    - paths: \
              [\"/spec/minReplicas\", \"/spec/maxReplicas\"]\n      target:\n        group: \
              autoscaling\n        kind: HorizontalPodAutoscaler\n        name: web\n"
         );
@@ -346,13 +414,19 @@ mod tests {
     /// characters the fix is whole.
     #[test]
     fn the_message_names_the_tool_the_object_and_the_fix_within_an_events_note() {
-        let tracked = map(&[(ARGOCD_TRACKING_ID, "shop:apps/Deployment:shop/web")]);
-        let w = writer("argocd-controller", &BTreeMap::new(), &tracked).unwrap();
         let long = Object {
             name: "w".repeat(63),
             namespace: "n".repeat(63),
             ..web()
         };
+        let id = format!(
+            "{}:apps/Deployment:{}/{}",
+            "a".repeat(63),
+            long.namespace,
+            long.name
+        );
+        let tracked = map(&[(ARGOCD_TRACKING_ID, &id)]);
+        let w = writer("argocd-controller", &long, &BTreeMap::new(), &tracked).unwrap();
         let m = conflict_message(
             &w,
             &long,
@@ -360,7 +434,10 @@ mod tests {
             &["/spec/replicas"],
             "tdset-operator",
         );
-        assert!(m.contains("Argo CD (Application shop)"), "{m}");
+        assert!(
+            m.contains(&format!("Argo CD (Application {})", "a".repeat(63))),
+            "{m}"
+        );
         assert!(m.contains("managedFieldsManagers: [tdset-operator]"), "{m}");
         assert!(m.contains("RespectIgnoreDifferences=true"), "{m}");
         assert!(m.len() <= 1000, "{} bytes: {m}", m.len());

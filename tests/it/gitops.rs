@@ -103,7 +103,7 @@ async fn argo_cd_and_flux_setting_the_count_back_are_named_with_the_rule_each_ne
     let message = degraded_for(&client, n, "api", "GitOpsConflict").await;
     for part in [
         "Flux (Kustomization flux-system/apps)",
-        "spec.driftIgnoreRules: [{paths: [\"/spec/replicas\"], target: {group: apps, kind: Deployment, name: api",
+        "add {paths: [\"/spec/replicas\"], target: {group: apps, kind: Deployment, name: api",
     ] {
         assert!(message.contains(part), "{part:?} not in {message}");
     }
@@ -124,7 +124,7 @@ async fn argo_cd_and_flux_setting_the_count_back_are_named_with_the_rule_each_ne
         "{shop}"
     );
     assert!(
-        shop.contains("    spec:\n      ignoreDifferences:\n      - group: apps\n        kind: Deployment\n        name: shop\n"),
+        shop.contains("      - group: apps\n        kind: Deployment\n        name: shop\n"),
         "{shop}"
     );
     let api = doctor("api");
@@ -133,7 +133,8 @@ async fn argo_cd_and_flux_setting_the_count_back_are_named_with_the_rule_each_ne
         "{api}"
     );
     assert!(
-        api.contains("      driftIgnoreRules:\n      - paths: [\"/spec/replicas\"]"),
+        api.contains("    spec:\n      ignore:")
+            && api.contains("      - paths: [\"/spec/replicas\"]"),
         "{api}"
     );
     op.stop().await;

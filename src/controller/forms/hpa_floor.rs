@@ -10,7 +10,7 @@ use super::events::record_scale;
 use super::target::{Record, ensure_durable, problem_outcome, target_status};
 use crate::api::{Asleep, ScaleTargetRef, TargetStatus};
 use crate::controller::io::target::{
-    gitops_writer, read_hpa, resolve_and_read, write, write_if_unchanged, write_max_replicas,
+    HpaRead, read_hpa, resolve_and_read, write, write_if_unchanged, write_max_replicas,
     write_min_replicas,
 };
 use crate::controller::lane::{EventType, note};
@@ -52,7 +52,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
         return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
     }
-    let (hpa, uid) = match read_hpa(ctx, ns, r).await? {
+    let (hpa, uid, max_writer) = match read_hpa(ctx, ns, r).await? {
         Ok(found) => found,
         Err(p) => {
             let recorded = target_status(tdset, ctx, ns, r, FIELD, None).await?;
@@ -133,7 +133,8 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         plan.max_replicas = None;
         plan.scale_target = None;
     }
-    apply(&mut turn, r, hpa, uid, record, target, plan, ceiling).await
+    let read = (hpa, uid, max_writer);
+    apply(&mut turn, r, read, record, target, plan, ceiling).await
 }
 
 /// The workload the HPA scales, as read now (or why it cannot be read).
@@ -199,8 +200,7 @@ pub(crate) fn ceiling_contest_key(tdset_key: &str) -> String {
 async fn apply(
     turn: &mut Turn<'_>,
     r: &ScaleTargetRef,
-    mut hpa: HpaView,
-    uid: Option<String>,
+    (mut hpa, uid, max_writer): HpaRead,
     mut record: Record,
     mut target: HpaTarget,
     mut plan: hpa::FloorPlan,
@@ -258,12 +258,7 @@ async fn apply(
     let fight = ctx.contest(&key, |c| c.fight(now));
     let mut out = outcome(r, &hpa, record, target, &plan, scaled);
     if fight.is_some() && out.problem.is_none() {
-        let resource = kube::api::ApiResource::erase::<
-            k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
-        >(&());
-        let pointer = "/f:spec/f:maxReplicas";
-        let writer = gitops_writer(ctx, ns, &resource, &r.name, pointer).await;
-        out.problem = Some(conflicting_ceiling_writer(r, writer.as_ref()));
+        out.problem = Some(conflicting_ceiling_writer(r, max_writer.as_ref()));
     }
     out.retry = out.retry.or(retry);
     out.ceiling = ceiling.in_force.map(|c| c.max(eval.replicas).max(1));
@@ -502,7 +497,7 @@ pub(crate) async fn let_go(
     recorded: &TargetStatus,
     restore: Option<i32>,
 ) -> Answer<Option<String>> {
-    let (mut hpa, seen) = match read_hpa(ctx, ns, r).await? {
+    let (mut hpa, seen, _) = match read_hpa(ctx, ns, r).await? {
         Ok(found) => found,
         Err(p) => return Ok(Err(p)),
     };

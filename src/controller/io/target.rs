@@ -109,9 +109,15 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
                 uid: o.metadata.uid.clone(),
                 resource_version: o.metadata.resource_version.clone(),
                 replicas_manager: manager.clone(),
-                replicas_writer: manager
-                    .as_deref()
-                    .and_then(|m| gitops::writer(m, o.labels(), o.annotations())),
+                replicas_writer: manager.as_deref().and_then(|m| {
+                    let object = gitops::Object {
+                        group: r.group().to_string(),
+                        kind: r.kind.clone(),
+                        namespace: ns.to_string(),
+                        name: r.name.clone(),
+                    };
+                    gitops::writer(m, &object, o.labels(), o.annotations())
+                }),
                 requests: o
                     .data
                     .pointer("/spec/template")
@@ -339,12 +345,16 @@ pub(crate) fn hpa_view(h: &HorizontalPodAutoscaler) -> Option<HpaView> {
     })
 }
 
+/// What a live read of an HPA gives: its view, its uid, and the GitOps tool that last set its
+/// `maxReplicas` (read before the operator's own write takes the field over).
+pub(crate) type HpaRead = (
+    HpaView,
+    Option<String>,
+    Option<(gitops::Writer, gitops::Object)>,
+);
+
 /// Reads an HPA live (a cache may lag behind the operator's own last write).
-pub(crate) async fn read_hpa(
-    ctx: &Context,
-    ns: &str,
-    r: &ScaleTargetRef,
-) -> Answer<(HpaView, Option<String>)> {
+pub(crate) async fn read_hpa(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<HpaRead> {
     let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
     let resource = ApiResource::erase::<HorizontalPodAutoscaler>(&());
     let request = Request {
@@ -357,7 +367,19 @@ pub(crate) async fn read_hpa(
     Ok(request
         .answer(api.get(&r.name).await)?
         .and_then(|h| match hpa_view(&h) {
-            Some(v) => Ok((v, h.uid())),
+            Some(v) => {
+                let object = gitops::Object {
+                    group: resource.group.clone(),
+                    kind: resource.kind.clone(),
+                    namespace: ns.to_string(),
+                    name: r.name.clone(),
+                };
+                let writer = (h.metadata.managed_fields.as_deref())
+                    .and_then(|m| contest::manager_of(m, FIELD_MANAGER, "/f:spec/f:maxReplicas"))
+                    .and_then(|m| gitops::writer(&m, &object, h.labels(), h.annotations()))
+                    .map(|w| (w, object));
+                Ok((v, h.uid(), writer))
+            }
             None => Err(Problem::TargetNotFound(format!("{r} has no spec"))),
         }))
 }
@@ -445,12 +467,12 @@ pub async fn gitops_writer(
         FIELD_MANAGER,
         pointer,
     )?;
-    let writer = gitops::writer(&manager, o.labels(), o.annotations())?;
     let object = gitops::Object {
         group: resource.group.clone(),
         kind: resource.kind.clone(),
         namespace: ns.to_string(),
         name: name.to_string(),
     };
+    let writer = gitops::writer(&manager, &object, o.labels(), o.annotations())?;
     Some((writer, object))
 }

@@ -97,11 +97,7 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let ordered = (mode != Mode::Never).then(|| gate(&group, sel, previous.as_ref(), &plan, level));
     let written = write_planned(&group, &plan, mode, ordered.as_ref()).await?;
     let writes_failed = written.first_error.is_some();
-    let fighter = match written.fights.first() {
-        Some((m, _)) => observe::replicas_writer(ctx, ns, &kinds, m).await,
-        None => None,
-    };
-    let problems = with_write_problems(problems, &written, &members, fighter.as_ref());
+    let problems = with_write_problems(problems, &written, &members);
     let held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
     let status = group_status(&plan, &members, &written, ordered.as_ref(), held_kinds);
     let continuing = ordered.as_ref().is_some_and(|o| o.gate.continuing);
@@ -333,6 +329,9 @@ struct Written {
     failed: Vec<(usize, Value, String)>,
     /// Workloads another writer keeps setting back, and how often it did.
     fights: Vec<(Member, usize)>,
+    /// The GitOps tool that set the first of them back (by kind and name), read before this
+    /// reconcile's write took the field over.
+    fighter: Option<(gitops::Writer, gitops::Object)>,
     /// Problems to report (a policy's refusal, a kind forbidden).
     problems: Vec<Problem>,
     retry: Option<Duration>,
@@ -442,6 +441,17 @@ async fn write_all(g: &Group<'_>, planned: &[group::Write]) -> Result<Written> {
         }
         writes.push(w);
     }
+    // Who sets a workload back is read before the write takes the field over, once per
+    // reconcile and only for a revert that makes or continues a fight (the first by kind and
+    // name: the one a fight is reported for).
+    let fought = (writes.iter())
+        .filter(|w| matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule))
+        .map(|w| &members[w.member])
+        .filter(|m| ctx.contest(&key(m), |c| c.has_reverts()))
+        .min_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
+    if let Some(m) = fought {
+        out.fighter = observe::gitops_writer(ctx, ns, g.kinds, m).await;
+    }
     if !writes.is_empty() {
         let writing: Vec<String> = writes
             .iter()
@@ -472,6 +482,9 @@ async fn write_all(g: &Group<'_>, planned: &[group::Write]) -> Result<Written> {
             now,
         );
     }
+    // Reported by kind and name, whatever order the writes came back in.
+    out.fights
+        .sort_by(|(a, _), (b, _)| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
     Ok(out)
 }
 
@@ -486,14 +499,16 @@ fn with_write_problems(
     mut problems: Vec<Problem>,
     written: &Written,
     members: &[Member],
-    fighter: Option<&(gitops::Writer, gitops::Object)>,
 ) -> Vec<Problem> {
     problems.extend(written.problems.iter().cloned());
     if let Some(e) = &written.first_error {
         warn!(error = %e, "a group write failed");
         problems.push(Problem::ApiError(e.to_string()));
     }
-    if let Some((writer, object)) = fighter {
+    let first = written.fights.first().map(|(m, _)| &m.name);
+    let fighter = written.fighter.as_ref();
+    if let Some((writer, object)) = fighter.filter(|(_, o)| Some(&o.name) == first) {
+        let (field, path) = observe::field_of(&written.fights[0].0.value);
         let more = match written.fights.len() - 1 {
             0 => String::new(),
             n => format!(" (and {n} more workloads)"),
@@ -503,8 +518,8 @@ fn with_write_problems(
             Problem::GitOpsConflict(gitops::conflict_message(
                 writer,
                 object,
-                &format!("spec.replicas{more}"),
-                &["/spec/replicas"],
+                &format!("{field}{more}"),
+                &[path],
                 FIELD_MANAGER,
             )),
         );

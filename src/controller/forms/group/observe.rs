@@ -878,9 +878,18 @@ impl kube::Resource for Lean {
     }
 }
 
-/// The GitOps tool that last set `m`'s count (its `managedFields` and labels are not kept by
+/// The field a member's value is (as people name it, and as a JSON pointer).
+pub(super) fn field_of(value: &Value) -> (&'static str, &'static str) {
+    match value {
+        Value::Replicas(_) => ("spec.replicas", "/spec/replicas"),
+        Value::Suspended(_) => ("spec.suspend", "/spec/suspend"),
+        Value::Floor(_) => ("spec.minReplicas", "/spec/minReplicas"),
+    }
+}
+
+/// The GitOps tool that last set `m`'s value (its `managedFields` and labels are not kept by
 /// the list, so the object is read).
-pub(super) async fn replicas_writer(
+pub(super) async fn gitops_writer(
     ctx: &Context,
     ns: &str,
     kinds: &[Kind],
@@ -893,6 +902,7 @@ pub(super) async fn replicas_writer(
     let kind = kinds
         .iter()
         .find(|k| k.resource.kind == m.kind && k.resource.group == group)?;
-    let pointer = "/f:spec/f:replicas";
-    crate::controller::io::target::gitops_writer(ctx, ns, &kind.resource, &m.name, pointer).await
+    let (_, path) = field_of(&m.value);
+    let pointer = path.replace('/', "/f:");
+    crate::controller::io::target::gitops_writer(ctx, ns, &kind.resource, &m.name, &pointer).await
 }
