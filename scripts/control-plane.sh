@@ -228,7 +228,6 @@ install_go_parts() {
     pkgs+=($(part_pkgs "$part"))
   done
   [[ ${#parts[@]} -gt 0 ]] || return 0
-  command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.26 (https://go.dev/dl) and retry"
   local work; work="$(mktemp -d "${TMPDIR:-/tmp}/tdset-go-build.XXXXXX")"
   local joined; joined="$(IFS=-; echo "${parts[*]}")"
   local buildlog="$CACHE_ROOT/build-${joined}-${K8S_VERSION}.log"
@@ -253,7 +252,21 @@ install_go_parts() {
   rm -rf "$work"
 }
 
+# Whether anything install makes is missing (all of it comes through Go's module proxy).
+need_go() {
+  local part
+  for part in core kwok helm node; do
+    [[ $part != node ]] || node_buildable || continue
+    part_missing "$part" && return 0
+  done
+  [[ -e "$PROMOP_DIR/monitoring.coreos.com_prometheusrules.yaml" ]] || return 0
+  return 1
+}
+
 cmd_install() {
+  if need_go && ! command -v go >/dev/null; then
+    die "no Go toolchain on PATH; install Go >= 1.26 (https://go.dev/dl) and retry"
+  fi
   command -v openssl >/dev/null || die "openssl is missing; install it (apt-get install -y openssl) and retry"
   # Beside the Go build, what shares nothing with it (downloads, the real node's images): each
   # leaves a core idle at times (downloads, links), which the other fills.

@@ -272,38 +272,47 @@ impl Elector {
         }
     }
 
-    /// Gives the lease up on a clean shutdown, so a standby need not wait for it to expire.
+    /// Gives the lease up on a clean shutdown, so a standby need not wait for it to expire. A
+    /// renewal that lands between the read and the release makes it a conflict: read again.
     async fn release(&self) {
-        let Ok(Ok(Some(current))) =
-            tokio::time::timeout(Duration::from_secs(5), self.api.get_opt(&self.name)).await
-        else {
-            return;
-        };
-        if current
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.as_deref())
-            != Some(&self.identity)
-        {
-            return;
+        for _ in 0..3 {
+            let Ok(Ok(Some(current))) =
+                tokio::time::timeout(Duration::from_secs(5), self.api.get_opt(&self.name)).await
+            else {
+                break;
+            };
+            if current
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
+                != Some(&self.identity)
+            {
+                return;
+            }
+            let patch = json!({
+                "metadata": {"resourceVersion": current.resource_version()},
+                "spec": {"holderIdentity": null, "renewTime": null, "acquireTime": null},
+            });
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            };
+            let merge = Patch::Merge(&patch);
+            let sent = self.api.patch(&self.name, &pp, &merge);
+            match tokio::time::timeout(Duration::from_secs(5), sent).await {
+                Ok(Ok(_)) => {
+                    info!("released the leader lease");
+                    return;
+                }
+                Ok(Err(kube::Error::Api(s))) if s.is_conflict() => continue,
+                Ok(Err(e)) => {
+                    warn!(error = %e, "could not release the leader lease; it expires on its own");
+                    return;
+                }
+                Err(_) => break,
+            }
         }
-        let patch = json!({
-            "metadata": {"resourceVersion": current.resource_version()},
-            "spec": {"holderIdentity": null, "renewTime": null, "acquireTime": null},
-        });
-        let pp = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        };
-        match tokio::time::timeout(
-            Duration::from_secs(5),
-            self.api.patch(&self.name, &pp, &Patch::Merge(&patch)),
-        )
-        .await
-        {
-            Ok(Ok(_)) => info!("released the leader lease"),
-            _ => warn!("could not release the leader lease; it expires on its own"),
-        }
+        warn!("could not release the leader lease; it expires on its own");
     }
 }
 
