@@ -108,9 +108,9 @@ impl StatusMemo {
     /// reconcile. At a boundary of 10 000 TDSets each status write otherwise came back as a
     /// reconcile that wrote nothing and kept the lane from its turn.
     ///
-    /// A written status the cache has caught up with is forgotten here rather than at the
-    /// TDSet's next reconcile, which may be hours away: the memo holds only writes in flight,
-    /// not a second copy of every status.
+    /// A written status the cache has caught up with is marked here and forgotten `GRACE`
+    /// later (by any later call), rather than at the TDSet's next reconcile, which may be
+    /// hours away: the memo holds only writes in flight, not a second copy of every status.
     pub fn seen(&self, tdset: &TDSet, deleted: bool) -> bool {
         self.seen_at(tdset, deleted, Instant::now())
     }

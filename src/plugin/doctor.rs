@@ -19,34 +19,28 @@ use crate::workload::{Source, contest};
 /// Workloads of a group looked at (the first, by kind and name); the rest are counted.
 const MAX_WORKLOADS: usize = 50;
 
-/// A field the operator sets: how a person names it, its JSON pointer, and its path in
-/// `managedFields`.
+/// A field the operator sets: how a person names it, and its JSON pointer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Field {
     pub name: &'static str,
     pub pointer: &'static str,
-    pub managed: &'static str,
 }
 
 const REPLICAS: Field = Field {
     name: "spec.replicas",
     pointer: "/spec/replicas",
-    managed: "/f:spec/f:replicas",
 };
 const SUSPEND: Field = Field {
     name: "spec.suspend",
     pointer: "/spec/suspend",
-    managed: "/f:spec/f:suspend",
 };
 const MIN_REPLICAS: Field = Field {
     name: "spec.minReplicas",
     pointer: "/spec/minReplicas",
-    managed: "/f:spec/f:minReplicas",
 };
 const MAX_REPLICAS: Field = Field {
     name: "spec.maxReplicas",
     pointer: "/spec/maxReplicas",
-    managed: "/f:spec/f:maxReplicas",
 };
 
 /// An object the TDSet writes, as read.
@@ -78,7 +72,8 @@ pub enum Finding {
 pub fn diagnose(i: &Inspected) -> Vec<Finding> {
     let mut by: BTreeMap<String, Vec<Field>> = BTreeMap::new();
     for f in &i.fields {
-        if let Some(m) = contest::manager_of(&i.managed, FIELD_MANAGER, f.managed) {
+        let managed = gitops::managed_pointer(f.pointer);
+        if let Some(m) = contest::manager_of(&i.managed, FIELD_MANAGER, &managed) {
             by.entry(m).or_default().push(*f);
         }
     }

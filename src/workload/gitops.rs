@@ -7,6 +7,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::workload::contest;
+
 /// Argo CD's application controller (server-side and client-side apply).
 pub const ARGOCD_MANAGERS: &[&str] = &["argocd-controller", "argocd-application-controller"];
 /// Flux's controllers.
@@ -94,6 +98,29 @@ pub fn writer(
         manager: manager.to_string(),
         tool,
     })
+}
+
+/// The GitOps tool (other than `ours`) that last set the field at `pointer` (a JSON pointer,
+/// e.g. `/spec/maxReplicas`) of `object`, from the object's metadata as read: its
+/// `managedFields`, labels and annotations. None: nobody else set it, or not a GitOps tool.
+pub fn field_writer(
+    meta: &ObjectMeta,
+    object: Object,
+    pointer: &str,
+    ours: &str,
+) -> Option<(Writer, Object)> {
+    let managed = meta.managed_fields.as_deref()?;
+    let manager = contest::manager_of(managed, ours, &managed_pointer(pointer))?;
+    let none = BTreeMap::new();
+    let labels = meta.labels.as_ref().unwrap_or(&none);
+    let annotations = meta.annotations.as_ref().unwrap_or(&none);
+    let writer = writer(&manager, &object, labels, annotations)?;
+    Some((writer, object))
+}
+
+/// A JSON pointer (`/spec/replicas`) in `managedFields`' own terms (`/f:spec/f:replicas`).
+pub fn managed_pointer(pointer: &str) -> String {
+    pointer.replace('/', "/f:")
 }
 
 /// The Application of an Argo CD tracking id, `<app>:<group>/<kind>:<namespace>/<name>`,
@@ -408,6 +435,29 @@ mod tests {
              [\"/spec/minReplicas\", \"/spec/maxReplicas\"]\n      target:\n        group: \
              autoscaling\n        kind: HorizontalPodAutoscaler\n        name: web\n"
         );
+    }
+
+    #[test]
+    fn the_writer_of_a_field_is_read_from_the_objects_metadata() {
+        let meta: ObjectMeta = serde_json::from_value(serde_json::json!({
+            "labels": {KUSTOMIZATION_NAME: "apps", KUSTOMIZATION_NAMESPACE: "flux-system"},
+            "managedFields": [
+                {"manager": "tdset-operator", "operation": "Apply", "time": "2026-11-29T10:00:02Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:maxReplicas": {}}}},
+                {"manager": "kustomize-controller", "operation": "Apply", "time": "2026-11-29T10:00:01Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:maxReplicas": {}, "f:minReplicas": {}}}}
+            ]
+        }))
+        .unwrap();
+        let (w, o) = field_writer(&meta, web(), "/spec/maxReplicas", "tdset-operator").unwrap();
+        assert_eq!(w.tool.object(), "Kustomization flux-system/apps");
+        assert_eq!(o, web());
+        // Nobody else set it: no writer.
+        assert_eq!(
+            field_writer(&meta, web(), "/spec/replicas", "tdset-operator"),
+            None
+        );
+        assert_eq!(managed_pointer("/spec/replicas"), "/f:spec/f:replicas");
     }
 
     /// The message is a condition's and an Event's note (cut at 1000 bytes): with names of 63

@@ -22,8 +22,12 @@ pub struct ScaleView {
     pub resource_version: Option<String>,
     /// Who else last set `spec.replicas` (from managedFields, where the object was read).
     pub replicas_manager: Option<String>,
-    /// That writer, when it is a GitOps tool (with what the object's labels say of it).
-    pub replicas_writer: Option<crate::workload::gitops::Writer>,
+    /// That writer, when it is a GitOps tool (with what the object's labels say of it), and
+    /// the object as its rules name it.
+    pub replicas_writer: Option<(
+        crate::workload::gitops::Writer,
+        crate::workload::gitops::Object,
+    )>,
     /// What one replica's pod requests, where the object was read (its `spec.template`).
     pub requests: crate::workload::savings::Requests,
     /// The object's labels, where it was read (for the groups that may select it).

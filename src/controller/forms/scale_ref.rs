@@ -132,7 +132,7 @@ async fn apply(
         turn.write == Write::IfDifferent && scaled.is_none() && view.spec_replicas == eval.replicas;
     let problem = ctx
         .contest(&key, |c| c.fight(now))
-        .map(|_| conflicting_writer(r, ns, &view));
+        .map(|_| conflicting_writer(r, &view));
     let saved = record
         .status
         .original_replicas
@@ -150,17 +150,11 @@ async fn apply(
 
 /// Another writer keeps setting the count back (a GitOps tool's self-heal: then the fix it
 /// needs).
-fn conflicting_writer(r: &ScaleTargetRef, ns: &str, view: &ScaleView) -> Problem {
-    if let Some(writer) = &view.replicas_writer {
-        let object = gitops::Object {
-            group: r.group().to_string(),
-            kind: r.kind.clone(),
-            namespace: ns.to_string(),
-            name: r.name.clone(),
-        };
+fn conflicting_writer(r: &ScaleTargetRef, view: &ScaleView) -> Problem {
+    if let Some((writer, object)) = &view.replicas_writer {
         return Problem::GitOpsConflict(gitops::conflict_message(
             writer,
-            &object,
+            object,
             "spec.replicas",
             &["/spec/replicas"],
             FIELD_MANAGER,

@@ -108,16 +108,13 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
                 ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
                 uid: o.metadata.uid.clone(),
                 resource_version: o.metadata.resource_version.clone(),
-                replicas_manager: manager.clone(),
-                replicas_writer: manager.as_deref().and_then(|m| {
-                    let object = gitops::Object {
-                        group: r.group().to_string(),
-                        kind: r.kind.clone(),
-                        namespace: ns.to_string(),
-                        name: r.name.clone(),
-                    };
-                    gitops::writer(m, &object, o.labels(), o.annotations())
-                }),
+                replicas_manager: manager,
+                replicas_writer: gitops::field_writer(
+                    &o.metadata,
+                    object_of(ns, &r.name, (r.group(), &r.kind)),
+                    "/spec/replicas",
+                    FIELD_MANAGER,
+                ),
                 requests: o
                     .data
                     .pointer("/spec/template")
@@ -368,16 +365,9 @@ pub(crate) async fn read_hpa(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Ans
         .answer(api.get(&r.name).await)?
         .and_then(|h| match hpa_view(&h) {
             Some(v) => {
-                let object = gitops::Object {
-                    group: resource.group.clone(),
-                    kind: resource.kind.clone(),
-                    namespace: ns.to_string(),
-                    name: r.name.clone(),
-                };
-                let writer = (h.metadata.managed_fields.as_deref())
-                    .and_then(|m| contest::manager_of(m, FIELD_MANAGER, "/f:spec/f:maxReplicas"))
-                    .and_then(|m| gitops::writer(&m, &object, h.labels(), h.annotations()))
-                    .map(|w| (w, object));
+                let object = object_of(ns, &r.name, (&resource.group, &resource.kind));
+                let pointer = "/spec/maxReplicas";
+                let writer = gitops::field_writer(&h.metadata, object, pointer, FIELD_MANAGER);
                 Ok((v, h.uid(), writer))
             }
             None => Err(Problem::TargetNotFound(format!("{r} has no spec"))),
@@ -444,9 +434,19 @@ fn hpa_written(
     }
 }
 
-/// The GitOps tool that last set the field at `pointer` (managedFields' terms) of object
-/// `name`, read from the object itself: one GET, made only when a fight over the field is
-/// reported. None when it is not a GitOps tool, or cannot be read now.
+/// A fought-over object, as a GitOps tool's rules name it.
+fn object_of(ns: &str, name: &str, (group, kind): (&str, &str)) -> gitops::Object {
+    gitops::Object {
+        group: group.to_string(),
+        kind: kind.to_string(),
+        namespace: ns.to_string(),
+        name: name.to_string(),
+    }
+}
+
+/// The GitOps tool that last set the field at `pointer` (a JSON pointer) of object `name`,
+/// read from the object itself: one GET, made only for a revert that continues a fight.
+/// None when it is not a GitOps tool, or cannot be read now.
 pub async fn gitops_writer(
     ctx: &Context,
     ns: &str,
@@ -462,17 +462,6 @@ pub async fn gitops_writer(
             return None;
         }
     };
-    let manager = contest::manager_of(
-        o.metadata.managed_fields.as_deref()?,
-        FIELD_MANAGER,
-        pointer,
-    )?;
-    let object = gitops::Object {
-        group: resource.group.clone(),
-        kind: resource.kind.clone(),
-        namespace: ns.to_string(),
-        name: name.to_string(),
-    };
-    let writer = gitops::writer(&manager, &object, o.labels(), o.annotations())?;
-    Some((writer, object))
+    let object = object_of(ns, name, (&resource.group, &resource.kind));
+    gitops::field_writer(&o.metadata, object, pointer, FIELD_MANAGER)
 }

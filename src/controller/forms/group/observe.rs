@@ -902,7 +902,6 @@ pub(super) async fn gitops_writer(
     let kind = kinds
         .iter()
         .find(|k| k.resource.kind == m.kind && k.resource.group == group)?;
-    let (_, path) = field_of(&m.value);
-    let pointer = path.replace('/', "/f:");
-    crate::controller::io::target::gitops_writer(ctx, ns, &kind.resource, &m.name, &pointer).await
+    let (_, pointer) = field_of(&m.value);
+    crate::controller::io::target::gitops_writer(ctx, ns, &kind.resource, &m.name, pointer).await
 }
