@@ -11,10 +11,10 @@ use kube::{Client, ResourceExt};
 
 use crate::api::{ScaleTargetRef, TDSet};
 use crate::error::{Error, Result};
+use crate::workload::Source;
 use crate::workload::gitops::{self, Object, Tool, Writer};
 use crate::workload::group::Selector;
 use crate::workload::owned::FIELD_MANAGER;
-use crate::workload::{Source, contest};
 
 /// Workloads of a group looked at (the first, by kind and name); the rest are counted.
 const MAX_WORKLOADS: usize = 50;
@@ -73,7 +73,7 @@ pub fn diagnose(i: &Inspected) -> Vec<Finding> {
     let mut by: BTreeMap<String, Vec<Field>> = BTreeMap::new();
     for f in &i.fields {
         let managed = gitops::managed_pointer(f.pointer);
-        if let Some(m) = contest::manager_of(&i.managed, FIELD_MANAGER, &managed) {
+        if let Some(m) = gitops::manager_of(&i.managed, FIELD_MANAGER, &managed) {
             by.entry(m).or_default().push(*f);
         }
     }

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::workload::gitops::Setter;
+
 /// Reverts within this window count towards a fight.
 const WINDOW: Duration = Duration::from_secs(600);
 /// Reverts in the window that are made at once.
@@ -25,6 +27,9 @@ pub struct Contest {
     last_set: Option<i32>,
     /// When recent reverts were made, oldest first.
     reverts: VecDeque<Instant>,
+    /// Who set it back, as last read: the report names them even where a later read finds
+    /// the operator's own revert on top.
+    setter: Option<Setter>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +83,19 @@ impl Contest {
         (self.reverts.len() >= FREE).then_some(self.reverts.len())
     }
 
+    /// Another writer found on the field by a read (`None`: nobody else): remembered for the
+    /// report.
+    pub fn saw(&mut self, setter: Option<Setter>) {
+        if setter.is_some() {
+            self.setter = setter;
+        }
+    }
+
+    /// Who set it back, as last read.
+    pub fn setter(&self) -> Option<&Setter> {
+        self.setter.as_ref()
+    }
+
     /// Whether any revert is remembered (else the record only holds the last count).
     pub fn has_reverts(&self) -> bool {
         !self.reverts.is_empty()
@@ -96,34 +114,6 @@ impl Contest {
             self.reverts.pop_front();
         }
     }
-}
-
-/// The manager, other than `ours`, that last set `spec.replicas`, from the object's
-/// `metadata.managedFields` (the main resource or its `/scale`).
-pub fn replicas_manager(
-    managed: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry],
-    ours: &str,
-) -> Option<String> {
-    manager_of(managed, ours, "/f:spec/f:replicas")
-}
-
-/// The manager, other than `ours`, that last set the field at `pointer` (in managedFields'
-/// own terms, e.g. `/f:spec/f:maxReplicas`).
-pub fn manager_of(
-    managed: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry],
-    ours: &str,
-    pointer: &str,
-) -> Option<String> {
-    managed
-        .iter()
-        .filter(|m| m.manager.as_deref().is_some_and(|n| n != ours))
-        .filter(|m| {
-            m.fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0.pointer(pointer).is_some())
-        })
-        .max_by_key(|m| m.time.as_ref().and_then(|t| serde_json::to_string(t).ok()))
-        .and_then(|m| m.manager.clone())
 }
 
 #[cfg(test)]
@@ -172,24 +162,23 @@ mod tests {
         assert_eq!(c.fight(s(400)), None);
     }
 
+    /// A read that finds the operator's own revert on top (nobody else on the field) keeps
+    /// the writer an earlier read found, so the report does not flip between them.
     #[test]
-    fn the_other_writer_is_named_from_managed_fields() {
-        let entries: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry> =
-            serde_json::from_value(serde_json::json!([
-                {"manager": "tdset-operator", "operation": "Apply", "subresource": "scale", "time": "2026-11-24T10:00:02Z",
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
-                {"manager": "helm", "operation": "Update", "time": "2026-11-24T09:00:00Z",
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {}}}},
-                {"manager": "argocd-controller", "operation": "Update", "time": "2026-11-24T10:00:01Z",
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
-                {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status", "time": "2026-11-24T10:00:03Z",
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}}
-            ]))
-            .unwrap();
-        assert_eq!(
-            replicas_manager(&entries, "tdset-operator").as_deref(),
-            Some("argocd-controller")
-        );
-        assert_eq!(replicas_manager(&entries[..1], "tdset-operator"), None);
+    fn the_writer_last_seen_is_kept_when_a_read_finds_none() {
+        let mut c = Contest::default();
+        let argo = Setter {
+            manager: "argocd-controller".into(),
+            tool: None,
+        };
+        c.saw(Some(argo.clone()));
+        c.saw(None);
+        assert_eq!(c.setter(), Some(&argo));
+        let script = Setter {
+            manager: "deploy-script".into(),
+            tool: None,
+        };
+        c.saw(Some(script.clone()));
+        assert_eq!(c.setter(), Some(&script));
     }
 }

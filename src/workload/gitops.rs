@@ -7,9 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-use crate::workload::contest;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 
 /// Argo CD's application controller (server-side and client-side apply).
 pub const ARGOCD_MANAGERS: &[&str] = &["argocd-controller", "argocd-application-controller"];
@@ -100,22 +98,45 @@ pub fn writer(
     })
 }
 
-/// The GitOps tool (other than `ours`) that last set the field at `pointer` (a JSON pointer,
-/// e.g. `/spec/maxReplicas`) of `object`, from the object's metadata as read: its
-/// `managedFields`, labels and annotations. None: nobody else set it, or not a GitOps tool.
-pub fn field_writer(
-    meta: &ObjectMeta,
-    object: Object,
-    pointer: &str,
-    ours: &str,
-) -> Option<(Writer, Object)> {
+/// Who else set a field: its field manager, and the GitOps tool that is (with the object as
+/// the tool's rules name it), if it is one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Setter {
+    pub manager: String,
+    pub tool: Option<(Writer, Object)>,
+}
+
+/// Who, other than `ours`, last set the field at `pointer` (a JSON pointer, e.g.
+/// `/spec/maxReplicas`) of `object`, from the object's metadata as read: its `managedFields`,
+/// labels and annotations. None: nobody else set it.
+pub fn setter(meta: &ObjectMeta, object: Object, pointer: &str, ours: &str) -> Option<Setter> {
     let managed = meta.managed_fields.as_deref()?;
-    let manager = contest::manager_of(managed, ours, &managed_pointer(pointer))?;
+    let manager = manager_of(managed, ours, &managed_pointer(pointer))?;
     let none = BTreeMap::new();
     let labels = meta.labels.as_ref().unwrap_or(&none);
     let annotations = meta.annotations.as_ref().unwrap_or(&none);
-    let writer = writer(&manager, &object, labels, annotations)?;
-    Some((writer, object))
+    let tool = writer(&manager, &object, labels, annotations).map(|w| (w, object));
+    Some(Setter { manager, tool })
+}
+
+/// The manager, other than `ours`, that last set the field at `managed_pointer` (in
+/// managedFields' own terms, e.g. `/f:spec/f:maxReplicas`), on the main resource or a
+/// subresource (`/scale`).
+pub fn manager_of(
+    managed: &[ManagedFieldsEntry],
+    ours: &str,
+    managed_pointer: &str,
+) -> Option<String> {
+    managed
+        .iter()
+        .filter(|m| m.manager.as_deref().is_some_and(|n| n != ours))
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer(managed_pointer).is_some())
+        })
+        .max_by_key(|m| m.time.as_ref().and_then(|t| serde_json::to_string(t).ok()))
+        .and_then(|m| m.manager.clone())
 }
 
 /// A JSON pointer (`/spec/replicas`) in `managedFields`' own terms (`/f:spec/f:replicas`).
@@ -449,15 +470,38 @@ mod tests {
             ]
         }))
         .unwrap();
-        let (w, o) = field_writer(&meta, web(), "/spec/maxReplicas", "tdset-operator").unwrap();
+        let s = setter(&meta, web(), "/spec/maxReplicas", "tdset-operator").unwrap();
+        assert_eq!(s.manager, "kustomize-controller");
+        let (w, o) = s.tool.unwrap();
         assert_eq!(w.tool.object(), "Kustomization flux-system/apps");
         assert_eq!(o, web());
         // Nobody else set it: no writer.
         assert_eq!(
-            field_writer(&meta, web(), "/spec/replicas", "tdset-operator"),
+            setter(&meta, web(), "/spec/replicas", "tdset-operator"),
             None
         );
         assert_eq!(managed_pointer("/spec/replicas"), "/f:spec/f:replicas");
+    }
+
+    #[test]
+    fn the_other_writer_is_named_from_managed_fields() {
+        let entries: Vec<ManagedFieldsEntry> = serde_json::from_value(serde_json::json!([
+            {"manager": "tdset-operator", "operation": "Apply", "subresource": "scale", "time": "2026-11-24T10:00:02Z",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": "helm", "operation": "Update", "time": "2026-11-24T09:00:00Z",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {}}}},
+            {"manager": "argocd-controller", "operation": "Update", "time": "2026-11-24T10:00:01Z",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status", "time": "2026-11-24T10:00:03Z",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}}
+        ]))
+        .unwrap();
+        let replicas = "/f:spec/f:replicas";
+        assert_eq!(
+            manager_of(&entries, "tdset-operator", replicas).as_deref(),
+            Some("argocd-controller")
+        );
+        assert_eq!(manager_of(&entries[..1], "tdset-operator", replicas), None);
     }
 
     /// The message is a condition's and an Event's note (cut at 1000 bytes): with names of 63

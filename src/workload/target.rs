@@ -20,14 +20,9 @@ pub struct ScaleView {
     /// The revision it was read at (`/scale` carries its object's): a write that must not
     /// land over someone else's newer one is guarded by it.
     pub resource_version: Option<String>,
-    /// Who else last set `spec.replicas` (from managedFields, where the object was read).
-    pub replicas_manager: Option<String>,
-    /// That writer, when it is a GitOps tool (with what the object's labels say of it), and
-    /// the object as its rules name it.
-    pub replicas_writer: Option<(
-        crate::workload::gitops::Writer,
-        crate::workload::gitops::Object,
-    )>,
+    /// Who else last set `spec.replicas` (from managedFields, where the object was read), and
+    /// the GitOps tool that is, if it is one.
+    pub replicas_setter: Option<crate::workload::gitops::Setter>,
     /// What one replica's pod requests, where the object was read (its `spec.template`).
     pub requests: crate::workload::savings::Requests,
     /// The object's labels, where it was read (for the groups that may select it).
@@ -103,8 +98,7 @@ mod tests {
             status_replicas: 3,
             ready_replicas: Some(3),
             uid: None,
-            replicas_manager: None,
-            replicas_writer: None,
+            replicas_setter: None,
             requests: Default::default(),
             labels: Default::default(),
             own_replicas: 3,

@@ -11,6 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
+use tdset_operator::api::TDSet;
 
 /// Sets Deployment `name` back to 1 whenever it is not, by server-side apply under `manager`
 /// (a tool's drift correction), until aborted.
@@ -21,19 +22,25 @@ fn drift_correction(
     manager: &str,
 ) -> tokio::task::JoinHandle<()> {
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let (name, params) = (name.to_string(), PatchParams::apply(manager).force());
+    let (name, manager) = (name.to_string(), manager.to_string());
     tokio::spawn(async move {
         loop {
             if let Ok(d) = api.get(&name).await
                 && replicas(&d) != Some(1)
             {
-                let body = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                                  "metadata": {"name": name}, "spec": {"replicas": 1}});
-                let _ = api.patch(&name, &params, &Patch::Apply(&body)).await;
+                let _ = set_back(&api, &name, &manager).await;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     })
+}
+
+/// One drift correction: `spec.replicas: 1` applied under `manager`.
+async fn set_back(api: &Api<Deployment>, name: &str, manager: &str) -> kube::Result<Deployment> {
+    let body = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                      "metadata": {"name": name}, "spec": {"replicas": 1}});
+    let params = PatchParams::apply(manager).force();
+    api.patch(name, &params, &Patch::Apply(&body)).await
 }
 
 fn marked(name: &str, labels: Value, annotations: Value) -> Value {
@@ -115,6 +122,15 @@ async fn argo_cd_and_flux_setting_the_count_back_are_named_with_the_rule_each_ne
     }
     argo.abort();
     flux.abort();
+    // Each tool's correction last, so the doctor's read does not race the operator's revert
+    // (held back 30 s or more once the fight is reported).
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), n);
+    set_back(&deployments, "shop", "argocd-controller")
+        .await
+        .unwrap();
+    set_back(&deployments, "api", "kustomize-controller")
+        .await
+        .unwrap();
 
     // The doctor names the writer from managedFields, with the rule as YAML.
     let shop = doctor("shop");
@@ -137,6 +153,37 @@ async fn argo_cd_and_flux_setting_the_count_back_are_named_with_the_rule_each_ne
             && api.contains("      - paths: [\"/spec/replicas\"]"),
         "{api}"
     );
+    // A read that finds the operator's own write on top (here: its field manager's, at the
+    // schedule's count) still names the tool: the report does not flip to "another writer"
+    // while the fight is remembered.
+    let ours = PatchParams::apply("tdset-operator").force();
+    let body = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                      "metadata": {"name": "shop"}, "spec": {"replicas": 4}});
+    deployments
+        .patch("shop", &ours, &Patch::Apply(&body))
+        .await
+        .unwrap();
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), n);
+    let bumped = tdsets
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"intervalMint": 61}})),
+        )
+        .await
+        .unwrap();
+    let generation = bumped.metadata.generation;
+    let t = eventually(
+        GUARD,
+        "the TDSet reconciled at its new generation",
+        || async {
+            let t = tdsets.get("shop").await.ok()?;
+            (t.status.as_ref()?.observed_generation == generation).then_some(t)
+        },
+    )
+    .await;
+    let degraded = condition(&t, "Degraded").expect("a Degraded condition");
+    assert_eq!(degraded.reason, "GitOpsConflict", "{degraded:?}");
     op.stop().await;
     ns.cleanup().await;
 }

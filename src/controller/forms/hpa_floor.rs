@@ -52,7 +52,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
         return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
     }
-    let (hpa, uid, max_writer) = match read_hpa(ctx, ns, r).await? {
+    let (hpa, uid, max_setter) = match read_hpa(ctx, ns, r).await? {
         Ok(found) => found,
         Err(p) => {
             let recorded = target_status(tdset, ctx, ns, r, FIELD, None).await?;
@@ -133,7 +133,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         plan.max_replicas = None;
         plan.scale_target = None;
     }
-    let read = (hpa, uid, max_writer);
+    let read = (hpa, uid, max_setter);
     apply(&mut turn, r, read, record, target, plan, ceiling).await
 }
 
@@ -200,7 +200,7 @@ pub(crate) fn ceiling_contest_key(tdset_key: &str) -> String {
 async fn apply(
     turn: &mut Turn<'_>,
     r: &ScaleTargetRef,
-    (mut hpa, uid, max_writer): HpaRead,
+    (mut hpa, uid, max_setter): HpaRead,
     mut record: Record,
     mut target: HpaTarget,
     mut plan: hpa::FloorPlan,
@@ -255,10 +255,16 @@ async fn apply(
         }
     }
     let scaled = change(&plan, floor_before, target_before);
-    let fight = ctx.contest(&key, |c| c.fight(now));
+    let fight = ctx.contest(&key, |c| {
+        c.saw(max_setter);
+        c.fight(now)
+            .map(|_| c.setter().and_then(|s| s.tool.clone()))
+    });
     let mut out = outcome(r, &hpa, record, target, &plan, scaled);
-    if fight.is_some() && out.problem.is_none() {
-        out.problem = Some(conflicting_ceiling_writer(r, max_writer.as_ref()));
+    if let Some(tool) = fight
+        && out.problem.is_none()
+    {
+        out.problem = Some(conflicting_ceiling_writer(r, tool.as_ref()));
     }
     out.retry = out.retry.or(retry);
     out.ceiling = ceiling.in_force.map(|c| c.max(eval.replicas).max(1));

@@ -130,9 +130,10 @@ async fn apply(
     }
     let at_count =
         turn.write == Write::IfDifferent && scaled.is_none() && view.spec_replicas == eval.replicas;
-    let problem = ctx
-        .contest(&key, |c| c.fight(now))
-        .map(|_| conflicting_writer(r, &view));
+    let problem = ctx.contest(&key, |c| {
+        c.saw(view.replicas_setter.clone());
+        c.fight(now).map(|_| conflicting_writer(r, c.setter()))
+    });
     let saved = record
         .status
         .original_replicas
@@ -150,8 +151,8 @@ async fn apply(
 
 /// Another writer keeps setting the count back (a GitOps tool's self-heal: then the fix it
 /// needs).
-fn conflicting_writer(r: &ScaleTargetRef, view: &ScaleView) -> Problem {
-    if let Some((writer, object)) = &view.replicas_writer {
+fn conflicting_writer(r: &ScaleTargetRef, setter: Option<&gitops::Setter>) -> Problem {
+    if let Some((writer, object)) = setter.and_then(|s| s.tool.as_ref()) {
         return Problem::GitOpsConflict(gitops::conflict_message(
             writer,
             object,
@@ -160,10 +161,10 @@ fn conflicting_writer(r: &ScaleTargetRef, view: &ScaleView) -> Problem {
             FIELD_MANAGER,
         ));
     }
-    let who = view
-        .replicas_manager
-        .as_deref()
-        .map_or_else(|| "another writer".to_string(), |m| format!("{m:?}"));
+    let who = setter.map_or_else(
+        || "another writer".to_string(),
+        |s| format!("{:?}", s.manager),
+    );
     Problem::ConflictingWriter(format!(
         "spec.replicas of {r} keeps being set back by {who}; the operator now puts the \
          schedule's count back less and less often instead of fighting it. Stop {who} from \

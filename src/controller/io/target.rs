@@ -13,12 +13,12 @@ use crate::controller::state::{Answer, Context, Resolved};
 use crate::error::{Error, Result};
 use crate::memo::OwnWrites;
 use crate::status::Problem;
+use crate::workload::gitops;
 use crate::workload::group;
 use crate::workload::hpa::{self, HpaView};
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Requests;
 use crate::workload::target::{self, ScaleView};
-use crate::workload::{contest, gitops};
 
 /// Kinds whose changes a watch reports within seconds; other kinds are re-read at
 /// `intervalMint`, or sooner while they are missing.
@@ -93,8 +93,6 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
     };
     if r.group() == "apps" {
         return Ok(request("").answer(api.get(&r.name).await)?.map(|o| {
-            let manager = (o.metadata.managed_fields.as_deref())
-                .and_then(|m| contest::replicas_manager(m, FIELD_MANAGER));
             let int = |path: &str| {
                 o.data
                     .pointer(path)
@@ -108,8 +106,7 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
                 ready_replicas: Some(int("/status/readyReplicas").unwrap_or(0)),
                 uid: o.metadata.uid.clone(),
                 resource_version: o.metadata.resource_version.clone(),
-                replicas_manager: manager,
-                replicas_writer: gitops::field_writer(
+                replicas_setter: gitops::setter(
                     &o.metadata,
                     object_of(ns, &r.name, (r.group(), &r.kind)),
                     "/spec/replicas",
@@ -143,8 +140,7 @@ async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef, res: &Resolved) -> An
         Ok(s) => ScaleView {
             uid: s.metadata.uid,
             resource_version: s.metadata.resource_version,
-            replicas_manager: None,
-            replicas_writer: None,
+            replicas_setter: None,
             // `/scale` has no annotations: a group's record on the object is read below, where
             // a group may hold it.
             spec_replicas: s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
@@ -342,13 +338,9 @@ pub(crate) fn hpa_view(h: &HorizontalPodAutoscaler) -> Option<HpaView> {
     })
 }
 
-/// What a live read of an HPA gives: its view, its uid, and the GitOps tool that last set its
+/// What a live read of an HPA gives: its view, its uid, and who else last set its
 /// `maxReplicas` (read before the operator's own write takes the field over).
-pub(crate) type HpaRead = (
-    HpaView,
-    Option<String>,
-    Option<(gitops::Writer, gitops::Object)>,
-);
+pub(crate) type HpaRead = (HpaView, Option<String>, Option<gitops::Setter>);
 
 /// Reads an HPA live (a cache may lag behind the operator's own last write).
 pub(crate) async fn read_hpa(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<HpaRead> {
@@ -367,8 +359,8 @@ pub(crate) async fn read_hpa(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Ans
             Some(v) => {
                 let object = object_of(ns, &r.name, (&resource.group, &resource.kind));
                 let pointer = "/spec/maxReplicas";
-                let writer = gitops::field_writer(&h.metadata, object, pointer, FIELD_MANAGER);
-                Ok((v, h.uid(), writer))
+                let setter = gitops::setter(&h.metadata, object, pointer, FIELD_MANAGER);
+                Ok((v, h.uid(), setter))
             }
             None => Err(Problem::TargetNotFound(format!("{r} has no spec"))),
         }))
@@ -463,5 +455,5 @@ pub async fn gitops_writer(
         }
     };
     let object = object_of(ns, name, (&resource.group, &resource.kind));
-    gitops::field_writer(&o.metadata, object, pointer, FIELD_MANAGER)
+    gitops::setter(&o.metadata, object, pointer, FIELD_MANAGER)?.tool
 }
