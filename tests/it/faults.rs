@@ -561,17 +561,19 @@ async fn a_reconcile_stuck_on_a_dead_connection_ends_and_the_transition_lands_af
     let line = BlackHole::start(&control_plane().kubeconfig, &std::env::temp_dir()).await;
     // The cut must come shortly before the boundary, with everything settled, and soon after
     // the operator's last requests (a longer lead leaves no idle connection to die: the
-    // boundary's write then opens a new one and proves nothing). On a loaded machine the pod can
-    // take longer than the lead to be ready (a neighbour's churn fills the controllers' queues):
-    // the attempt is then made again in a fresh namespace.
+    // boundary's write then opens a new one and proves nothing). The setup settles first under
+    // an operator whose clock is an hour before the window, however long a loaded machine
+    // takes to make the pod ready (a neighbour's churn can fill the controllers' queues for
+    // minutes); a second operator, on the line, then starts shortly before the boundary.
     let mut settled = None;
     for _ in 0..3 {
-        settled = settled_before_a_boundary(&client, &line, 30).await;
+        settled = settled_then_restarted_before_a_boundary(&client, &line, 25).await;
         if settled.is_some() {
             break;
         }
     }
-    let (ns, op, boundary) = settled.expect("the setup settled before the boundary in 3 attempts");
+    let (ns, op, boundary) =
+        settled.expect("the restarted operator settled before the boundary in 3 attempts");
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     // Shortly before the boundary, so that the requests before it have left idle connections
     // in the operator's pool, every connection it holds goes dead.
@@ -605,11 +607,12 @@ async fn a_reconcile_stuck_on_a_dead_connection_ends_and_the_transition_lands_af
     ns.cleanup().await;
 }
 
-/// An operator on `line` whose clock starts `lead` seconds before a window that takes a
-/// Deployment from 1 to 3, once its Deployment is at 1 with its replica ready and the TDSet's
-/// status written; with the boundary's instant on the test's clock. None, with everything
-/// removed, when that took until 10 s before the boundary.
-async fn settled_before_a_boundary(
+/// A Deployment at 1 with its replica ready and the TDSet's status written (by an operator
+/// whose clock is an hour before a window that takes it from 1 to 3), then a fresh operator on
+/// `line` whose clock starts `lead` seconds before that window, once it has written; with the
+/// boundary's instant on the test's clock. None, with everything removed, when the fresh
+/// operator was not at work 8 s before the boundary.
+async fn settled_then_restarted_before_a_boundary(
     client: &Client,
     line: &BlackHole,
     lead: u64,
@@ -617,15 +620,14 @@ async fn settled_before_a_boundary(
     let ns = TestNamespace::new(client, "fault-stuck").await;
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let tdsets: Api<TDSet> = Api::namespaced(client.clone(), &ns.name);
-    let fake_now = chrono::DateTime::parse_from_rfc3339("2026-05-01T12:00:00Z").unwrap()
-        - chrono::Duration::seconds(lead as i64);
-    let op = OperatorProcess::start(
-        &line.kubeconfig,
+    let window = chrono::DateTime::parse_from_rfc3339("2026-05-01T12:00:00Z").unwrap();
+    let clock_at = |before: i64| (window - chrono::Duration::seconds(before)).to_rfc3339();
+    let setup = OperatorProcess::start(
+        &control_plane().kubeconfig,
         &ns.name,
-        &["--fake-now", &fake_now.to_rfc3339()],
-        "fault-stuck.log",
+        &["--fake-now", &clock_at(3600)],
+        "fault-stuck-setup.log",
     );
-    let boundary = Instant::now() + Duration::from_secs(lead);
     tdsets
         .create(
             &PostParams::default(),
@@ -641,36 +643,68 @@ async fn settled_before_a_boundary(
         .unwrap();
     // Ready too: a status write still due when the line is cut (the pod's readiness) would
     // take the pooled dead connection itself, and the boundary's write would open a new one.
-    let settled = tokio::time::timeout_at(
-        (boundary - Duration::from_secs(10)).into(),
-        eventually(
-            GUARD,
-            "the Deployment at 1, its replica ready and in status",
-            || {
-                let (deploys, tdsets) = (deploys.clone(), tdsets.clone());
-                async move {
-                    let at_one = deploys
-                        .get_opt("web")
-                        .await
-                        .ok()
-                        .flatten()
-                        .as_ref()
-                        .and_then(replicas)
-                        == Some(1);
-                    let status = tdsets.get_status("web").await.ok().and_then(|t| t.status);
-                    (at_one
-                        && status
-                            .is_some_and(|s| s.replicas == Some(1) && s.ready_replicas == Some(1)))
-                    .then_some(())
-                }
-            },
-        ),
+    eventually(
+        GUARD,
+        "the Deployment at 1, its replica ready and in status",
+        || {
+            let (deploys, tdsets) = (deploys.clone(), tdsets.clone());
+            async move {
+                let at_one = deploys
+                    .get_opt("web")
+                    .await
+                    .ok()
+                    .flatten()
+                    .as_ref()
+                    .and_then(replicas)
+                    == Some(1);
+                let status = tdsets.get_status("web").await.ok().and_then(|t| t.status);
+                (at_one
+                    && status.is_some_and(|s| s.replicas == Some(1) && s.ready_replicas == Some(1)))
+                .then_some(())
+            }
+        },
     )
     .await;
-    if settled.is_ok() {
+    assert!(setup.sigterm().success());
+    let op = OperatorProcess::start(
+        &line.kubeconfig,
+        &ns.name,
+        &["--fake-now", &clock_at(lead as i64)],
+        "fault-stuck.log",
+    );
+    let boundary = Instant::now() + Duration::from_secs(lead);
+    // A fresh operator reads and watches, which leaves no idle connection in its pool: a change
+    // of spec that moves no count has it write the status once, on a connection that then
+    // waits in the pool for the boundary's write.
+    let at_work = tokio::time::timeout_at((boundary - Duration::from_secs(8)).into(), async {
+        eventually(GUARD, "the fresh operator reconciled the TDSet", || {
+            let ok = op.metric("tdset_reconciles_total") > 0.0;
+            async move { ok.then_some(()) }
+        })
+        .await;
+        let evening = json!({"spec": {"schedulingConfig": [
+            {"startTime": "12:00", "endTime": "13:00", "replica": 3},
+            {"startTime": "20:00", "endTime": "21:00", "replica": 1}]}});
+        let generation = tdsets
+            .patch("web", &PatchParams::default(), &Patch::Merge(&evening))
+            .await
+            .unwrap()
+            .metadata
+            .generation;
+        eventually(GUARD, "the fresh operator wrote the status", || {
+            let tdsets = tdsets.clone();
+            async move {
+                let status = tdsets.get_status("web").await.ok().and_then(|t| t.status);
+                (status.and_then(|s| s.observed_generation) == generation).then_some(())
+            }
+        })
+        .await
+    })
+    .await;
+    if at_work.is_ok() {
         return Some((ns, op, boundary));
     }
-    eprintln!("the setup did not settle within {lead} s of the boundary; trying again");
+    eprintln!("the fresh operator was not at work 8 s before the boundary; trying again");
     drop(op);
     ns.cleanup().await;
     None
