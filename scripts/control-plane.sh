@@ -22,6 +22,9 @@
 #   control-plane.sh env DIR                 print `export KUBECONFIG=...` for a shell
 #   control-plane.sh bin-dir                 print the cache dir (does not build)
 #   control-plane.sh helm-dir                print the dir holding helm (does not build)
+#   control-plane.sh install-keda            build KEDA's operator (cached like the rest)
+#   control-plane.sh keda-dir                print the dir holding keda-operator and
+#                                            keda-crds.yaml (does not build)
 #   control-plane.sh monitoring-crds-dir     print the dir holding the ServiceMonitor and
 #                                            PrometheusRule CRDs (does not fetch)
 #
@@ -39,12 +42,14 @@ K8S_VERSION="v1.36.3"
 ETCD_VERSION="v3.6.16"
 KWOK_VERSION="v0.8.0"   # the newest release on the module proxy (2026-11-22); k8s.io v0.36
 HELM_VERSION="v3.21.4"  # the newest helm.sh/helm/v3 on k8s.io v0.36 (v3.22 is on v0.37)
+KEDA_VERSION="v2.21.0"  # KEDA's operator, for the ScaledObject form's tests (k8s.io v0.36)
 CACHE_ROOT="${TDSET_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tdset-operator}"
 BIN_DIR="$CACHE_ROOT/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}/bin"
 BINARIES=(etcd kube-apiserver kube-controller-manager kubectl kube-scheduler)
 SCHEDULER="$BIN_DIR/kube-scheduler"
 KWOK_DIR="$CACHE_ROOT/kwok-${KWOK_VERSION}"
 HELM_DIR="$CACHE_ROOT/helm-${HELM_VERSION}"
+KEDA_DIR="$CACHE_ROOT/keda-${KEDA_VERSION}"
 # The ServiceMonitor and PrometheusRule CRDs, so the chart's optional objects are validated by
 # the API server in the tests (from the prometheus-operator module's own CRD manifests).
 PROMOP_VERSION="v0.85.0"
@@ -70,7 +75,8 @@ STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-g
 
 # What each part of the install is made of: its Go packages, where its outputs go, and which.
 # `core` is the control plane; `node` a real node's kubelet and kube-proxy (only where this
-# machine can run one); `kwok` simulated kubelets; `helm` the chart's tests.
+# machine can run one); `kwok` simulated kubelets; `helm` the chart's tests; `keda` KEDA's
+# operator and its CRDs.
 part_pkgs() {
   case "$1" in
     core) echo k8s.io/kubernetes/cmd/{kube-apiserver,kube-controller-manager,kubectl,kube-scheduler} \
@@ -78,10 +84,14 @@ part_pkgs() {
     node) echo k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy ;;
     kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
     helm) echo helm.sh/helm/v3/cmd/helm ;;
+    keda) echo github.com/kedacore/keda/v2/cmd/operator ;;   # built by build_keda
   esac
 }
 part_dir() {
-  case "$1" in core) echo "$BIN_DIR" ;; node) echo "$NODE_DIR" ;; kwok) echo "$KWOK_DIR" ;; helm) echo "$HELM_DIR" ;; esac
+  case "$1" in
+    core) echo "$BIN_DIR" ;; node) echo "$NODE_DIR" ;; kwok) echo "$KWOK_DIR" ;; helm) echo "$HELM_DIR" ;;
+    keda) echo "$KEDA_DIR" ;;
+  esac
 }
 part_outputs() {
   case "$1" in
@@ -89,6 +99,7 @@ part_outputs() {
     node) echo kubelet kube-proxy ;;
     kwok) echo kwok kwok-stages.yaml ;;
     helm) echo helm ;;
+    keda) echo keda-operator keda-crds.yaml ;;
   esac
 }
 part_missing() {
@@ -161,6 +172,22 @@ build_go() {
   if [[ -e "$work/out/kwok" ]]; then kwok_module_stages >"$work/out/kwok-stages.yaml"; fi
 }
 
+# build_keda WORK: KEDA's operator as KEDA's release builds it, in its own module (its go.mod,
+# go.sum and replace, read-only), and its CRDs from the same module (its operator watches every
+# one of them). Not in the control plane's module graph: there KEDA's newer requirements would
+# move libraries Kubernetes is built with. Its version is set as its releases set it: it
+# labels the HPAs it makes with it.
+build_keda() {
+  local work="$1" src f
+  src="$(go mod download -json "github.com/kedacore/keda/v2@${KEDA_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  cp -r "$src" "$work/keda" && chmod -R u+w "$work/keda" && cd "$work/keda"
+  log "building KEDA ${KEDA_VERSION}'s operator"
+  GOFLAGS=-mod=readonly go build -trimpath \
+    -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}" \
+    -o "$work/out/keda-operator" ./cmd/operator
+  for f in config/crd/bases/*.yaml; do echo "---"; cat "$f"; done >"$work/out/keda-crds.yaml"
+}
+
 # kwok simulates kubelets: pods bound to its nodes go Running and Ready. What happens to a
 # node or a pod, and when, comes from the module's own "fast" stage files.
 kwok_module_stages() {
@@ -220,24 +247,26 @@ wait_jobs() {
 # moved into its directory, last, so a half-finished build never looks like a cache hit.
 install_go_parts() {
   local parts=() pkgs=() part
-  for part in core node kwok helm; do
+  for part in "$@"; do
     [[ $part != node ]] || node_buildable || continue
     part_missing "$part" || continue
     parts+=("$part")
     # shellcheck disable=SC2207  # package paths have no spaces
-    pkgs+=($(part_pkgs "$part"))
+    [[ $part == keda ]] || pkgs+=($(part_pkgs "$part"))
   done
   [[ ${#parts[@]} -gt 0 ]] || return 0
   local work; work="$(mktemp -d "${TMPDIR:-/tmp}/tdset-go-build.XXXXXX")"
   local joined; joined="$(IFS=-; echo "${parts[*]}")"
   local buildlog="$CACHE_ROOT/build-${joined}-${K8S_VERSION}.log"
   mkdir -p "$CACHE_ROOT" "$work/out"
-  log "building ${parts[*]} (Kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, helm ${HELM_VERSION}; cold: tens of minutes; log: $buildlog)"
+  log "building ${parts[*]} (Kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, helm ${HELM_VERSION}, KEDA ${KEDA_VERSION}; cold: tens of minutes; log: $buildlog)"
   local rc=0
   (
     set -e
     export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
-    build_go "$work" "${pkgs[@]}"
+    # (`if`, not `||`: set -e does not reach into a function run on the left of `||`.)
+    if [[ ${#pkgs[@]} -gt 0 ]]; then build_go "$work" "${pkgs[@]}"; fi
+    if [[ " ${parts[*]} " == *" keda "* ]]; then build_keda "$work"; fi
   ) >"$buildlog" 2>&1 || rc=$?
   if [[ $rc -ne 0 ]]; then
     tail -n 15 "$buildlog" >&2
@@ -247,7 +276,9 @@ install_go_parts() {
   local dir f
   for part in "${parts[@]}"; do
     dir="$(part_dir "$part")"; mkdir -p "$dir"
-    for f in $(part_outputs "$part"); do mv "$work/out/$f" "$dir/$f.tmp" && mv "$dir/$f.tmp" "$dir/$f"; done
+    for f in $(part_outputs "$part"); do
+      mv "$work/out/$f" "$dir/$f.tmp" && mv "$dir/$f.tmp" "$dir/$f" || die "building ${parts[*]} made no $f; log: $buildlog"
+    done
   done
   rm -rf "$work"
 }
@@ -263,6 +294,16 @@ need_go() {
   return 1
 }
 
+# KEDA's operator and CRDs, for the ScaledObject form's suite only: apart from `install`, so
+# `scripts/test.sh` can build it at low priority beside the suites that do not need it.
+cmd_install_keda() {
+  if part_missing keda && ! command -v go >/dev/null; then
+    die "no Go toolchain on PATH; install Go >= 1.26 (https://go.dev/dl) and retry"
+  fi
+  install_go_parts keda
+  echo "$KEDA_DIR"
+}
+
 cmd_install() {
   if need_go && ! command -v go >/dev/null; then
     die "no Go toolchain on PATH; install Go >= 1.26 (https://go.dev/dl) and retry"
@@ -276,7 +317,7 @@ cmd_install() {
   jobs+=("$!" monitoring-crds)
   install_node_images &
   jobs+=("$!" node-images)
-  install_go_parts &
+  install_go_parts core node kwok helm &
   jobs+=("$!" "the Go build")
   wait_jobs "${jobs[@]}"
   have_binaries || die "the control plane's binaries are still missing from $BIN_DIR"
@@ -577,6 +618,7 @@ cmd_restart_apiserver() {
 
 case "${1:-}" in
   install) cmd_install ;;
+  install-keda) cmd_install_keda ;;
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   restart-apiserver) shift; cmd_restart_apiserver "$@" ;;
@@ -586,6 +628,7 @@ case "${1:-}" in
   env) echo "export KUBECONFIG=${2:?usage: control-plane.sh env DIR}/kubeconfig; export PATH=$BIN_DIR:\$PATH" ;;
   bin-dir) echo "$BIN_DIR" ;;
   helm-dir) echo "$HELM_DIR" ;;
+  keda-dir) echo "$KEDA_DIR" ;;
   monitoring-crds-dir) echo "$PROMOP_DIR" ;;
-  *) sed -n '2,27p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,30p' "$0" >&2; exit 2 ;;
 esac

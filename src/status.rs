@@ -63,6 +63,8 @@ pub mod reason {
     pub const CALENDAR_INVALID: &str = "CalendarInvalid";
     pub const TOO_MANY_WORKLOADS: &str = "TooManyWorkloads";
     pub const WAKE_ON_REQUEST_REFUSED: &str = "WakeOnRequestRefused";
+    pub const KEDA_PAUSE_NOT_APPLIED: &str = "KedaPauseNotApplied";
+    pub const KEDA_STILL_PAUSED: &str = "KedaStillPaused";
 }
 
 /// Why the operator could not do its job this time (Degraded=True).
@@ -110,6 +112,10 @@ pub enum Problem {
     /// A Service `wakeOnRequest` names cannot be woken through (headless, no selector, ...):
     /// its requests are not intercepted; the schedule goes on.
     WakeRefused(String),
+    /// The schedule's pause is on a KEDA ScaledObject, but KEDA has not paused it.
+    KedaPauseNotApplied(String),
+    /// The pause is off a KEDA ScaledObject, but KEDA still says it is paused (keda#6982).
+    KedaStillPaused(String),
 }
 
 impl Problem {
@@ -134,6 +140,8 @@ impl Problem {
             Problem::CalendarInvalid(_) => reason::CALENDAR_INVALID,
             Problem::TooManyWorkloads(_) => reason::TOO_MANY_WORKLOADS,
             Problem::WakeRefused(_) => reason::WAKE_ON_REQUEST_REFUSED,
+            Problem::KedaPauseNotApplied(_) => reason::KEDA_PAUSE_NOT_APPLIED,
+            Problem::KedaStillPaused(_) => reason::KEDA_STILL_PAUSED,
         }
     }
 
@@ -170,7 +178,9 @@ impl Problem {
             | Problem::CalendarNotFound(m)
             | Problem::CalendarInvalid(m)
             | Problem::TooManyWorkloads(m)
-            | Problem::WakeRefused(m) => m,
+            | Problem::WakeRefused(m)
+            | Problem::KedaPauseNotApplied(m)
+            | Problem::KedaStillPaused(m) => m,
         }
     }
 }
@@ -264,16 +274,27 @@ pub struct Missing {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Notice {
     /// The scheduled count is above the HPA's maxReplicas; the floor is maxReplicas.
-    Clamped { hpa: String, asked: i32, max: i32 },
+    /// `what`: the autoscaler ("HorizontalPodAutoscaler web"), `field`: its maximum's field.
+    Clamped {
+        what: String,
+        field: &'static str,
+        asked: i32,
+        max: i32,
+    },
 }
 
 impl std::fmt::Display for Notice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Notice::Clamped { hpa, asked, max } => write!(
+            Notice::Clamped {
+                what,
+                field,
+                asked,
+                max,
+            } => write!(
                 f,
-                "the schedule asks for {asked} replicas but HorizontalPodAutoscaler {hpa} allows at most {max}; \
-                 its floor is set to {max}. Raise spec.maxReplicas of the HPA or lower the schedule"
+                "the schedule asks for {asked} replicas but {what} allows at most {max}; \
+                 its floor is set to {max}. Raise {field} of {what} or lower the schedule"
             ),
         }
     }

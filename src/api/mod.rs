@@ -87,8 +87,8 @@ pub const MAX_REPLICAS: i32 = 10_000;
         "reason": "FieldValueInvalid"
     },
     {
-        "rule": "(!has(self.defaultMaxReplica) && self.schedulingConfig.all(w, !has(w.maxReplica)) && (!has(self.overrides) || self.overrides.all(o, !has(o.maxReplica)))) || (has(self.scaleTargetRef) && self.scaleTargetRef.kind == 'HorizontalPodAutoscaler' && self.scaleTargetRef.apiVersion.startsWith('autoscaling/') && !has(self.ramp))",
-        "message": "maxReplica and defaultMaxReplica set a HorizontalPodAutoscaler's maxReplicas: they need spec.scaleTargetRef to a HorizontalPodAutoscaler, and no spec.ramp",
+        "rule": "(!has(self.defaultMaxReplica) && self.schedulingConfig.all(w, !has(w.maxReplica)) && (!has(self.overrides) || self.overrides.all(o, !has(o.maxReplica)))) || (has(self.scaleTargetRef) && ((self.scaleTargetRef.kind == 'HorizontalPodAutoscaler' && self.scaleTargetRef.apiVersion.startsWith('autoscaling/')) || (self.scaleTargetRef.kind == 'ScaledObject' && self.scaleTargetRef.apiVersion.startsWith('keda.sh/'))) && !has(self.ramp))",
+        "message": "maxReplica and defaultMaxReplica set an autoscaler's maximum: they need spec.scaleTargetRef to a HorizontalPodAutoscaler or a KEDA ScaledObject, and no spec.ramp",
         "reason": "FieldValueForbidden"
     },
     {
@@ -467,7 +467,7 @@ pub enum RampDirection {
 }
 
 /// An object in the TDSet's own namespace (there is no namespace field, on purpose).
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleTargetRef {
     /// `group/version` (e.g. `apps/v1`, `autoscaling/v2`, `argoproj.io/v1alpha1`) or `v1`.
@@ -509,6 +509,11 @@ impl ScaleTargetRef {
     /// Whether this names a HorizontalPodAutoscaler (whose minReplicas is the floor).
     pub fn is_hpa(&self) -> bool {
         self.group() == "autoscaling" && self.kind == "HorizontalPodAutoscaler"
+    }
+
+    /// Whether this names a KEDA ScaledObject (paused and floored where KEDA keeps them).
+    pub fn is_scaled_object(&self) -> bool {
+        self.group() == "keda.sh" && self.kind == "ScaledObject"
     }
 }
 
@@ -930,6 +935,24 @@ pub struct TargetStatus {
     /// HPA goes or points at another workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asleep: Option<Asleep>,
+    /// With a KEDA ScaledObject: the user's own pause annotations (none: an empty object),
+    /// recorded before the schedule's first pause; given back when the schedule wakes it and
+    /// when the TDSet lets go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_pause: Option<KedaPause>,
+}
+
+/// A KEDA ScaledObject's pause annotations (`autoscaling.keda.sh/paused-replicas`,
+/// `autoscaling.keda.sh/paused`), as values.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KedaPause {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub paused_replicas: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub paused: Option<String>,
 }
 
 /// A workload put to sleep through its HPA: which one, and the very object (its uid).

@@ -16,6 +16,8 @@ pub enum Source<'a> {
     Scale(&'a ScaleTargetRef),
     /// An existing HorizontalPodAutoscaler: the schedule is its floor.
     HpaFloor(&'a ScaleTargetRef),
+    /// A KEDA ScaledObject: asleep through KEDA's pause, the schedule as its floor by day.
+    ScaledObject(&'a ScaleTargetRef),
     /// The workloads a label selector picks in the TDSet's namespace.
     Group(&'a ScaleTargetSelector),
 }
@@ -33,6 +35,7 @@ impl<'a> Source<'a> {
             (Some(c), None, None, None) => Ok(Source::Container(c)),
             (None, Some(t), None, None) => Ok(Source::Template(t.as_ref())),
             (None, None, Some(r), None) if r.is_hpa() => Ok(Source::HpaFloor(r)),
+            (None, None, Some(r), None) if r.is_scaled_object() => Ok(Source::ScaledObject(r)),
             (None, None, Some(r), None) => Ok(Source::Scale(r)),
             (None, None, None, Some(s)) => Ok(Source::Group(s)),
             _ => Err(SpecError {
@@ -50,7 +53,7 @@ impl<'a> Source<'a> {
     /// The referenced object, for the modes that reference one.
     pub fn target(self) -> Option<&'a ScaleTargetRef> {
         match self {
-            Source::Scale(r) | Source::HpaFloor(r) => Some(r),
+            Source::Scale(r) | Source::HpaFloor(r) | Source::ScaledObject(r) => Some(r),
             Source::Container(_) | Source::Template(_) | Source::Group(_) => None,
         }
     }

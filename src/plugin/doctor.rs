@@ -42,6 +42,30 @@ const MAX_REPLICAS: Field = Field {
     name: "spec.maxReplicas",
     pointer: "/spec/maxReplicas",
 };
+const PAUSED_REPLICAS: Field = Field {
+    name: "the annotation autoscaling.keda.sh/paused-replicas",
+    pointer: "/metadata/annotations/autoscaling.keda.sh~1paused-replicas",
+};
+const PAUSED: Field = Field {
+    name: "the annotation autoscaling.keda.sh/paused",
+    pointer: "/metadata/annotations/autoscaling.keda.sh~1paused",
+};
+const MIN_REPLICA_COUNT: Field = Field {
+    name: "spec.minReplicaCount",
+    pointer: "/spec/minReplicaCount",
+};
+const MAX_REPLICA_COUNT: Field = Field {
+    name: "spec.maxReplicaCount",
+    pointer: "/spec/maxReplicaCount",
+};
+/// What the operator writes to a ScaledObject (`maxReplicaCount` where the schedule sets
+/// ceilings).
+const SCALED_OBJECT: [Field; 4] = [
+    PAUSED_REPLICAS,
+    PAUSED,
+    MIN_REPLICA_COUNT,
+    MAX_REPLICA_COUNT,
+];
 
 /// An object the TDSet writes, as read.
 #[derive(Clone, Debug)]
@@ -198,6 +222,7 @@ fn finding(object: &Object, f: &Finding) -> String {
         Finding::AppliedBy(w) => {
             let pointers: Vec<&str> = match object.kind.as_str() {
                 "HorizontalPodAutoscaler" => vec![MIN_REPLICAS.pointer, MAX_REPLICAS.pointer],
+                "ScaledObject" => SCALED_OBJECT.iter().map(|f| f.pointer).collect(),
                 "CronJob" => vec![SUSPEND.pointer],
                 _ => vec![REPLICAS.pointer],
             };
@@ -212,6 +237,15 @@ fn finding(object: &Object, f: &Finding) -> String {
     }
 }
 
+/// Whether the schedule sets ceilings (then the autoscaler's maximum is the operator's too).
+fn ceilings(tdset: &TDSet) -> bool {
+    let spec = &tdset.spec;
+    spec.scheduling_config
+        .iter()
+        .any(|w| w.max_replica.is_some())
+        || spec.overrides.iter().any(|o| o.max_replica.is_some())
+}
+
 /// Reads the TDSet and the objects it writes, and reports.
 pub async fn doctor(client: &Client, ns: &str, tdset: &TDSet) -> Result<String> {
     let mut inspected = Vec::new();
@@ -221,16 +255,17 @@ pub async fn doctor(client: &Client, ns: &str, tdset: &TDSet) -> Result<String> 
         Ok(Source::HpaFloor(r)) => {
             // maxReplicas is the operator's only where the schedule sets ceilings; otherwise
             // the HPA's manifest rightly owns it.
-            let spec = &tdset.spec;
-            let ceilings = spec
-                .scheduling_config
-                .iter()
-                .any(|w| w.max_replica.is_some())
-                || spec.overrides.iter().any(|o| o.max_replica.is_some());
-            let fields: &[Field] = if ceilings {
+            let fields: &[Field] = if ceilings(tdset) {
                 &[MIN_REPLICAS, MAX_REPLICAS]
             } else {
                 &[MIN_REPLICAS]
+            };
+            inspected.extend(one(client, ns, r, fields).await?)
+        }
+        Ok(Source::ScaledObject(r)) => {
+            let fields = match ceilings(tdset) {
+                true => &SCALED_OBJECT[..],
+                false => &SCALED_OBJECT[..3],
             };
             inspected.extend(one(client, ns, r, fields).await?)
         }

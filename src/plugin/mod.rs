@@ -497,6 +497,7 @@ pub fn savings_table(tdsets: &[TDSet]) -> String {
                 Ok(crate::workload::Source::Template(_)) => "template",
                 Ok(crate::workload::Source::Scale(_)) => "scaleTargetRef",
                 Ok(crate::workload::Source::HpaFloor(_)) => "hpa",
+                Ok(crate::workload::Source::ScaledObject(_)) => "keda",
                 Ok(crate::workload::Source::Group(_)) => "group",
                 Err(_) => "?",
             };

@@ -197,7 +197,10 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
             )
         }))
         .collect();
-    let hpa = spec.scale_target_ref.as_ref().is_some_and(|r| r.is_hpa());
+    let hpa = spec
+        .scale_target_ref
+        .as_ref()
+        .is_some_and(|r| r.is_hpa() || r.is_scaled_object());
     for (field, floor, ceiling) in &ceilings {
         if !(1..=MAX_REPLICAS).contains(ceiling) {
             err(
@@ -218,7 +221,7 @@ pub fn validate(spec: &TDSetSpec) -> Vec<SpecError> {
         if !hpa || spec.ramp.is_some() {
             err(
                 field.clone(),
-                "sets a HorizontalPodAutoscaler's maxReplicas: it needs spec.scaleTargetRef to a HorizontalPodAutoscaler, and no spec.ramp".into(),
+                "sets an autoscaler's maximum: it needs spec.scaleTargetRef to a HorizontalPodAutoscaler or a KEDA ScaledObject, and no spec.ramp".into(),
             );
         }
     }

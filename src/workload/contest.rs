@@ -30,6 +30,8 @@ pub struct Contest {
     /// Who set it back, as last read: the report names them even where a later read finds
     /// the operator's own revert on top.
     setter: Option<Setter>,
+    /// When the last write was made: what a check of another controller's answer waits from.
+    written_at: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +69,7 @@ impl Contest {
             self.reverts.push_back(now);
         }
         self.last_set = Some(scheduled);
+        self.written_at = Some(now);
         self.forget_before(now);
     }
 
@@ -75,6 +78,11 @@ impl Contest {
     /// someone else's.
     pub fn gave_back(&mut self, own: i32) {
         self.last_set = Some(own);
+    }
+
+    /// How long ago the last write was made (None: none since this process started).
+    pub fn since_write(&self, now: Instant) -> Option<std::time::Duration> {
+        self.written_at.map(|at| now.saturating_duration_since(at))
     }
 
     /// How many reverts the window holds when that makes a fight, for the report.

@@ -15,6 +15,7 @@ pub mod gitops;
 pub mod group;
 pub mod hpa;
 pub mod intercept;
+pub mod keda;
 pub mod owned;
 mod quantity;
 pub mod savings;

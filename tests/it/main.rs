@@ -25,6 +25,7 @@ mod history;
 mod hpa_ceilings;
 mod http_server;
 mod initial_list;
+mod keda;
 mod layers;
 mod plugin;
 mod pods;

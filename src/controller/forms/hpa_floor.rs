@@ -365,9 +365,9 @@ fn managed_by_keda(r: &ScaleTargetRef, owner: &str) -> Problem {
     Problem::ManagedByKeda(format!(
         "HorizontalPodAutoscaler {} is managed by KEDA: ScaledObject {owner} (keda.sh) owns it \
          and sets its minReplicas from its minReplicaCount, so a floor written here would be \
-         put back at once; the operator writes nothing to it. Schedule the workload through \
-         ScaledObject {owner} instead (e.g. KEDA's cron trigger), or point spec.scaleTargetRef \
-         at an HPA that KEDA does not own",
+         put back at once; the operator writes nothing to it. Set spec.scaleTargetRef to \
+         {{apiVersion: keda.sh/v1alpha1, kind: ScaledObject, name: {owner}}}: the schedule then \
+         pauses it at night and sets its minReplicaCount by day",
         r.name
     ))
 }
@@ -447,7 +447,8 @@ fn outcome(
     let notices = plan
         .clamped_from
         .map(|asked| Notice::Clamped {
-            hpa: r.name.clone(),
+            what: format!("HorizontalPodAutoscaler {}", r.name),
+            field: "spec.maxReplicas",
             asked,
             max: hpa.max_replicas,
         })

@@ -5,6 +5,7 @@
 //! - `owned`: `container`/`template`, a Deployment (and Service) the TDSet runs;
 //! - `scale_ref`: `scaleTargetRef` to a kind with `/scale`;
 //! - `hpa_floor`: `scaleTargetRef` to an HPA, the schedule as its floor;
+//! - `scaled_object`: `scaleTargetRef` to a KEDA ScaledObject: paused, floored, checked;
 //! - `group`: `scaleTargetSelector`, every selected workload;
 //! - `claims`: one writer per workload (which TDSet holds a referenced object);
 //! - `target`: a referenced target's record in status (its original count);
@@ -16,6 +17,7 @@ pub(crate) mod group;
 pub(crate) mod hpa_floor;
 pub(crate) mod owned;
 pub(crate) mod scale_ref;
+pub(crate) mod scaled_object;
 pub(crate) mod target;
 
 use crate::api::TDSet;

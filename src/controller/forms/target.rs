@@ -142,6 +142,7 @@ pub(crate) async fn target_status(
                     original_replicas: observed.map(|(count, _)| count),
                     original_max_replicas: None,
                     asleep,
+                    original_pause: None,
                 },
                 durable: false,
                 asleep_floor: asleep_floor.flatten(),
@@ -216,6 +217,7 @@ mod tests {
                 },
                 uid: Some("uid-web".into()),
             }),
+            original_pause: None,
         }
     }
 

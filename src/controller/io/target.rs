@@ -31,17 +31,17 @@ pub(crate) fn is_watched(r: &ScaleTargetRef) -> bool {
 /// What a request about a target came to: its value, a problem the TDSet reports and waits
 /// out (the object is gone, or RBAC forbids `verb` on `resource` + `subresource`), or an error
 /// the reconcile returns (retried with backoff).
-struct Request<'a> {
-    verb: &'static str,
-    target: &'a ScaleTargetRef,
-    resource: &'a ApiResource,
+pub(super) struct Request<'a> {
+    pub verb: &'static str,
+    pub target: &'a ScaleTargetRef,
+    pub resource: &'a ApiResource,
     /// "/scale", or "" for the object itself.
-    subresource: &'static str,
-    ns: &'a str,
+    pub subresource: &'static str,
+    pub ns: &'a str,
 }
 
 impl Request<'_> {
-    fn answer<T>(&self, result: kube::Result<T>) -> Answer<T> {
+    pub(super) fn answer<T>(&self, result: kube::Result<T>) -> Answer<T> {
         let (r, ns) = (self.target, self.ns);
         let status = match result {
             Ok(v) => return Ok(Ok(v)),
@@ -427,7 +427,7 @@ fn hpa_written(
 }
 
 /// A fought-over object, as a GitOps tool's rules name it.
-fn object_of(ns: &str, name: &str, (group, kind): (&str, &str)) -> gitops::Object {
+pub(super) fn object_of(ns: &str, name: &str, (group, kind): (&str, &str)) -> gitops::Object {
     gitops::Object {
         group: group.to_string(),
         kind: kind.to_string(),

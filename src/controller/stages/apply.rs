@@ -3,7 +3,7 @@
 
 use super::resolve::Resolved;
 use crate::api::TDSet;
-use crate::controller::forms::{Turn, group, hpa_floor, owned, scale_ref};
+use crate::controller::forms::{Turn, group, hpa_floor, owned, scale_ref, scaled_object};
 use crate::controller::lane::Events;
 use crate::controller::state::{Context, Outcome, Write};
 use crate::error::Result;
@@ -56,6 +56,7 @@ pub(crate) async fn apply(
         Source::Container(_) | Source::Template(_) => owned::reconcile(turn).await,
         Source::Scale(target) => scale_ref::reconcile(turn, target).await,
         Source::HpaFloor(hpa) => hpa_floor::reconcile(turn, hpa).await,
+        Source::ScaledObject(so) => scaled_object::reconcile(turn, so).await,
         Source::Group(sel) => group::reconcile(turn, sel).await,
     }
 }

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
-use crate::controller::forms::{claims, group, hpa_floor, owned};
+use crate::controller::forms::{claims, group, hpa_floor, owned, scaled_object};
 use crate::controller::io::target as scale;
 use crate::controller::io::tdset::{RESTORE_FINALIZER, set_finalizer};
 use crate::controller::lane::{EventType, Events, note};
@@ -26,7 +26,7 @@ fn wants_finalizer(tdset: &TDSet) -> bool {
             .spec
             .scale_target_ref
             .as_ref()
-            .is_some_and(|r| r.is_hpa() || restores(tdset))
+            .is_some_and(|r| r.is_hpa() || r.is_scaled_object() || restores(tdset))
 }
 
 /// Whether the TDSet held a group (its status says so) and may have left records on workloads.
@@ -91,7 +91,7 @@ pub(crate) async fn previous(
     let unreleased = release_previous(tdset, ctx, ns, events).await?;
     if matches!(
         source,
-        Source::Scale(_) | Source::HpaFloor(_) | Source::Group(_)
+        Source::Scale(_) | Source::HpaFloor(_) | Source::ScaledObject(_) | Source::Group(_)
     ) {
         owned::remove_owned(tdset, ctx, ns, events).await?;
     }
@@ -226,6 +226,17 @@ async fn let_go(
         _ => Ok(None),
     };
     let (verb, result) = match recorded.original_replicas {
+        // The pause and the own ceiling are given back whatever onDelete says (a pause left
+        // behind would keep the workload asleep for good).
+        _ if r.is_scaled_object() => {
+            let released = scaled_object::let_go(ctx, ns, &r, recorded, restores(tdset)).await;
+            let verb = if restores(tdset) {
+                "restore"
+            } else {
+                "let go of"
+            };
+            (verb, refused_on_delete(released, why)?)
+        }
         _ if r.is_hpa() => {
             let restore = recorded.original_replicas.filter(|_| restores(tdset));
             let released = hpa_floor::let_go(ctx, ns, &r, recorded, restore).await;

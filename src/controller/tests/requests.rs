@@ -1148,3 +1148,193 @@ async fn a_port_handed_out_is_not_given_again_before_the_cache_has_it() {
     }
     assert_eq!(given, vec![("solo-a", json!(20999))], "{given:?}");
 }
+
+const SCALED_OBJECTS: &str = "/apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects";
+
+/// What discovery reads of `keda.sh/v1alpha1`: ScaledObjects, with no `/scale`.
+fn keda_v1alpha1() -> Value {
+    json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "keda.sh/v1alpha1",
+        "resources": [
+            {"name": "scaledobjects", "singularName": "scaledobject", "namespaced": true,
+             "kind": "ScaledObject", "verbs": ["get", "list", "watch", "patch"]},
+            {"name": "scaledobjects/status", "singularName": "", "namespaced": true,
+             "kind": "ScaledObject", "verbs": ["get", "patch"]},
+        ],
+    })
+}
+
+/// ScaledObject `web` over Deployment `web` (floor 2, ceiling 10), with `annotations` and
+/// KEDA's Paused condition `paused`.
+fn scaled_object(annotations: Value, paused: &str) -> Value {
+    json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-so", "resourceVersion": "30",
+                     "annotations": annotations},
+        "spec": {"scaleTargetRef": {"name": "web"}, "minReplicaCount": 2, "maxReplicaCount": 10,
+                 "triggers": []},
+        "status": {"hpaName": "keda-hpa-web",
+                   "conditions": [{"type": "Paused", "status": paused}]},
+    })
+}
+
+/// TDSet `t` over ScaledObject `web` at `default` all day (with `status`, as the cache holds
+/// it), the API server answering the form's reads (the workload at `replicas`) and the
+/// TDSet's writes.
+fn over_scaled_object(
+    default: i32,
+    so: Value,
+    replicas: i32,
+    status: Value,
+) -> (ApiServer, Operator, TDSet) {
+    let server = ApiServer::start();
+    let mut t = tdset(json!({
+        "scaleTargetRef": {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "web"},
+        "defaultReplica": default,
+    }));
+    t.metadata.finalizers = Some(vec!["schedule.rs/restore-target".into()]);
+    if !status.is_null() {
+        t.status = Some(serde_json::from_value(status).unwrap());
+    }
+    server.returns("GET", "/apis/keda.sh/v1alpha1", keda_v1alpha1());
+    server.returns("GET", &format!("{SCALED_OBJECTS}/web"), so.clone());
+    server.returns(
+        "GET",
+        &format!("{TDSETS}/t"),
+        serde_json::to_value(&t).unwrap(),
+    );
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(replicas));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "21"));
+    server.on("PATCH", &format!("{SCALED_OBJECTS}/web"), move |body| {
+        // The object as the API server merges the patch into it.
+        let mut merged = so.clone();
+        json_patch::merge(&mut merged, body);
+        merged["metadata"]["resourceVersion"] = json!("31");
+        (200, merged)
+    });
+    let operator = Operator::at(&server, NOW);
+    (server, operator, t)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scaled_object_put_to_sleep_has_the_user_s_pause_made_durable_before_the_pause() {
+    let so = scaled_object(json!({"autoscaling.keda.sh/paused-replicas": "1"}), "True");
+    let (server, mut operator, t) = over_scaled_object(0, so, 1, Value::Null);
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(
+        server.requests(),
+        lines(&[
+            "GET /apis/keda.sh/v1alpha1",
+            "GET /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
+            // No record in the cache: the TDSet is read live before one is taken.
+            "GET /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+            // The workload KEDA scales, for the check.
+            "GET /apis/apps/v1",
+            "GET /apis/apps/v1/namespaces/ns/deployments/web",
+            // The user's own pause, durable before the schedule's replaces it.
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+            "PATCH /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+        ])
+    );
+    let sent = server.sent();
+    let durable = &sent[5].body["status"]["target"];
+    assert_eq!(durable["originalPause"], json!({"pausedReplicas": "1"}));
+    assert_eq!(durable["originalReplicas"], 2);
+    assert_eq!(durable["uid"], "uid-so");
+    assert_eq!(
+        sent[6].body,
+        json!({"metadata": {"uid": "uid-so", "annotations": {
+            "autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"}}})
+    );
+    assert_eq!(server.events(), vec!["ScaledDown".to_string()]);
+}
+
+/// The record as a night left it: the user's own pause at 1, their floor 2.
+fn night_record() -> Value {
+    json!({"target": {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "web",
+                      "uid": "uid-so", "field": "spec.minReplicaCount", "originalReplicas": 2,
+                      "originalPause": {"pausedReplicas": "1"}}})
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_morning_gives_the_user_s_pause_back_with_the_floor_in_one_write() {
+    let night =
+        json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"});
+    let (server, mut operator, t) =
+        over_scaled_object(3, scaled_object(night, "True"), 0, night_record());
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(
+        server.requests(),
+        lines(&[
+            "GET /apis/keda.sh/v1alpha1",
+            "GET /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
+            "GET /apis/apps/v1",
+            "GET /apis/apps/v1/namespaces/ns/deployments/web",
+            // The record is durable already: nothing to write before.
+            "PATCH /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
+            // The pause given back is no longer on record.
+            "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
+        ])
+    );
+    let sent = server.sent();
+    assert_eq!(
+        sent[4].body,
+        json!({"metadata": {"uid": "uid-so", "annotations": {
+                  "autoscaling.keda.sh/paused-replicas": "1", "autoscaling.keda.sh/paused": null}},
+               "spec": {"minReplicaCount": 3}})
+    );
+    let target = &sent[5].body["status"]["target"];
+    assert_eq!(target.get("originalPause"), None);
+    assert_eq!(target["originalReplicas"], 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_workload_that_drifted_while_paused_is_put_right_through_the_scaled_object() {
+    let night =
+        json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"});
+    let (server, mut operator, t) =
+        over_scaled_object(0, scaled_object(night, "True"), 3, night_record());
+
+    operator.reconcile(&t).await.unwrap();
+
+    let requests = server.requests();
+    let patches: Vec<_> = server
+        .sent()
+        .into_iter()
+        .filter(|s| s.method == "PATCH" && s.path.starts_with(SCALED_OBJECTS))
+        .collect();
+    assert_eq!(patches.len(), 1, "{requests:?}");
+    // The pause spelled the other way: the same to KEDA, a change it reconciles on.
+    assert_eq!(
+        patches[0].body["metadata"]["annotations"],
+        json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "True"})
+    );
+    assert!(
+        !requests.iter().any(|r| r.ends_with("/scale")),
+        "never through /scale: {requests:?}"
+    );
+    assert_eq!(server.events(), vec!["DriftCorrected".to_string()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scaled_object_asleep_and_taken_is_not_written() {
+    let night =
+        json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"});
+    let (server, mut operator, t) =
+        over_scaled_object(0, scaled_object(night, "True"), 0, night_record());
+
+    operator.reconcile(&t).await.unwrap();
+
+    let writes: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter(|r| !r.starts_with("GET") && !r.contains("/tdsets/"))
+        .collect();
+    assert_eq!(writes, Vec::<String>::new());
+}

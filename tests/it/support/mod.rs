@@ -6,6 +6,7 @@
 //! Every test gets its own namespace.
 //!
 //! - `cluster`: the control plane, clients, kubectl and helm, ServiceAccounts, the audit log;
+//! - `keda`: KEDA's CRDs and operator;
 //! - `namespace`: one test's namespace, the CRDs;
 //! - `objects`: the one TDSet builder, the objects tests create;
 //! - `wait`: the one "wait until" helper;
@@ -32,6 +33,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Config};
 
 mod cluster;
+mod keda;
 mod namespace;
 mod network;
 pub mod node;
@@ -42,4 +44,6 @@ mod wait;
 
 // Each test binary uses a part of the support.
 #[allow(unused_imports)]
-pub use {cluster::*, namespace::*, network::*, objects::*, operator::*, recorder::*, wait::*};
+pub use {
+    cluster::*, keda::*, namespace::*, network::*, objects::*, operator::*, recorder::*, wait::*,
+};

@@ -151,34 +151,9 @@ pub async fn install_widget_crd(client: &Client) -> kube::api::ApiResource {
     )
 }
 
-/// KEDA's ScaledObject kind (`keda.sh/v1alpha1`), its schema left open: enough to own the
-/// HPAs a test makes the way KEDA does.
+/// KEDA's ScaledObject kind (`keda.sh/v1alpha1`), as KEDA's own CRDs define it.
 pub async fn install_scaled_object_crd(client: &Client) {
-    let name = "scaledobjects.keda.sh";
-    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": name},
-        "spec": {"group": "keda.sh", "scope": "Namespaced",
-                 "names": {"plural": "scaledobjects", "singular": "scaledobject", "kind": "ScaledObject"},
-                 "versions": [{"name": "v1alpha1", "served": true, "storage": true,
-                     "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
-    }))
-    .expect("the ScaledObject CRD");
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        name,
-        &PatchParams::apply("tdset-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("applying the ScaledObject CRD");
-    tokio::time::timeout(
-        GUARD,
-        await_condition(api, name, conditions::is_crd_established()),
-    )
-    .await
-    .expect("the ScaledObject CRD established")
-    .expect("watching the ScaledObject CRD");
+    install_keda_crds(client).await;
 }
 
 /// A KEDA ScaledObject `name` over Deployment `target` (nothing acts on it: KEDA does not
@@ -198,7 +173,8 @@ pub async fn scaled_object(
     let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": {"name": name},
-        "spec": {"scaleTargetRef": {"name": target}, "minReplicaCount": 2, "maxReplicaCount": 10}
+        "spec": {"scaleTargetRef": {"name": target}, "minReplicaCount": 2, "maxReplicaCount": 10,
+                 "triggers": [never_active_cron()]}
     }))
     .expect("a ScaledObject");
     let created = api
@@ -209,6 +185,13 @@ pub async fn scaled_object(
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": name,
         "uid": created.metadata.uid, "controller": true, "blockOwnerDeletion": true
     })
+}
+
+/// A KEDA trigger that needs no external system and is never active (the first minutes of a
+/// year): KEDA holds its workload at its `minReplicaCount`.
+pub fn never_active_cron() -> serde_json::Value {
+    serde_json::json!({"type": "cron", "metadata": {
+        "timezone": "UTC", "start": "0 3 1 1 *", "end": "5 3 1 1 *", "desiredReplicas": "5"}})
 }
 
 /// Refuses a scale of Deployments in `ns` to `replicas`, as an admission policy would.

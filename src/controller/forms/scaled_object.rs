@@ -1,0 +1,462 @@
+//! `scaleTargetRef` to a KEDA ScaledObject: asleep through KEDA's pause, awake with the
+//! schedule as its floor (and ceiling); then checked, since KEDA says what it took only in
+//! the ScaledObject's status and does not watch the workload (see `workload::keda`).
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+
+use super::Turn;
+use super::claims;
+use super::events::record_scale;
+use super::target::{Record, ensure_durable, problem_outcome, target_status};
+use crate::api::{KedaPause, ScaleTargetRef, TargetStatus};
+use crate::controller::io::keda::{self as io, ScaledObjectRead};
+use crate::controller::io::target::resolve_and_read;
+use crate::controller::lane::{EventType, note};
+use crate::controller::state::{Answer, Context, Outcome, Scaled, Write};
+use crate::error::Result;
+use crate::status::{Notice, Observed, Problem};
+use crate::workload::contest::Verdict;
+use crate::workload::gitops;
+use crate::workload::keda::{self, Check, Originals, Plan};
+use crate::workload::owned::FIELD_MANAGER;
+use crate::workload::target::ScaleView;
+
+/// The field recorded as the original count: the ScaledObject's own floor.
+const FIELD: &str = "spec.minReplicaCount";
+/// How long KEDA is given to answer a write before the TDSet says it has not.
+const KEDA_GRACE: Duration = Duration::from_secs(30);
+/// How often a settled ScaledObject is read again: no watch reports KEDA's status or a
+/// change of the workload's count while it is paused.
+const CHECK_EVERY: Duration = Duration::from_secs(15);
+/// How soon to look again while KEDA is expected to act.
+const SOON: Duration = Duration::from_secs(3);
+
+/// The keys of the TDSet's contests (see `workload::contest`): the schedule's writes, the
+/// turns that make KEDA put a drifted count right, the unpause of a ScaledObject KEDA left
+/// paused.
+fn keys(tdset_key: &str) -> [String; 3] {
+    [
+        format!("{tdset_key}/keda"),
+        format!("{tdset_key}/keda-drift"),
+        format!("{tdset_key}/keda-unpause"),
+    ]
+}
+
+pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
+    let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
+    if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
+        return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
+    }
+    let mut so = match io::read(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => {
+            let recorded = target_status(tdset, ctx, ns, r, FIELD, None).await?;
+            return Ok(problem_outcome(p, r, recorded.status));
+        }
+    };
+    let uid = so.view.uid.clone();
+    let record = target_status(
+        tdset,
+        ctx,
+        ns,
+        r,
+        FIELD,
+        Some((so.view.min(), uid.as_deref())),
+    )
+    .await?;
+    let workload = match resolve_and_read(ctx, ns, &so.view.target).await? {
+        Ok((_, view)) => view,
+        Err(p) => {
+            let p = Problem::TargetNotFound(format!(
+                "the workload of ScaledObject {}: {}",
+                r.name,
+                p.message()
+            ));
+            return Ok(problem_outcome(p, r, record.status));
+        }
+    };
+    if so.view.pause.too_long() && record.status.original_pause.is_none() {
+        return Ok(problem_outcome(
+            Problem::InvalidSpec(format!(
+                "ScaledObject {} has a pause annotation longer than {} characters; the operator \
+                 records the user's own pause to give it back, and writes nothing over one it \
+                 cannot record",
+                r.name,
+                keda::MAX_RECORDED
+            )),
+            r,
+            record.status,
+        ));
+    }
+    let recorded = Originals {
+        pause: record.status.original_pause.clone(),
+        min: record.status.original_replicas,
+        max: record.status.original_max_replicas,
+    };
+    let eval = turn.eval;
+    let mut plan = keda::plan(eval.replicas, eval.ceiling, &recorded, &so.view);
+    if turn.write == Write::Never {
+        plan = Plan {
+            floor: plan.floor,
+            after: recorded,
+            ..Plan::default()
+        };
+    }
+    let mut out = apply(&mut turn, r, &mut so, record, plan, &workload).await?;
+    out.ceiling = eval.ceiling.map(|c| c.max(eval.replicas).max(1));
+    if out.problem.is_none() && turn.write == Write::IfDifferent {
+        let (problem, retry) = check(&mut turn, r, &so, &workload).await?;
+        out.problem = problem;
+        out.retry = out.retry.min(Some(retry)).or(Some(retry));
+    }
+    Ok(out)
+}
+
+/// Writes what the plan asks for, its record made durable first.
+async fn apply(
+    turn: &mut Turn<'_>,
+    r: &ScaleTargetRef,
+    so: &mut ScaledObjectRead,
+    mut record: Record,
+    plan: Plan,
+    workload: &ScaleView,
+) -> Result<Outcome> {
+    let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
+    let [key, _, _] = keys(&format!("{ns}/{}", tdset.name_any()));
+    let now = tokio::time::Instant::now();
+    let mut retry = None;
+    let mut scaled = None;
+    // Someone keeps setting it back: the schedule goes back later, not now.
+    let verdict = match plan.writes() {
+        true => ctx.contest(&key, |c| c.decide(plan.floor, now)),
+        false => Verdict::Write,
+    };
+    if let Verdict::Wait(until) = verdict {
+        retry = Some(until.duration_since(now));
+    }
+    let held = verdict != Verdict::Write;
+    if plan.writes() && !held {
+        if let Some(rec) = &plan.record {
+            set_record(&mut record.status, rec);
+            record.durable = false;
+        }
+        if plan.pause.as_ref().is_some_and(KedaPause::is_night) {
+            warn_if_old(turn, r, &so.view);
+        }
+        ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
+        let written = io::write(ctx, ns, r, so, plan.pause.as_ref(), plan.min, plan.max).await?;
+        if let Err(p) = written {
+            return Ok(problem_outcome(p, r, record.status));
+        }
+        ctx.contest(&key, |c| c.wrote(plan.floor, now));
+        let before = if so.view.pause.pauses() {
+            0
+        } else {
+            so.view.min()
+        };
+        scaled = changed(&plan, so, workload);
+        events(turn, r, &plan, so, before);
+        so.view.apply(&plan);
+        set_record(&mut record.status, &plan.after);
+    } else if !held {
+        set_record(&mut record.status, &plan.after);
+    }
+    let problem = ctx.contest(&key, |c| {
+        c.saw(so.min_setter.clone());
+        c.fight(now).map(|_| conflicting_writer(r, c.setter()))
+    });
+    let notices = plan
+        .clamped_from
+        .map(|asked| Notice::Clamped {
+            what: format!("ScaledObject {}", r.name),
+            field: "spec.maxReplicaCount",
+            asked,
+            max: so.view.max(),
+        })
+        .into_iter()
+        .collect();
+    Ok(Outcome {
+        problem,
+        notices,
+        target: Some(record.status),
+        retry,
+        scaled,
+        at_count: turn.write == Write::IfDifferent && !plan.writes(),
+        ..Outcome::observed(Ok(observed(r, &so.view, plan.floor, workload)))
+    })
+}
+
+/// The record's KEDA fields set from `originals`.
+fn set_record(status: &mut TargetStatus, originals: &Originals) {
+    status.original_pause = originals.pause.clone();
+    status.original_max_replicas = originals.max;
+    if originals.min.is_some() {
+        status.original_replicas = originals.min;
+    }
+}
+
+/// The change of count the writes made, for `status.history`: put to sleep (from the
+/// workload's count), woken, or a new floor.
+fn changed(plan: &Plan, so: &ScaledObjectRead, workload: &ScaleView) -> Option<Scaled> {
+    let asleep = so.view.pause.is_night();
+    match (&plan.pause, plan.min) {
+        (Some(p), _) if p.is_night() => Some(Scaled {
+            to: Some(0),
+            ..Scaled::from_count(workload.spec_replicas)
+        }),
+        (Some(_), _) if asleep => Some(Scaled {
+            to: Some(plan.floor),
+            ..Scaled::from_count(workload.spec_replicas)
+        }),
+        (_, Some(min)) if plan.floor > 0 => Some(Scaled {
+            to: Some(min),
+            ..Scaled::from_count(so.view.min())
+        }),
+        _ => None,
+    }
+}
+
+/// The Events of the plan's writes.
+fn events(
+    turn: &mut Turn<'_>,
+    r: &ScaleTargetRef,
+    plan: &Plan,
+    so: &ScaledObjectRead,
+    before: i32,
+) {
+    let (tdset, ctx, eval) = (turn.tdset, turn.ctx, turn.eval);
+    if let Some(p) = &plan.pause {
+        let what = if p.is_night() {
+            format!("paused ScaledObject {} at 0 replicas", r.name)
+        } else if p.pauses() {
+            format!("gave ScaledObject {} its own pause back", r.name)
+        } else {
+            format!("unpaused ScaledObject {}", r.name)
+        };
+        let to = if p.is_night() { 0 } else { plan.floor };
+        turn.events
+            .push(record_scale(ctx, tdset, &what, before, to, eval));
+    } else if let Some(min) = plan.min.filter(|_| plan.floor > 0) {
+        let what = format!("set ScaledObject {} minReplicaCount", r.name);
+        turn.events
+            .push(record_scale(ctx, tdset, &what, so.view.min(), min, eval));
+    }
+    if let Some(max) = plan.max {
+        let why = if eval.ceiling.is_some() {
+            "the schedule's ceiling"
+        } else {
+            "its own, given back"
+        };
+        turn.events.push(note(
+            tdset,
+            EventType::Normal,
+            "CeilingSet",
+            format!(
+                "set ScaledObject {} maxReplicaCount from {} to {max} ({why})",
+                r.name,
+                so.view.max()
+            ),
+        ));
+    }
+}
+
+/// Before the first pause, a KEDA older than the one that applies a pause in one step (its
+/// version from the HPA it made) is said in a Warning: its pause may not take.
+fn warn_if_old(turn: &mut Turn<'_>, r: &ScaleTargetRef, so: &keda::ScaledObjectView) {
+    let Some(version) = so
+        .hpa_name
+        .as_deref()
+        .and_then(|h| io::version(turn.ctx, turn.ns, h))
+    else {
+        return;
+    };
+    if version < keda::ONE_STEP_PAUSE {
+        let (major, minor) = version;
+        let (want_major, want_minor) = keda::ONE_STEP_PAUSE;
+        turn.events.push(note(
+            turn.tdset,
+            EventType::Warning,
+            "KedaTooOld",
+            format!(
+                "KEDA {major}.{minor} runs ScaledObject {}: before {want_major}.{want_minor} KEDA \
+                 often did not apply a pause (keda PR #7214), so the workload may not sleep; \
+                 the operator checks and reports it. Upgrade KEDA to {want_major}.{want_minor} or later",
+                r.name
+            ),
+        ));
+    }
+}
+
+/// Whether KEDA took what is on the ScaledObject; a drifted count or a pause KEDA kept is put
+/// right through the ScaledObject, never faster than the contest allows. The problem to report
+/// and when to look again.
+async fn check(
+    turn: &mut Turn<'_>,
+    r: &ScaleTargetRef,
+    so: &ScaledObjectRead,
+    workload: &ScaleView,
+) -> Result<(Option<Problem>, Duration)> {
+    let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
+    let [key, drift_key, unpause_key] = keys(&format!("{ns}/{}", tdset.name_any()));
+    let now = tokio::time::Instant::now();
+    let waited = ctx
+        .contest(&key, |c| c.since_write(now))
+        .is_none_or(|d| d >= KEDA_GRACE);
+    Ok(match keda::check(&so.view, Some(workload.spec_replicas)) {
+        Check::Taken => (None, CHECK_EVERY),
+        Check::NotPaused if !waited => (None, SOON),
+        Check::NotPaused => (
+            Some(Problem::KedaPauseNotApplied(format!(
+                "ScaledObject {} carries the schedule's pause (paused-replicas 0), but KEDA has \
+                 not paused it (its Paused condition is not True) and {} still runs {} \
+                 replicas: is KEDA's operator running, and at 2.20 or later?",
+                r.name, so.view.target, workload.spec_replicas
+            ))),
+            CHECK_EVERY,
+        ),
+        // KEDA is still scaling to the pause just written (or to a pause of the user's own).
+        Check::Drifted { .. } if !waited => (None, SOON),
+        Check::Drifted { replicas } => {
+            // KEDA does not watch the workload: turn the pause's spelling so it reconciles the
+            // ScaledObject and scales the workload back to 0.
+            if let Verdict::Wait(until) = ctx.contest(&drift_key, |c| c.decide(0, now)) {
+                return Ok((None, until.duration_since(now)));
+            }
+            let turned = keda::turned(&so.view.pause);
+            if let Err(p) = io::write(ctx, ns, r, so, Some(&turned), None, None).await? {
+                return Ok((Some(p), CHECK_EVERY));
+            }
+            ctx.contest(&drift_key, |c| c.wrote(0, now));
+            turn.events.push(note(
+                tdset,
+                EventType::Normal,
+                "DriftCorrected",
+                format!(
+                    "{} was set to {replicas} replicas while ScaledObject {} is paused at 0 \
+                     (KEDA does not watch it); KEDA was made to put it back",
+                    so.view.target, r.name
+                ),
+            ));
+            (None, SOON)
+        }
+        Check::StillPaused if !waited => (None, SOON),
+        Check::StillPaused => {
+            let problem = Problem::KedaStillPaused(format!(
+                "ScaledObject {} has no pause annotation left, but KEDA still says it is paused \
+                 (keda#6982); the operator sets autoscaling.keda.sh/paused: \"false\", as KEDA's \
+                 documentation allows, less and less often",
+                r.name
+            ));
+            if let Verdict::Write = ctx.contest(&unpause_key, |c| c.decide(1, now)) {
+                let unpause = keda::unpause();
+                if let Err(p) = io::write(ctx, ns, r, so, Some(&unpause), None, None).await? {
+                    return Ok((Some(p), CHECK_EVERY));
+                }
+                ctx.contest(&unpause_key, |c| c.wrote(1, now));
+            }
+            (Some(problem), CHECK_EVERY)
+        }
+    })
+}
+
+/// The workload as KEDA runs it for the schedule.
+fn observed(
+    r: &ScaleTargetRef,
+    so: &keda::ScaledObjectView,
+    floor: i32,
+    workload: &ScaleView,
+) -> Observed {
+    Observed {
+        what: format!("ScaledObject {} ({})", r.name, so.target),
+        current: workload.status_replicas,
+        ready: workload.ready_replicas,
+        wanted: floor,
+        settled: if floor == 0 {
+            so.paused == Some(true) && workload.spec_replicas == 0 && workload.status_replicas == 0
+        } else {
+            so.min_replica_count == Some(floor) && workload.status_replicas >= floor
+        },
+        hint: Some(format!("see `kubectl describe scaledobject {}`", r.name)),
+    }
+}
+
+/// Another writer keeps setting `minReplicaCount` back (a GitOps tool: then the fix it needs).
+fn conflicting_writer(r: &ScaleTargetRef, setter: Option<&gitops::Setter>) -> Problem {
+    if let Some((writer, object)) = setter.and_then(|s| s.tool.as_ref()) {
+        return Problem::GitOpsConflict(gitops::conflict_message(
+            writer,
+            object,
+            "the pause annotations, spec.minReplicaCount and spec.maxReplicaCount",
+            &[
+                "/metadata/annotations/autoscaling.keda.sh~1paused-replicas",
+                "/metadata/annotations/autoscaling.keda.sh~1paused",
+                "/spec/minReplicaCount",
+                "/spec/maxReplicaCount",
+            ],
+            FIELD_MANAGER,
+        ));
+    }
+    Problem::ConflictingWriter(format!(
+        "ScaledObject {} keeps being set back by another writer; the operator now puts the \
+         schedule back less and less often instead of fighting it. Stop that writer from \
+         managing its pause annotations, minReplicaCount and maxReplicaCount",
+        r.name
+    ))
+}
+
+/// Lets go of a ScaledObject as its status records it, only on the object it was recorded
+/// from: the user's pause given back (or the operator's taken off), the own ceiling given back,
+/// and with `restore` the own floor. What was done, if anything.
+pub(crate) async fn let_go(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    recorded: &TargetStatus,
+    restore: bool,
+) -> Answer<Option<String>> {
+    let so = match io::read(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if let (Some(a), Some(b)) = (recorded.uid.as_deref(), so.view.uid.as_deref())
+        && a != b
+    {
+        return Ok(Err(Problem::TargetNotFound(format!(
+            "{r} was deleted and created again since its pause and counts were recorded; the \
+             new object is left as it is"
+        ))));
+    }
+    let originals = Originals {
+        pause: recorded.original_pause.clone(),
+        min: recorded.original_replicas,
+        max: recorded.original_max_replicas,
+    };
+    let plan = keda::released(&originals, &so.view, restore);
+    if !plan.writes() {
+        return Ok(Ok(None));
+    }
+    if let Err(p) = io::write(ctx, ns, r, &so, plan.pause.as_ref(), plan.min, plan.max).await? {
+        return Ok(Err(p));
+    }
+    let mut done = Vec::new();
+    if let Some(p) = &plan.pause {
+        done.push(if p.pauses() {
+            "gave back its own pause".to_string()
+        } else {
+            "took the schedule's pause off".to_string()
+        });
+    }
+    if let Some(max) = plan.max {
+        done.push(format!("gave back maxReplicaCount {max}"));
+    }
+    if let Some(min) = plan.min {
+        done.push(format!("restored minReplicaCount {min}"));
+    }
+    Ok(Ok(Some(format!(
+        "ScaledObject {}: {}",
+        r.name,
+        done.join(", ")
+    ))))
+}

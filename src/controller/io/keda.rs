@@ -1,0 +1,97 @@
+//! A KEDA ScaledObject on the wire: read live (no watch: KEDA's CRD may be absent, and the
+//! TDSets that target one are few), written by merge patches guarded by its uid.
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+
+use super::target::{Request, object_of};
+use crate::api::{KedaPause, ScaleTargetRef};
+use crate::controller::state::{Answer, Context, Resolved};
+use crate::error::Error;
+use crate::status::Problem;
+use crate::workload::gitops;
+use crate::workload::keda::{self, ScaledObjectView};
+use crate::workload::owned::FIELD_MANAGER;
+
+/// A ScaledObject as read: its view, and who else last set its `minReplicaCount` (read before
+/// the operator's own write takes the field over).
+pub(crate) struct ScaledObjectRead {
+    pub resource: Resolved,
+    pub view: ScaledObjectView,
+    pub min_setter: Option<gitops::Setter>,
+}
+
+/// Reads the ScaledObject `r` names, live.
+pub(crate) async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<ScaledObjectRead> {
+    let resource = match ctx.discovery.resolve(r).await? {
+        Ok(res) => res,
+        Err(p) => return Ok(Err(p)),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource.resource);
+    let request = Request {
+        verb: "get",
+        target: r,
+        resource: &resource.resource,
+        subresource: "",
+        ns,
+    };
+    Ok(request.answer(api.get(&r.name).await)?.map(|o| {
+        let object = object_of(ns, &r.name, (keda::GROUP, keda::KIND));
+        let min_setter =
+            gitops::setter(&o.metadata, object, "/spec/minReplicaCount", FIELD_MANAGER);
+        let view = serde_json::to_value(&o)
+            .map(|v| ScaledObjectView::from_object(&v))
+            .unwrap_or_default();
+        ScaledObjectRead {
+            resource,
+            view,
+            min_setter,
+        }
+    }))
+}
+
+/// Writes a plan's fields to the ScaledObject (see `keda::patch`): refused, gone or replaced
+/// (another uid) is a problem to report.
+pub(crate) async fn write(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    read: &ScaledObjectRead,
+    pause: Option<&KedaPause>,
+    min: Option<i32>,
+    max: Option<i32>,
+) -> Answer<()> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), ns, &read.resource.resource);
+    ctx.metrics.write("scaledobjects", "patch");
+    let body = keda::patch(read.view.uid.as_deref(), pause, min, max);
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    match api.patch(&r.name, &pp, &Patch::Merge(&body)).await {
+        Ok(_) => Ok(Ok(())),
+        Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Err(Problem::Forbidden(format!(
+            "the operator may not patch ScaledObject {} in namespace {ns}: {}; its ClusterRole \
+             needs patch on keda.sh scaledobjects (the chart grants it)",
+            r.name, s.message
+        )))),
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {
+            Ok(Err(Problem::TargetNotFound(format!(
+                "{r} was deleted (or replaced) while it was being written"
+            ))))
+        }
+        // KEDA's admission webhook, where it runs, refuses what KEDA would not take.
+        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => Ok(Err(Problem::ApiError(
+            format!("{r} refused the schedule's write: {}", s.message),
+        ))),
+        Err(e) => Err(Error::kube(format!("patching {r} in {ns}"))(e)),
+    }
+}
+
+/// KEDA's version, from the labels on the HPA it made for the ScaledObject (in the cache).
+pub(crate) fn version(ctx: &Context, ns: &str, hpa_name: &str) -> Option<(u32, u32)> {
+    let hpa = ctx
+        .hpas
+        .get(&kube::runtime::reflector::ObjectRef::new(hpa_name).within(ns))?;
+    keda::version_of(hpa.metadata.labels.as_ref()?)
+}

@@ -1,0 +1,371 @@
+//! KEDA ScaledObjects as targets (issue 50), against a real KEDA operator (v2.21.0, built from
+//! its module with the control plane, its CRDs from the same module) on the suite's control
+//! plane with kube-controller-manager. Each test runs its own KEDA, watching its namespace.
+//!
+//! The ScaledObjects use a cron trigger that is never active: KEDA holds the workload at its
+//! `minReplicaCount`, so the counts below are KEDA's own doing, from what the operator wrote.
+
+use crate::support::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::Client;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use serde_json::{Value, json};
+use tdset_operator::api::TDSet;
+use tdset_operator::clock::SystemClock;
+
+const PAUSED_REPLICAS: &str = "autoscaling.keda.sh/paused-replicas";
+const PAUSED: &str = "autoscaling.keda.sh/paused";
+
+/// Noon on a Friday (UTC).
+fn noon() -> SystemClock {
+    SystemClock::starting_at(utc("2026-05-01T12:00:00Z"))
+}
+
+fn scaled_objects(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    );
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Deployment `name` at `replicas`, and ScaledObject `name` over it (`min`..10), with
+/// `annotations`; once KEDA has made its HPA.
+async fn scaled_web(client: &Client, ns: &str, replicas: i32, min: i32, annotations: Value) {
+    let _: Deployment = create_object(client, ns, app_deployment("web", replicas)).await;
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": "web", "annotations": annotations},
+        "spec": {"scaleTargetRef": {"name": "web"}, "minReplicaCount": min,
+                 "maxReplicaCount": 10, "triggers": [never_active_cron()]}
+    }))
+    .unwrap();
+    scaled_objects(client, ns)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("creating the ScaledObject");
+}
+
+/// Waits until ScaledObject `web` satisfies `pred` (as JSON).
+async fn scaled_object_where(
+    client: &Client,
+    ns: &str,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let api = scaled_objects(client, ns);
+    eventually(GUARD, what, || async {
+        let o = api.get_opt("web").await.ok().flatten()?;
+        let v = serde_json::to_value(o).ok()?;
+        pred(&v).then_some(v)
+    })
+    .await
+}
+
+fn annotation<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
+    o.pointer("/metadata/annotations")?.get(key)?.as_str()
+}
+
+/// KEDA's Paused condition.
+fn paused(o: &Value) -> Option<bool> {
+    let c = o
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Paused")?;
+    Some(c["status"] == "True")
+}
+
+fn spec_count(o: &Value, field: &str) -> Option<i64> {
+    o.pointer(&format!("/spec/{field}"))?.as_i64()
+}
+
+/// A TDSet over ScaledObject web: `day` replicas from `start`:00 to 17:00, 0 otherwise (at
+/// noon: start 9 is the day, start 13 the night).
+fn over_web(start: u32, day: i32, ceiling: Option<i32>) -> Value {
+    let mut window = json!({"name": "office", "startTime": start, "endTime": 17, "replica": day});
+    if let Some(max) = ceiling {
+        window["maxReplica"] = json!(max);
+    }
+    json!({
+        "scaleTargetRef": {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "web"},
+        "schedulingConfig": [window],
+        "defaultReplica": 0,
+    })
+}
+
+async fn set_spec(client: &Client, ns: &str, spec: Value) {
+    Api::<TDSet>::namespaced(client.clone(), ns)
+        .patch(
+            "sched",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": spec})),
+        )
+        .await
+        .expect("editing the TDSet");
+}
+
+/// KEDA's HPA for ScaledObject web, once it is there and satisfies `pred`.
+async fn keda_hpa(
+    client: &Client,
+    ns: &str,
+    what: &str,
+    pred: impl Fn(&HorizontalPodAutoscaler) -> bool,
+) -> HorizontalPodAutoscaler {
+    object_where(client, ns, "keda-hpa-web", what, pred).await
+}
+
+async fn keda_hpa_gone(client: &Client, ns: &str) {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    eventually(GUARD, "KEDA's HPA deleted", || async {
+        matches!(api.get_opt("keda-hpa-web").await, Ok(None)).then_some(())
+    })
+    .await;
+}
+
+fn target_record(t: &TDSet) -> Option<&tdset_operator::api::TargetStatus> {
+    t.status.as_ref()?.target.as_ref()
+}
+
+/// The night: KEDA's pause (both annotations), which KEDA takes (Paused, its HPA deleted, the
+/// workload at 0); a count changed by hand while paused (KEDA does not watch the workload) is
+/// put right through the ScaledObject; the morning takes the pause off and sets the floor, and
+/// KEDA's HPA comes back and KEDA scales the workload up to it; a scheduled ceiling lands as
+/// `maxReplicaCount`; letting go gives the own ceiling back.
+#[tokio::test]
+async fn a_scaled_object_sleeps_through_keda_s_pause_is_kept_asleep_and_wakes_with_its_hpa() {
+    let (client, ns) = setup("keda-night").await;
+    let n = &ns.name;
+    let _keda = KedaOperator::start(&client, n).await;
+    scaled_web(&client, n, 2, 2, json!({})).await;
+    // KEDA is at work, at the version it was built as.
+    let h = keda_hpa(&client, n, "KEDA's HPA", |_| true).await;
+    let version = h
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("app.kubernetes.io/version"));
+    assert_eq!(version.map(String::as_str), Some("2.21.0"));
+
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(&client, n, &tdset("sched", over_web(13, 3, None))).await;
+    let night = scaled_object_where(&client, n, "paused by the schedule, and by KEDA", |o| {
+        annotation(o, PAUSED_REPLICAS) == Some("0")
+            && annotation(o, PAUSED) == Some("true")
+            && paused(o) == Some(true)
+    })
+    .await;
+    assert_eq!(
+        spec_count(&night, "minReplicaCount"),
+        Some(2),
+        "the floor is left while paused"
+    );
+    deployment_at(&client, n, "web", 0).await;
+    keda_hpa_gone(&client, n).await;
+    let t = object_where(
+        &client,
+        n,
+        "sched",
+        "the originals recorded",
+        |t: &TDSet| target_record(t).is_some_and(|r| r.original_pause.is_some()),
+    )
+    .await;
+    let record = target_record(&t).unwrap();
+    assert_eq!(
+        record.original_pause,
+        Some(Default::default()),
+        "no pause of the user's"
+    );
+    assert_eq!(record.original_replicas, Some(2));
+
+    // A Helm upgrade sets the count while paused: KEDA would leave it. The operator makes
+    // KEDA put it back.
+    Api::<Deployment>::namespaced(client.clone(), n)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    wait_for_event(&client, n, "sched", |(_, reason, _)| {
+        reason == "DriftCorrected"
+    })
+    .await;
+    deployment_at(&client, n, "web", 0).await;
+
+    // The morning: the pause taken off, the floor set; KEDA's HPA back, the workload up.
+    set_spec(&client, n, over_web(9, 3, None)).await;
+    let day = scaled_object_where(&client, n, "unpaused with the day's floor", |o| {
+        annotation(o, PAUSED_REPLICAS).is_none()
+            && annotation(o, PAUSED).is_none()
+            && paused(o) == Some(false)
+            && spec_count(o, "minReplicaCount") == Some(3)
+    })
+    .await;
+    assert_eq!(spec_count(&day, "maxReplicaCount"), Some(10));
+    keda_hpa(&client, n, "KEDA's HPA back at the floor", |h| {
+        h.spec.as_ref().and_then(|s| s.min_replicas) == Some(3)
+    })
+    .await;
+    deployment_at(&client, n, "web", 3).await;
+
+    // A ceiling by schedule, where KEDA keeps it; the own recorded first.
+    set_spec(&client, n, over_web(9, 3, Some(5))).await;
+    scaled_object_where(&client, n, "the ceiling 5", |o| {
+        spec_count(o, "maxReplicaCount") == Some(5)
+    })
+    .await;
+    keda_hpa(&client, n, "KEDA's HPA under the ceiling", |h| {
+        h.spec.as_ref().map(|s| s.max_replicas) == Some(5)
+    })
+    .await;
+    let t: TDSet = Api::namespaced(client.clone(), n)
+        .get("sched")
+        .await
+        .unwrap();
+    assert_eq!(
+        target_record(&t).and_then(|r| r.original_max_replicas),
+        Some(10)
+    );
+
+    // Deleted (onDelete: Keep): the own ceiling comes back, the floor stays.
+    delete_tdset_and_wait(&client, n, "sched").await;
+    let after = scaled_object_where(&client, n, "its own ceiling back", |o| {
+        spec_count(o, "maxReplicaCount") == Some(10)
+    })
+    .await;
+    assert_eq!(spec_count(&after, "minReplicaCount"), Some(3));
+    assert_eq!(annotation(&after, PAUSED_REPLICAS), None);
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// A pause of the user's own (at 1) before the night is recorded first, replaced by the
+/// schedule's, and is the one left in the morning: KEDA holds the workload at 1 again.
+#[tokio::test]
+async fn a_user_s_own_pause_before_the_night_is_the_one_left_afterwards() {
+    let (client, ns) = setup("keda-own").await;
+    let n = &ns.name;
+    let _keda = KedaOperator::start(&client, n).await;
+    scaled_web(&client, n, 2, 2, json!({PAUSED_REPLICAS: "1"})).await;
+    deployment_at(&client, n, "web", 1).await;
+
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(&client, n, &tdset("sched", over_web(13, 3, None))).await;
+    scaled_object_where(&client, n, "the schedule's pause", |o| {
+        annotation(o, PAUSED_REPLICAS) == Some("0") && annotation(o, PAUSED) == Some("true")
+    })
+    .await;
+    deployment_at(&client, n, "web", 0).await;
+    let t: TDSet = Api::namespaced(client.clone(), n)
+        .get("sched")
+        .await
+        .unwrap();
+    let own = target_record(&t)
+        .and_then(|r| r.original_pause.clone())
+        .unwrap_or_default();
+    assert_eq!(own.paused_replicas.as_deref(), Some("1"));
+    assert_eq!(own.paused, None);
+
+    set_spec(&client, n, over_web(9, 3, None)).await;
+    scaled_object_where(&client, n, "the user's pause back", |o| {
+        annotation(o, PAUSED_REPLICAS) == Some("1") && annotation(o, PAUSED).is_none()
+    })
+    .await;
+    deployment_at(&client, n, "web", 1).await;
+    let t: TDSet = Api::namespaced(client.clone(), n)
+        .get("sched")
+        .await
+        .unwrap();
+    assert_eq!(
+        target_record(&t).and_then(|r| r.original_pause.clone()),
+        None,
+        "given back"
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// A TDSet deleted while its ScaledObject sleeps takes the pause off: KEDA resumes, makes its
+/// HPA again and scales the workload back to its own minimum.
+#[tokio::test]
+async fn a_tdset_deleted_while_its_scaled_object_sleeps_gives_it_back_to_keda() {
+    let (client, ns) = setup("keda-delete").await;
+    let n = &ns.name;
+    let _keda = KedaOperator::start(&client, n).await;
+    scaled_web(&client, n, 2, 2, json!({})).await;
+    keda_hpa(&client, n, "KEDA's HPA", |_| true).await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(&client, n, &tdset("sched", over_web(13, 3, None))).await;
+    deployment_at(&client, n, "web", 0).await;
+    keda_hpa_gone(&client, n).await;
+
+    delete_tdset_and_wait(&client, n, "sched").await;
+    scaled_object_where(&client, n, "unpaused", |o| {
+        annotation(o, PAUSED_REPLICAS).is_none()
+            && annotation(o, PAUSED).is_none()
+            && paused(o) == Some(false)
+    })
+    .await;
+    keda_hpa(&client, n, "KEDA's HPA made again", |_| true).await;
+    deployment_at(&client, n, "web", 2).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// The user's own pause is recorded, durable, before the schedule's replaces it: an operator
+/// killed the instant its pause lands leaves the next one the user's pause to give back, not
+/// the schedule's (which, taken for the user's, would keep the workload asleep for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_the_instant_its_pause_lands_the_operator_still_gives_the_user_s_own_back() {
+    use futures::StreamExt;
+    let (client, ns) = setup("keda-kill").await;
+    let n = &ns.name;
+    let _keda = KedaOperator::start(&client, n).await;
+    scaled_web(&client, n, 2, 2, json!({PAUSED_REPLICAS: "1"})).await;
+    deployment_at(&client, n, "web", 1).await;
+    // A watch, started before the operator, sees the pause the moment it lands.
+    let mut changes = kube::runtime::watcher(
+        scaled_objects(&client, n),
+        kube::runtime::watcher::Config::default().fields("metadata.name=web"),
+    )
+    .boxed();
+    let kubeconfig = control_plane().kubeconfig.clone();
+    let noon = ["--fake-now", "2026-05-01T12:00:00Z"];
+    let op = OperatorProcess::start(&kubeconfig, n, &noon, "keda-kill-1.log");
+    create_tdset(&client, n, &tdset("sched", over_web(13, 3, None))).await;
+    let paused_now = tokio::time::timeout(GUARD, async {
+        while let Some(event) = changes.next().await {
+            if let Ok(kube::runtime::watcher::Event::Apply(o)) = event
+                && o.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(PAUSED_REPLICAS))
+                    .map(String::as_str)
+                    == Some("0")
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    op.sigkill();
+    assert!(
+        paused_now.is_ok(),
+        "the operator never paused the ScaledObject"
+    );
+    let op = OperatorProcess::start(&kubeconfig, n, &noon, "keda-kill-2.log");
+    deployment_at(&client, n, "web", 0).await;
+    set_spec(&client, n, over_web(9, 3, None)).await;
+    scaled_object_where(&client, n, "the user's own pause back", |o| {
+        annotation(o, PAUSED_REPLICAS) == Some("1") && annotation(o, PAUSED).is_none()
+    })
+    .await;
+    deployment_at(&client, n, "web", 1).await;
+    assert!(op.sigterm().success());
+    ns.cleanup().await;
+}
