@@ -32,6 +32,8 @@ pub struct Contest {
     setter: Option<Setter>,
     /// When the last write was made: what a check of another controller's answer waits from.
     written_at: Option<Instant>,
+    /// Since when a state a check waits out has been seen (`seen_for`).
+    seen_at: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +85,17 @@ impl Contest {
     /// How long ago the last write was made (None: none since this process started).
     pub fn since_write(&self, now: Instant) -> Option<std::time::Duration> {
         self.written_at.map(|at| now.saturating_duration_since(at))
+    }
+
+    /// How long a state has been seen, counted from the first time this was asked since it was
+    /// last `unseen`.
+    pub fn seen_for(&mut self, now: Instant) -> std::time::Duration {
+        now.saturating_duration_since(*self.seen_at.get_or_insert(now))
+    }
+
+    /// The state `seen_for` counts is gone.
+    pub fn unseen(&mut self) {
+        self.seen_at = None;
     }
 
     /// How many reverts the window holds when that makes a fight, for the report.

@@ -25,11 +25,15 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use crate::api::{KedaPause, ScaleTargetRef};
+use crate::workload::owned::FIELD_MANAGER;
 
 pub const GROUP: &str = "keda.sh";
 pub const KIND: &str = "ScaledObject";
 pub const PAUSED_REPLICAS: &str = "autoscaling.keda.sh/paused-replicas";
 pub const PAUSED: &str = "autoscaling.keda.sh/paused";
+/// The field manager a user's own pause is given back under: not the operator's, so that the
+/// pause reads as the user's afterwards (and is never taken for the schedule's).
+pub const GIVE_BACK_MANAGER: &str = "tdset-operator-give-back";
 /// KEDA's defaults for an unset `minReplicaCount` and `maxReplicaCount`.
 pub const DEFAULT_MIN: i32 = 0;
 pub const DEFAULT_MAX: i32 = 100;
@@ -46,6 +50,9 @@ pub struct ScaledObjectView {
     pub uid: Option<String>,
     /// Its pause annotations as they are now.
     pub pause: KedaPause,
+    /// Whether the operator's field manager wrote them (owns either in `managedFields`): a
+    /// pause of the schedule's, as opposed to one of the user's that looks the same.
+    pub pause_ours: bool,
     pub min_replica_count: Option<i32>,
     pub max_replica_count: Option<i32>,
     /// `spec.scaleTargetRef`, defaulted as KEDA defaults it (`apps/v1` Deployment).
@@ -93,6 +100,21 @@ impl ScaledObjectView {
                 Some("False") => Some(false),
                 _ => None,
             });
+        let owns = |entry: &Value, key: &str| {
+            entry.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER)
+                && entry
+                    .pointer("/fieldsV1/f:metadata/f:annotations")
+                    .and_then(|a| a.get(format!("f:{key}")))
+                    .is_some()
+        };
+        let pause_ours = object
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .is_some_and(|entries| {
+                entries
+                    .iter()
+                    .any(|e| owns(e, PAUSED_REPLICAS) || owns(e, PAUSED))
+            });
         ScaledObjectView {
             name: s("/metadata/name").unwrap_or_default(),
             uid: s("/metadata/uid"),
@@ -100,6 +122,7 @@ impl ScaledObjectView {
                 paused_replicas: annotation(PAUSED_REPLICAS),
                 paused: annotation(PAUSED),
             },
+            pause_ours,
             min_replica_count: n("/spec/minReplicaCount"),
             max_replica_count: n("/spec/maxReplicaCount"),
             target: ScaleTargetRef {
@@ -121,6 +144,7 @@ impl ScaledObjectView {
     pub fn apply(&mut self, plan: &Plan) {
         if let Some(p) = &plan.pause {
             self.pause = p.clone();
+            self.pause_ours = p.paused_replicas.is_some() || p.paused.is_some();
         }
         if let Some(n) = plan.min {
             self.min_replica_count = Some(n);
@@ -167,6 +191,21 @@ impl KedaPause {
     }
 }
 
+/// The user's own pause, to record before the schedule's replaces it. A pause of the
+/// operator's is none. A pause at the current count (`paused` alone) is recorded as a pause at
+/// that count (`paused-replicas`): given back as it was after the night, it would freeze the
+/// workload at the night's 0.
+fn users_pause(so: &ScaledObjectView, replicas: Option<i32>) -> KedaPause {
+    if so.pause_ours {
+        return KedaPause::default();
+    }
+    let mut own = so.pause.clone();
+    if own.paused_replicas.is_none() && own.pauses() {
+        own.paused_replicas = replicas.map(|n| n.to_string());
+    }
+    own
+}
+
 /// Go's `strconv.ParseBool` false spellings: KEDA reads any other value as true.
 fn is_false(v: &str) -> bool {
     matches!(v, "0" | "f" | "F" | "false" | "FALSE" | "False")
@@ -201,22 +240,35 @@ pub struct Plan {
     pub floor: i32,
     /// The scheduled count, when the ceiling held it lower.
     pub clamped_from: Option<i32>,
+    /// The pause written is the user's own, as recorded.
+    pub gives_back: bool,
 }
 
 impl Plan {
     pub fn writes(&self) -> bool {
         self.pause.is_some() || self.min.is_some() || self.max.is_some()
     }
+
+    /// The user's own pause given back (not a removal): written under `GIVE_BACK_MANAGER`, so
+    /// it reads as the user's afterwards.
+    pub fn gives_pause_back(&self) -> bool {
+        self.gives_back
+            && self
+                .pause
+                .as_ref()
+                .is_some_and(|p| *p != KedaPause::default())
+    }
 }
 
-/// `scheduled`: the count now (0: asleep); `ceiling`: the schedule's `maxReplica`, if any;
-/// `recorded`: the originals on record. The user's values are recorded from `so` the first time
-/// the operator writes over them.
+/// `scheduled`: the count now (0: asleep); `ceiling`: the schedule's `maxReplica` in force,
+/// if any; `recorded`: the originals on record; `replicas`: the workload's count, when read.
+/// The user's values are recorded from `so` the first time the operator writes over them.
 pub fn plan(
     scheduled: i32,
     ceiling: Option<i32>,
     recorded: &Originals,
     so: &ScaledObjectView,
+    replicas: Option<i32>,
 ) -> Plan {
     let mut record = recorded.clone();
     let own_max = recorded.max.unwrap_or(so.max());
@@ -233,10 +285,11 @@ pub fn plan(
         ..Plan::default()
     };
     if scheduled <= 0 {
+        if record.pause.is_none() && !(so.pause.is_night() && so.pause_ours) {
+            record.pause = Some(users_pause(so, replicas));
+        }
+        // A pause at 0 already (the operator's, or the user's own, recorded): nothing to write.
         if !so.pause.is_night() {
-            if record.pause.is_none() {
-                record.pause = Some(so.pause.clone());
-            }
             plan.pause = Some(KedaPause::night("true"));
         }
         // The floor is free while paused: lowered under a lower ceiling (KEDA refuses a
@@ -246,10 +299,20 @@ pub fn plan(
             record.min = Some(so.min());
         }
     } else {
-        if let Some(own) = &record.pause {
-            if so.pause != *own {
+        match &record.pause {
+            Some(own) if so.pause != *own => {
+                plan.gives_back = true;
                 plan.pause = Some(own.clone());
             }
+            // Nothing on record, yet a pause of the operator's is on it (a record lost, a
+            // takeover, or the unpause written for keda#6982 once KEDA took it): off.
+            None if so.pause_ours
+                && so.pause != KedaPause::default()
+                && !(so.pause == unpause() && so.paused == Some(true)) =>
+            {
+                plan.pause = Some(KedaPause::default())
+            }
+            _ => {}
         }
         let floor = scheduled.min(max);
         if record.min.is_none() && so.min() != floor {
@@ -276,9 +339,15 @@ pub fn plan(
 pub fn released(recorded: &Originals, so: &ScaledObjectView, restore: bool) -> Plan {
     let mut plan = Plan::default();
     match &recorded.pause {
-        Some(own) if so.pause != *own => plan.pause = Some(own.clone()),
-        // Nothing on record, yet the operator's night is on it (the record was lost): off.
-        None if so.pause.is_night() => plan.pause = Some(KedaPause::default()),
+        Some(own) if so.pause != *own => {
+            plan.gives_back = true;
+            plan.pause = Some(own.clone());
+        }
+        // Nothing on record, yet a pause of the operator's is on it (the record was lost): off.
+        // One of the user's (a pause at 0 for maintenance, say) stays.
+        None if so.pause_ours && so.pause != KedaPause::default() => {
+            plan.pause = Some(KedaPause::default())
+        }
         _ => {}
     }
     let own_max = recorded.max.unwrap_or(so.max()).max(1);
@@ -311,7 +380,7 @@ pub enum Check {
 
 /// `replicas`: the workload's `spec.replicas`, when read.
 pub fn check(so: &ScaledObjectView, replicas: Option<i32>) -> Check {
-    if so.pause.is_night() {
+    if so.pause.is_night() && so.pause_ours {
         if so.paused != Some(true) {
             return Check::NotPaused;
         }
@@ -405,10 +474,17 @@ mod tests {
                 kind: "Deployment".into(),
                 name: "web".into(),
             },
+            pause_ours: false,
             paused: None,
             paused_replica_count: None,
             hpa_name: Some("keda-hpa-web".into()),
         }
+    }
+
+    /// `so` with the operator's pause on it.
+    fn ours(mut v: ScaledObjectView) -> ScaledObjectView {
+        v.pause_ours = true;
+        v
     }
 
     fn user_pause(n: &str) -> KedaPause {
@@ -421,7 +497,7 @@ mod tests {
     #[test]
     fn the_night_pauses_at_zero_with_both_annotations_and_records_the_users_pause_first() {
         let day = so(Some(1), Some(10), KedaPause::default());
-        let p = plan(0, None, &Originals::default(), &day);
+        let p = plan(0, None, &Originals::default(), &day, Some(2));
         assert_eq!(p.pause, Some(KedaPause::night("true")));
         assert_eq!((p.min, p.max, p.floor), (None, None, 0));
         // Nothing of the user's: recorded as none, so nothing comes back but the removal.
@@ -431,16 +507,16 @@ mod tests {
         );
         // The user's own pause at 2 is recorded before the operator's replaces it.
         let theirs = so(Some(1), Some(10), user_pause("2"));
-        let p = plan(0, None, &Originals::default(), &theirs);
+        let p = plan(0, None, &Originals::default(), &theirs, Some(2));
         assert_eq!(p.record.unwrap().pause, Some(user_pause("2")));
         // Already the operator's night (either spelling): nothing written, the record stays.
         for spelling in ["true", "True"] {
-            let night = so(Some(1), Some(10), KedaPause::night(spelling));
+            let night = ours(so(Some(1), Some(10), KedaPause::night(spelling)));
             let recorded = Originals {
                 pause: Some(user_pause("2")),
                 ..Originals::default()
             };
-            let p = plan(0, None, &recorded, &night);
+            let p = plan(0, None, &recorded, &night, Some(2));
             assert!(!p.writes(), "{spelling}");
             assert_eq!(p.record, None);
             assert_eq!(p.after, recorded);
@@ -455,7 +531,7 @@ mod tests {
             pause: Some(KedaPause::default()),
             ..Originals::default()
         };
-        let p = plan(3, None, &recorded, &night);
+        let p = plan(3, None, &recorded, &night, Some(2));
         assert_eq!(p.pause, Some(KedaPause::default()));
         assert_eq!((p.min, p.floor), (Some(3), 3));
         assert_eq!(
@@ -471,7 +547,7 @@ mod tests {
             min: Some(1),
             max: None,
         };
-        let p = plan(3, None, &recorded, &night);
+        let p = plan(3, None, &recorded, &night, Some(2));
         assert_eq!(p.pause, Some(user_pause("2")));
         let body = patch(Some("u1"), p.pause.as_ref(), p.min, p.max);
         assert_eq!(
@@ -483,7 +559,7 @@ mod tests {
         );
         // Given back already (a crash after the write, before the record was cleared).
         let back = so(Some(3), Some(10), user_pause("2"));
-        let p = plan(3, None, &recorded, &back);
+        let p = plan(3, None, &recorded, &back, Some(2));
         assert_eq!(p.pause, None);
         assert_eq!(p.after.pause, None);
     }
@@ -492,26 +568,26 @@ mod tests {
     fn floors_and_ceilings_follow_the_schedule_and_the_own_come_back() {
         // By day: floor 5, ceiling 50 over the user's 1..20.
         let own = so(Some(1), Some(20), KedaPause::default());
-        let p = plan(5, Some(50), &Originals::default(), &own);
+        let p = plan(5, Some(50), &Originals::default(), &own, Some(2));
         assert_eq!((p.min, p.max), (Some(5), Some(50)));
         let rec = p.record.clone().unwrap();
         assert_eq!((rec.min, rec.max), (Some(1), Some(20)));
         // Above the ceiling: clamped and said.
-        let p = plan(30, Some(8), &Originals::default(), &own);
+        let p = plan(30, Some(8), &Originals::default(), &own, Some(2));
         assert_eq!((p.min, p.max, p.clamped_from), (Some(30), Some(30), None));
-        let p = plan(30, None, &Originals::default(), &own);
+        let p = plan(30, None, &Originals::default(), &own, Some(2));
         assert_eq!((p.min, p.max, p.clamped_from), (Some(20), None, Some(30)));
         // No ceiling any more: the user's 20 comes back, and is no longer on record after.
         let day = so(Some(5), Some(50), KedaPause::default());
-        let p = plan(5, None, &rec, &day);
+        let p = plan(5, None, &rec, &day, Some(2));
         assert_eq!((p.min, p.max), (None, Some(20)));
         assert_eq!(p.after.max, None);
         // There already: nothing to write.
-        let p = plan(5, Some(50), &rec, &day);
+        let p = plan(5, Some(50), &rec, &day, Some(2));
         assert!(!p.writes());
         // Unset fields are KEDA's defaults: 0 and 100.
         let bare = so(None, None, KedaPause::default());
-        let p = plan(2, None, &Originals::default(), &bare);
+        let p = plan(2, None, &Originals::default(), &bare, Some(2));
         assert_eq!((p.min, p.max), (Some(2), None));
         assert_eq!(p.record.unwrap().min, Some(0));
     }
@@ -519,7 +595,7 @@ mod tests {
     #[test]
     fn asleep_under_a_lower_ceiling_the_floor_left_in_place_is_lowered_with_it() {
         let day = so(Some(10), Some(20), KedaPause::default());
-        let p = plan(0, Some(5), &Originals::default(), &day);
+        let p = plan(0, Some(5), &Originals::default(), &day, Some(2));
         assert_eq!((p.min, p.max), (Some(5), Some(5)));
         let rec = p.record.unwrap();
         assert_eq!(
@@ -531,7 +607,7 @@ mod tests {
 
     #[test]
     fn letting_go_gives_everything_of_the_users_back() {
-        let night = so(Some(5), Some(50), KedaPause::night("True"));
+        let night = ours(so(Some(5), Some(50), KedaPause::night("True")));
         let recorded = Originals {
             pause: Some(user_pause("2")),
             min: Some(1),
@@ -558,7 +634,7 @@ mod tests {
 
     #[test]
     fn the_check_says_what_keda_has_not_done() {
-        let mut night = so(Some(1), Some(10), KedaPause::night("true"));
+        let mut night = ours(so(Some(1), Some(10), KedaPause::night("true")));
         assert_eq!(check(&night, Some(3)), Check::NotPaused);
         night.paused = Some(true);
         assert_eq!(check(&night, Some(0)), Check::Taken);
@@ -615,6 +691,76 @@ mod tests {
         // Nothing but a name: no panic, KEDA's defaults.
         let bare = ScaledObjectView::from_object(&json!({"metadata": {"name": "x"}}));
         assert_eq!((bare.min(), bare.max(), bare.paused), (0, 100, None));
+    }
+
+    #[test]
+    fn a_pause_that_looks_like_the_night_is_the_operators_only_if_it_wrote_it() {
+        // The user's own pause at 0 (maintenance): recorded, given back, left on letting go,
+        // and not checked as the schedule's.
+        let maintenance = so(Some(1), Some(10), KedaPause::night("true"));
+        let p = plan(0, None, &Originals::default(), &maintenance, Some(0));
+        assert_eq!(p.record.unwrap().pause, Some(KedaPause::night("true")));
+        assert_eq!(
+            released(&Originals::default(), &maintenance, false).pause,
+            None
+        );
+        let mut taken = maintenance.clone();
+        taken.paused = Some(true);
+        assert_eq!(check(&taken, Some(3)), Check::Taken);
+        // The operator's night with nothing on record (a record lost, a takeover): by day it
+        // is taken off, not left to keep the workload asleep.
+        let left = ours(so(Some(1), Some(10), KedaPause::night("true")));
+        let p = plan(3, None, &Originals::default(), &left, Some(0));
+        assert_eq!(p.pause, Some(KedaPause::default()));
+        // The unpause written for keda#6982 stays while KEDA still says Paused, and goes after.
+        let mut stuck = ours(so(Some(3), Some(10), unpause()));
+        stuck.paused = Some(true);
+        assert_eq!(
+            plan(3, None, &Originals::default(), &stuck, Some(0)).pause,
+            None
+        );
+        stuck.paused = Some(false);
+        assert_eq!(
+            plan(3, None, &Originals::default(), &stuck, Some(3)).pause,
+            Some(KedaPause::default())
+        );
+        // A ScaledObject read with the operator's manager on the annotations is its.
+        let v = ScaledObjectView::from_object(&json!({
+            "metadata": {"name": "web", "annotations": {PAUSED_REPLICAS: "0", PAUSED: "true"},
+                         "managedFields": [
+                             {"manager": "kubectl-annotate", "operation": "Update",
+                              "fieldsV1": {"f:metadata": {"f:annotations": {"f:other": {}}}}},
+                             {"manager": "tdset-operator", "operation": "Update",
+                              "fieldsV1": {"f:metadata": {"f:annotations": {
+                                  "f:autoscaling.keda.sh/paused": {},
+                                  "f:autoscaling.keda.sh/paused-replicas": {}}}}}]}
+        }));
+        assert!(v.pause_ours);
+        let theirs = ScaledObjectView::from_object(&json!({
+            "metadata": {"name": "web", "annotations": {PAUSED_REPLICAS: "0"},
+                         "managedFields": [{"manager": "kubectl-annotate", "operation": "Update",
+                              "fieldsV1": {"f:metadata": {"f:annotations": {
+                                  "f:autoscaling.keda.sh/paused-replicas": {}}}}}]}
+        }));
+        assert!(!theirs.pause_ours);
+    }
+
+    #[test]
+    fn a_pause_at_the_current_count_is_recorded_at_that_count() {
+        // `paused: "true"` alone freezes the workload where it is: given back after the night
+        // it would freeze it at 0. It is recorded, and comes back, as a pause at 5.
+        let frozen = so(
+            Some(1),
+            Some(10),
+            KedaPause {
+                paused_replicas: None,
+                paused: Some("true".into()),
+            },
+        );
+        let p = plan(0, None, &Originals::default(), &frozen, Some(5));
+        let own = p.record.unwrap().pause.unwrap();
+        assert_eq!(own.paused_replicas.as_deref(), Some("5"));
+        assert_eq!(own.paused.as_deref(), Some("true"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::contest::Verdict;
 use crate::workload::gitops;
+use crate::workload::hpa;
 use crate::workload::keda::{self, Check, Originals, Plan};
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::target::ScaleView;
@@ -66,18 +67,34 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
         Some((so.view.min(), uid.as_deref())),
     )
     .await?;
-    let workload = match resolve_and_read(ctx, ns, &so.view.target).await? {
-        Ok((_, view)) => view,
-        Err(p) => {
-            let p = Problem::TargetNotFound(format!(
+    // The workload is read for the checks and the record of a pause at the current count; the
+    // schedule's writes do not wait for it (a give-back in the morning least of all).
+    let workload = resolve_and_read(ctx, ns, &so.view.target)
+        .await?
+        .map(|(_, view)| view)
+        .map_err(|p| {
+            Problem::TargetNotFound(format!(
                 "the workload of ScaledObject {}: {}",
                 r.name,
                 p.message()
-            ));
-            return Ok(problem_outcome(p, r, record.status));
-        }
+            ))
+        });
+    let recorded = Originals {
+        pause: record.status.original_pause.clone(),
+        min: record.status.original_replicas,
+        max: record.status.original_max_replicas,
     };
-    if so.view.pause.too_long() && record.status.original_pause.is_none() {
+    let eval = turn.eval;
+    let own_max = recorded.max.unwrap_or(so.view.max());
+    // While a rise is written ahead of its window (`warmUp`), the higher of the two ceilings.
+    let ceiling = hpa::ceiling_in_force(eval.ceiling, eval.ahead_of.map(|t| t.ceiling), own_max);
+    let replicas = workload.as_ref().ok().map(|w| w.spec_replicas);
+    let mut plan = keda::plan(eval.replicas, ceiling, &recorded, &so.view, replicas);
+    let records_pause = plan
+        .record
+        .as_ref()
+        .is_some_and(|r| r.pause != recorded.pause);
+    if records_pause && so.view.pause.too_long() {
         return Ok(problem_outcome(
             Problem::InvalidSpec(format!(
                 "ScaledObject {} has a pause annotation longer than {} characters; the operator \
@@ -90,13 +107,6 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             record.status,
         ));
     }
-    let recorded = Originals {
-        pause: record.status.original_pause.clone(),
-        min: record.status.original_replicas,
-        max: record.status.original_max_replicas,
-    };
-    let eval = turn.eval;
-    let mut plan = keda::plan(eval.replicas, eval.ceiling, &recorded, &so.view);
     if turn.write == Write::Never {
         plan = Plan {
             floor: plan.floor,
@@ -104,8 +114,20 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             ..Plan::default()
         };
     }
-    let mut out = apply(&mut turn, r, &mut so, record, plan, &workload).await?;
-    out.ceiling = eval.ceiling.map(|c| c.max(eval.replicas).max(1));
+    let workload = match workload {
+        Ok(w) => w,
+        Err(p) => {
+            // Written as planned; reported, and looked at again, until the workload can be read.
+            let mut out = apply(&mut turn, r, &mut so, record, plan, None).await?;
+            let target = out.target.take().unwrap_or_default();
+            return Ok(Outcome {
+                scaled: out.scaled,
+                ..problem_outcome(p, r, target)
+            });
+        }
+    };
+    let mut out = apply(&mut turn, r, &mut so, record, plan, Some(&workload)).await?;
+    out.ceiling = ceiling.map(|c| c.max(eval.replicas).max(1));
     if out.problem.is_none() && turn.write == Write::IfDifferent {
         let (problem, retry) = check(&mut turn, r, &so, &workload).await?;
         out.problem = problem;
@@ -121,7 +143,7 @@ async fn apply(
     so: &mut ScaledObjectRead,
     mut record: Record,
     plan: Plan,
-    workload: &ScaleView,
+    workload: Option<&ScaleView>,
 ) -> Result<Outcome> {
     let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
     let [key, _, _] = keys(&format!("{ns}/{}", tdset.name_any()));
@@ -146,8 +168,7 @@ async fn apply(
             warn_if_old(turn, r, &so.view);
         }
         ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
-        let written = io::write(ctx, ns, r, so, plan.pause.as_ref(), plan.min, plan.max).await?;
-        if let Err(p) = written {
+        if let Err(p) = write_plan(ctx, ns, r, so, &plan).await? {
             return Ok(problem_outcome(p, r, record.status));
         }
         ctx.contest(&key, |c| c.wrote(plan.floor, now));
@@ -156,7 +177,7 @@ async fn apply(
         } else {
             so.view.min()
         };
-        scaled = changed(&plan, so, workload);
+        scaled = changed(&plan, so, workload.map_or(0, |w| w.spec_replicas));
         events(turn, r, &plan, so, before);
         so.view.apply(&plan);
         set_record(&mut record.status, &plan.after);
@@ -184,8 +205,38 @@ async fn apply(
         retry,
         scaled,
         at_count: turn.write == Write::IfDifferent && !plan.writes(),
-        ..Outcome::observed(Ok(observed(r, &so.view, plan.floor, workload)))
+        ..Outcome::observed(Ok(observed(
+            r,
+            &so.view,
+            plan.floor,
+            workload.cloned().unwrap_or_default(),
+        )))
     })
+}
+
+/// The plan's writes: one merge patch, or two where the user's own pause is given back (under
+/// a field manager of its own, so it reads as the user's afterwards; the floor and the
+/// ceiling stay the operator's).
+async fn write_plan(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    so: &ScaledObjectRead,
+    plan: &Plan,
+) -> Answer<()> {
+    let fields = (plan.pause.as_ref(), plan.min, plan.max);
+    if !plan.gives_pause_back() {
+        return io::write(ctx, ns, r, so, FIELD_MANAGER, fields).await;
+    }
+    let manager = keda::GIVE_BACK_MANAGER;
+    let back = io::write(ctx, ns, r, so, manager, (fields.0, None, None));
+    if let Err(p) = back.await? {
+        return Ok(Err(p));
+    }
+    if plan.min.is_none() && plan.max.is_none() {
+        return Ok(Ok(()));
+    }
+    io::write(ctx, ns, r, so, FIELD_MANAGER, (None, plan.min, plan.max)).await
 }
 
 /// The record's KEDA fields set from `originals`.
@@ -199,16 +250,16 @@ fn set_record(status: &mut TargetStatus, originals: &Originals) {
 
 /// The change of count the writes made, for `status.history`: put to sleep (from the
 /// workload's count), woken, or a new floor.
-fn changed(plan: &Plan, so: &ScaledObjectRead, workload: &ScaleView) -> Option<Scaled> {
+fn changed(plan: &Plan, so: &ScaledObjectRead, replicas: i32) -> Option<Scaled> {
     let asleep = so.view.pause.is_night();
     match (&plan.pause, plan.min) {
         (Some(p), _) if p.is_night() => Some(Scaled {
             to: Some(0),
-            ..Scaled::from_count(workload.spec_replicas)
+            ..Scaled::from_count(replicas)
         }),
         (Some(_), _) if asleep => Some(Scaled {
             to: Some(plan.floor),
-            ..Scaled::from_count(workload.spec_replicas)
+            ..Scaled::from_count(replicas)
         }),
         (_, Some(min)) if plan.floor > 0 => Some(Scaled {
             to: Some(min),
@@ -301,10 +352,19 @@ async fn check(
     let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
     let [key, drift_key, unpause_key] = keys(&format!("{ns}/{}", tdset.name_any()));
     let now = tokio::time::Instant::now();
-    let waited = ctx
-        .contest(&key, |c| c.since_write(now))
-        .is_none_or(|d| d >= KEDA_GRACE);
-    Ok(match keda::check(&so.view, Some(workload.spec_replicas)) {
+    let since = |k: &str| ctx.contest(k, |c| c.since_write(now));
+    let waited = since(&key).is_none_or(|d| d >= KEDA_GRACE);
+    let found = keda::check(&so.view, Some(workload.spec_replicas));
+    // KEDA's status may lag behind annotations someone else took off: counted from when the
+    // operator first saw it so, not from its own last write (none, after a restart).
+    let still_for = ctx.contest(&unpause_key, |c| match found {
+        Check::StillPaused => c.seen_for(now),
+        _ => {
+            c.unseen();
+            Duration::ZERO
+        }
+    });
+    Ok(match found {
         Check::Taken => (None, CHECK_EVERY),
         Check::NotPaused if !waited => (None, SOON),
         Check::NotPaused => (
@@ -316,16 +376,31 @@ async fn check(
             ))),
             CHECK_EVERY,
         ),
-        // KEDA is still scaling to the pause just written (or to a pause of the user's own).
-        Check::Drifted { .. } if !waited => (None, SOON),
+        // KEDA is still scaling to the pause (or to the last turn) just written: it says it
+        // is done when its status shows the paused count.
+        Check::Drifted { .. }
+            if (!waited && so.view.paused_replica_count != Some(0))
+                || since(&drift_key).is_some_and(|d| d < KEDA_GRACE) =>
+        {
+            (None, SOON)
+        }
         Check::Drifted { replicas } => {
             // KEDA does not watch the workload: turn the pause's spelling so it reconciles the
             // ScaledObject and scales the workload back to 0.
             if let Verdict::Wait(until) = ctx.contest(&drift_key, |c| c.decide(0, now)) {
-                return Ok((None, until.duration_since(now)));
+                // Someone keeps setting it (a GitOps tool, a script, another TDSet on the
+                // workload itself): said, and put right less and less often.
+                let fight = Problem::ConflictingWriter(format!(
+                    "{} keeps being set to {replicas} replicas while ScaledObject {} is paused \
+                     at 0 by the schedule; the operator has KEDA put it back less and less often. \
+                     Stop whatever sets spec.replicas of {} (KEDA scales it)",
+                    so.view.target, r.name, so.view.target
+                ));
+                return Ok((Some(fight), until.duration_since(now)));
             }
             let turned = keda::turned(&so.view.pause);
-            if let Err(p) = io::write(ctx, ns, r, so, Some(&turned), None, None).await? {
+            let turn_it = io::write(ctx, ns, r, so, FIELD_MANAGER, (Some(&turned), None, None));
+            if let Err(p) = turn_it.await? {
                 return Ok((Some(p), CHECK_EVERY));
             }
             ctx.contest(&drift_key, |c| c.wrote(0, now));
@@ -341,7 +416,7 @@ async fn check(
             ));
             (None, SOON)
         }
-        Check::StillPaused if !waited => (None, SOON),
+        Check::StillPaused if !waited || still_for < KEDA_GRACE => (None, SOON),
         Check::StillPaused => {
             let problem = Problem::KedaStillPaused(format!(
                 "ScaledObject {} has no pause annotation left, but KEDA still says it is paused \
@@ -351,7 +426,8 @@ async fn check(
             ));
             if let Verdict::Write = ctx.contest(&unpause_key, |c| c.decide(1, now)) {
                 let unpause = keda::unpause();
-                if let Err(p) = io::write(ctx, ns, r, so, Some(&unpause), None, None).await? {
+                let sent = io::write(ctx, ns, r, so, FIELD_MANAGER, (Some(&unpause), None, None));
+                if let Err(p) = sent.await? {
                     return Ok((Some(p), CHECK_EVERY));
                 }
                 ctx.contest(&unpause_key, |c| c.wrote(1, now));
@@ -366,7 +442,7 @@ fn observed(
     r: &ScaleTargetRef,
     so: &keda::ScaledObjectView,
     floor: i32,
-    workload: &ScaleView,
+    workload: ScaleView,
 ) -> Observed {
     Observed {
         what: format!("ScaledObject {} ({})", r.name, so.target),
@@ -437,7 +513,7 @@ pub(crate) async fn let_go(
     if !plan.writes() {
         return Ok(Ok(None));
     }
-    if let Err(p) = io::write(ctx, ns, r, &so, plan.pause.as_ref(), plan.min, plan.max).await? {
+    if let Err(p) = write_plan(ctx, ns, r, &so, &plan).await? {
         return Ok(Err(p));
     }
     let mut done = Vec::new();

@@ -49,23 +49,22 @@ pub(crate) async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<
     }))
 }
 
-/// Writes a plan's fields to the ScaledObject (see `keda::patch`): refused, gone or replaced
-/// (another uid) is a problem to report.
+/// Writes a plan's fields to the ScaledObject under field manager `manager` (see
+/// `keda::patch`): refused, gone or replaced (another uid) is a problem to report.
 pub(crate) async fn write(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
     read: &ScaledObjectRead,
-    pause: Option<&KedaPause>,
-    min: Option<i32>,
-    max: Option<i32>,
+    manager: &str,
+    (pause, min, max): (Option<&KedaPause>, Option<i32>, Option<i32>),
 ) -> Answer<()> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), ns, &read.resource.resource);
     ctx.metrics.write("scaledobjects", "patch");
     let body = keda::patch(read.view.uid.as_deref(), pause, min, max);
     let pp = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(manager.into()),
         ..PatchParams::default()
     };
     match api.patch(&r.name, &pp, &Patch::Merge(&body)).await {
@@ -80,10 +79,6 @@ pub(crate) async fn write(
                 "{r} was deleted (or replaced) while it was being written"
             ))))
         }
-        // KEDA's admission webhook, where it runs, refuses what KEDA would not take.
-        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => Ok(Err(Problem::ApiError(
-            format!("{r} refused the schedule's write: {}", s.message),
-        ))),
         Err(e) => Err(Error::kube(format!("patching {r} in {ns}"))(e)),
     }
 }

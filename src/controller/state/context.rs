@@ -107,8 +107,11 @@ impl Context {
     pub(crate) fn forget(&self, key: &str) {
         if let Ok(mut c) = self.contests.lock() {
             c.remove(key);
-            // An HPA's ceiling is contested apart from its floor (see `hpa_floor`).
-            c.remove(&format!("{key}/maxReplicas"));
+            // An HPA's ceiling is contested apart from its floor (see `hpa_floor`), a
+            // ScaledObject's pause checks apart from its writes (see `scaled_object`).
+            for part in ["maxReplicas", "keda", "keda-drift", "keda-unpause"] {
+                c.remove(&format!("{key}/{part}"));
+            }
         }
         if let Ok(mut f) = self.failures.lock() {
             f.remove(key);

@@ -1164,13 +1164,24 @@ fn keda_v1alpha1() -> Value {
     })
 }
 
-/// ScaledObject `web` over Deployment `web` (floor 2, ceiling 10), with `annotations` and
-/// KEDA's Paused condition `paused`.
+/// ScaledObject `web` over Deployment `web` (floor 2, ceiling 10), with `annotations` (the
+/// operator's, in its managedFields, or someone else's) and KEDA's Paused condition `paused`.
 fn scaled_object(annotations: Value, paused: &str) -> Value {
+    let keys: serde_json::Map<String, Value> = (annotations.as_object().into_iter().flatten())
+        .map(|(k, _)| (format!("f:{k}"), json!({})))
+        .collect();
+    let ours = annotations.get("autoscaling.keda.sh/paused-replicas") == Some(&json!("0"));
+    let manager = if ours {
+        "tdset-operator"
+    } else {
+        "kubectl-annotate"
+    };
     json!({
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": {"name": "web", "namespace": "ns", "uid": "uid-so", "resourceVersion": "30",
-                     "annotations": annotations},
+                     "annotations": annotations,
+                     "managedFields": [{"manager": manager, "operation": "Update",
+                                        "fieldsV1": {"f:metadata": {"f:annotations": keys}}}]},
         "spec": {"scaleTargetRef": {"name": "web"}, "minReplicaCount": 2, "maxReplicaCount": 10,
                  "triggers": []},
         "status": {"hpaName": "keda-hpa-web",
@@ -1261,7 +1272,7 @@ fn night_record() -> Value {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_morning_gives_the_user_s_pause_back_with_the_floor_in_one_write() {
+async fn the_morning_gives_the_user_s_pause_back_as_theirs_then_sets_the_floor() {
     let night =
         json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"});
     let (server, mut operator, t) =
@@ -1276,7 +1287,10 @@ async fn the_morning_gives_the_user_s_pause_back_with_the_floor_in_one_write() {
             "GET /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
             "GET /apis/apps/v1",
             "GET /apis/apps/v1/namespaces/ns/deployments/web",
-            // The record is durable already: nothing to write before.
+            // The record is durable already: nothing to write before. The user's pause, under
+            // a field manager that is not the operator's (it is the user's again)...
+            "PATCH /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
+            // ...then the floor, the operator's.
             "PATCH /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
             // The pause given back is no longer on record.
             "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status",
@@ -1286,10 +1300,25 @@ async fn the_morning_gives_the_user_s_pause_back_with_the_floor_in_one_write() {
     assert_eq!(
         sent[4].body,
         json!({"metadata": {"uid": "uid-so", "annotations": {
-                  "autoscaling.keda.sh/paused-replicas": "1", "autoscaling.keda.sh/paused": null}},
-               "spec": {"minReplicaCount": 3}})
+                  "autoscaling.keda.sh/paused-replicas": "1", "autoscaling.keda.sh/paused": null}}})
     );
-    let target = &sent[5].body["status"]["target"];
+    assert!(
+        sent[4]
+            .query
+            .contains("fieldManager=tdset-operator-give-back"),
+        "{}",
+        sent[4].query
+    );
+    assert_eq!(
+        sent[5].body,
+        json!({"metadata": {"uid": "uid-so"}, "spec": {"minReplicaCount": 3}})
+    );
+    assert!(
+        sent[5].query.contains("fieldManager=tdset-operator"),
+        "{}",
+        sent[5].query
+    );
+    let target = &sent[6].body["status"]["target"];
     assert_eq!(target.get("originalPause"), None);
     assert_eq!(target["originalReplicas"], 2);
 }
