@@ -73,7 +73,8 @@ reap() {
 }
 # Whether suite $1 may start: what it waits for (TDSET_TEST_GATE_<name>) was built. Waits.
 gate_open() {
-  local var="TDSET_TEST_GATE_$1" rc
+  # (A suite's name may hold characters a variable's may not: bin-tdset-operator.)
+  local var="TDSET_TEST_GATE_${1//[^A-Za-z0-9_]/_}" rc
   local file="${!var:-}"
   [[ -n "$file" ]] || return 0
   while [[ ! -e "$file" ]]; do sleep 1; done
@@ -102,6 +103,14 @@ run_all "$jobs" "${ordered[@]}"
 # lints beside them, at the lowest priority).
 if [[ -n "${TDSET_TEST_QUIET_MARK:-}" ]]; then touch "$TDSET_TEST_QUIET_MARK"; fi
 run_all "${TDSET_TEST_QUIET_JOBS:-1}" "${last[@]}"
+
+# Every suite listed ran (or failed): one left out by a fault of this script fails the run.
+for n in "${!exe_of[@]}"; do
+  if ! printf '%s\n' "${results[@]}" "${failed[@]}" | grep -qE "(^| )$n\$"; then
+    echo "run-tests: FAILED $n: it never ran"
+    failed+=("$n")
+  fi
+done
 
 echo "run-tests: the binaries' wall times (s), $jobs at once with $threads threads each:"
 printf '%s\n' "${results[@]}" | sort -rn | head -15 | sed 's/^/    /'
