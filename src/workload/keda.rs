@@ -223,6 +223,17 @@ pub struct Originals {
     pub max: Option<i32>,
 }
 
+impl Originals {
+    /// What a TDSet's `status.target` records of a ScaledObject.
+    pub fn of(t: &crate::api::TargetStatus) -> Originals {
+        Originals {
+            pause: t.original_pause.clone(),
+            min: t.original_replicas,
+            max: t.original_max_replicas,
+        }
+    }
+}
+
 /// The writes that make a ScaledObject follow the schedule.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {

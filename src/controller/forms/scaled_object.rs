@@ -79,11 +79,7 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
                 p.message()
             ))
         });
-    let recorded = Originals {
-        pause: record.status.original_pause.clone(),
-        min: record.status.original_replicas,
-        max: record.status.original_max_replicas,
-    };
+    let recorded = Originals::of(&record.status);
     let eval = turn.eval;
     let own_max = recorded.max.unwrap_or(so.view.max());
     // While a rise is written ahead of its window (`warmUp`), the higher of the two ceilings.
@@ -384,57 +380,78 @@ async fn check(
         {
             (None, SOON)
         }
-        Check::Drifted { replicas } => {
-            // KEDA does not watch the workload: turn the pause's spelling so it reconciles the
-            // ScaledObject and scales the workload back to 0.
-            if let Verdict::Wait(until) = ctx.contest(&drift_key, |c| c.decide(0, now)) {
-                // Someone keeps setting it (a GitOps tool, a script, another TDSet on the
-                // workload itself): said, and put right less and less often.
-                let fight = Problem::ConflictingWriter(format!(
-                    "{} keeps being set to {replicas} replicas while ScaledObject {} is paused \
-                     at 0 by the schedule; the operator has KEDA put it back less and less often. \
-                     Stop whatever sets spec.replicas of {} (KEDA scales it)",
-                    so.view.target, r.name, so.view.target
-                ));
-                return Ok((Some(fight), until.duration_since(now)));
-            }
-            let turned = keda::turned(&so.view.pause);
-            let turn_it = io::write(ctx, ns, r, so, FIELD_MANAGER, (Some(&turned), None, None));
-            if let Err(p) = turn_it.await? {
-                return Ok((Some(p), CHECK_EVERY));
-            }
-            ctx.contest(&drift_key, |c| c.wrote(0, now));
-            turn.events.push(note(
-                tdset,
-                EventType::Normal,
-                "DriftCorrected",
-                format!(
-                    "{} was set to {replicas} replicas while ScaledObject {} is paused at 0 \
-                     (KEDA does not watch it); KEDA was made to put it back",
-                    so.view.target, r.name
-                ),
-            ));
-            (None, SOON)
-        }
+        Check::Drifted { replicas } => put_drift_right(turn, r, so, replicas, &drift_key).await?,
         Check::StillPaused if !waited || still_for < KEDA_GRACE => (None, SOON),
-        Check::StillPaused => {
-            let problem = Problem::KedaStillPaused(format!(
-                "ScaledObject {} has no pause annotation left, but KEDA still says it is paused \
-                 (keda#6982); the operator sets autoscaling.keda.sh/paused: \"false\", as KEDA's \
-                 documentation allows, less and less often",
-                r.name
-            ));
-            if let Verdict::Write = ctx.contest(&unpause_key, |c| c.decide(1, now)) {
-                let unpause = keda::unpause();
-                let sent = io::write(ctx, ns, r, so, FIELD_MANAGER, (Some(&unpause), None, None));
-                if let Err(p) = sent.await? {
-                    return Ok((Some(p), CHECK_EVERY));
-                }
-                ctx.contest(&unpause_key, |c| c.wrote(1, now));
-            }
-            (Some(problem), CHECK_EVERY)
-        }
+        Check::StillPaused => unpause_stuck(turn.ctx, ns, r, so, &unpause_key).await?,
     })
+}
+
+/// KEDA does not watch the workload: the pause's spelling is turned so it reconciles the
+/// ScaledObject and scales the workload back to 0; a drift that keeps coming back (a GitOps
+/// tool, a script, another TDSet on the workload itself) is said, and put right less and less
+/// often.
+async fn put_drift_right(
+    turn: &mut Turn<'_>,
+    r: &ScaleTargetRef,
+    so: &ScaledObjectRead,
+    replicas: i32,
+    drift_key: &str,
+) -> Result<(Option<Problem>, Duration)> {
+    let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
+    let now = tokio::time::Instant::now();
+    if let Verdict::Wait(until) = ctx.contest(drift_key, |c| c.decide(0, now)) {
+        let fight = Problem::ConflictingWriter(format!(
+            "{} keeps being set to {replicas} replicas while ScaledObject {} is paused \
+             at 0 by the schedule; the operator has KEDA put it back less and less often. \
+             Stop whatever sets spec.replicas of {} (KEDA scales it)",
+            so.view.target, r.name, so.view.target
+        ));
+        return Ok((Some(fight), until.duration_since(now)));
+    }
+    let turned = keda::turned(&so.view.pause);
+    let turn_it = io::write(ctx, ns, r, so, FIELD_MANAGER, (Some(&turned), None, None));
+    if let Err(p) = turn_it.await? {
+        return Ok((Some(p), CHECK_EVERY));
+    }
+    ctx.contest(drift_key, |c| c.wrote(0, now));
+    turn.events.push(note(
+        tdset,
+        EventType::Normal,
+        "DriftCorrected",
+        format!(
+            "{} was set to {replicas} replicas while ScaledObject {} is paused at 0 \
+             (KEDA does not watch it); KEDA was made to put it back",
+            so.view.target, r.name
+        ),
+    ));
+    Ok((None, SOON))
+}
+
+/// KEDA says Paused with no pause annotation left (keda#6982): `paused: "false"`, as KEDA's
+/// documentation allows, three times at once, then less and less often.
+async fn unpause_stuck(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    so: &ScaledObjectRead,
+    unpause_key: &str,
+) -> Result<(Option<Problem>, Duration)> {
+    let now = tokio::time::Instant::now();
+    let problem = Problem::KedaStillPaused(format!(
+        "ScaledObject {} has no pause annotation left, but KEDA still says it is paused \
+         (keda#6982); the operator sets autoscaling.keda.sh/paused: \"false\", as KEDA's \
+         documentation allows, less and less often",
+        r.name
+    ));
+    if let Verdict::Write = ctx.contest(unpause_key, |c| c.decide(1, now)) {
+        let unpause = keda::unpause();
+        let sent = io::write(ctx, ns, r, so, FIELD_MANAGER, (Some(&unpause), None, None));
+        if let Err(p) = sent.await? {
+            return Ok((Some(p), CHECK_EVERY));
+        }
+        ctx.contest(unpause_key, |c| c.wrote(1, now));
+    }
+    Ok((Some(problem), CHECK_EVERY))
 }
 
 /// The workload as KEDA runs it for the schedule.
@@ -504,11 +521,7 @@ pub(crate) async fn let_go(
              new object is left as it is"
         ))));
     }
-    let originals = Originals {
-        pause: recorded.original_pause.clone(),
-        min: recorded.original_replicas,
-        max: recorded.original_max_replicas,
-    };
+    let originals = Originals::of(recorded);
     let plan = keda::released(&originals, &so.view, restore);
     if !plan.writes() {
         return Ok(Ok(None));
