@@ -64,7 +64,7 @@ start() {
     $CP load-image "$STATE" "$STATE/operator-image.tar" 2>/dev/null
     "$($CP helm-dir)/helm" install tdset-operator deploy/helm/tdset-operator -n tdset-system --create-namespace \
       --set image.repository=localhost/tdset/operator --set image.tag=demo --set image.pullPolicy=Never \
-      --wait --timeout 180s >/dev/null
+      --wait --timeout 180s >/dev/null || { install_failed; return 1; }
     kubectl -n tdset-system get pods -o wide
   else
     start_operator
@@ -85,6 +85,15 @@ start() {
   fi
   show
   dev_namespace
+}
+
+# Why the chart's pods did not become ready (a run that failed here once left nothing to read).
+install_failed() {
+  echo "demo: the chart's install did not become ready; what the cluster says:" >&2
+  kubectl get pods -A -o wide >&2 || true
+  kubectl -n tdset-system describe pods >&2 || true
+  kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -40 >&2 || true
+  df -h / "$STATE" >&2 || true
 }
 
 # A whole environment with one TDSet (the group form): three workloads labelled env=dev and

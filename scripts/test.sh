@@ -28,11 +28,16 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 need cargo || { echo "test.sh: no Rust toolchain; install it with rustup (https://rustup.rs) and retry" >&2; exit 1; }
 
-# Each phase's wall time, for README "Development notes" (the table of phases).
+# Each phase's wall time, for README "Development notes" (the table of phases), and how busy
+# the machine's CPUs were meanwhile (from /proc/stat: whether a phase waits or works).
+cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat; }
 phase_start=$SECONDS
+read -r busy_start total_start < <(cpu_ticks)
 phase() {
-  echo "test.sh: phase '$1' took $((SECONDS - phase_start)) s ($((SECONDS / 60)) min since the start)" >&2
-  phase_start=$SECONDS
+  local busy total
+  read -r busy total < <(cpu_ticks)
+  echo "test.sh: phase '$1' took $((SECONDS - phase_start)) s ($((SECONDS / 60)) min since the start; CPUs $(( (busy - busy_start) * 100 / (total - total_start + 1) ))% busy)" >&2
+  phase_start=$SECONDS; busy_start=$busy; total_start=$total
 }
 
 state="$(mktemp -d "${TMPDIR:-/tmp}/tdset-test.XXXXXX")"
@@ -93,11 +98,18 @@ control_plane_up
 # 2 cores, and the timed suites mostly wait out real seconds. Beside the other suites, which
 # keep both cores busy, it made them 148 s slower in all (a clean clone, 2026-11-29); before
 # the build it is 2 minutes of the critical path. A lint fails the run at its end.
-lint_started=$SECONDS
-( while [[ ! -e "$state/quiet" ]]; do [[ -d "$state" ]] || exit 0; sleep 1; done
-  rc=0; lint 19 >"$state/lints.log" 2>&1 || rc=$?
-  echo "$rc $((SECONDS - lint_started))" >"$state/lints.rc.tmp"
-  mv "$state/lints.rc.tmp" "$state/lints.rc" ) &
+# beside_timed NAME COMMAND...: COMMAND at nice 19 once only the timed suites are left, its
+# output in $state/NAME.log, its exit code and end (seconds after the build) in $state/NAME.rc.
+build_done=$SECONDS
+beside_timed() {
+  local name="$1"; shift
+  ( while [[ ! -e "$state/quiet" ]]; do [[ -d "$state" ]] || exit 0; sleep 1; done
+    renice -n 19 -p "$BASHPID" >/dev/null
+    rc=0; "$@" >"$state/$name.log" 2>&1 || rc=$?
+    echo "$rc $((SECONDS - build_done))" >"$state/$name.rc.tmp"
+    mv "$state/$name.rc.tmp" "$state/$name.rc" ) &
+}
+beside_timed lints lint
 # Each suite as "NAME EXECUTABLE [FILTER]": the crate's unit tests (lib, bin-NAME), a test
 # binary of its own (bounded_cost), and each module of the one integration binary (`tests/it`,
 # NAME with the filter `NAME::`); and the operator.
@@ -134,29 +146,32 @@ operator="$(awk '$1 == "operator" {print $2}' "$state/binaries")"
 ( rc=0; nice -n 19 scripts/control-plane.sh install-keda >"$state/keda-install.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || cat "$state/keda-install.log" >&2
   echo "$rc" >"$state/keda.rc" ) &
+# The README's demo, start to stop, on its own control plane; then on a real node (the
+# operator as pods installed by the chart, the workloads' containers really running). Both
+# beside the timed suites too: they mostly wait on their control planes, and the real node
+# (which the real_node suite uses) is free by then.
+export TDSET_OPERATOR_BIN="$operator"
+demos() {
+  scripts/demo.sh smoke || return
+  if scripts/control-plane.sh node-check; then
+    TDSET_DEMO_DIR="$state/demo-real-node" scripts/demo.sh smoke --real-node
+  else
+    echo "test.sh: skipping the real-node demo (see above)"
+  fi
+}
+beside_timed demos demos
 tests_rc=0
 grep -v '^operator ' "$state/binaries" | TDSET_TEST_QUIET_MARK="$state/quiet" \
   TDSET_TEST_GATE_keda="$state/keda.rc" scripts/run-tests.sh "$state/tests" || tests_rc=$?
 touch "$state/quiet"
 wait
-read -r lints_rc lints_secs <"$state/lints.rc"
-echo "test.sh: the lints ended ${lints_secs} s after the build" >&2
-if [[ "$lints_rc" -ne 0 ]]; then
-  cat "$state/lints.log" >&2
-  echo "test.sh: the lints failed (above)" >&2
-  exit 1
-fi
+failed=0
+for what in lints demos; do
+  read -r rc secs <"$state/$what.rc"
+  echo "test.sh: the $what ended ${secs} s after the build (exit $rc)" >&2
+  if [[ "$rc" -ne 0 || "$what" == demos ]]; then cat "$state/$what.log" >&2; fi
+  if [[ "$rc" -ne 0 ]]; then echo "test.sh: the $what failed (above)" >&2; failed=1; fi
+done
 [[ "$tests_rc" -eq 0 ]] || exit "$tests_rc"
-phase "the tests (the lints beside the timed ones)"
-# The README's demo, start to stop, on its own control plane.
-export TDSET_OPERATOR_BIN="$operator"
-scripts/demo.sh smoke
-phase "the demo"
-# And on a real node: the operator as pods installed by the chart, the workloads' containers
-# really running.
-if scripts/control-plane.sh node-check; then
-  TDSET_DEMO_DIR="$state/demo-real-node" scripts/demo.sh smoke --real-node
-  phase "the demo on a real node"
-else
-  echo "test.sh: skipping the real-node demo (see above)" >&2
-fi
+[[ "$failed" -eq 0 ]] || exit 1
+phase "the tests (the lints and the demos beside the timed ones)"
