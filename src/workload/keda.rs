@@ -48,6 +48,9 @@ pub const MAX_RECORDED: usize = 63;
 pub struct ScaledObjectView {
     pub name: String,
     pub uid: Option<String>,
+    /// The revision it was read at: a write decided by what it was then (a pause recorded
+    /// from it, a turn of its spelling) is refused if someone wrote it since.
+    pub resource_version: Option<String>,
     /// Its pause annotations as they are now.
     pub pause: KedaPause,
     /// Whether the operator's field manager wrote them (owns either in `managedFields`): a
@@ -118,6 +121,7 @@ impl ScaledObjectView {
         ScaledObjectView {
             name: s("/metadata/name").unwrap_or_default(),
             uid: s("/metadata/uid"),
+            resource_version: s("/metadata/resourceVersion"),
             pause: KedaPause {
                 paused_replicas: annotation(PAUSED_REPLICAS),
                 paused: annotation(PAUSED),
@@ -425,14 +429,19 @@ pub fn unpause() -> KedaPause {
 }
 
 /// The merge patch of the plan's writes, guarded by the uid (a ScaledObject deleted and made
-/// again meanwhile is never written, and one that is gone is never created).
+/// again meanwhile is never written, and one that is gone is never created) and, where given,
+/// by the revision it was read at (`kubectl annotate` between the read and the write is not
+/// overwritten: the API server refuses the write, and the next read records what it set).
 pub fn patch(
-    uid: Option<&str>,
+    (uid, read_at): (Option<&str>, Option<&str>),
     pause: Option<&KedaPause>,
     min: Option<i32>,
     max: Option<i32>,
 ) -> Value {
     let mut body = json!({"metadata": {"uid": uid}});
+    if let Some(rv) = read_at {
+        body["metadata"]["resourceVersion"] = json!(rv);
+    }
     if let Some(p) = pause {
         let mut annotations = Map::new();
         annotations.insert(PAUSED_REPLICAS.into(), json!(p.paused_replicas));
@@ -477,6 +486,7 @@ mod tests {
         ScaledObjectView {
             name: "web".into(),
             uid: Some("u1".into()),
+            resource_version: Some("7".into()),
             pause,
             min_replica_count: min,
             max_replica_count: max,
@@ -560,10 +570,10 @@ mod tests {
         };
         let p = plan(3, None, &recorded, &night, Some(2));
         assert_eq!(p.pause, Some(user_pause("2")));
-        let body = patch(Some("u1"), p.pause.as_ref(), p.min, p.max);
+        let body = patch((Some("u1"), Some("7")), p.pause.as_ref(), p.min, p.max);
         assert_eq!(
             body,
-            json!({"metadata": {"uid": "u1", "annotations": {
+            json!({"metadata": {"uid": "u1", "resourceVersion": "7", "annotations": {
                     "autoscaling.keda.sh/paused-replicas": "2",
                     "autoscaling.keda.sh/paused": null}},
                    "spec": {"minReplicaCount": 3}})

@@ -311,19 +311,26 @@ async fn a_user_s_own_pause_before_the_night_is_the_one_left_afterwards() {
     ns.cleanup().await;
 }
 
+/// KEDA, Deployment web (2) under ScaledObject web (floor 2), and TDSet sched's night: paused
+/// by the schedule, KEDA's HPA deleted, the workload at 0.
+async fn asleep_through_keda(client: &Client, n: &str) -> (KedaOperator, Operator) {
+    let keda = KedaOperator::start(client, n).await;
+    scaled_web(client, n, 2, 2, json!({})).await;
+    keda_hpa(client, n, "KEDA's HPA", |_| true).await;
+    let op = Operator::start(client, n, noon(), None, "test");
+    create_tdset(client, n, &tdset("sched", over_web(13, 3, None))).await;
+    deployment_at(client, n, "web", 0).await;
+    keda_hpa_gone(client, n).await;
+    (keda, op)
+}
+
 /// A TDSet deleted while its ScaledObject sleeps takes the pause off: KEDA resumes, makes its
 /// HPA again and scales the workload back to its own minimum.
 #[tokio::test]
 async fn a_tdset_deleted_while_its_scaled_object_sleeps_gives_it_back_to_keda() {
     let (client, ns) = setup("keda-delete").await;
     let n = &ns.name;
-    let _keda = KedaOperator::start(&client, n).await;
-    scaled_web(&client, n, 2, 2, json!({})).await;
-    keda_hpa(&client, n, "KEDA's HPA", |_| true).await;
-    let op = Operator::start(&client, n, noon(), None, "test");
-    create_tdset(&client, n, &tdset("sched", over_web(13, 3, None))).await;
-    deployment_at(&client, n, "web", 0).await;
-    keda_hpa_gone(&client, n).await;
+    let (_keda, op) = asleep_through_keda(&client, n).await;
 
     delete_tdset_and_wait(&client, n, "sched").await;
     scaled_object_where(&client, n, "unpaused", |o| {
@@ -334,6 +341,56 @@ async fn a_tdset_deleted_while_its_scaled_object_sleeps_gives_it_back_to_keda() 
     .await;
     keda_hpa(&client, n, "KEDA's HPA made again", |_| true).await;
     deployment_at(&client, n, "web", 2).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// A ScaledObject deleted while the schedule has it paused at 0: KEDA's finalizer leaves the
+/// workload at 0 (it restores nothing unless told to), and nothing would ever wake it; the
+/// TDSet, which recorded the workload it put to sleep, wakes it to the ScaledObject's own floor.
+#[tokio::test]
+async fn a_scaled_object_deleted_while_it_sleeps_leaves_its_workload_woken() {
+    let (client, ns) = setup("keda-gone").await;
+    let n = &ns.name;
+    let (_keda, op) = asleep_through_keda(&client, n).await;
+    let t = object_where(
+        &client,
+        n,
+        "sched",
+        "the workload asleep on record",
+        |t: &TDSet| target_record(t).is_some_and(|r| r.asleep.is_some()),
+    )
+    .await;
+    let asleep = target_record(&t).and_then(|r| r.asleep.clone()).unwrap();
+    assert_eq!(
+        (asleep.target.kind.as_str(), asleep.target.name.as_str()),
+        ("Deployment", "web")
+    );
+
+    scaled_objects(&client, n)
+        .delete("web", &Default::default())
+        .await
+        .expect("deleting the ScaledObject");
+    eventually(GUARD, "the ScaledObject gone", || async {
+        matches!(scaled_objects(&client, n).get_opt("web").await, Ok(None)).then_some(())
+    })
+    .await;
+    deployment_at(&client, n, "web", 2).await;
+    object_where(
+        &client,
+        n,
+        "sched",
+        "nothing asleep on record",
+        |t: &TDSet| target_record(t).is_some_and(|r| r.asleep.is_none()),
+    )
+    .await;
+    let events = events_for(&client, n, "sched").await;
+    assert!(
+        events
+            .iter()
+            .any(|(_, reason, m)| reason == "Restored" && m.contains("is gone")),
+        "{events:?}"
+    );
     op.stop().await;
     ns.cleanup().await;
 }

@@ -7,7 +7,7 @@ use tracing::debug;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::target::{Record, ensure_durable, problem_outcome, target_status};
+use super::target::{Record, asleep_is, ensure_durable, problem_outcome, target_status, wake_left};
 use crate::api::{Asleep, ScaleTargetRef, TargetStatus};
 use crate::controller::io::target::{
     HpaRead, read_hpa, resolve_and_read, write, write_if_unchanged, write_max_replicas,
@@ -162,22 +162,6 @@ async fn read_target(ctx: &Context, ns: &str, reference: ScaleTargetRef) -> Resu
             }
         }
     })
-}
-
-/// Wakes `left`, a workload this TDSet put to sleep through the HPA, to `to`, and says why in
-/// an Event. Gone, or not ours to write: nothing is left asleep by this TDSet.
-async fn wake_left(turn: &mut Turn<'_>, left: &Asleep, to: i32, why: String) -> Result<()> {
-    match wake_asleep(turn.ctx, turn.ns, left, to).await? {
-        Ok(Some(done)) => turn.events.push(note(
-            turn.tdset,
-            EventType::Normal,
-            "Restored",
-            format!("{done}: {why}"),
-        )),
-        Ok(None) => {}
-        Err(p) => debug!(problem = %p.message(), "the workload left asleep cannot be woken"),
-    }
-    Ok(())
 }
 
 /// The HPA's `maxReplicas` as this TDSet sees it.
@@ -569,38 +553,6 @@ pub(crate) async fn let_go(
         ));
     }
     Ok(Ok((!done.is_empty()).then(|| done.join("; "))))
-}
-
-/// Whether `asleep` is the workload `reference` (object `uid`).
-fn asleep_is(asleep: &Asleep, reference: &ScaleTargetRef, uid: Option<&str>) -> bool {
-    asleep.target == *reference
-        && match (asleep.uid.as_deref(), uid) {
-            (Some(a), Some(b)) => a == b,
-            _ => true,
-        }
-}
-
-/// Wakes a workload this TDSet put to sleep through an HPA to `to` replicas: only that very
-/// object (its uid), and only while it is still at 0 (someone who woke it meanwhile is left
-/// alone). What was done, if anything.
-pub(crate) async fn wake_asleep(
-    ctx: &Context,
-    ns: &str,
-    asleep: &Asleep,
-    to: i32,
-) -> Answer<Option<String>> {
-    let (res, view) = match resolve_and_read(ctx, ns, &asleep.target).await? {
-        Ok(found) => found,
-        Err(p) => return Ok(Err(p)),
-    };
-    if !asleep_is(asleep, &asleep.target, view.uid.as_deref()) || view.spec_replicas != 0 {
-        return Ok(Ok(None));
-    }
-    let read_at = view.resource_version.as_deref();
-    if let Err(p) = write_if_unchanged(ctx, ns, &asleep.target, &res, to, read_at).await? {
-        return Ok(Err(p));
-    }
-    Ok(Ok(Some(format!("woke {} to {to} replicas", asleep.target))))
 }
 
 #[cfg(test)]

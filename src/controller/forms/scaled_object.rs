@@ -9,8 +9,10 @@ use kube::ResourceExt;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::target::{Record, ensure_durable, problem_outcome, target_status};
-use crate::api::{KedaPause, ScaleTargetRef, TargetStatus};
+use super::target::{
+    Record, asleep_is, ensure_durable, problem_outcome, target_status, wake_asleep, wake_left,
+};
+use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
 use crate::controller::lane::{EventType, note};
@@ -53,12 +55,20 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
     let mut so = match io::read(ctx, ns, r).await? {
         Ok(found) => found,
         Err(p) => {
-            let recorded = target_status(tdset, ctx, ns, r, FIELD, None).await?;
+            let mut recorded = target_status(tdset, ctx, ns, r, FIELD, None).await?;
+            // Gone (KEDA's finalizer leaves the workload at the paused count): the workload
+            // this TDSet put to sleep through it is woken, since nobody else would.
+            if let (Problem::TargetNotFound(_), Some(left)) = (&p, recorded.status.asleep.clone()) {
+                recorded.status.asleep = None;
+                let to = recorded.status.original_replicas.unwrap_or(1).max(1);
+                let why = format!("ScaledObject {} is gone", r.name);
+                wake_left(&mut turn, &left, to, why).await?;
+            }
             return Ok(problem_outcome(p, r, recorded.status));
         }
     };
     let uid = so.view.uid.clone();
-    let record = target_status(
+    let mut record = target_status(
         tdset,
         ctx,
         ns,
@@ -79,6 +89,20 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
                 p.message()
             ))
         });
+    // Pointed at another workload than the one this TDSet put to sleep through it (or that one
+    // was replaced): that one is woken to the own floor it was put to sleep from.
+    let workload_uid = workload.as_ref().ok().and_then(|w| w.uid.as_deref());
+    if let Some(left) =
+        (record.status.asleep.clone()).filter(|a| !asleep_is(a, &so.view.target, workload_uid))
+    {
+        let to = (record.asleep_floor.take())
+            .or(record.status.original_replicas)
+            .unwrap_or(1)
+            .max(1);
+        let why = format!("ScaledObject {} no longer scales it", r.name);
+        wake_left(&mut turn, &left, to, why).await?;
+        record.status.asleep = None;
+    }
     let recorded = Originals::of(&record.status);
     let eval = turn.eval;
     let own_max = recorded.max.unwrap_or(so.view.max());
@@ -161,6 +185,16 @@ async fn apply(
             record.durable = false;
         }
         if plan.pause.as_ref().is_some_and(KedaPause::is_night) {
+            // Whatever becomes of the ScaledObject (deleted, pointed elsewhere), the workload
+            // it puts to sleep is known, to be woken.
+            let asleep = Some(Asleep {
+                target: so.view.target.clone(),
+                uid: workload.and_then(|w| w.uid.clone()),
+            });
+            if record.status.asleep != asleep {
+                record.status.asleep = asleep;
+                record.durable = false;
+            }
             warn_if_old(turn, r, &so.view);
         }
         ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
@@ -179,6 +213,10 @@ async fn apply(
         set_record(&mut record.status, &plan.after);
     } else if !held {
         set_record(&mut record.status, &plan.after);
+    }
+    // KEDA runs it again (or the user's own pause does): nothing of this TDSet's keeps it at 0.
+    if plan.floor > 0 && !(so.view.pause.is_night() && so.view.pause_ours) {
+        record.status.asleep = None;
     }
     let problem = ctx.contest(&key, |c| {
         c.saw(so.min_setter.clone());
@@ -212,7 +250,9 @@ async fn apply(
 
 /// The plan's writes: one merge patch, or two where the user's own pause is given back (under
 /// a field manager of its own, so it reads as the user's afterwards; the floor and the
-/// ceiling stay the operator's).
+/// ceiling stay the operator's). A write of the pause is refused if the ScaledObject changed
+/// since it was read (the pause recorded from that read would be stale); floors and ceilings
+/// are not guarded (KEDA's status writes move its revision every polling interval).
 async fn write_plan(
     ctx: &Context,
     ns: &str,
@@ -221,18 +261,28 @@ async fn write_plan(
     plan: &Plan,
 ) -> Answer<()> {
     let fields = (plan.pause.as_ref(), plan.min, plan.max);
+    let read_at = plan.pause.as_ref().and(so.view.resource_version.as_deref());
     if !plan.gives_pause_back() {
-        return io::write(ctx, ns, r, so, FIELD_MANAGER, fields).await;
+        return Ok(io::write(ctx, ns, (r, so, read_at), FIELD_MANAGER, fields)
+            .await?
+            .map(drop));
     }
     let manager = keda::GIVE_BACK_MANAGER;
-    let back = io::write(ctx, ns, r, so, manager, (fields.0, None, None));
+    let back = io::write(ctx, ns, (r, so, read_at), manager, (fields.0, None, None));
     if let Err(p) = back.await? {
         return Ok(Err(p));
     }
     if plan.min.is_none() && plan.max.is_none() {
         return Ok(Ok(()));
     }
-    io::write(ctx, ns, r, so, FIELD_MANAGER, (None, plan.min, plan.max)).await
+    let floors = io::write(
+        ctx,
+        ns,
+        (r, so, None),
+        FIELD_MANAGER,
+        (None, plan.min, plan.max),
+    );
+    Ok(floors.await?.map(drop))
 }
 
 /// The record's KEDA fields set from `originals`.
@@ -409,7 +459,14 @@ async fn put_drift_right(
         return Ok((Some(fight), until.duration_since(now)));
     }
     let turned = keda::turned(&so.view.pause);
-    let turn_it = io::write(ctx, ns, r, so, FIELD_MANAGER, (Some(&turned), None, None));
+    let read_at = so.view.resource_version.as_deref();
+    let turn_it = io::write(
+        ctx,
+        ns,
+        (r, so, read_at),
+        FIELD_MANAGER,
+        (Some(&turned), None, None),
+    );
     if let Err(p) = turn_it.await? {
         return Ok((Some(p), CHECK_EVERY));
     }
@@ -445,7 +502,9 @@ async fn unpause_stuck(
     ));
     if let Verdict::Write = ctx.contest(unpause_key, |c| c.decide(1, now)) {
         let unpause = keda::unpause();
-        let sent = io::write(ctx, ns, r, so, FIELD_MANAGER, (Some(&unpause), None, None));
+        let read_at = so.view.resource_version.as_deref();
+        let pause = (Some(&unpause), None, None);
+        let sent = io::write(ctx, ns, (r, so, read_at), FIELD_MANAGER, pause);
         if let Err(p) = sent.await? {
             return Ok((Some(p), CHECK_EVERY));
         }
@@ -511,25 +570,36 @@ pub(crate) async fn let_go(
 ) -> Answer<Option<String>> {
     let so = match io::read(ctx, ns, r).await? {
         Ok(found) => found,
-        Err(p) => return Ok(Err(p)),
+        Err(p) => return wake_instead(ctx, ns, r, recorded, p).await,
     };
     if let (Some(a), Some(b)) = (recorded.uid.as_deref(), so.view.uid.as_deref())
         && a != b
     {
-        return Ok(Err(Problem::TargetNotFound(format!(
+        let replaced = Problem::TargetNotFound(format!(
             "{r} was deleted and created again since its pause and counts were recorded; the \
              new object is left as it is"
-        ))));
+        ));
+        return wake_instead(ctx, ns, r, recorded, replaced).await;
+    }
+    let mut done = Vec::new();
+    // Pointed elsewhere since: the workload it put to sleep is woken, and the ScaledObject let go.
+    if let Some(left) = (recorded.asleep.as_ref()).filter(|a| !asleep_is(a, &so.view.target, None))
+    {
+        let to = recorded.original_replicas.unwrap_or(1).max(1);
+        match wake_asleep(ctx, ns, left, to).await? {
+            Ok(Some(woke)) => done.push(woke),
+            Ok(None) => {}
+            Err(p) => return Ok(Err(p)),
+        }
     }
     let originals = Originals::of(recorded);
     let plan = keda::released(&originals, &so.view, restore);
     if !plan.writes() {
-        return Ok(Ok(None));
+        return Ok(Ok((!done.is_empty()).then(|| done.join("; "))));
     }
     if let Err(p) = write_plan(ctx, ns, r, &so, &plan).await? {
         return Ok(Err(p));
     }
-    let mut done = Vec::new();
     if let Some(p) = &plan.pause {
         done.push(if p.pauses() {
             "gave back its own pause".to_string()
@@ -548,4 +618,24 @@ pub(crate) async fn let_go(
         r.name,
         done.join(", ")
     ))))
+}
+
+/// Letting go of a ScaledObject that is gone (or was replaced), `problem`: the workload this
+/// TDSet put to sleep through it is woken to its own floor instead, if it still sleeps.
+async fn wake_instead(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    recorded: &TargetStatus,
+    problem: Problem,
+) -> Answer<Option<String>> {
+    let Some(left) = &recorded.asleep else {
+        return Ok(Err(problem));
+    };
+    let to = recorded.original_replicas.unwrap_or(1).max(1);
+    Ok(match wake_asleep(ctx, ns, left, to).await? {
+        Ok(Some(woke)) => Ok(Some(format!("{woke} (ScaledObject {} is gone)", r.name))),
+        Ok(None) => Err(problem),
+        Err(p) => Err(p),
+    })
 }

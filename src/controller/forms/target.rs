@@ -7,10 +7,12 @@ use kube::ResourceExt;
 use kube::api::Api;
 use tracing::debug;
 
+use super::Turn;
 use crate::api::{Asleep, ScaleTargetRef, TDSet, TargetStatus};
-use crate::controller::io::target::is_watched;
+use crate::controller::io::target::{is_watched, resolve_and_read, write_if_unchanged};
 use crate::controller::io::tdset::write_target_now;
-use crate::controller::state::{Context, Outcome};
+use crate::controller::lane::{EventType, note};
+use crate::controller::state::{Answer, Context, Outcome};
 use crate::error::{Error, Result};
 use crate::status::{Missing, Problem, reason};
 
@@ -45,6 +47,59 @@ pub(crate) fn left_asleep(
         && matches!((old.uid.as_deref(), uid), (Some(a), Some(b)) if a != b);
     let asleep = old.asleep.clone().filter(|_| replaced)?;
     Some((asleep, old.original_replicas))
+}
+
+/// Wakes `left`, a workload this TDSet put to sleep through its scale target (an HPA, a ScaledObject), to `to`, and says why in
+/// an Event. Gone, or not ours to write: nothing is left asleep by this TDSet.
+pub(crate) async fn wake_left(
+    turn: &mut Turn<'_>,
+    left: &Asleep,
+    to: i32,
+    why: String,
+) -> Result<()> {
+    match wake_asleep(turn.ctx, turn.ns, left, to).await? {
+        Ok(Some(done)) => turn.events.push(note(
+            turn.tdset,
+            EventType::Normal,
+            "Restored",
+            format!("{done}: {why}"),
+        )),
+        Ok(None) => {}
+        Err(p) => debug!(problem = %p.message(), "the workload left asleep cannot be woken"),
+    }
+    Ok(())
+}
+
+/// Whether `asleep` is the workload `reference` (object `uid`).
+pub(crate) fn asleep_is(asleep: &Asleep, reference: &ScaleTargetRef, uid: Option<&str>) -> bool {
+    asleep.target == *reference
+        && match (asleep.uid.as_deref(), uid) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+}
+
+/// Wakes a workload this TDSet put to sleep through an HPA or a ScaledObject to `to` replicas: only that very
+/// object (its uid), and only while it is still at 0 (someone who woke it meanwhile is left
+/// alone). What was done, if anything.
+pub(crate) async fn wake_asleep(
+    ctx: &Context,
+    ns: &str,
+    asleep: &Asleep,
+    to: i32,
+) -> Answer<Option<String>> {
+    let (res, view) = match resolve_and_read(ctx, ns, &asleep.target).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if !asleep_is(asleep, &asleep.target, view.uid.as_deref()) || view.spec_replicas != 0 {
+        return Ok(Ok(None));
+    }
+    let read_at = view.resource_version.as_deref();
+    if let Err(p) = write_if_unchanged(ctx, ns, &asleep.target, &res, to, read_at).await? {
+        return Ok(Err(p));
+    }
+    Ok(Ok(Some(format!("woke {} to {to} replicas", asleep.target))))
 }
 
 /// What status says about the target. The original count is kept from the first takeover

@@ -50,35 +50,34 @@ pub(crate) async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<
 }
 
 /// Writes a plan's fields to the ScaledObject under field manager `manager` (see
-/// `keda::patch`): refused, gone or replaced (another uid) is a problem to report.
+/// `keda::patch`), refused by the API server if it changed since revision `read_at` (where
+/// given): forbidden or gone is a problem to report; changed since (or replaced: another uid)
+/// an error, so that the reconcile reads it again. The revision it wrote.
 pub(crate) async fn write(
     ctx: &Context,
     ns: &str,
-    r: &ScaleTargetRef,
-    read: &ScaledObjectRead,
+    (r, read, read_at): (&ScaleTargetRef, &ScaledObjectRead, Option<&str>),
     manager: &str,
     (pause, min, max): (Option<&KedaPause>, Option<i32>, Option<i32>),
-) -> Answer<()> {
+) -> Answer<Option<String>> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), ns, &read.resource.resource);
     ctx.metrics.write("scaledobjects", "patch");
-    let body = keda::patch(read.view.uid.as_deref(), pause, min, max);
+    let body = keda::patch((read.view.uid.as_deref(), read_at), pause, min, max);
     let pp = PatchParams {
         field_manager: Some(manager.into()),
         ..PatchParams::default()
     };
     match api.patch(&r.name, &pp, &Patch::Merge(&body)).await {
-        Ok(_) => Ok(Ok(())),
+        Ok(o) => Ok(Ok(o.metadata.resource_version)),
         Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Err(Problem::Forbidden(format!(
             "the operator may not patch ScaledObject {} in namespace {ns}: {}; its ClusterRole \
              needs patch on keda.sh scaledobjects (the chart grants it)",
             r.name, s.message
         )))),
-        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {
-            Ok(Err(Problem::TargetNotFound(format!(
-                "{r} was deleted (or replaced) while it was being written"
-            ))))
-        }
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Err(Problem::TargetNotFound(format!(
+            "{r} was deleted while it was being written"
+        )))),
         Err(e) => Err(Error::kube(format!("patching {r} in {ns}"))(e)),
     }
 }

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
-use crate::controller::forms::{claims, group, hpa_floor, owned, scaled_object};
+use crate::controller::forms::{claims, group, hpa_floor, owned, scaled_object, target};
 use crate::controller::io::target as scale;
 use crate::controller::io::tdset::{RESTORE_FINALIZER, set_finalizer};
 use crate::controller::lane::{EventType, Events, note};
@@ -221,7 +221,7 @@ async fn let_go(
     let woke = match &recorded.asleep {
         Some(asleep) if r.is_hpa() => {
             let to = recorded.original_replicas.unwrap_or(1).max(1);
-            refused_on_delete(hpa_floor::wake_asleep(ctx, ns, asleep, to).await, why)?
+            refused_on_delete(target::wake_asleep(ctx, ns, asleep, to).await, why)?
         }
         _ => Ok(None),
     };

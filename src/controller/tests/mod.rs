@@ -155,6 +155,25 @@ impl ApiServer {
         self
     }
 
+    /// Answers `method path` with `respond(request body)`, before any answer given so far.
+    pub fn first_on(
+        &self,
+        method: &'static str,
+        path: &str,
+        respond: impl Fn(&Value) -> (u16, Value) + Send + Sync + 'static,
+    ) -> &Self {
+        self.rules.lock().unwrap().insert(
+            0,
+            Rule {
+                method,
+                path: path.into(),
+                query: None,
+                respond: Box::new(respond),
+            },
+        );
+        self
+    }
+
     /// Answers `method path` with `object`, whatever was sent.
     pub fn returns(&self, method: &'static str, path: &str, object: Value) -> &Self {
         self.on(method, path, move |_| (200, object.clone()))

@@ -1190,8 +1190,8 @@ fn scaled_object(annotations: Value, paused: &str) -> Value {
 }
 
 /// TDSet `t` over ScaledObject `web` at `default` all day (with `status`, as the cache holds
-/// it), the API server answering the form's reads (the workload at `replicas`) and the
-/// TDSet's writes.
+/// it), the API server answering the form's reads (the ScaledObject `so`, none if null; the
+/// workload at `replicas`) and the TDSet's writes.
 fn over_scaled_object(
     default: i32,
     so: Value,
@@ -1208,7 +1208,13 @@ fn over_scaled_object(
         t.status = Some(serde_json::from_value(status).unwrap());
     }
     server.returns("GET", "/apis/keda.sh/v1alpha1", keda_v1alpha1());
-    server.returns("GET", &format!("{SCALED_OBJECTS}/web"), so.clone());
+    if so.is_null() {
+        server.on("GET", &format!("{SCALED_OBJECTS}/web"), |_| {
+            super::status(404, "NotFound", "scaledobjects.keda.sh \"web\" not found")
+        });
+    } else {
+        server.returns("GET", &format!("{SCALED_OBJECTS}/web"), so.clone());
+    }
     server.returns(
         "GET",
         &format!("{TDSETS}/t"),
@@ -1256,19 +1262,80 @@ async fn a_scaled_object_put_to_sleep_has_the_user_s_pause_made_durable_before_t
     assert_eq!(durable["originalPause"], json!({"pausedReplicas": "1"}));
     assert_eq!(durable["originalReplicas"], 2);
     assert_eq!(durable["uid"], "uid-so");
+    // The workload it puts to sleep, to be woken whatever becomes of the ScaledObject.
+    assert_eq!(
+        durable["asleep"],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web"})
+    );
+    // Refused if the ScaledObject changed since the pause above was recorded from it.
     assert_eq!(
         sent[6].body,
-        json!({"metadata": {"uid": "uid-so", "annotations": {
+        json!({"metadata": {"uid": "uid-so", "resourceVersion": "30", "annotations": {
             "autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"}}})
     );
     assert_eq!(server.events(), vec!["ScaledDown".to_string()]);
 }
 
-/// The record as a night left it: the user's own pause at 1, their floor 2.
+/// Someone annotated the ScaledObject between the operator's read and its pause (a 409 for
+/// the revision the pause was decided from): the write is not forced, the reconcile fails and
+/// reads it again.
+#[tokio::test(start_paused = true)]
+async fn a_scaled_object_changed_since_it_was_read_is_not_paused_over() {
+    let so = scaled_object(json!({"autoscaling.keda.sh/paused-replicas": "1"}), "True");
+    let (server, mut operator, t) = over_scaled_object(0, so, 1, Value::Null);
+    server.first_on("PATCH", &format!("{SCALED_OBJECTS}/web"), |_| {
+        status(
+            409,
+            "Conflict",
+            "the object has been modified; please apply your changes",
+        )
+    });
+
+    let result = operator.reconcile(&t).await;
+
+    assert!(result.is_err(), "{result:?}");
+    let sent = server.sent();
+    let pause = (sent.iter())
+        .find(|s| s.method == "PATCH" && s.path.starts_with(SCALED_OBJECTS))
+        .expect("the pause");
+    assert_eq!(pause.body["metadata"]["resourceVersion"], "30");
+    // Nothing said done: the failed reconcile is said, not a scale-down.
+    assert_eq!(server.events(), vec!["ReconcileError".to_string()]);
+}
+
+/// The record as a night left it: the user's own pause at 1, their floor 2, Deployment `web`
+/// asleep through it.
 fn night_record() -> Value {
     json!({"target": {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "web",
                       "uid": "uid-so", "field": "spec.minReplicaCount", "originalReplicas": 2,
-                      "originalPause": {"pausedReplicas": "1"}}})
+                      "originalPause": {"pausedReplicas": "1"},
+                      "asleep": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                 "uid": "uid-web"}}})
+}
+
+/// The ScaledObject deleted while it held its workload at 0 (KEDA's finalizer leaves the
+/// workload as it is): the workload is woken to the ScaledObject's own floor, guarded by the
+/// revision it was read at 0, and nothing is left asleep on record.
+#[tokio::test(start_paused = true)]
+async fn a_scaled_object_deleted_while_it_sleeps_has_its_workload_woken() {
+    let (server, mut operator, t) = over_scaled_object(0, Value::Null, 0, night_record());
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), echo("11"));
+
+    operator.reconcile(&t).await.unwrap();
+
+    let sent = server.sent();
+    let wake = (sent.iter())
+        .find(|s| s.path.ends_with("/deployments/web/scale"))
+        .expect("a wake write");
+    assert_eq!(wake.body["spec"]["replicas"], 2);
+    assert_eq!(wake.body["metadata"]["resourceVersion"], "10");
+    let last = &sent.last().unwrap().body["status"];
+    assert_eq!(last["target"].get("asleep"), None, "{last}");
+    // Woken, and the ScaledObject's absence said.
+    assert_eq!(
+        server.events(),
+        vec!["Restored".to_string(), "TargetNotFound".to_string()]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -1299,7 +1366,7 @@ async fn the_morning_gives_the_user_s_pause_back_as_theirs_then_sets_the_floor()
     let sent = server.sent();
     assert_eq!(
         sent[4].body,
-        json!({"metadata": {"uid": "uid-so", "annotations": {
+        json!({"metadata": {"uid": "uid-so", "resourceVersion": "30", "annotations": {
                   "autoscaling.keda.sh/paused-replicas": "1", "autoscaling.keda.sh/paused": null}}})
     );
     assert!(
@@ -1320,6 +1387,7 @@ async fn the_morning_gives_the_user_s_pause_back_as_theirs_then_sets_the_floor()
     );
     let target = &sent[6].body["status"]["target"];
     assert_eq!(target.get("originalPause"), None);
+    assert_eq!(target.get("asleep"), None, "KEDA runs it again");
     assert_eq!(target["originalReplicas"], 2);
 }
 
@@ -1344,6 +1412,7 @@ async fn a_workload_that_drifted_while_paused_is_put_right_through_the_scaled_ob
         patches[0].body["metadata"]["annotations"],
         json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "True"})
     );
+    assert_eq!(patches[0].body["metadata"]["resourceVersion"], "30");
     assert!(
         !requests.iter().any(|r| r.ends_with("/scale")),
         "never through /scale: {requests:?}"
