@@ -54,14 +54,13 @@ scripts/control-plane.sh install >"$state/install.log" 2>&1 &
 install_pid=$!
 
 cargo fmt --all -- --check
-# Lints, on every target; this also checks that the benchmarks build (they are not run: they
-# take minutes and write BENCHMARKS.md). `nice` is how the whole run takes them (below).
+# Lints, on every target (a run of some suites; the whole run lints in its build, below).
 lint() {
   if cargo clippy --version >/dev/null 2>&1; then
-    nice -n "${1:-0}" cargo clippy --all-targets --quiet -- -D warnings
+    cargo clippy --all-targets --quiet -- -D warnings
   else
     echo "test.sh: clippy is not installed (rustup component add clippy); only checking the build" >&2
-    nice -n "${1:-0}" cargo check --all-targets --quiet
+    cargo check --all-targets --quiet
   fi
 }
 # One build: the tests, and the operator's binary they launch, which the real node's image and
@@ -88,18 +87,39 @@ if [[ $# -gt 0 ]]; then
   cargo test --locked --lib --bins --tests "$@"
   exit
 fi
-cargo test --locked --no-run --lib --bins --tests --message-format=json-render-diagnostics \
-  >"$state/build.json"
-phase "the build"
+# The lints run in that one build: clippy-driver compiles the workspace's own crates (clippy's
+# lints, then the code, as `cargo clippy` would lint them), the dependencies are compiled once,
+# by rustc. (`cargo clippy` apart checks every dependency again: about 10 CPU-minutes, which on
+# 2 cores the suites, themselves keeping the CPUs busy, waited for.) The benchmarks are built
+# too, not run (they take minutes and write BENCHMARKS.md). A warning fails the run at its end.
+clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"
+if [[ ! -x "$clippy_driver" ]]; then
+  echo "test.sh: clippy is not installed (rustup component add clippy); only rustc's warnings are checked" >&2
+  clippy_driver=""
+fi
+build_rc=0
+RUSTC_WORKSPACE_WRAPPER="$clippy_driver" cargo test --locked --no-run --lib --bins --tests \
+  --benches --message-format=json >"$state/build.json" || build_rc=$?
+# Each diagnostic once (the lib and its tests report the same), as rustc renders it.
+python3 -c '
+import json, sys
+seen = set()
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-message" and m["message"]["rendered"] not in seen:
+        seen.add(m["message"]["rendered"])
+        print(m["message"]["rendered"])
+' "$state/build.json" >"$state/lints.log"
+if [[ "$build_rc" -ne 0 ]]; then
+  cat "$state/lints.log" >&2
+  echo "test.sh: the build failed (above)" >&2
+  exit 1
+fi
+phase "the build (with the lints)"
 control_plane_up
-# The lints run beside the three suites that time a scale-up in real seconds (run last, one at
-# a time, on an otherwise quiet machine), at the lowest priority, instead of before the tests:
-# clippy checks every dependency again (check and build artifacts differ), about 5 minutes on
-# 2 cores, and the timed suites mostly wait out real seconds. Beside the other suites, which
-# keep both cores busy, it made them 148 s slower in all (a clean clone, 2026-11-29); before
-# the build it is 2 minutes of the critical path. A lint fails the run at its end.
-# beside_timed NAME COMMAND...: COMMAND at nice 19 once only the timed suites are left, its
-# output in $state/NAME.log, its exit code and end (seconds after the build) in $state/NAME.rc.
+# beside_timed NAME COMMAND...: COMMAND at nice 19 once only the timed suites are left (they
+# mostly wait out real seconds), its output in $state/NAME.log, its exit code and end (seconds
+# after the build) in $state/NAME.rc.
 build_done=$SECONDS
 beside_timed() {
   local name="$1"; shift
@@ -109,7 +129,6 @@ beside_timed() {
     echo "$rc $((SECONDS - build_done))" >"$state/$name.rc.tmp"
     mv "$state/$name.rc.tmp" "$state/$name.rc" ) &
 }
-beside_timed lints lint
 # Each suite as "NAME EXECUTABLE [FILTER]": the crate's unit tests (lib, bin-NAME), a test
 # binary of its own (bounded_cost), and each module of the one integration binary (`tests/it`,
 # NAME with the filter `NAME::`); and the operator.
@@ -122,7 +141,7 @@ for line in open(sys.argv[1]):
     t, exe = m["target"], m["executable"]
     if t["kind"] == ["bin"] and t["name"] == "tdset-operator" and not m["profile"]["test"]:
         print("operator", exe)
-    elif not m["profile"]["test"]:
+    elif not m["profile"]["test"] or t["kind"] == ["bench"]:
         continue
     elif t["kind"] != ["test"]:
         print("lib" if "lib" in t["kind"] else "bin-" + t["name"], exe)
@@ -166,12 +185,15 @@ grep -v '^operator ' "$state/binaries" | TDSET_TEST_QUIET_MARK="$state/quiet" \
 touch "$state/quiet"
 wait
 failed=0
-for what in lints demos; do
-  read -r rc secs <"$state/$what.rc"
-  echo "test.sh: the $what ended ${secs} s after the build (exit $rc)" >&2
-  if [[ "$rc" -ne 0 || "$what" == demos ]]; then cat "$state/$what.log" >&2; fi
-  if [[ "$rc" -ne 0 ]]; then echo "test.sh: the $what failed (above)" >&2; failed=1; fi
-done
+read -r rc secs <"$state/demos.rc"
+echo "test.sh: the demos ended ${secs} s after the build (exit $rc)" >&2
+cat "$state/demos.log" >&2
+if [[ "$rc" -ne 0 ]]; then echo "test.sh: the demos failed (above)" >&2; failed=1; fi
+if [[ -s "$state/lints.log" ]]; then
+  cat "$state/lints.log" >&2
+  echo "test.sh: the build warned (above): rustc's and clippy's warnings fail the run" >&2
+  failed=1
+fi
 [[ "$tests_rc" -eq 0 ]] || exit "$tests_rc"
 [[ "$failed" -eq 0 ]] || exit 1
-phase "the tests (the lints and the demos beside the timed ones)"
+phase "the tests (the demos beside the timed ones)"
