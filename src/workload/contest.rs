@@ -34,6 +34,11 @@ pub struct Contest {
     written_at: Option<Instant>,
     /// Since when a state a check waits out has been seen (`seen_for`).
     seen_at: Option<Instant>,
+    /// Writes that failed outright in a row (a webhook down, a 5xx), the last one's error,
+    /// and until when the next waits (`failing`).
+    failures: u32,
+    last_failure: Option<String>,
+    failing_until: Option<Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +78,35 @@ impl Contest {
         self.last_set = Some(scheduled);
         self.written_at = Some(now);
         self.forget_before(now);
+        self.landed();
+    }
+
+    /// A write failed outright: the next waits until `until`, whatever wakes the reconcile
+    /// meanwhile (the workload's own events, its neighbours', a status), so a workload whose
+    /// writes fail is retried at the backoff's pace, not at the pace of events. How many have
+    /// failed in a row, this one included.
+    pub fn failed(&mut self, until: Instant, error: String) -> u32 {
+        self.failures = self.failures.saturating_add(1);
+        self.last_failure = Some(error);
+        self.failing_until = Some(until);
+        self.failures
+    }
+
+    /// Writes that failed in a row.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// While the wait after the last failure lasts: until when, and that failure's error.
+    pub fn failing(&self, now: Instant) -> Option<(Instant, &str)> {
+        let until = self.failing_until.filter(|u| now < *u)?;
+        Some((until, self.last_failure.as_deref().unwrap_or_default()))
+    }
+
+    fn landed(&mut self) {
+        self.failures = 0;
+        self.last_failure = None;
+        self.failing_until = None;
     }
 
     /// The workload was given back its own count (a wake-up to `own`, or letting go): the
@@ -80,6 +114,7 @@ impl Contest {
     /// someone else's.
     pub fn gave_back(&mut self, own: i32) {
         self.last_set = Some(own);
+        self.landed();
     }
 
     /// How long ago the last write was made (None: none since this process started).
@@ -120,6 +155,11 @@ impl Contest {
     /// Whether any revert is remembered (else the record only holds the last count).
     pub fn has_reverts(&self) -> bool {
         !self.reverts.is_empty()
+    }
+
+    /// Whether forgetting it would change a decision: reverts or failures remembered.
+    pub fn worth_keeping(&self) -> bool {
+        self.has_reverts() || self.failures > 0
     }
 
     fn forget_before(&mut self, now: Instant) {
@@ -181,6 +221,28 @@ mod tests {
             c.wrote(0, s(wake * 60));
         }
         assert_eq!(c.fight(s(400)), None);
+    }
+
+    /// A workload whose writes fail (a webhook down) waits out each failure's backoff,
+    /// whatever wakes the reconcile; a write that lands ends it.
+    #[test]
+    fn a_write_that_failed_waits_until_its_backoff_then_a_landed_one_clears_it() {
+        let t0 = Instant::now();
+        let mut c = Contest::default();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        assert_eq!(c.failing(s(0)), None);
+        assert_eq!(c.failed(s(5), "webhook down".into()), 1);
+        assert_eq!(c.failing(s(1)), Some((s(5), "webhook down")));
+        assert_eq!(c.failing(s(5)), None, "due at its instant");
+        assert_eq!(c.failed(s(15), "webhook down again".into()), 2);
+        assert_eq!(c.failures(), 2);
+        assert_eq!(c.failing(s(6)), Some((s(15), "webhook down again")));
+        assert!(c.worth_keeping());
+        c.wrote(0, s(16));
+        assert_eq!((c.failures(), c.failing(s(16))), (0, None));
+        c.failed(s(30), "once more".into());
+        c.gave_back(3);
+        assert_eq!((c.failures(), c.failing(s(17))), (0, None));
     }
 
     /// A read that finds the operator's own revert on top (nobody else on the field) keeps

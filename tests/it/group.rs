@@ -1127,12 +1127,20 @@ async fn a_workload_whose_writes_fail_does_not_hold_the_group_back_and_is_retrie
         "{g:?}"
     );
     // Retried, backing off (5, 10, 20, 40 s apart, +-25 %), not at a fixed pace (every 5 s: 9
-    // writes in 45 s). The reconciles the boundary's own events wake (its status, the other
-    // Deployment's change) fail too and count, so the wait may already be long here: at most
-    // 4 writes in 45 s, possibly none.
+    // writes in 45 s), nor at the pace of events: the other Deployment, changed every 3 s,
+    // wakes the group 15 times meanwhile, and `broken` is not written at those. At most 4
+    // writes in 45 s, possibly none (the wait may already be long here).
     let writes = || op.counter("tdset_api_writes_total{resource=\"deployments\",verb=\"apply\"}");
     let before = writes();
-    tokio::time::sleep(std::time::Duration::from_secs(45)).await;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), n);
+    for tick in 0..15 {
+        let touch = json!({"metadata": {"labels": {"tick": tick.to_string()}}});
+        deployments
+            .patch("ok", &PatchParams::default(), &Patch::Merge(&touch))
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    }
     let retries = writes() - before;
     assert!(
         retries <= 4.0,
@@ -1145,7 +1153,6 @@ async fn a_workload_whose_writes_fail_does_not_hold_the_group_back_and_is_retrie
         .await
         .unwrap();
     // (The API server may still call the deleted webhook for a moment.)
-    let deployments = Api::<Deployment>::namespaced(client.clone(), n);
     let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
     eventually(GUARD, "broken relabelled", || async {
         deployments

@@ -447,3 +447,55 @@ async fn killed_the_instant_its_pause_lands_the_operator_still_gives_the_user_s_
     assert!(op.sigterm().success());
     ns.cleanup().await;
 }
+
+/// A group over `env: dev` selects a Deployment KEDA scales: put to 0 by the group, KEDA would
+/// scale it back to its `minReplicaCount` and the two would take turns. The group leaves it to
+/// its ScaledObject and says so (a `scaleTargetRef` TDSet schedules it through KEDA's pause);
+/// the rest of the group sleeps.
+#[tokio::test]
+async fn a_group_leaves_a_workload_keda_scales_to_its_scaled_object() {
+    let (client, ns) = setup("keda-group").await;
+    let n = &ns.name;
+    let _keda = KedaOperator::start(&client, n).await;
+    scaled_web(&client, n, 2, 2, json!({})).await;
+    keda_hpa(&client, n, "KEDA's HPA", |_| true).await;
+    let deploys = Api::<Deployment>::namespaced(client.clone(), n);
+    let dev = Patch::Merge(json!({"metadata": {"labels": {"env": "dev"}}}));
+    deploys
+        .patch("web", &PatchParams::default(), &dev)
+        .await
+        .unwrap();
+    let _: Deployment = create_object(
+        &client,
+        n,
+        crate::group::labelled(app_deployment("api", 1), "dev"),
+    )
+    .await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    let asleep = json!({
+        "scaleTargetSelector": {"kinds": ["Deployment"],
+                                "selector": {"matchLabels": {"env": "dev"}}},
+        "schedulingConfig": [], "defaultReplica": 0,
+    });
+    create_tdset(&client, n, &tdset("night", asleep)).await;
+    deployment_at(&client, n, "api", 0).await;
+    let message = degraded_for(&client, n, "night", "ConflictingTDSet").await;
+    assert!(
+        message.contains("Deployment web")
+            && message.contains("ScaledObject web")
+            && message.contains("scaleTargetRef names the ScaledObject"),
+        "{message}"
+    );
+    // Never written: KEDA's count stands, and nothing of the group's is on it.
+    let web = deploys.get("web").await.unwrap();
+    assert_eq!(replicas(&web), Some(2));
+    let managers: Vec<_> = (web.metadata.managed_fields.iter().flatten())
+        .filter_map(|f| f.manager.clone())
+        .collect();
+    assert!(
+        !managers.iter().any(|m| m.starts_with("tdset-operator")),
+        "{managers:?}"
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}

@@ -27,7 +27,9 @@ use crate::api::{GroupKind, GroupStatus, ScaleTargetSelector, TDSet};
 use crate::controller::io::target::hpas_in;
 use crate::controller::io::tdset::write_group_now;
 use crate::controller::lane::{EventType, Events, note};
-use crate::controller::state::{Context, Outcome, Scaled, Write as Mode, claim_of};
+use crate::controller::state::{
+    Context, Outcome, Scaled, Write as Mode, backoff_after, claim_of, jitter,
+};
 use crate::error::{Error, Result};
 use crate::schedule::{Count, Evaluation};
 use crate::status::{Observed, Problem};
@@ -340,6 +342,11 @@ struct Written {
 }
 
 impl Written {
+    /// Looked at again in `wait` at the latest.
+    fn retry_in(&mut self, wait: Duration) {
+        self.retry = Some(self.retry.map_or(wait, |r| r.min(wait)));
+    }
+
     /// Suspended: nothing is written; every held workload's write is reported as not made.
     fn suspended(plan: &group::Plan, members: &[Member]) -> Written {
         Written {
@@ -370,6 +377,13 @@ impl Written {
                 if held {
                     self.failed.push((w.member, w.to, e.to_string()));
                 }
+                let error = e.to_string();
+                let until = ctx.contest(key, |c| {
+                    let until = now + backoff_after(c.failures().saturating_add(1), jitter());
+                    c.failed(until, error);
+                    until
+                });
+                self.retry_in(until.duration_since(now));
                 self.first_error.get_or_insert(e);
                 return;
             }
@@ -427,15 +441,25 @@ async fn write_all(g: &Group<'_>, planned: &[group::Write]) -> Result<Written> {
     let mut writes = Vec::new();
     for w in planned {
         let m = &members[w.member];
+        // Its last write failed outright: the next waits out its backoff, whatever woke this
+        // reconcile (another workload's events would otherwise send it at their pace).
+        let failing = ctx.contest(&key(m), |c| {
+            c.failing(now).map(|(until, e)| (until, e.to_string()))
+        });
+        if let Some((until, error)) = failing {
+            out.retry_in(until.duration_since(now));
+            let secs = until.duration_since(now).as_secs();
+            out.failed
+                .push((w.member, w.to, format!("{error} (tried again in {secs} s)")));
+            out.problems.push(Problem::ApiError(error));
+            continue;
+        }
         // A writer that replaces the whole object takes the record with it: its reverts
         // are Schedule writes, and held back the same way (a new level never is).
         if matches!(w.why, Why::ChangedElsewhere { .. } | Why::Schedule)
             && let Verdict::Wait(until) = ctx.contest(&key(m), |c| c.decide(w.to.replicas(), now))
         {
-            out.retry = out
-                .retry
-                .min(Some(until.duration_since(now)))
-                .or(Some(until.duration_since(now)));
+            out.retry_in(until.duration_since(now));
             out.failed.push((w.member, w.to, "someone else keeps setting it; the schedule's count is put back less and less often".into()));
             continue;
         }

@@ -155,8 +155,15 @@ pub(super) fn hpa_held_elsewhere(p: &Placing<'_>, o: &DynamicObject) -> Option<S
         .iter()
         .find(|r| r.controller == Some(true))
     {
+        // KEDA scales a workload up from a 0 written to it: through its ScaledObject or not at all.
+        let keda = c.kind == "ScaledObject" && c.api_version.starts_with("keda.sh/");
+        let how = if keda {
+            "; a TDSet whose scaleTargetRef names the ScaledObject schedules it through KEDA's pause"
+        } else {
+            ""
+        };
         return Some(format!(
-            "{} {}, the controller of its HorizontalPodAutoscaler {hpa}",
+            "{} {}, the controller of its HorizontalPodAutoscaler {hpa}{how}",
             c.kind, c.name
         ));
     }
