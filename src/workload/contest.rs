@@ -19,6 +19,8 @@ const FREE: usize = 3;
 const FIRST_WAIT: Duration = Duration::from_secs(30);
 /// ...up to this.
 const MAX_WAIT: Duration = Duration::from_secs(600);
+/// Failed writes this long past their wait are forgotten.
+const FORGET_FAILURES: Duration = Duration::from_secs(600);
 
 /// One TDSet's record of its writes to a workload.
 #[derive(Clone, Debug, Default)]
@@ -34,10 +36,10 @@ pub struct Contest {
     written_at: Option<Instant>,
     /// Since when a state a check waits out has been seen (`seen_for`).
     seen_at: Option<Instant>,
-    /// Writes that failed outright in a row (a webhook down, a 5xx), the last one's error,
-    /// and until when the next waits (`failing`).
+    /// Writes that failed outright in a row (a webhook down, a 5xx), the count the last one
+    /// set and its error, and until when a write of that count again waits (`failing`).
     failures: u32,
-    last_failure: Option<String>,
+    last_failure: Option<(i32, String)>,
     failing_until: Option<Instant>,
 }
 
@@ -81,26 +83,32 @@ impl Contest {
         self.landed();
     }
 
-    /// A write failed outright: the next waits until `until`, whatever wakes the reconcile
-    /// meanwhile (the workload's own events, its neighbours', a status), so a workload whose
-    /// writes fail is retried at the backoff's pace, not at the pace of events. How many have
-    /// failed in a row, this one included.
-    pub fn failed(&mut self, until: Instant, error: String) -> u32 {
+    /// A write of `count` failed outright: that count is not sent again before `until`,
+    /// whatever wakes the reconcile meanwhile (the workload's own events, its neighbours', a
+    /// status), so a workload whose writes fail is retried at the backoff's pace, not at the
+    /// pace of events. A new count (a transition) is not held back. How many have failed in a
+    /// row, this one included.
+    pub fn failed(&mut self, count: i32, until: Instant, error: String) -> u32 {
         self.failures = self.failures.saturating_add(1);
-        self.last_failure = Some(error);
+        self.last_failure = Some((count, error));
         self.failing_until = Some(until);
         self.failures
     }
 
-    /// Writes that failed in a row.
-    pub fn failures(&self) -> u32 {
-        self.failures
+    /// Writes that failed in a row, counted from 0 again once the last wait is long over (a
+    /// failure weeks later starts the backoff afresh).
+    pub fn failures(&self, now: Instant) -> u32 {
+        match self.failing_until {
+            Some(until) if now < until + FORGET_FAILURES => self.failures,
+            _ => 0,
+        }
     }
 
-    /// While the wait after the last failure lasts: until when, and that failure's error.
-    pub fn failing(&self, now: Instant) -> Option<(Instant, &str)> {
+    /// While the wait after a failed write of `count` lasts: until when, and its error.
+    pub fn failing(&self, count: i32, now: Instant) -> Option<(Instant, &str)> {
         let until = self.failing_until.filter(|u| now < *u)?;
-        Some((until, self.last_failure.as_deref().unwrap_or_default()))
+        let (failed, error) = self.last_failure.as_ref()?;
+        (*failed == count).then_some((until, error.as_str()))
     }
 
     fn landed(&mut self) {
@@ -155,11 +163,6 @@ impl Contest {
     /// Whether any revert is remembered (else the record only holds the last count).
     pub fn has_reverts(&self) -> bool {
         !self.reverts.is_empty()
-    }
-
-    /// Whether forgetting it would change a decision: reverts or failures remembered.
-    pub fn worth_keeping(&self) -> bool {
-        self.has_reverts() || self.failures > 0
     }
 
     fn forget_before(&mut self, now: Instant) {
@@ -230,19 +233,21 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Contest::default();
         let s = |secs: u64| t0 + Duration::from_secs(secs);
-        assert_eq!(c.failing(s(0)), None);
-        assert_eq!(c.failed(s(5), "webhook down".into()), 1);
-        assert_eq!(c.failing(s(1)), Some((s(5), "webhook down")));
-        assert_eq!(c.failing(s(5)), None, "due at its instant");
-        assert_eq!(c.failed(s(15), "webhook down again".into()), 2);
-        assert_eq!(c.failures(), 2);
-        assert_eq!(c.failing(s(6)), Some((s(15), "webhook down again")));
-        assert!(c.worth_keeping());
+        assert_eq!(c.failing(0, s(0)), None);
+        assert_eq!(c.failed(0, s(5), "webhook down".into()), 1);
+        assert_eq!(c.failing(0, s(1)), Some((s(5), "webhook down")));
+        assert_eq!(c.failing(3, s(1)), None, "a new count is not held back");
+        assert_eq!(c.failing(0, s(5)), None, "due at its instant");
+        assert_eq!(c.failed(0, s(15), "webhook down again".into()), 2);
+        assert_eq!(c.failures(s(6)), 2);
+        assert_eq!(c.failing(0, s(6)), Some((s(15), "webhook down again")));
+        // Long after the last wait, a failure starts the backoff afresh.
+        assert_eq!(c.failures(s(15 + 600)), 0);
         c.wrote(0, s(16));
-        assert_eq!((c.failures(), c.failing(s(16))), (0, None));
-        c.failed(s(30), "once more".into());
+        assert_eq!((c.failures(s(16)), c.failing(0, s(16))), (0, None));
+        c.failed(0, s(30), "once more".into());
         c.gave_back(3);
-        assert_eq!((c.failures(), c.failing(s(17))), (0, None));
+        assert_eq!((c.failures(s(17)), c.failing(0, s(17))), (0, None));
     }
 
     /// A read that finds the operator's own revert on top (nobody else on the field) keeps

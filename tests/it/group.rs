@@ -1554,11 +1554,9 @@ async fn a_replica_sets_copy_of_a_record_wakes_no_former_holder() {
             .iter()
             .any(|rs| annotations(rs).contains_key("schedule.rs/held-by"))
     };
-    eventually(
-        Duration::from_secs(60),
-        "the record copied to the ReplicaSet",
-        || async { copied().await.then_some(()) },
-    )
+    eventually(GUARD, "the record copied to the ReplicaSet", || async {
+        copied().await.then_some(())
+    })
     .await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), n);
     let qa = json!({"metadata": {"labels": {"env": "qa"}}});
@@ -1583,7 +1581,7 @@ async fn a_replica_sets_copy_of_a_record_wakes_no_former_holder() {
         api.patch("web", &PatchParams::default(), &Patch::Merge(scale))
             .await
             .unwrap();
-        eventually(Duration::from_secs(60), "the ReplicaSet scaled", || async {
+        eventually(GUARD, "the ReplicaSet scaled", || async {
             let list = sets
                 .list(&ListParams::default().labels("app=web"))
                 .await

@@ -42,7 +42,7 @@ async fn web_with_hpa(client: &Client, ns: &str, hpa_name: &str) {
 }
 
 /// TDSet "sched" whose office hours are the floor of HPA `name`.
-fn floor_of(name: &str, default: i32) -> TDSet {
+pub(crate) fn floor_of(name: &str, default: i32) -> TDSet {
     tdset(
         "sched",
         office_hours(
@@ -705,49 +705,6 @@ async fn a_sleeping_hpa_target_is_woken_when_its_hpa_is_created_again_for_anothe
     delete_tdset_and_wait(&client, n, "sched").await;
     deployment_at(&client, n, "web-v2", 3).await;
     deployment_at(&client, n, "web", 2).await;
-    op.stop().await;
-    ns.cleanup().await;
-}
-
-/// An HPA that a KEDA ScaledObject owns: KEDA sets its `minReplicas` from the ScaledObject
-/// and would revert the schedule's floor at once, again and again. The TDSet refuses it with
-/// a reason of its own and a Warning naming the ScaledObject, and never writes the HPA.
-#[tokio::test]
-async fn an_hpa_a_keda_scaled_object_owns_is_refused_and_never_written() {
-    let (client, ns) = setup("wl-hpa-keda").await;
-    let n = &ns.name;
-    let _: Deployment = create_object(&client, n, app_deployment("web", 2)).await;
-    let owner = scaled_object(&client, n, "web", "web").await;
-    let mut made = hpa("keda-hpa-web", "web", 2, 10);
-    made["metadata"]["ownerReferences"] = json!([owner]);
-    let _: HorizontalPodAutoscaler = create_object(&client, n, made).await;
-    let op = Operator::start(&client, n, noon(), None, "test");
-    create_tdset(&client, n, &floor_of("keda-hpa-web", 1)).await;
-
-    let message = degraded_for(&client, n, "sched", "ManagedByKeda").await;
-    assert!(message.contains("ScaledObject web"), "{message}");
-    wait_for_event(&client, n, "sched", |(ty, r, m)| {
-        ty == "Warning" && r == "ManagedByKeda" && m.contains("ScaledObject web")
-    })
-    .await;
-    // Deleted, it lets go of nothing it never held: neither the HPA nor its workload was
-    // ever written by the operator.
-    delete_tdset_and_wait(&client, n, "sched").await;
-    let h: HorizontalPodAutoscaler = Api::namespaced(client.clone(), n)
-        .get("keda-hpa-web")
-        .await
-        .unwrap();
-    assert_eq!(h.spec.as_ref().and_then(|s| s.min_replicas), Some(2));
-    let d: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
-    for managed in [&h.metadata.managed_fields, &d.metadata.managed_fields] {
-        let managers: Vec<String> = (managed.iter().flatten())
-            .filter_map(|m| m.manager.clone())
-            .collect();
-        assert!(
-            !managers.contains(&"tdset-operator".to_string()),
-            "{managers:?}"
-        );
-    }
     op.stop().await;
     ns.cleanup().await;
 }

@@ -198,8 +198,10 @@ async fn apply(
             warn_if_old(turn, r, &so.view);
         }
         ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
-        if let Err(p) = write_plan(ctx, ns, r, so, &plan).await? {
-            return Ok(problem_outcome(p, r, record.status));
+        match write_plan(ctx, ns, r, so, &plan).await? {
+            // The checks that follow in this reconcile write from this revision.
+            Ok(rv) => so.view.resource_version = rv.or(so.view.resource_version.take()),
+            Err(p) => return Ok(problem_outcome(p, r, record.status)),
         }
         ctx.contest(&key, |c| c.wrote(plan.floor, now));
         let before = if so.view.pause.pauses() {
@@ -214,8 +216,22 @@ async fn apply(
     } else if !held {
         set_record(&mut record.status, &plan.after);
     }
-    // KEDA runs it again (or the user's own pause does): nothing of this TDSet's keeps it at 0.
-    if plan.floor > 0 && !(so.view.pause.is_night() && so.view.pause_ours) {
+    // The operator's own night pause holds whatever the ScaledObject targets now at 0 (after a
+    // retarget, a workload replaced, a pause written by an older version): that one is on
+    // record, to be woken if the ScaledObject goes. Once KEDA runs it again (or the user's own
+    // pause does), nothing of this TDSet's keeps it at 0.
+    let ours_at_night = so.view.pause.is_night() && so.view.pause_ours;
+    if ours_at_night && !held {
+        let asleep = Asleep {
+            target: so.view.target.clone(),
+            uid: workload.and_then(|w| w.uid.clone()),
+        };
+        let known = (record.status.asleep.as_ref())
+            .is_some_and(|a| asleep_is(a, &asleep.target, asleep.uid.as_deref()));
+        if !known {
+            record.status.asleep = Some(asleep);
+        }
+    } else if plan.floor > 0 && !ours_at_night {
         record.status.asleep = None;
     }
     let problem = ctx.contest(&key, |c| {
@@ -252,37 +268,37 @@ async fn apply(
 /// a field manager of its own, so it reads as the user's afterwards; the floor and the
 /// ceiling stay the operator's). A write of the pause is refused if the ScaledObject changed
 /// since it was read (the pause recorded from that read would be stale); floors and ceilings
-/// are not guarded (KEDA's status writes move its revision every polling interval).
+/// are not guarded (KEDA's status writes move its revision every polling interval). The
+/// revision the last write left.
 async fn write_plan(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
     so: &ScaledObjectRead,
     plan: &Plan,
-) -> Answer<()> {
+) -> Answer<Option<String>> {
     let fields = (plan.pause.as_ref(), plan.min, plan.max);
     let read_at = plan.pause.as_ref().and(so.view.resource_version.as_deref());
     if !plan.gives_pause_back() {
-        return Ok(io::write(ctx, ns, (r, so, read_at), FIELD_MANAGER, fields)
-            .await?
-            .map(drop));
+        return io::write(ctx, ns, (r, so, read_at), FIELD_MANAGER, fields).await;
     }
     let manager = keda::GIVE_BACK_MANAGER;
     let back = io::write(ctx, ns, (r, so, read_at), manager, (fields.0, None, None));
-    if let Err(p) = back.await? {
-        return Ok(Err(p));
-    }
+    let given = match back.await? {
+        Ok(rv) => rv,
+        Err(p) => return Ok(Err(p)),
+    };
     if plan.min.is_none() && plan.max.is_none() {
-        return Ok(Ok(()));
+        return Ok(Ok(given));
     }
-    let floors = io::write(
+    io::write(
         ctx,
         ns,
         (r, so, None),
         FIELD_MANAGER,
         (None, plan.min, plan.max),
-    );
-    Ok(floors.await?.map(drop))
+    )
+    .await
 }
 
 /// The record's KEDA fields set from `originals`.
@@ -570,7 +586,8 @@ pub(crate) async fn let_go(
 ) -> Answer<Option<String>> {
     let so = match io::read(ctx, ns, r).await? {
         Ok(found) => found,
-        Err(p) => return wake_instead(ctx, ns, r, recorded, p).await,
+        Err(p @ Problem::TargetNotFound(_)) => return wake_instead(ctx, ns, r, recorded, p).await,
+        Err(p) => return Ok(Err(p)),
     };
     if let (Some(a), Some(b)) = (recorded.uid.as_deref(), so.view.uid.as_deref())
         && a != b
@@ -582,23 +599,30 @@ pub(crate) async fn let_go(
         return wake_instead(ctx, ns, r, recorded, replaced).await;
     }
     let mut done = Vec::new();
-    // Pointed elsewhere since: the workload it put to sleep is woken, and the ScaledObject let go.
+    // Pointed elsewhere since: the workload it put to sleep is woken, and the ScaledObject let
+    // go whatever that wake came to (its pause left behind would hold the new target at 0).
+    let mut wake_failed = None;
     if let Some(left) = (recorded.asleep.as_ref()).filter(|a| !asleep_is(a, &so.view.target, None))
     {
         let to = recorded.original_replicas.unwrap_or(1).max(1);
         match wake_asleep(ctx, ns, left, to).await? {
             Ok(Some(woke)) => done.push(woke),
             Ok(None) => {}
-            Err(p) => return Ok(Err(p)),
+            Err(p) => wake_failed = Some(p),
         }
     }
     let originals = Originals::of(recorded);
     let plan = keda::released(&originals, &so.view, restore);
+    if plan.writes()
+        && let Err(p) = write_plan(ctx, ns, r, &so, &plan).await?
+    {
+        return Ok(Err(p));
+    }
+    if let Some(p) = wake_failed {
+        return Ok(Err(p));
+    }
     if !plan.writes() {
         return Ok(Ok((!done.is_empty()).then(|| done.join("; "))));
-    }
-    if let Err(p) = write_plan(ctx, ns, r, &so, &plan).await? {
-        return Ok(Err(p));
     }
     if let Some(p) = &plan.pause {
         done.push(if p.pauses() {

@@ -92,10 +92,11 @@ impl Context {
     pub(crate) fn contest<T>(&self, key: &str, f: impl FnOnce(&mut Contest) -> T) -> T {
         match self.contests.lock() {
             Ok(mut contests) => {
-                // Deleted TDSets leave entries behind; one without reverts or failures only
-                // costs a revert counted as a first write, so those go when the map grows.
+                // Deleted TDSets leave entries behind; one without reverts only costs a revert
+                // counted as a first write (or a failed write's backoff started afresh), so
+                // those go when the map grows.
                 if contests.len() >= 4096 && !contests.contains_key(key) {
-                    contests.retain(|_, c| c.worth_keeping());
+                    contests.retain(|_, c| c.has_reverts());
                 }
                 f(contests.entry(key.to_string()).or_default())
             }

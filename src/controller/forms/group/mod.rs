@@ -377,13 +377,16 @@ impl Written {
                 if held {
                     self.failed.push((w.member, w.to, e.to_string()));
                 }
-                let error = e.to_string();
+                // From when it failed: a webhook that times out takes longer than the first
+                // waits.
+                let (error, failed_at) = (e.to_string(), tokio::time::Instant::now());
                 let until = ctx.contest(key, |c| {
-                    let until = now + backoff_after(c.failures().saturating_add(1), jitter());
-                    c.failed(until, error);
+                    let attempt = c.failures(failed_at).saturating_add(1);
+                    let until = failed_at + backoff_after(attempt, jitter());
+                    c.failed(w.to.replicas(), until, error);
                     until
                 });
-                self.retry_in(until.duration_since(now));
+                self.retry_in(until.saturating_duration_since(now));
                 self.first_error.get_or_insert(e);
                 return;
             }
@@ -444,13 +447,15 @@ async fn write_all(g: &Group<'_>, planned: &[group::Write]) -> Result<Written> {
         // Its last write failed outright: the next waits out its backoff, whatever woke this
         // reconcile (another workload's events would otherwise send it at their pace).
         let failing = ctx.contest(&key(m), |c| {
-            c.failing(now).map(|(until, e)| (until, e.to_string()))
+            (c.failing(w.to.replicas(), now)).map(|(until, e)| (until, e.to_string()))
         });
         if let Some((until, error)) = failing {
             out.retry_in(until.duration_since(now));
-            let secs = until.duration_since(now).as_secs();
-            out.failed
-                .push((w.member, w.to, format!("{error} (tried again in {secs} s)")));
+            if m.place == Place::Held {
+                let secs = until.duration_since(now).as_secs();
+                out.failed
+                    .push((w.member, w.to, format!("{error} (tried again in {secs} s)")));
+            }
             out.problems.push(Problem::ApiError(error));
             continue;
         }
