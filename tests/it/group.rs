@@ -1581,16 +1581,20 @@ async fn a_replica_sets_copy_of_a_record_wakes_no_former_holder() {
         api.patch("web", &PatchParams::default(), &Patch::Merge(scale))
             .await
             .unwrap();
-        eventually(GUARD, "the ReplicaSet scaled", || async {
-            let list = sets
-                .list(&ListParams::default().labels("app=web"))
-                .await
-                .unwrap();
-            list.items
-                .iter()
-                .any(|rs| rs.spec.as_ref().and_then(|s| s.replicas) == Some(count))
-                .then_some(())
-        })
+        eventually(
+            Duration::from_secs(600),
+            "the ReplicaSet scaled",
+            || async {
+                let list = sets
+                    .list(&ListParams::default().labels("app=web"))
+                    .await
+                    .unwrap();
+                list.items
+                    .iter()
+                    .any(|rs| rs.spec.as_ref().and_then(|s| s.replicas) == Some(count))
+                    .then_some(())
+            },
+        )
         .await;
     }
     let woken = op.reconciles_when_quiet().await - before;
