@@ -7,7 +7,9 @@ use tracing::debug;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::target::{Record, asleep_is, ensure_durable, problem_outcome, target_status, wake_left};
+use super::target::{
+    Record, ensure_durable, problem_outcome, target_status, wake_left, wake_left_behind,
+};
 use crate::api::{Asleep, ScaleTargetRef, TargetStatus};
 use crate::controller::io::target::{
     HpaRead, read_hpa, resolve_and_read, write, write_if_unchanged, write_max_replicas,
@@ -88,22 +90,9 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
     // that one was replaced): it is woken to the HPA's own floor first, suspended or not
     // (letting go is not scheduling); nobody else would.
     let mut record = record;
-    if let Some(left) = record
-        .status
-        .asleep
-        .clone()
-        .filter(|a| !asleep_is(a, &target.reference, target.uid.as_deref()))
-    {
-        // To the floor of the HPA it was put to sleep through (one of its name since
-        // replaced: that one's, as recorded).
-        let to = (record.asleep_floor.take())
-            .or(record.status.original_replicas)
-            .unwrap_or(1)
-            .max(1);
-        let why = format!("HorizontalPodAutoscaler {} no longer scales it", r.name);
-        wake_left(&mut turn, &left, to, why).await?;
-        record.status.asleep = None;
-    }
+    let why = format!("HorizontalPodAutoscaler {} no longer scales it", r.name);
+    let now = (&target.reference, target.uid.as_deref());
+    wake_left_behind(&mut turn, &mut record, now, why).await?;
     // The HPA's own ceiling: as recorded; or, while the ceiling on the HPA is one this
     // operator wrote, as the TDSet that set it records it (a younger claim that held the HPA
     // until this one came; its record says nothing once the owner set another since); else

@@ -11,6 +11,7 @@ use super::claims;
 use super::events::record_scale;
 use super::target::{
     Record, asleep_is, ensure_durable, problem_outcome, target_status, wake_asleep, wake_left,
+    wake_left_behind,
 };
 use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
@@ -92,17 +93,8 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
     // Pointed at another workload than the one this TDSet put to sleep through it (or that one
     // was replaced): that one is woken to the own floor it was put to sleep from.
     let workload_uid = workload.as_ref().ok().and_then(|w| w.uid.as_deref());
-    if let Some(left) =
-        (record.status.asleep.clone()).filter(|a| !asleep_is(a, &so.view.target, workload_uid))
-    {
-        let to = (record.asleep_floor.take())
-            .or(record.status.original_replicas)
-            .unwrap_or(1)
-            .max(1);
-        let why = format!("ScaledObject {} no longer scales it", r.name);
-        wake_left(&mut turn, &left, to, why).await?;
-        record.status.asleep = None;
-    }
+    let why = format!("ScaledObject {} no longer scales it", r.name);
+    wake_left_behind(&mut turn, &mut record, (&so.view.target, workload_uid), why).await?;
     let recorded = Originals::of(&record.status);
     let eval = turn.eval;
     let own_max = recorded.max.unwrap_or(so.view.max());

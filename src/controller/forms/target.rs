@@ -49,8 +49,32 @@ pub(crate) fn left_asleep(
     Some((asleep, old.original_replicas))
 }
 
-/// Wakes `left`, a workload this TDSet put to sleep through its scale target (an HPA, a ScaledObject), to `to`, and says why in
-/// an Event. Gone, or not ours to write: nothing is left asleep by this TDSet.
+/// The workload on record as put to sleep through the target, if it is not `reference` (object
+/// `uid`) any more (the target points elsewhere, or that workload was replaced): woken to the
+/// own floor it was put to sleep from (the replaced target's, where the record came from one),
+/// and taken off the record. `why` says what the target did.
+pub(crate) async fn wake_left_behind(
+    turn: &mut Turn<'_>,
+    record: &mut Record,
+    (reference, uid): (&ScaleTargetRef, Option<&str>),
+    why: String,
+) -> Result<()> {
+    let Some(left) = (record.status.asleep.clone()).filter(|a| !asleep_is(a, reference, uid))
+    else {
+        return Ok(());
+    };
+    let to = (record.asleep_floor.take())
+        .or(record.status.original_replicas)
+        .unwrap_or(1)
+        .max(1);
+    wake_left(turn, &left, to, why).await?;
+    record.status.asleep = None;
+    Ok(())
+}
+
+/// Wakes `left`, a workload this TDSet put to sleep through its scale target (an HPA, a
+/// ScaledObject), to `to`, and says why in an Event. Gone, or not ours to write: nothing is
+/// left asleep by this TDSet.
 pub(crate) async fn wake_left(
     turn: &mut Turn<'_>,
     left: &Asleep,
