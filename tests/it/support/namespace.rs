@@ -44,7 +44,11 @@ impl TestNamespace {
         let release = serde_json::json!({"metadata": {"finalizers": null}});
         for t in left {
             let _ = tdsets
-                .patch(&kube::ResourceExt::name_any(&t), &PatchParams::default(), &Patch::Merge(&release))
+                .patch(
+                    &kube::ResourceExt::name_any(&t),
+                    &PatchParams::default(),
+                    &Patch::Merge(&release),
+                )
                 .await;
         }
     }
