@@ -65,6 +65,7 @@ pub mod reason {
     pub const WAKE_ON_REQUEST_REFUSED: &str = "WakeOnRequestRefused";
     pub const KEDA_PAUSE_NOT_APPLIED: &str = "KedaPauseNotApplied";
     pub const KEDA_STILL_PAUSED: &str = "KedaStillPaused";
+    pub const KEDA_HPA_MISSING: &str = "KedaHpaMissing";
 }
 
 /// Why the operator could not do its job this time (Degraded=True).
@@ -116,6 +117,8 @@ pub enum Problem {
     KedaPauseNotApplied(String),
     /// The pause is off a KEDA ScaledObject, but KEDA still says it is paused (keda#6982).
     KedaStillPaused(String),
+    /// KEDA says a ScaledObject runs, but the HPA it scales the workload with is not there.
+    KedaHpaMissing(String),
 }
 
 impl Problem {
@@ -142,6 +145,7 @@ impl Problem {
             Problem::WakeRefused(_) => reason::WAKE_ON_REQUEST_REFUSED,
             Problem::KedaPauseNotApplied(_) => reason::KEDA_PAUSE_NOT_APPLIED,
             Problem::KedaStillPaused(_) => reason::KEDA_STILL_PAUSED,
+            Problem::KedaHpaMissing(_) => reason::KEDA_HPA_MISSING,
         }
     }
 
@@ -180,7 +184,8 @@ impl Problem {
             | Problem::TooManyWorkloads(m)
             | Problem::WakeRefused(m)
             | Problem::KedaPauseNotApplied(m)
-            | Problem::KedaStillPaused(m) => m,
+            | Problem::KedaStillPaused(m)
+            | Problem::KedaHpaMissing(m) => m,
         }
     }
 }

@@ -66,6 +66,8 @@ pub struct ScaledObjectView {
     pub paused_replica_count: Option<i32>,
     /// `status.hpaName`.
     pub hpa_name: Option<String>,
+    /// `spec.advanced.horizontalPodAutoscalerConfig.name`: the HPA's name where the user chose it.
+    pub hpa_name_set: Option<String>,
 }
 
 impl ScaledObjectView {
@@ -137,6 +139,7 @@ impl ScaledObjectView {
             paused,
             paused_replica_count: n("/status/pausedReplicaCount"),
             hpa_name: s("/status/hpaName"),
+            hpa_name_set: s("/spec/advanced/horizontalPodAutoscalerConfig/name"),
         }
     }
 
@@ -160,6 +163,14 @@ impl ScaledObjectView {
 
     pub fn max(&self) -> i32 {
         self.max_replica_count.unwrap_or(DEFAULT_MAX)
+    }
+
+    /// The HPA KEDA makes for it while it runs: as its status names it, else as KEDA names it
+    /// (the user's name, or `keda-hpa-<name>`).
+    pub fn hpa(&self) -> String {
+        (self.hpa_name.clone())
+            .or_else(|| self.hpa_name_set.clone())
+            .unwrap_or_else(|| format!("keda-hpa-{}", self.name))
     }
 }
 
@@ -391,10 +402,14 @@ pub enum Check {
     Drifted { replicas: i32 },
     /// Unpaused (no pause annotation left), but KEDA still says Paused (keda#6982).
     StillPaused,
+    /// Unpaused and KEDA says so, but the HPA it scales the workload with is not there: nothing
+    /// scales the workload (KEDA's operator down, or the HPA deleted while it was).
+    HpaMissing,
 }
 
-/// `replicas`: the workload's `spec.replicas`, when read.
-pub fn check(so: &ScaledObjectView, replicas: Option<i32>) -> Check {
+/// `replicas`: the workload's `spec.replicas`, when read; `hpa`: whether KEDA's HPA for it
+/// exists, when known.
+pub fn check(so: &ScaledObjectView, replicas: Option<i32>, hpa: Option<bool>) -> Check {
     if so.pause.is_night() && so.pause_ours {
         if so.paused != Some(true) {
             return Check::NotPaused;
@@ -406,6 +421,9 @@ pub fn check(so: &ScaledObjectView, replicas: Option<i32>) -> Check {
     }
     if !so.pause.pauses() && so.paused == Some(true) {
         return Check::StillPaused;
+    }
+    if !so.pause.pauses() && so.paused == Some(false) && hpa == Some(false) {
+        return Check::HpaMissing;
     }
     Check::Taken
 }
@@ -499,6 +517,7 @@ mod tests {
             paused: None,
             paused_replica_count: None,
             hpa_name: Some("keda-hpa-web".into()),
+            hpa_name_set: None,
         }
     }
 
@@ -656,25 +675,50 @@ mod tests {
     #[test]
     fn the_check_says_what_keda_has_not_done() {
         let mut night = ours(so(Some(1), Some(10), KedaPause::night("true")));
-        assert_eq!(check(&night, Some(3)), Check::NotPaused);
+        assert_eq!(check(&night, Some(3), None), Check::NotPaused);
         night.paused = Some(true);
-        assert_eq!(check(&night, Some(0)), Check::Taken);
-        assert_eq!(check(&night, Some(4)), Check::Drifted { replicas: 4 });
+        assert_eq!(check(&night, Some(0), Some(false)), Check::Taken);
+        assert_eq!(
+            check(&night, Some(4), Some(false)),
+            Check::Drifted { replicas: 4 }
+        );
         assert_eq!(turned(&night.pause), KedaPause::night("True"));
         assert_eq!(turned(&KedaPause::night("True")), KedaPause::night("true"));
         // The morning: annotations gone, KEDA still paused.
         let mut day = so(Some(1), Some(10), KedaPause::default());
         day.paused = Some(true);
-        assert_eq!(check(&day, Some(0)), Check::StillPaused);
+        assert_eq!(check(&day, Some(0), Some(false)), Check::StillPaused);
         // Unpaused the way the docs allow, and KEDA took it.
         day.pause = unpause();
         assert!(!day.pause.pauses());
         day.paused = Some(false);
-        assert_eq!(check(&day, Some(0)), Check::Taken);
-        // The user's own pause by day is theirs: no check of it.
+        assert_eq!(check(&day, Some(0), Some(true)), Check::Taken);
+        // Resumed, but nothing scales the workload: KEDA's HPA is not there.
+        assert_eq!(check(&day, Some(0), Some(false)), Check::HpaMissing);
+        assert_eq!(
+            check(&day, Some(0), None),
+            Check::Taken,
+            "not known: not said"
+        );
+        // Before KEDA has said either way, its HPA is not expected yet.
+        day.paused = None;
+        assert_eq!(check(&day, Some(0), Some(false)), Check::Taken);
+        // The user's own pause by day is theirs: no check of it, and no HPA expected.
         let mut theirs = so(Some(1), Some(10), user_pause("2"));
         theirs.paused = Some(true);
-        assert_eq!(check(&theirs, Some(2)), Check::Taken);
+        assert_eq!(check(&theirs, Some(2), Some(false)), Check::Taken);
+    }
+
+    #[test]
+    fn keda_s_hpa_is_named_as_keda_names_it() {
+        let read = |o: Value| ScaledObjectView::from_object(&o).hpa();
+        assert_eq!(read(json!({"metadata": {"name": "web"}})), "keda-hpa-web");
+        let named = json!({"metadata": {"name": "web"},
+            "spec": {"advanced": {"horizontalPodAutoscalerConfig": {"name": "web-hpa"}}}});
+        assert_eq!(read(named.clone()), "web-hpa");
+        let mut made = named;
+        made["status"] = json!({"hpaName": "made-hpa"});
+        assert_eq!(read(made), "made-hpa", "the one KEDA says it made");
     }
 
     #[test]
@@ -727,7 +771,7 @@ mod tests {
         );
         let mut taken = maintenance.clone();
         taken.paused = Some(true);
-        assert_eq!(check(&taken, Some(3)), Check::Taken);
+        assert_eq!(check(&taken, Some(3), Some(true)), Check::Taken);
         // The operator's night with nothing on record (a record lost, a takeover): by day it
         // is taken off, not left to keep the workload asleep.
         let left = ours(so(Some(1), Some(10), KedaPause::night("true")));

@@ -543,3 +543,63 @@ async fn an_hpa_a_keda_scaled_object_owns_is_refused_and_never_written() {
     op.stop().await;
     ns.cleanup().await;
 }
+
+/// By day KEDA scales the workload through its HPA. Deleted while KEDA's operator is down,
+/// nothing scales the workload, though KEDA's status still says it runs: the TDSet says so
+/// (`KedaHpaMissing`, naming the HPA) once it has been missing for the grace, and the
+/// condition clears when KEDA runs again and makes its HPA.
+#[tokio::test]
+async fn keda_s_hpa_missing_by_day_is_said_until_keda_makes_it_again() {
+    let (client, ns) = setup("keda-hpa").await;
+    let n = &ns.name;
+    let keda = KedaOperator::start(&client, n).await;
+    scaled_web(&client, n, 2, 2, json!({})).await;
+    keda_hpa(&client, n, "KEDA's HPA", |_| true).await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(&client, n, &tdset("sched", over_web(9, 3, None))).await;
+    keda_hpa(&client, n, "the schedule's floor on KEDA's HPA", |h| {
+        h.spec.as_ref().and_then(|s| s.min_replicas) == Some(3)
+    })
+    .await;
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), n);
+    let degraded =
+        |t: &TDSet| condition(t, "Degraded").map(|c| (c.status.clone(), c.reason.clone()));
+    let awake = "awake with KEDA's HPA: not Degraded";
+    eventually(GUARD, awake, || async {
+        let t = tdsets.get("sched").await.ok()?;
+        (degraded(&t)?.0 == "False").then_some(())
+    })
+    .await;
+
+    drop(keda);
+    Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), n)
+        .delete("keda-hpa-web", &Default::default())
+        .await
+        .expect("deleting KEDA's HPA");
+    // Read every 15 s, said after 30 s missing.
+    let message = eventually(
+        std::time::Duration::from_secs(180),
+        "KedaHpaMissing",
+        || async {
+            let t = tdsets.get("sched").await.ok()?;
+            let c = condition(&t, "Degraded")?;
+            (c.status == "True" && c.reason == "KedaHpaMissing").then(|| c.message.clone())
+        },
+    )
+    .await;
+    assert!(message.contains("keda-hpa-web"), "{message}");
+
+    let _keda = KedaOperator::start(&client, n).await;
+    keda_hpa(&client, n, "KEDA's HPA made again", |_| true).await;
+    eventually(
+        std::time::Duration::from_secs(180),
+        "no longer Degraded",
+        || async {
+            let t = tdsets.get("sched").await.ok()?;
+            (degraded(&t)?.0 == "False").then_some(())
+        },
+    )
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}

@@ -39,12 +39,13 @@ const SOON: Duration = Duration::from_secs(3);
 
 /// The keys of the TDSet's contests (see `workload::contest`): the schedule's writes, the
 /// turns that make KEDA put a drifted count right, the unpause of a ScaledObject KEDA left
-/// paused.
-fn keys(tdset_key: &str) -> [String; 3] {
+/// paused, how long KEDA's HPA has been seen missing.
+fn keys(tdset_key: &str) -> [String; 4] {
     [
         format!("{tdset_key}/keda"),
         format!("{tdset_key}/keda-drift"),
         format!("{tdset_key}/keda-unpause"),
+        format!("{tdset_key}/keda-hpa"),
     ]
 }
 
@@ -158,7 +159,7 @@ async fn apply(
     workload: Option<&ScaleView>,
 ) -> Result<Outcome> {
     let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
-    let [key, _, _] = keys(&format!("{ns}/{}", tdset.name_any()));
+    let [key, ..] = keys(&format!("{ns}/{}", tdset.name_any()));
     let now = tokio::time::Instant::now();
     let mut retry = None;
     let mut scaled = None;
@@ -404,15 +405,25 @@ async fn check(
     workload: &ScaleView,
 ) -> Result<(Option<Problem>, Duration)> {
     let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
-    let [key, drift_key, unpause_key] = keys(&format!("{ns}/{}", tdset.name_any()));
+    let [key, drift_key, unpause_key, hpa_key] = keys(&format!("{ns}/{}", tdset.name_any()));
     let now = tokio::time::Instant::now();
     let since = |k: &str| ctx.contest(k, |c| c.since_write(now));
     let waited = since(&key).is_none_or(|d| d >= KEDA_GRACE);
-    let found = keda::check(&so.view, Some(workload.spec_replicas));
+    let hpa = so.view.hpa();
+    let hpa_there = io::hpa_cached(ctx, ns, &hpa);
+    let found = keda::check(&so.view, Some(workload.spec_replicas), Some(hpa_there));
     // KEDA's status may lag behind annotations someone else took off: counted from when the
     // operator first saw it so, not from its own last write (none, after a restart).
     let still_for = ctx.contest(&unpause_key, |c| match found {
         Check::StillPaused => c.seen_for(now),
+        _ => {
+            c.unseen();
+            Duration::ZERO
+        }
+    });
+    // The cache may not have KEDA's new HPA yet: missing only once seen so for the grace.
+    let missing_for = ctx.contest(&hpa_key, |c| match found {
+        Check::HpaMissing => c.seen_for(now),
         _ => {
             c.unseen();
             Duration::ZERO
@@ -441,6 +452,16 @@ async fn check(
         Check::Drifted { replicas } => put_drift_right(turn, r, so, replicas, &drift_key).await?,
         Check::StillPaused if !waited || still_for < KEDA_GRACE => (None, SOON),
         Check::StillPaused => unpause_stuck(turn.ctx, ns, r, so, &unpause_key).await?,
+        Check::HpaMissing if !waited || missing_for < KEDA_GRACE => (None, SOON),
+        Check::HpaMissing => (
+            Some(Problem::KedaHpaMissing(format!(
+                "KEDA says ScaledObject {} is not paused, but the HorizontalPodAutoscaler {hpa} \
+                 it scales {} with does not exist: nothing scales the workload. Is KEDA's \
+                 operator running? It makes the HPA again when it reconciles the ScaledObject",
+                r.name, so.view.target
+            ))),
+            CHECK_EVERY,
+        ),
     })
 }
 

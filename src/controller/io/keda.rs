@@ -82,6 +82,12 @@ pub(crate) async fn write(
     }
 }
 
+/// Whether HPA `name` is in the operator's cache (KEDA's, for a ScaledObject it runs).
+pub(crate) fn hpa_cached(ctx: &Context, ns: &str, name: &str) -> bool {
+    let hpa = kube::runtime::reflector::ObjectRef::new(name).within(ns);
+    ctx.hpas.get(&hpa).is_some()
+}
+
 /// KEDA's version, from the labels on the HPA it made for the ScaledObject (in the cache).
 pub(crate) fn version(ctx: &Context, ns: &str, hpa_name: &str) -> Option<(u32, u32)> {
     let hpa = ctx

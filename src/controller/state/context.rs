@@ -110,7 +110,13 @@ impl Context {
             c.remove(key);
             // An HPA's ceiling is contested apart from its floor (see `hpa_floor`), a
             // ScaledObject's pause checks apart from its writes (see `scaled_object`).
-            for part in ["maxReplicas", "keda", "keda-drift", "keda-unpause"] {
+            for part in [
+                "maxReplicas",
+                "keda",
+                "keda-drift",
+                "keda-unpause",
+                "keda-hpa",
+            ] {
                 c.remove(&format!("{key}/{part}"));
             }
         }
