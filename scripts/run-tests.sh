@@ -6,9 +6,9 @@
 #
 # Most of a test's time is spent waiting on the API server, on controllers or on a schedule's
 # boundary, not on the CPU: run one binary after the other (cargo test's way) and the suite
-# waits its waits one by one. Here TDSET_TEST_JOBS binaries run at once (default 2: at 3 the
-# clean clones ran 3-4 min faster, but two of three were red on setups that outwaited fixed
-# guards under the heavier load), each
+# waits its waits one by one. Here TDSET_TEST_JOBS binaries run at once (default 3; at 2 the
+# CPUs were 72% busy once the tests' namespaces no longer stayed Terminating; before that, 3
+# overloaded the API server and setups ran out of their waits), each
 # with TDSET_TEST_THREADS tests at once (default 2; every test has its own namespace), the
 # slowest first so that the last to finish is a short one. On 2 cores the suites used about a
 # third of the CPU at 2 x 2 (a clean clone: 16 CPU-minutes in 26 minutes of tests); 4 x 4
@@ -19,7 +19,7 @@
 set -uo pipefail
 
 logs="${1:?usage: run-tests.sh LOGDIR < LIST}"
-jobs="${TDSET_TEST_JOBS:-2}"
+jobs="${TDSET_TEST_JOBS:-3}"
 threads="${TDSET_TEST_THREADS:-2}"
 mkdir -p "$logs"
 
