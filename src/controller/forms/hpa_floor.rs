@@ -16,7 +16,7 @@ use crate::controller::io::target::{
     write_min_replicas,
 };
 use crate::controller::lane::{EventType, note};
-use crate::controller::state::{Answer, Context, Outcome, Resolved, Scaled, Write};
+use crate::controller::state::{Answer, ContestPart, Context, Outcome, Resolved, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::contest::Verdict;
@@ -162,11 +162,6 @@ struct Ceiling {
     own: i32,
 }
 
-/// The key of the TDSet's contest over an HPA's `maxReplicas` (see `workload::contest`).
-pub(crate) fn ceiling_contest_key(tdset_key: &str) -> String {
-    format!("{tdset_key}/maxReplicas")
-}
-
 /// Writes what the plan asks for (the floor, then the target's count), the HPA's own floor
 /// made durable first.
 #[allow(clippy::too_many_arguments)]
@@ -182,7 +177,7 @@ async fn apply(
     let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
     // Someone keeps setting maxReplicas back (a GitOps tool's self-heal): the ceiling is put
     // back less and less often, as a count is, rather than at watch speed.
-    let key = ceiling_contest_key(&format!("{ns}/{}", tdset.name_any()));
+    let key = ContestPart::HpaCeiling.key(&format!("{ns}/{}", tdset.name_any()));
     let now = tokio::time::Instant::now();
     let mut retry = None;
     if let Some(max) = plan.max_replicas

@@ -17,7 +17,7 @@ use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
 use crate::controller::lane::{EventType, note};
-use crate::controller::state::{Answer, Context, Outcome, Scaled, Write};
+use crate::controller::state::{Answer, ContestPart, Context, Outcome, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::contest::Verdict;
@@ -42,11 +42,12 @@ const SOON: Duration = Duration::from_secs(3);
 /// paused, how long KEDA's HPA has been seen missing.
 fn keys(tdset_key: &str) -> [String; 4] {
     [
-        format!("{tdset_key}/keda"),
-        format!("{tdset_key}/keda-drift"),
-        format!("{tdset_key}/keda-unpause"),
-        format!("{tdset_key}/keda-hpa"),
+        ContestPart::Keda,
+        ContestPart::KedaDrift,
+        ContestPart::KedaUnpause,
+        ContestPart::KedaHpa,
     ]
+    .map(|part| part.key(tdset_key))
 }
 
 pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
@@ -412,23 +413,21 @@ async fn check(
     let hpa = so.view.hpa();
     let hpa_there = io::hpa_cached(ctx, ns, &hpa);
     let found = keda::check(&so.view, Some(workload.spec_replicas), Some(hpa_there));
-    // KEDA's status may lag behind annotations someone else took off: counted from when the
-    // operator first saw it so, not from its own last write (none, after a restart).
-    let still_for = ctx.contest(&unpause_key, |c| match found {
-        Check::StillPaused => c.seen_for(now),
-        _ => {
-            c.unseen();
-            Duration::ZERO
-        }
-    });
-    // The cache may not have KEDA's new HPA yet: missing only once seen so for the grace.
-    let missing_for = ctx.contest(&hpa_key, |c| match found {
-        Check::HpaMissing => c.seen_for(now),
-        _ => {
-            c.unseen();
-            Duration::ZERO
-        }
-    });
+    // How long the operator has seen `found` so (0 when not): KEDA's status may lag behind
+    // annotations someone else took off, and the cache behind KEDA's new HPA, so both are
+    // counted from when first seen, not from the operator's last write (none, after a restart).
+    let seen_for = |k: &str, so: bool| {
+        ctx.contest(k, |c| {
+            if so {
+                c.seen_for(now)
+            } else {
+                c.unseen();
+                Duration::ZERO
+            }
+        })
+    };
+    let still_for = seen_for(&unpause_key, found == Check::StillPaused);
+    let missing_for = seen_for(&hpa_key, found == Check::HpaMissing);
     Ok(match found {
         Check::Taken => (None, CHECK_EVERY),
         Check::NotPaused if !waited => (None, SOON),

@@ -22,6 +22,44 @@ use crate::telemetry::Metrics;
 use crate::workload::AllowedIn;
 use crate::workload::contest::Contest;
 
+/// The contests a TDSet keeps beside its own (see `workload::contest`), each under
+/// `<namespace>/<name>/<part>`: one list, so `Context::forget` drops every one a form uses.
+#[derive(Clone, Copy)]
+pub(crate) enum ContestPart {
+    /// An HPA's ceiling, contested apart from its floor (see `hpa_floor`).
+    HpaCeiling,
+    /// A ScaledObject's schedule writes (see `scaled_object`).
+    Keda,
+    /// The turns that make KEDA put a drifted count right.
+    KedaDrift,
+    /// The unpause of a ScaledObject KEDA left paused.
+    KedaUnpause,
+    /// How long KEDA's HPA has been seen missing.
+    KedaHpa,
+}
+
+impl ContestPart {
+    const ALL: [ContestPart; 5] = [
+        ContestPart::HpaCeiling,
+        ContestPart::Keda,
+        ContestPart::KedaDrift,
+        ContestPart::KedaUnpause,
+        ContestPart::KedaHpa,
+    ];
+
+    /// The contest's key for the TDSet `tdset_key` (`<namespace>/<name>`).
+    pub(crate) fn key(self, tdset_key: &str) -> String {
+        let part = match self {
+            ContestPart::HpaCeiling => "maxReplicas",
+            ContestPart::Keda => "keda",
+            ContestPart::KedaDrift => "keda-drift",
+            ContestPart::KedaUnpause => "keda-unpause",
+            ContestPart::KedaHpa => "keda-hpa",
+        };
+        format!("{tdset_key}/{part}")
+    }
+}
+
 /// Everything a reconcile needs, shared by all of them.
 pub struct Context {
     pub client: Client,
@@ -108,16 +146,8 @@ impl Context {
     pub(crate) fn forget(&self, key: &str) {
         if let Ok(mut c) = self.contests.lock() {
             c.remove(key);
-            // An HPA's ceiling is contested apart from its floor (see `hpa_floor`), a
-            // ScaledObject's pause checks apart from its writes (see `scaled_object`).
-            for part in [
-                "maxReplicas",
-                "keda",
-                "keda-drift",
-                "keda-unpause",
-                "keda-hpa",
-            ] {
-                c.remove(&format!("{key}/{part}"));
+            for part in ContestPart::ALL {
+                c.remove(&part.key(key));
             }
         }
         if let Ok(mut f) = self.failures.lock() {
