@@ -399,7 +399,8 @@ pub fn slices(of: &SliceFor<'_>, proxies: &[ProxyAddress]) -> Vec<EndpointSlice>
                     of.ports
                         .iter()
                         .map(|(p, proxy)| EndpointPort {
-                            name: p.name.clone(),
+                            // "" for an unnamed port, as Kubernetes writes it.
+                            name: Some(p.name.clone().unwrap_or_default()),
                             port: Some(i32::from(*proxy)),
                             protocol: Some("TCP".into()),
                             app_protocol: None,
@@ -662,6 +663,40 @@ mod tests {
         assert!(!wanted(2, true, true));
         // Awake: never added.
         assert!(!wanted(2, false, false));
+    }
+
+    /// A Service's only port may have no name. Kubernetes' own EndpointSlice controller then
+    /// names it `""`, never leaves it out, and readers rely on that: Traefik's Ingress provider
+    /// compares `*port.Name`, so a slice port without a name panics it.
+    #[test]
+    fn an_unnamed_service_port_is_named_empty_in_the_slice_as_kubernetes_names_it() {
+        let svc = web();
+        let ports = [(
+            Intercepted {
+                name: None,
+                port: 80,
+            },
+            20001,
+        )];
+        let config = ProxyConfig {
+            hold_secs: 20,
+            ignore: None,
+            samples: vec![],
+        };
+        let of = SliceFor {
+            tdset: "t",
+            tdset_uid: "uid-t",
+            service: &svc,
+            ports: &ports,
+            config: &config,
+        };
+        let proxy = [ProxyAddress {
+            ip: "10.0.0.7".into(),
+            ready: true,
+        }];
+        let s = slices(&of, &proxy);
+        let p = s[0].ports.as_ref().unwrap();
+        assert_eq!((p[0].name.as_deref(), p[0].port), (Some(""), Some(20001)));
     }
 
     #[test]
