@@ -399,7 +399,7 @@ pub fn slices(of: &SliceFor<'_>, proxies: &[ProxyAddress]) -> Vec<EndpointSlice>
                     of.ports
                         .iter()
                         .map(|(p, proxy)| EndpointPort {
-                            // "" for an unnamed port, as Kubernetes writes it.
+                            // "" for an unnamed port, as the API server stores it.
                             name: Some(p.name.clone().unwrap_or_default()),
                             port: Some(i32::from(*proxy)),
                             protocol: Some("TCP".into()),
@@ -665,9 +665,9 @@ mod tests {
         assert!(!wanted(2, false, false));
     }
 
-    /// A Service's only port may have no name. Kubernetes' own EndpointSlice controller then
-    /// names it `""`, never leaves it out, and readers rely on that: Traefik's Ingress provider
-    /// compares `*port.Name`, so a slice port without a name panics it.
+    /// A Service's only port may have no name. The API server stores a slice port without a
+    /// name as `""` (its defaulting), so the slice asks for `""`: otherwise it never looks
+    /// the same as the one stored, and is applied again at every reconcile.
     #[test]
     fn an_unnamed_service_port_is_named_empty_in_the_slice_as_kubernetes_names_it() {
         let svc = web();

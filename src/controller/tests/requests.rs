@@ -914,6 +914,15 @@ fn slice_list(ns: &str, service: &str, endpoints: &[(&str, bool)]) -> Value {
 /// `web`, and the API server answering the form's reads, Service `web`, the proxy's pods
 /// (`proxies`: address, ready) and the TDSet's status.
 fn intercepted(schedule: Value, proxies: &[(&str, bool)]) -> (ApiServer, TDSet) {
+    intercepted_service(schedule, proxies, web_service())
+}
+
+/// `intercepted`, Service `web` being `service`.
+fn intercepted_service(
+    schedule: Value,
+    proxies: &[(&str, bool)],
+    service: Value,
+) -> (ApiServer, TDSet) {
     let server = ApiServer::start();
     server.returns("GET", "/apis/apps/v1", apps_v1());
     server.returns("GET", &format!("{DEPLOYMENTS}/web"), web(3));
@@ -926,7 +935,7 @@ fn intercepted(schedule: Value, proxies: &[(&str, bool)]) -> (ApiServer, TDSet) 
         &format!("{TDSETS}/t"),
         serde_json::to_value(&t).unwrap(),
     );
-    server.returns("GET", "/api/v1/namespaces/ns/services/web", web_service());
+    server.returns("GET", "/api/v1/namespaces/ns/services/web", service);
     server.lists(
         PROXY_SLICES,
         "kubernetes.io/service-name=wake-proxy",
@@ -1015,6 +1024,56 @@ async fn going_to_sleep_the_proxy_is_put_in_the_path_before_the_count_goes_to_0(
         "{:#?}",
         server.requests()
     );
+}
+
+/// A Service whose one port has no name: the API server stores the slice's port name as ""
+/// (its defaulting, seen on kube-apiserver v1.36), so the slice the operator applies names it
+/// "" too, and a reconcile that finds it stored does not write it again.
+#[tokio::test(start_paused = true)]
+async fn a_slice_for_an_unnamed_port_is_not_written_again_once_stored() {
+    let mut svc = web_service();
+    svc["spec"]["ports"] = json!([{"port": 80, "targetPort": 8080, "protocol": "TCP"}]);
+    let (server, t) = intercepted_service(
+        json!({"defaultReplica": 0,
+               "schedulingConfig": [{"startTime": "12:00", "endTime": "13:00", "replica": 3}]}),
+        &[("10.0.9.1", true)],
+        svc,
+    );
+    server.on(
+        "PATCH",
+        &format!("{SLICES}/web-tdset-wake-ipv4"),
+        echo("41"),
+    );
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
+        (200, scale(0, "12"))
+    });
+    let mut operator = Operator::with_wake_proxy(&server, NOW, wake_proxy());
+    operator.reconcile(&t).await.unwrap();
+    let sent = server.sent();
+    let apply = sent
+        .iter()
+        .find(|r| r.path.ends_with("/endpointslices/web-tdset-wake-ipv4"))
+        .expect("the slice applied");
+    let applied_name = apply.body["ports"][0]["name"].clone();
+
+    // Stored as the API server stores it (the port's name "", the protocol TCP).
+    let mut stored = apply.body.clone();
+    stored["metadata"]["namespace"] = json!("ns");
+    stored["metadata"]["resourceVersion"] = json!("41");
+    stored["ports"][0]["name"] = json!("");
+    operator.wake_slices(vec![stored]);
+    operator.deployments(vec![web(0)]);
+    server.clear();
+    operator.reconcile(&t).await.unwrap();
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.contains("endpointslices/web-tdset-wake")),
+        "written again: {:#?}",
+        server.requests()
+    );
+    assert_eq!(applied_name, "");
 }
 
 /// Awake again (a window), the operator's slice stays while the Service's own endpoints are
