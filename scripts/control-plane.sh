@@ -25,6 +25,9 @@
 #   control-plane.sh install-keda            build KEDA's operator (cached like the rest)
 #   control-plane.sh keda-dir                print the dir holding keda-operator and
 #                                            keda-crds.yaml (does not build)
+#   control-plane.sh install-traefik         build Traefik, an ingress controller (cached like the
+#                                            rest; for the wake-on-request ingress benchmark)
+#   control-plane.sh traefik-dir             print the dir holding traefik (does not build)
 #   control-plane.sh monitoring-crds-dir     print the dir holding the ServiceMonitor and
 #                                            PrometheusRule CRDs (does not fetch)
 #
@@ -50,6 +53,12 @@ SCHEDULER="$BIN_DIR/kube-scheduler"
 KWOK_DIR="$CACHE_ROOT/kwok-${KWOK_VERSION}"
 HELM_DIR="$CACHE_ROOT/helm-${HELM_VERSION}"
 KEDA_DIR="$CACHE_ROOT/keda-${KEDA_VERSION}"
+# Traefik, an ingress controller in front of a Service woken on request (its Ingress provider
+# reads the Service's EndpointSlices). v3.7 cannot be built from the module proxy here: it
+# refuses the pseudo-version of github.com/containous/go-http-auth v3.7 requires, and v3.7's
+# replace points at ./pkg/config/dynamic/ext, a module of its own the module's zip leaves out.
+TRAEFIK_VERSION="v3.6.12"
+TRAEFIK_DIR="$CACHE_ROOT/traefik-${TRAEFIK_VERSION}"
 # The ServiceMonitor and PrometheusRule CRDs, so the chart's optional objects are validated by
 # the API server in the tests (from the prometheus-operator module's own CRD manifests).
 PROMOP_VERSION="v0.85.0"
@@ -85,12 +94,13 @@ part_pkgs() {
     kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
     helm) echo helm.sh/helm/v3/cmd/helm ;;
     keda) echo github.com/kedacore/keda/v2/cmd/operator ;;   # built by build_keda
+    traefik) echo github.com/traefik/traefik/v3/cmd/traefik ;;   # built by build_traefik
   esac
 }
 part_dir() {
   case "$1" in
     core) echo "$BIN_DIR" ;; node) echo "$NODE_DIR" ;; kwok) echo "$KWOK_DIR" ;; helm) echo "$HELM_DIR" ;;
-    keda) echo "$KEDA_DIR" ;;
+    keda) echo "$KEDA_DIR" ;; traefik) echo "$TRAEFIK_DIR" ;;
   esac
 }
 part_outputs() {
@@ -100,6 +110,7 @@ part_outputs() {
     kwok) echo kwok kwok-stages.yaml ;;
     helm) echo helm ;;
     keda) echo keda-operator keda-crds.yaml ;;
+    traefik) echo traefik ;;
   esac
 }
 part_missing() {
@@ -172,20 +183,33 @@ build_go() {
   if [[ -e "$work/out/kwok" ]]; then kwok_module_stages >"$work/out/kwok-stages.yaml"; fi
 }
 
-# build_keda WORK: KEDA's operator as KEDA's release builds it, in its own module (its go.mod,
-# go.sum and replace, read-only), and its CRDs from the same module (its operator watches every
-# one of them). Not in the control plane's module graph: there KEDA's newer requirements would
-# move libraries Kubernetes is built with. Its version is set as its releases set it: it
-# labels the HPAs it makes with it.
+# build_own_module WORK MODULE@VERSION PACKAGE OUT VERSION_VAR: a program as its releases build
+# it, in its own module (its go.mod, go.sum and replaces, read-only), its version stamped into
+# VERSION_VAR as they stamp it; leaves the shell in the module's copy. Not in the control
+# plane's module graph: there its newer requirements would move libraries Kubernetes is built
+# with.
+build_own_module() {
+  local work="$1" module="$2" pkg="$3" out="$4" version_var="$5" src version="${2##*@v}"
+  src="$(go mod download -json "$module" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  cp -r "$src" "$work/$out-src" && chmod -R u+w "$work/$out-src" && cd "$work/$out-src"
+  log "building $module"
+  GOFLAGS=-mod=readonly go build -trimpath -ldflags "-s -w -X $version_var=$version" \
+    -o "$work/out/$out" "$pkg"
+}
+
+# build_keda WORK: KEDA's operator, and its CRDs from the same module (its operator watches
+# every one of them). Its version is set as its releases set it: it labels the HPAs it makes.
 build_keda() {
-  local work="$1" src f
-  src="$(go mod download -json "github.com/kedacore/keda/v2@${KEDA_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  cp -r "$src" "$work/keda" && chmod -R u+w "$work/keda" && cd "$work/keda"
-  log "building KEDA ${KEDA_VERSION}'s operator"
-  GOFLAGS=-mod=readonly go build -trimpath \
-    -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}" \
-    -o "$work/out/keda-operator" ./cmd/operator
-  for f in config/crd/bases/*.yaml; do echo "---"; cat "$f"; done >"$work/out/keda-crds.yaml"
+  local f
+  build_own_module "$1" "github.com/kedacore/keda/v2@${KEDA_VERSION}" ./cmd/operator \
+    keda-operator github.com/kedacore/keda/v2/version.Version
+  for f in config/crd/bases/*.yaml; do echo "---"; cat "$f"; done >"$1/out/keda-crds.yaml"
+}
+
+# build_traefik WORK: Traefik, an ingress controller.
+build_traefik() {
+  build_own_module "$1" "github.com/traefik/traefik/v3@${TRAEFIK_VERSION}" ./cmd/traefik \
+    traefik github.com/traefik/traefik/v3/pkg/version.Version
 }
 
 # kwok simulates kubelets: pods bound to its nodes go Running and Ready. What happens to a
@@ -252,7 +276,7 @@ install_go_parts() {
     part_missing "$part" || continue
     parts+=("$part")
     # shellcheck disable=SC2207  # package paths have no spaces
-    [[ $part == keda ]] || pkgs+=($(part_pkgs "$part"))
+    [[ $part == keda || $part == traefik ]] || pkgs+=($(part_pkgs "$part"))
   done
   [[ ${#parts[@]} -gt 0 ]] || return 0
   local work; work="$(mktemp -d "${TMPDIR:-/tmp}/tdset-go-build.XXXXXX")"
@@ -267,6 +291,7 @@ install_go_parts() {
     # (`if`, not `||`: set -e does not reach into a function run on the left of `||`.)
     if [[ ${#pkgs[@]} -gt 0 ]]; then build_go "$work" "${pkgs[@]}"; fi
     if [[ " ${parts[*]} " == *" keda "* ]]; then build_keda "$work"; fi
+    if [[ " ${parts[*]} " == *" traefik "* ]]; then build_traefik "$work"; fi
   ) >"$buildlog" 2>&1 || rc=$?
   if [[ $rc -ne 0 ]]; then
     tail -n 15 "$buildlog" >&2
@@ -302,6 +327,15 @@ cmd_install_keda() {
   fi
   install_go_parts keda
   echo "$KEDA_DIR"
+}
+
+# Traefik, for the ingress benchmark only (`cargo bench --bench operator -- ingress`).
+cmd_install_traefik() {
+  if part_missing traefik && ! command -v go >/dev/null; then
+    die "no Go toolchain on PATH; install Go >= 1.26 (https://go.dev/dl) and retry"
+  fi
+  install_go_parts traefik
+  echo "$TRAEFIK_DIR"
 }
 
 cmd_install() {
@@ -619,6 +653,7 @@ cmd_restart_apiserver() {
 case "${1:-}" in
   install) cmd_install ;;
   install-keda) cmd_install_keda ;;
+  install-traefik) cmd_install_traefik ;;
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   restart-apiserver) shift; cmd_restart_apiserver "$@" ;;
@@ -629,6 +664,7 @@ case "${1:-}" in
   bin-dir) echo "$BIN_DIR" ;;
   helm-dir) echo "$HELM_DIR" ;;
   keda-dir) echo "$KEDA_DIR" ;;
+  traefik-dir) echo "$TRAEFIK_DIR" ;;
   monitoring-crds-dir) echo "$PROMOP_DIR" ;;
-  *) sed -n '2,30p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,33p' "$0" >&2; exit 2 ;;
 esac

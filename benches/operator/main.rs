@@ -29,13 +29,16 @@
 //!                                                own with kube-controller-manager and kwok,
 //!                                                wake (only when named; root, a real node):
 //!                                                wake on request's wake-ups, forwarding,
-//!                                                and held connections)
+//!                                                and held connections,
+//!                                                ingress (only when named; root, a real node):
+//!                                                wake on request behind Traefik, built by
+//!                                                control-plane.sh install-traefik)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
 //!
 //! Rooms: this file (the run, its report in BENCHMARKS.md), `fixtures` (what the scenarios
 //! create; the operator through the test support's launcher), `measure` (CPU, memory, the API
 //! server's counters, lags), and the scenarios: `boundary`, `steady`, `group`, `status_cost`,
-//! `fleet`, `warm_up`.
+//! `fleet`, `warm_up`, `wake`, `ingress`.
 
 #[path = "../../tests/it/support/mod.rs"]
 mod support;
@@ -59,6 +62,7 @@ mod boundary;
 mod fixtures;
 mod fleet;
 mod group;
+mod ingress;
 mod measure;
 mod status_cost;
 mod steady;
@@ -247,6 +251,9 @@ fn main() {
         if args.iter().any(|a| a == "wake") {
             b.wake().await;
         }
+        if args.iter().any(|a| a == "ingress") {
+            b.ingress().await;
+        }
         if args.iter().any(|a| a == "fleet") {
             b.fleet().await;
         }
@@ -261,8 +268,11 @@ fn main() {
         let mut md = String::new();
         let _ = writeln!(md, "## Run of {} (`cargo bench --bench operator{}`)\n", Utc::now().format("%Y-%m-%d %H:%M UTC"), if args.is_empty() { String::new() } else { format!(" -- {}", args.join(" ")) });
         let _ = writeln!(md, "Machine: {}. Control plane: etcd 3.6.16 (--unsafe-no-fsync) + kube-apiserver v1.36.3 on the same machine, no controller manager. Operator: release build, separate process; --concurrency 64 as admin for converge, steady and memory; the operator's default flags (concurrency 16) under a ServiceAccount bound to its ClusterRole for the boundary lag. Bench client concurrency {CONCURRENCY}.\n", machine());
-        if args.iter().any(|a| a == "wake") {
+        if args.iter().any(|a| a == "wake" || a == "ingress") {
             let _ = writeln!(md, "The wake on request rows: a control plane of their own with kube-controller-manager, kube-scheduler and a real node (containerd, kubelet, kube-proxy in iptables mode); the chart installed with the image of the release build (2 operator and 2 wake proxy pods); requests sent from the node's network namespace by a Python client, instants on this machine's wall clock (the client's, and the bench's watches of the Deployment and of the Service's own EndpointSlices).\n");
+            if args.iter().any(|a| a == "ingress") {
+                let _ = writeln!(md, "The rows behind Traefik: Traefik (built from its module by `scripts/control-plane.sh install-traefik`) run on the node, in its network namespace, as a process with the cluster's kubeconfig and its Kubernetes Ingress provider (an IngressClass `traefik`, an Ingress per Service by host); requests to its entry point on the node's loopback, Traefik's servers for each Ingress read from its API.\n");
+            }
         }
         let _ = writeln!(md, "| scenario | size | result | detail |\n|---|---|---|---|\n{}", b.report);
         println!("\n{md}");

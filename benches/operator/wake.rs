@@ -31,15 +31,16 @@ struct WakeUp {
     to_byte: f64,
 }
 
-/// A client in the node's network namespace: one GET to `host:port` on a new connection;
-/// prints the wall-clock instants the request was sent and its first byte came back, and the
-/// status line.
+/// A client in the node's network namespace: one GET to `ip:port` (with `Host: host`, default
+/// `bench`) on a new connection; prints the wall-clock instants the request was sent and its
+/// first byte came back, the status line and the body.
 const ONE_REQUEST: &str = r#"
 import json, socket, sys, time
-host, port = sys.argv[1], int(sys.argv[2])
-s = socket.create_connection((host, port), timeout=120)
+ip, port = sys.argv[1], int(sys.argv[2])
+host = sys.argv[3] if len(sys.argv) > 3 else "bench"
+s = socket.create_connection((ip, port), timeout=120)
 sent = time.time()
-s.sendall(b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+s.sendall(b"GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host.encode())
 first = s.recv(1)
 at = time.time()
 rest = first
@@ -47,8 +48,46 @@ while True:
     chunk = s.recv(65536)
     if not chunk: break
     rest += chunk
-print(json.dumps({"sent": sent, "first": at, "status": rest.split(b"\r\n", 1)[0].decode()}))
+head, _, body = rest.partition(b"\r\n\r\n")
+print(json.dumps({"sent": sent, "first": at, "status": head.split(b"\r\n", 1)[0].decode(),
+                  "body": body.decode(errors="replace")}))
 "#;
+
+/// `ONE_REQUEST` from the node to `ip:port` for `host`: what the client printed, once it is
+/// sure the answer was a 200.
+pub(crate) async fn one_request(
+    dir: &std::path::Path,
+    ip: &str,
+    port: &str,
+    host: &str,
+) -> serde_json::Value {
+    let args = [
+        dir.to_string_lossy().to_string(),
+        ip.into(),
+        port.into(),
+        host.into(),
+    ];
+    let out = tokio::task::spawn_blocking(move || {
+        let [dir, ip, port, host] = &args;
+        on_node(
+            std::path::Path::new(dir),
+            &["python3", "-c", ONE_REQUEST, ip, port, host],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        answer["status"], "HTTP/1.1 200 OK",
+        "{ip}:{port} {host}: {answer}"
+    );
+    answer
+}
 
 /// Requests to each of `targets` (host:port) in turn, `n` rounds, each on a new connection;
 /// prints each target's latencies (connect to last byte) in ms.
@@ -89,16 +128,16 @@ print("held", flush=True)
 time.sleep(600)
 "#;
 
-fn ms(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+pub(crate) fn ms(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     (to - from).num_microseconds().unwrap_or(0) as f64 / 1000.0
 }
 
-fn from_epoch(secs: f64) -> DateTime<Utc> {
+pub(crate) fn from_epoch(secs: f64) -> DateTime<Utc> {
     DateTime::from_timestamp_micros((secs * 1e6) as i64).unwrap()
 }
 
 /// The proxy port the operator's slice for `s` gives its Service's port.
-async fn proxy_port(s: &Sleeper<'_>) -> u16 {
+pub(crate) async fn proxy_port(s: &Sleeper<'_>) -> u16 {
     let slices = s.ours().await.unwrap_or_default();
     let port = slices
         .iter()
@@ -177,19 +216,7 @@ async fn wake_up(client: &Client, s: &Sleeper<'_>, dir: &std::path::Path) -> Wak
     );
     opened.recv().await;
     opened.recv().await;
-    let (dir, ip) = (dir.to_path_buf(), s.ip.clone());
-    let out = tokio::task::spawn_blocking(move || {
-        on_node(&dir, &["python3", "-c", ONE_REQUEST, &ip, "80"])
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(answer["status"], "HTTP/1.1 200 OK", "{answer}");
+    let answer = one_request(dir, &s.ip, "80", "bench").await;
     let sent = from_epoch(answer["sent"].as_f64().unwrap());
     let first = from_epoch(answer["first"].as_f64().unwrap());
     deployments.abort();
@@ -229,24 +256,42 @@ fn latencies(dir: &std::path::Path, n: usize, targets: &[String]) -> Vec<Vec<f64
         .collect()
 }
 
+/// A real node with the chart installed from the image of this build (`sets` its values), the
+/// wake proxy told the operator's wake Service's address (the node has no cluster DNS), and
+/// the namespace `apps`: the control plane, its state dir and a client.
+pub(crate) async fn node_with_the_chart(
+    what: &str,
+    sets: &[&str],
+    apps: &str,
+) -> (ControlPlane, std::path::PathBuf, Client) {
+    let dir = std::env::temp_dir().join(format!("tdset-bench-{what}-{}", std::process::id()));
+    let cp = start_real_node_cluster(&dir);
+    let kc = cp.kubeconfig.clone();
+    operator_image_on_node(&dir);
+    let client = client_for(&kc).await;
+    install_chart_on_node(&kc, sets);
+    proxy_to_wake_service_ip(&client, &kc).await;
+    succeeded(
+        "the workloads' namespace",
+        kubectl_at(&kc, &["create", "namespace", apps]),
+    );
+    (cp, dir, client)
+}
+
 impl Bench {
     pub(crate) async fn wake(&mut self) {
         if let Some(why) = real_node_unavailable() {
             let _ = writeln!(self.report, "| wake on request | - | not run | {why} |");
             return;
         }
-        let dir = std::env::temp_dir().join(format!("tdset-bench-wake-{}", std::process::id()));
-        let cp = start_real_node_cluster(&dir);
-        let kc = cp.kubeconfig.clone();
-        operator_image_on_node(&dir);
-        let client = client_for(&kc).await;
         // 1000 held connections for one Service (256 by default).
-        install_chart_on_node(&kc, &["wakeOnRequest.proxy.maxHeldPerService=2000"]);
-        proxy_to_wake_service_ip(&client, &kc).await;
-        succeeded(
-            "the workloads' namespace",
-            kubectl_at(&kc, &["create", "namespace", APPS]),
-        );
+        let (cp, dir, client) = node_with_the_chart(
+            "wake",
+            &["wakeOnRequest.proxy.maxHeldPerService=2000"],
+            APPS,
+        )
+        .await;
+        let kc = cp.kubeconfig.clone();
         self.wake_ups(&client, &dir).await;
         self.forwarding(&client, &dir).await;
         self.held(&client, &dir, &kc).await;

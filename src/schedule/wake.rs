@@ -409,6 +409,36 @@ mod tests {
         assert_eq!(at_nine.woken_until, None, "the window, not the request");
     }
 
+    /// A holiday is asleep like any other hour outside the windows: a request wakes it, to the
+    /// count of the next window that starts (the working day after), and only for `wakeFor`.
+    #[test]
+    fn on_a_holiday_a_request_wakes_it_to_the_next_working_days_count() {
+        let mut spec: TDSetSpec = serde_json::from_value(serde_json::json!({
+            "container": {"image": "nginx", "port": 80},
+            "defaultReplica": 0,
+            "timeZone": "Europe/Berlin",
+            "holidays": ["2026-12-25"],
+            "schedulingConfig": [{"startTime": "09:00", "endTime": "17:00", "replica": 4,
+                                  "days": ["Mon", "Tue", "Wed", "Thu", "Fri"]}],
+            "wakeOnRequest": {"services": [{"name": "web"}], "wakeFor": "30m"}
+        }))
+        .unwrap();
+        // Friday 25 December, 11:00 in Berlin: a weekday, but a holiday.
+        let now = t("2026-12-25T10:00:00Z");
+        let asleep = Schedule::compile(&spec).unwrap();
+        assert_eq!(asleep.evaluate(now).count(), Count::Replicas(0));
+        let s = woken_at(&spec, "2026-12-25T10:00:00Z", "2026-12-25T10:30:00Z", now);
+        let e = s.evaluate(now);
+        assert_eq!(e.count(), Count::Replicas(4));
+        assert_eq!(e.woken_until, Some(t("2026-12-25T10:30:00Z")));
+        let next = s.next_transition(now).unwrap();
+        assert_eq!((next.at, next.replicas), (t("2026-12-25T10:30:00Z"), 0));
+        // Without the holiday, the window is in force and the request changes nothing.
+        spec.holidays = Default::default();
+        let s = woken_at(&spec, "2026-12-25T10:00:00Z", "2026-12-25T10:30:00Z", now);
+        assert_eq!(s.evaluate(now).woken_until, None);
+    }
+
     #[test]
     fn a_window_at_zero_is_asleep_and_a_request_wakes_it() {
         let spec = spec();

@@ -1036,57 +1036,20 @@ async fn a_steady_load_through_sleep_wake_and_hand_over(
     .await;
     let load_for = (boundary.with_timezone(&Utc) - Utc::now()).num_seconds() + 60;
     assert!(load_for > 60, "the boundary is {load_for} s away");
-    let load_py = r#"
-import sys, threading, time, urllib.request
-url, secs, rate = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-results, lock = [], threading.Lock()
-def one(i, sent):
-    try:
-        with opener.open("%s/%d" % (url, i), timeout=90) as r:
-            outcome = r.status if r.read() == b"ok\n" else "body"
-    except Exception as e:
-        outcome = repr(e)
-    with lock:
-        results.append((round(sent - start, 2), outcome))
-start = time.time()
-threads, i = [], 0
-while time.time() - start < secs:
-    t = threading.Thread(target=one, args=(i, time.time()))
-    t.start(); threads.append(t); i += 1
-    time.sleep(1.0 / rate)
-for t in threads: t.join()
-bad = [r for r in results if r[1] != 200]
-print(len(results), len(bad), bad[:10])
-"#;
-    let url = s.url.clone();
-    let dir_owned = dir.to_path_buf();
-    let secs = load_for.to_string();
-    let out = tokio::task::spawn_blocking(move || {
-        on_node(&dir_owned, &["python3", "-c", load_py, &url, &secs, "20"])
-    })
-    .await
-    .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let load = steady_load(dir, &s.url, load_for, 20, None).await;
+    eprintln!(
+        "wake on request, sleeper-load: {load_for} s of load at 20/s: {}",
+        load.text
     );
-    eprintln!("wake on request, sleeper-load: {load_for} s of load at 20/s: {text}");
-    let mut fields = text.split_whitespace();
-    let total: usize = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0);
-    let failed: usize = fields
-        .next()
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(usize::MAX);
     assert!(
-        total as i64 >= load_for * 15,
-        "{total} requests in {load_for} s"
+        load.total as i64 >= load_for * 15,
+        "{} requests in {load_for} s",
+        load.total
     );
     assert_eq!(
-        failed, 0,
-        "requests that did not get the application's answer: {text}"
+        load.failed, 0,
+        "requests that did not get the application's answer: {}",
+        load.text
     );
     // Through a sleep and a wake-up: the history (newest first) has a request's wake-up after
     // the scheduled 0.

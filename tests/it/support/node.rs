@@ -192,12 +192,16 @@ impl<'a> Sleeper<'a> {
         deployment: serde_json::Value,
         wake: serde_json::Value,
     ) -> Sleeper<'a> {
+        Sleeper::scheduled(client, ns, deployment, wake, Sleeper::asleep_now()).await
+    }
+
+    /// A schedule asleep now: awake only in a window half a day away.
+    pub fn asleep_now() -> serde_json::Value {
         use chrono::{Duration as Span, Utc};
         let window = |h: i64| (Utc::now() + Span::hours(h)).format("%H:00").to_string();
-        let schedule = json!({
+        json!({
             "schedulingConfig": [{"startTime": window(12), "endTime": window(13), "replica": 1}],
-            "defaultReplica": 0});
-        Sleeper::scheduled(client, ns, deployment, wake, schedule).await
+            "defaultReplica": 0})
     }
 
     /// `new`, with `schedule` (its `schedulingConfig` and `defaultReplica`) instead.
@@ -208,14 +212,26 @@ impl<'a> Sleeper<'a> {
         wake: serde_json::Value,
         schedule: serde_json::Value,
     ) -> Sleeper<'a> {
+        let port = json!({"name": "http", "port": 80, "targetPort": "http"});
+        Sleeper::serving(client, ns, deployment, wake, schedule, port).await
+    }
+
+    /// `scheduled`, its Service's one port `port` (e.g. without a name).
+    pub async fn serving(
+        client: &'a kube::Client,
+        ns: &'a str,
+        deployment: serde_json::Value,
+        wake: serde_json::Value,
+        schedule: serde_json::Value,
+        port: serde_json::Value,
+    ) -> Sleeper<'a> {
         let name = deployment["metadata"]["name"].as_str().unwrap().to_string();
         let _: Deployment = create_object(client, ns, deployment).await;
         let svc: Service = create_object(
             client,
             ns,
             json!({"metadata": {"name": name},
-                   "spec": {"selector": {"app": name},
-                            "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
+                   "spec": {"selector": {"app": name}, "ports": [port]}}),
         )
         .await;
         let ip = svc.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
@@ -488,4 +504,72 @@ pub fn install_chart_on_node(kc: &Path, sets: &[&str]) {
         args.extend(["--set", set]);
     }
     succeeded("helm install", helm(kc, &args));
+}
+
+/// `rate` GETs a second to `url` for `secs` seconds, each on a thread of its own (with `Host:
+/// host` when given); prints how many were sent, how many did not get the application's
+/// answer ("ok\n"), and the first of those.
+const STEADY_LOAD: &str = r#"
+import sys, threading, time, urllib.request
+url, secs, rate = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+headers = {"Host": sys.argv[4]} if len(sys.argv) > 4 else {}
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+results, lock = [], threading.Lock()
+def one(i, sent):
+    req = urllib.request.Request("%s/%d" % (url, i), headers=headers)
+    try:
+        with opener.open(req, timeout=90) as r:
+            outcome = r.status if r.read() == b"ok\n" else "body"
+    except Exception as e:
+        outcome = repr(e)
+    with lock:
+        results.append((round(sent - start, 2), outcome))
+start = time.time()
+threads, i = [], 0
+while time.time() - start < secs:
+    t = threading.Thread(target=one, args=(i, time.time()))
+    t.start(); threads.append(t); i += 1
+    time.sleep(1.0 / rate)
+for t in threads: t.join()
+bad = [r for r in results if r[1] != 200]
+print(len(results), len(bad), bad[:10])
+"#;
+
+/// What a steady load sent: how many requests, how many failed, and the client's words.
+pub struct Load {
+    pub total: usize,
+    pub failed: usize,
+    pub text: String,
+}
+
+/// A steady load from the node (`STEADY_LOAD`): `rate` requests a second to `url` for `secs`.
+pub async fn steady_load(dir: &Path, url: &str, secs: i64, rate: u32, host: Option<&str>) -> Load {
+    let mut args: Vec<String> = ["python3", "-c", STEADY_LOAD, url]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend([secs.to_string(), rate.to_string()]);
+    args.extend(host.map(str::to_string));
+    let dir = dir.to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        on_node(&dir, &args)
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut fields = text.split_whitespace();
+    Load {
+        total: fields.next().and_then(|f| f.parse().ok()).unwrap_or(0),
+        failed: fields
+            .next()
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(usize::MAX),
+        text,
+    }
 }
