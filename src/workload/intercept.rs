@@ -555,8 +555,15 @@ fn same(present: &EndpointSlice, desired: &EndpointSlice) -> bool {
         && present.endpoints == desired.endpoints
         && present.ports == desired.ports
         && labels_hold(&desired.metadata.labels, &present.metadata.labels)
-        && labels_hold(&desired.metadata.annotations, &present.metadata.annotations)
+        && OWN_ANNOTATIONS.iter().all(|k| {
+            let of = |s: &EndpointSlice| s.metadata.annotations.as_ref()?.get(*k).cloned();
+            of(present) == of(desired)
+        })
 }
+
+/// The annotations the operator writes on its slices, each present or not as the TDSet says
+/// (an `ignore` taken out of the spec must leave the slice too).
+const OWN_ANNOTATIONS: [&str; 3] = [HOLD_ANNOTATION, IGNORE_ANNOTATION, READY_ANNOTATION];
 
 #[cfg(test)]
 mod tests {
@@ -665,11 +672,57 @@ mod tests {
         assert!(!wanted(2, false, false));
     }
 
+    /// A slice is the same as the one wanted only if the operator's annotations are the same,
+    /// each there or not: `ignore` taken out of the TDSet (or the samples gone) is written.
+    #[test]
+    fn an_annotation_the_tdset_no_longer_asks_for_makes_the_slice_differ() {
+        let svc = web();
+        let ports = [(
+            Intercepted {
+                name: Some("http".into()),
+                port: 80,
+            },
+            20001,
+        )];
+        let slice = |ignore: Option<WakeIgnore>| {
+            let config = ProxyConfig {
+                hold_secs: 20,
+                ignore,
+                samples: vec![],
+            };
+            let of = SliceFor {
+                tdset: "t",
+                tdset_uid: "uid-t",
+                service: &svc,
+                ports: &ports,
+                config: &config,
+            };
+            let proxy = [ProxyAddress {
+                ip: "10.0.0.7".into(),
+                ready: true,
+            }];
+            slices(&of, &proxy).remove(0)
+        };
+        let with = slice(Some(WakeIgnore {
+            user_agents: vec!["(?i)bot".into()],
+            paths: vec![],
+        }));
+        let without = slice(None);
+        assert!(same(&with, &with));
+        assert!(!same(&with, &without), "the ignore rules stay on the slice");
+        assert!(!same(&without, &with));
+        // Someone else's annotation on the stored slice is not the operator's business.
+        let mut annotated = without.clone();
+        (annotated.metadata.annotations.get_or_insert_default())
+            .insert("example.com/note".into(), "x".into());
+        assert!(same(&annotated, &without));
+    }
+
     /// A Service's only port may have no name. The API server stores a slice port without a
     /// name as `""` (its defaulting), so the slice asks for `""`: otherwise it never looks
     /// the same as the one stored, and is applied again at every reconcile.
     #[test]
-    fn an_unnamed_service_port_is_named_empty_in_the_slice_as_kubernetes_names_it() {
+    fn an_unnamed_service_port_is_named_empty_in_the_slice_as_the_api_server_stores_it() {
         let svc = web();
         let ports = [(
             Intercepted {

@@ -627,8 +627,12 @@ async fn warm_up_on_real_pods(client: &kube::Client, apps: &str) {
     let first = entry("slow", 40, 3).await;
     let took = ready(&first) - applied(&first);
     assert!(applied(&first) >= at(40), "{first:?}");
+    // The kubelet counts a probe's initial delay from the container's start as its status
+    // keeps it, truncated to the second (status_manager's normalizeStatus): a pod whose
+    // container started at :03.9 is probed from :18.0. So 15 s of delay is Ready at least
+    // 14 s after the write that started it.
     assert!(
-        took >= Span::seconds(15),
+        took >= Span::seconds(14),
         "a readiness probe of 15 s: {first:?}"
     );
     let fall = entry("slow", 90, 1).await;

@@ -17,7 +17,7 @@ use kube::api::{Api, ListParams};
 use serde_json::json;
 use tdset_operator::clock::SystemClock;
 use tdset_operator::controller::WakeProxyRef;
-use tdset_operator::workload::intercept::{HOLD_ANNOTATION, MANAGED_BY};
+use tdset_operator::workload::intercept::{HOLD_ANNOTATION, IGNORE_ANNOTATION, MANAGED_BY};
 
 /// The operator's slices in `ns`.
 async fn ours(client: &Client, ns: &str) -> Vec<EndpointSlice> {
@@ -136,6 +136,40 @@ async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_
         kind == "Warning" && reason == "WakeOnRequestRefused"
     })
     .await;
+
+    // `ignore` given to the proxy through the slice, and taken off it once the TDSet has none.
+    let tdsets: Api<tdset_operator::api::TDSet> = Api::namespaced(client.clone(), n);
+    let ignore = |rules: serde_json::Value| {
+        let tdsets = tdsets.clone();
+        async move {
+            let patch = json!({"spec": {"wakeOnRequest": {"ignore": rules}}});
+            (tdsets.patch("web", &Default::default(), &kube::api::Patch::Merge(&patch)))
+                .await
+                .expect("changing the TDSet's ignore rules");
+        }
+    };
+    let c = &client;
+    let ignored = |want: bool| async move {
+        eventually(
+            GUARD,
+            &format!("ignore rules on the slice: {want}"),
+            || async {
+                let slices = ours(c, n).await;
+                let on = slices
+                    .first()?
+                    .metadata
+                    .annotations
+                    .as_ref()?
+                    .contains_key(IGNORE_ANNOTATION);
+                (on == want).then_some(())
+            },
+        )
+        .await
+    };
+    ignore(json!({"paths": ["/healthz"]})).await;
+    ignored(true).await;
+    ignore(serde_json::Value::Null).await;
+    ignored(false).await;
 
     // A request wakes it; once its own endpoints are ready the proxy leaves the path.
     let proxy_token = token(n, "wake-proxy", Some(AUDIENCE));

@@ -22,42 +22,42 @@ use crate::telemetry::Metrics;
 use crate::workload::AllowedIn;
 use crate::workload::contest::Contest;
 
-/// The contests a TDSet keeps beside its own (see `workload::contest`), each under
-/// `<namespace>/<name>/<part>`: one list, so `Context::forget` drops every one a form uses.
-#[derive(Clone, Copy)]
-pub(crate) enum ContestPart {
-    /// An HPA's ceiling, contested apart from its floor (see `hpa_floor`).
-    HpaCeiling,
-    /// A ScaledObject's schedule writes (see `scaled_object`).
-    Keda,
-    /// The turns that make KEDA put a drifted count right.
-    KedaDrift,
-    /// The unpause of a ScaledObject KEDA left paused.
-    KedaUnpause,
-    /// How long KEDA's HPA has been seen missing.
-    KedaHpa,
+/// Declares `ContestPart` and its `ALL` from one list, so a part cannot be left out of what
+/// `Context::forget` drops.
+macro_rules! contest_parts {
+    ($($(#[$doc:meta])* $part:ident => $key:literal,)*) => {
+        /// The contests a TDSet keeps beside its own (see `workload::contest`), each under
+        /// `<namespace>/<name>/<part>`.
+        #[derive(Clone, Copy)]
+        pub(crate) enum ContestPart {
+            $($(#[$doc])* $part,)*
+        }
+
+        impl ContestPart {
+            const ALL: &'static [ContestPart] = &[$(ContestPart::$part,)*];
+
+            /// The contest's key for the TDSet `tdset_key` (`<namespace>/<name>`).
+            pub(crate) fn key(self, tdset_key: &str) -> String {
+                let part = match self {
+                    $(ContestPart::$part => $key,)*
+                };
+                format!("{tdset_key}/{part}")
+            }
+        }
+    };
 }
 
-impl ContestPart {
-    const ALL: [ContestPart; 5] = [
-        ContestPart::HpaCeiling,
-        ContestPart::Keda,
-        ContestPart::KedaDrift,
-        ContestPart::KedaUnpause,
-        ContestPart::KedaHpa,
-    ];
-
-    /// The contest's key for the TDSet `tdset_key` (`<namespace>/<name>`).
-    pub(crate) fn key(self, tdset_key: &str) -> String {
-        let part = match self {
-            ContestPart::HpaCeiling => "maxReplicas",
-            ContestPart::Keda => "keda",
-            ContestPart::KedaDrift => "keda-drift",
-            ContestPart::KedaUnpause => "keda-unpause",
-            ContestPart::KedaHpa => "keda-hpa",
-        };
-        format!("{tdset_key}/{part}")
-    }
+contest_parts! {
+    /// An HPA's ceiling, contested apart from its floor (see `hpa_floor`).
+    HpaCeiling => "maxReplicas",
+    /// A ScaledObject's schedule writes (see `scaled_object`).
+    Keda => "keda",
+    /// The turns that make KEDA put a drifted count right.
+    KedaDrift => "keda-drift",
+    /// The unpause of a ScaledObject KEDA left paused.
+    KedaUnpause => "keda-unpause",
+    /// How long KEDA's HPA has been seen missing.
+    KedaHpa => "keda-hpa",
 }
 
 /// Everything a reconcile needs, shared by all of them.
@@ -154,5 +154,19 @@ impl Context {
             f.remove(key);
         }
         self.metrics.forget_saved(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ContestPart;
+
+    #[test]
+    fn each_contest_part_has_a_key_of_its_own() {
+        let mut keys: Vec<String> = ContestPart::ALL.iter().map(|p| p.key("ns/t")).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), ContestPart::ALL.len());
+        assert!(keys.contains(&"ns/t/maxReplicas".to_string()));
     }
 }

@@ -226,6 +226,7 @@ impl<'a> Sleeper<'a> {
         port: serde_json::Value,
     ) -> Sleeper<'a> {
         let name = deployment["metadata"]["name"].as_str().unwrap().to_string();
+        let number = port["port"].as_i64().unwrap_or(80);
         let _: Deployment = create_object(client, ns, deployment).await;
         let svc: Service = create_object(
             client,
@@ -244,7 +245,7 @@ impl<'a> Sleeper<'a> {
         Sleeper {
             client,
             ns,
-            url: format!("http://{ip}:80"),
+            url: format!("http://{ip}:{number}"),
             name,
             ip,
         }
