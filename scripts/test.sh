@@ -74,6 +74,8 @@ control_plane_up() {
     exit 1
   fi
   install_pid=""
+  # A cold build's split between the module proxy and the CPUs (nothing when cached).
+  grep -h "^control-plane: timing:" "$state/install.log" | sed 's/^control-plane:/test.sh: control plane/' >&2 || true
   phase "the control plane's build (what the Rust builds left of it)"
   export TDSET_TEST_KUBECONFIG
   TDSET_TEST_KUBECONFIG="$(scripts/control-plane.sh start "$state" --kcm --watch $$)"
@@ -166,6 +168,7 @@ operator="$(awk '$1 == "operator" {print $2}' "$state/binaries")"
 # mostly wait, and it fills the idle cores (cached after the first run).
 ( rc=0; nice -n 19 scripts/control-plane.sh install-keda >"$state/keda-install.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || cat "$state/keda-install.log" >&2
+  grep -h "^control-plane: timing:" "$state/keda-install.log" | sed 's/^control-plane:/test.sh: KEDA/' >&2 || true
   echo "$rc" >"$state/keda.rc.tmp" && mv "$state/keda.rc.tmp" "$state/keda.rc" ) &
 # The README's demo, start to stop, on its own control plane; then on a real node (the
 # operator as pods installed by the chart, the workloads' containers really running). Both
