@@ -1576,7 +1576,8 @@ async fn a_replica_sets_copy_of_a_record_wakes_no_former_holder() {
     drop(web);
     assert!(copied().await, "the ReplicaSet keeps the copy");
     let before = op.reconciles_when_quiet().await;
-    for count in [4, 5, 2] {
+    let counts = [4, 5, 2, 6];
+    for count in counts {
         let scale = json!({"spec": {"replicas": count}});
         api.patch("web", &PatchParams::default(), &Patch::Merge(scale))
             .await
@@ -1597,10 +1598,15 @@ async fn a_replica_sets_copy_of_a_record_wakes_no_former_holder() {
         )
         .await;
     }
+    // Woken by the ReplicaSet, `night` reconciles about once per scaling (with the copy mapped
+    // to it: 3 for 3 scalings and 3 for 4, the queue merging some). One reconcile of its own may
+    // fall in the window: a requeue it had scheduled, which a loaded machine (3 suites at once)
+    // once put there.
     let woken = op.reconciles_when_quiet().await - before;
-    assert_eq!(
-        woken, 0.0,
-        "the ReplicaSet's changes woke {woken} reconciles"
+    assert!(
+        woken <= 1.0,
+        "the ReplicaSet's {} scalings woke {woken} reconciles",
+        counts.len()
     );
     ns.cleanup().await;
 }
