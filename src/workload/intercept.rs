@@ -672,42 +672,48 @@ mod tests {
         assert!(!wanted(2, false, false));
     }
 
-    /// A slice is the same as the one wanted only if the operator's annotations are the same,
-    /// each there or not: `ignore` taken out of the TDSet (or the samples gone) is written.
-    #[test]
-    fn an_annotation_the_tdset_no_longer_asks_for_makes_the_slice_differ() {
+    /// Service `web`'s IPv4 slice for its port `name` (80) on proxy port 20001, one ready
+    /// proxy at 10.0.0.7, `ignore` handed to the proxy.
+    fn one_slice(name: Option<&str>, ignore: Option<WakeIgnore>) -> EndpointSlice {
         let svc = web();
         let ports = [(
             Intercepted {
-                name: Some("http".into()),
+                name: name.map(str::to_string),
                 port: 80,
             },
             20001,
         )];
-        let slice = |ignore: Option<WakeIgnore>| {
-            let config = ProxyConfig {
-                hold_secs: 20,
-                ignore,
-                samples: vec![],
-            };
-            let of = SliceFor {
-                tdset: "t",
-                tdset_uid: "uid-t",
-                service: &svc,
-                ports: &ports,
-                config: &config,
-            };
-            let proxy = [ProxyAddress {
-                ip: "10.0.0.7".into(),
-                ready: true,
-            }];
-            slices(&of, &proxy).remove(0)
+        let config = ProxyConfig {
+            hold_secs: 20,
+            ignore,
+            samples: vec![],
         };
-        let with = slice(Some(WakeIgnore {
-            user_agents: vec!["(?i)bot".into()],
-            paths: vec![],
-        }));
-        let without = slice(None);
+        let of = SliceFor {
+            tdset: "t",
+            tdset_uid: "uid-t",
+            service: &svc,
+            ports: &ports,
+            config: &config,
+        };
+        let proxy = [ProxyAddress {
+            ip: "10.0.0.7".into(),
+            ready: true,
+        }];
+        slices(&of, &proxy).remove(0)
+    }
+
+    /// A slice is the same as the one wanted only if the operator's annotations are the same,
+    /// each there or not: `ignore` taken out of the TDSet (or the samples gone) is written.
+    #[test]
+    fn an_annotation_the_tdset_no_longer_asks_for_makes_the_slice_differ() {
+        let with = one_slice(
+            Some("http"),
+            Some(WakeIgnore {
+                user_agents: vec!["(?i)bot".into()],
+                paths: vec![],
+            }),
+        );
+        let without = one_slice(Some("http"), None);
         assert!(same(&with, &with));
         assert!(!same(&with, &without), "the ignore rules stay on the slice");
         assert!(!same(&without, &with));
@@ -723,32 +729,8 @@ mod tests {
     /// the same as the one stored, and is applied again at every reconcile.
     #[test]
     fn an_unnamed_service_port_is_named_empty_in_the_slice_as_the_api_server_stores_it() {
-        let svc = web();
-        let ports = [(
-            Intercepted {
-                name: None,
-                port: 80,
-            },
-            20001,
-        )];
-        let config = ProxyConfig {
-            hold_secs: 20,
-            ignore: None,
-            samples: vec![],
-        };
-        let of = SliceFor {
-            tdset: "t",
-            tdset_uid: "uid-t",
-            service: &svc,
-            ports: &ports,
-            config: &config,
-        };
-        let proxy = [ProxyAddress {
-            ip: "10.0.0.7".into(),
-            ready: true,
-        }];
-        let s = slices(&of, &proxy);
-        let p = s[0].ports.as_ref().unwrap();
+        let s = one_slice(None, None);
+        let p = s.ports.as_ref().unwrap();
         assert_eq!((p[0].name.as_deref(), p[0].port), (Some(""), Some(20001)));
     }
 

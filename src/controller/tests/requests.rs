@@ -945,15 +945,14 @@ fn intercepted_service(
     (server, t)
 }
 
-/// Going to sleep, the operator's slice for the Service (the proxy's ready pod on a proxy
-/// port) is applied before the write that takes the count to 0: the Service never has no
-/// endpoint. A reconcile that finds it in place does not write it again.
-#[tokio::test(start_paused = true)]
-async fn going_to_sleep_the_proxy_is_put_in_the_path_before_the_count_goes_to_0() {
-    let (server, t) = intercepted(
+/// `intercepted_service`'s TDSet at night (awake 12:00-13:00 only, the count still 3): the
+/// slice's apply and the write to 0 answered; an operator pointing slices at the wake proxy.
+fn going_to_sleep(proxies: &[(&str, bool)], service: Value) -> (ApiServer, TDSet, Operator) {
+    let (server, t) = intercepted_service(
         json!({"defaultReplica": 0,
                "schedulingConfig": [{"startTime": "12:00", "endTime": "13:00", "replica": 3}]}),
-        &[("10.0.9.1", true), ("10.0.9.2", false)],
+        proxies,
+        service,
     );
     server.on(
         "PATCH",
@@ -963,7 +962,41 @@ async fn going_to_sleep_the_proxy_is_put_in_the_path_before_the_count_goes_to_0(
     server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
         (200, scale(0, "12"))
     });
-    let mut operator = Operator::with_wake_proxy(&server, NOW, wake_proxy());
+    let operator = Operator::with_wake_proxy(&server, NOW, wake_proxy());
+    (server, t, operator)
+}
+
+/// The watch brings the slice back (`stored`, at revision 41) and the count is 0: the next
+/// reconcile reads the proxy's pods again but writes no slice.
+async fn not_written_again(
+    server: &ApiServer,
+    operator: &mut Operator,
+    t: &TDSet,
+    mut stored: Value,
+) {
+    stored["metadata"]["namespace"] = json!("ns");
+    stored["metadata"]["resourceVersion"] = json!("41");
+    operator.wake_slices(vec![stored]);
+    operator.deployments(vec![web(0)]);
+    server.clear();
+    operator.reconcile(t).await.unwrap();
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.contains("endpointslices/web-tdset-wake")),
+        "written again: {:#?}",
+        server.requests()
+    );
+}
+
+/// Going to sleep, the operator's slice for the Service (the proxy's ready pod on a proxy
+/// port) is applied before the write that takes the count to 0: the Service never has no
+/// endpoint. A reconcile that finds it in place does not write it again.
+#[tokio::test(start_paused = true)]
+async fn going_to_sleep_the_proxy_is_put_in_the_path_before_the_count_goes_to_0() {
+    let (server, t, mut operator) =
+        going_to_sleep(&[("10.0.9.1", true), ("10.0.9.2", false)], web_service());
 
     operator.reconcile(&t).await.unwrap();
 
@@ -1009,21 +1042,7 @@ async fn going_to_sleep_the_proxy_is_put_in_the_path_before_the_count_goes_to_0(
 
     // The watch brings the slice back: the next reconcile (the count already 0) reads the
     // proxy's pods again but writes no slice.
-    let mut stored = applied.clone();
-    stored["metadata"]["namespace"] = json!("ns");
-    stored["metadata"]["resourceVersion"] = json!("41");
-    operator.wake_slices(vec![stored]);
-    operator.deployments(vec![web(0)]);
-    server.clear();
-    operator.reconcile(&t).await.unwrap();
-    assert!(
-        !server
-            .requests()
-            .iter()
-            .any(|r| r.contains("endpointslices/web-tdset-wake")),
-        "{:#?}",
-        server.requests()
-    );
+    not_written_again(&server, &mut operator, &t, applied.clone()).await;
 }
 
 /// A Service whose one port has no name: the API server stores the slice's port name as ""
@@ -1033,21 +1052,7 @@ async fn going_to_sleep_the_proxy_is_put_in_the_path_before_the_count_goes_to_0(
 async fn a_slice_for_an_unnamed_port_is_not_written_again_once_stored() {
     let mut svc = web_service();
     svc["spec"]["ports"] = json!([{"port": 80, "targetPort": 8080, "protocol": "TCP"}]);
-    let (server, t) = intercepted_service(
-        json!({"defaultReplica": 0,
-               "schedulingConfig": [{"startTime": "12:00", "endTime": "13:00", "replica": 3}]}),
-        &[("10.0.9.1", true)],
-        svc,
-    );
-    server.on(
-        "PATCH",
-        &format!("{SLICES}/web-tdset-wake-ipv4"),
-        echo("41"),
-    );
-    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
-        (200, scale(0, "12"))
-    });
-    let mut operator = Operator::with_wake_proxy(&server, NOW, wake_proxy());
+    let (server, t, mut operator) = going_to_sleep(&[("10.0.9.1", true)], svc);
     operator.reconcile(&t).await.unwrap();
     let sent = server.sent();
     let apply = sent
@@ -1058,21 +1063,8 @@ async fn a_slice_for_an_unnamed_port_is_not_written_again_once_stored() {
 
     // Stored as the API server stores it (the port's name "", the protocol TCP).
     let mut stored = apply.body.clone();
-    stored["metadata"]["namespace"] = json!("ns");
-    stored["metadata"]["resourceVersion"] = json!("41");
     stored["ports"][0]["name"] = json!("");
-    operator.wake_slices(vec![stored]);
-    operator.deployments(vec![web(0)]);
-    server.clear();
-    operator.reconcile(&t).await.unwrap();
-    assert!(
-        !server
-            .requests()
-            .iter()
-            .any(|r| r.contains("endpointslices/web-tdset-wake")),
-        "written again: {:#?}",
-        server.requests()
-    );
+    not_written_again(&server, &mut operator, &t, stored).await;
     assert_eq!(applied_name, "");
 }
 
