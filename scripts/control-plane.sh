@@ -26,7 +26,7 @@
 #   control-plane.sh keda-dir                print the dir holding keda-operator and
 #                                            keda-crds.yaml (does not build)
 #   control-plane.sh install-traefik         build Traefik, an ingress controller (cached like the
-#                                            rest; for the wake-on-request ingress benchmark)
+#                                            rest; `install` builds it where a node can run)
 #   control-plane.sh traefik-dir             print the dir holding traefik (does not build)
 #   control-plane.sh monitoring-crds-dir     print the dir holding the ServiceMonitor and
 #                                            PrometheusRule CRDs (does not fetch)
@@ -324,8 +324,8 @@ install_go_parts() {
 # Whether anything install makes is missing (all of it comes through Go's module proxy).
 need_go() {
   local part
-  for part in core kwok helm node; do
-    [[ $part != node ]] || node_buildable || continue
+  for part in core kwok helm node traefik; do
+    [[ $part != node && $part != traefik ]] || node_buildable || continue
     part_missing "$part" && return 0
   done
   [[ -e "$PROMOP_DIR/monitoring.coreos.com_prometheusrules.yaml" ]] || return 0
@@ -342,7 +342,7 @@ cmd_install_keda() {
   echo "$KEDA_DIR"
 }
 
-# Traefik, for the ingress benchmark only (`cargo bench --bench operator -- ingress`).
+# Traefik alone (`install` builds it too where a real node can run).
 cmd_install_traefik() {
   if part_missing traefik && ! command -v go >/dev/null; then
     die "no Go toolchain on PATH; install Go >= 1.26 (https://go.dev/dl) and retry"
@@ -366,6 +366,12 @@ cmd_install() {
   jobs+=("$!" node-images)
   install_go_parts core node kwok helm &
   jobs+=("$!" "the Go build")
+  # Traefik, where a real node can run (the ingress controller in front of its woken
+  # Services): a build of its own module beside the control plane's, whose links it fills.
+  if node_buildable; then
+    install_go_parts traefik &
+    jobs+=("$!" Traefik)
+  fi
   wait_jobs "${jobs[@]}"
   have_binaries || die "the control plane's binaries are still missing from $BIN_DIR"
   echo "$BIN_DIR"

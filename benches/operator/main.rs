@@ -31,8 +31,8 @@
 //!                                                wake on request's wake-ups, forwarding,
 //!                                                and held connections,
 //!                                                ingress (only when named; root, a real node):
-//!                                                wake on request behind Traefik, built by
-//!                                                control-plane.sh install-traefik)
+//!                                                wake on request behind Traefik, timed,
+//!                                                and a steady load through it)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
 //!
 //! Rooms: this file (the run, its report in BENCHMARKS.md), `fixtures` (what the scenarios

@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::ingress::*;
 use crate::support::node::*;
 use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -427,11 +428,13 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     // clusters), and its pods roll.
     proxy_to_wake_service_ip(&client, &kc).await;
 
-    // On the node at once: the tiers' pods beside the warm-up's and the woken ones.
+    // On the node at once: the tiers' pods beside the warm-up's and the woken ones, some of
+    // them woken through an ingress controller.
     tokio::join!(
         warm_up_on_real_pods(&client, apps),
         tiers_on_real_pods(&client, apps),
         wake_on_real_pods(&client, apps, &dir),
+        woken_through_an_ingress_controller(&client, apps, &dir, &kc),
     );
     // Then the faults, one at a time: each stops a part the scenarios above share.
     wake_faults_on_real_pods(&client, apps, &dir).await;
@@ -996,6 +999,62 @@ async fn held_past_hold_and_ignored(client: &kube::Client, apps: &str, dir: &Pat
     assert!(took >= Duration::from_secs(2), "answered after {took:?}");
     // It was woken all the same: the count is up, its pod starting.
     deployment_at(client, apps, "sleeper-slow", 1).await;
+}
+
+/// A real ingress controller in front (Traefik, its Kubernetes Ingress provider): routing by
+/// EndpointSlices, it follows the operator's slice to the proxy while asleep, a request through
+/// it wakes the Service and gets the application's own answer, and once awake it sends to the
+/// pod alone. The same for a Service whose one port has no name (Traefik pairs a slice's port
+/// with the Service's by name; the API server stores the slice's missing name as "").
+async fn woken_through_an_ingress_controller(
+    client: &kube::Client,
+    apps: &str,
+    dir: &Path,
+    kc: &Path,
+) {
+    let traefik = Traefik::start(client, dir, kc).await;
+    for (name, port) in [
+        (
+            "sleeper-ingress",
+            json!({"name": "http", "port": 80, "targetPort": "http"}),
+        ),
+        (
+            "sleeper-ingress-unnamed",
+            json!({"port": 80, "targetPort": "http"}),
+        ),
+    ] {
+        let s = Sleeper::serving(
+            client,
+            apps,
+            probed_web(name, 1),
+            json!({"wakeFor": "30m", "hold": "45s"}),
+            Sleeper::asleep_now(),
+            port,
+        )
+        .await;
+        let host = ingress_to(client, apps, name).await;
+        s.asleep_with_the_proxy_in_its_path(dir).await;
+        let proxies = traefik_on_the_proxy(dir, &s).await;
+        let t = Instant::now();
+        // (On a thread of its own: the scenarios beside this one go on meanwhile.)
+        let (d, header) = (dir.to_path_buf(), format!("Host: {host}"));
+        let body = tokio::task::spawn_blocking(move || {
+            curl_on_node(&d, &format!("http://{WEB}/"), &["-H", &header])
+        })
+        .await
+        .expect("curl's thread")
+        .expect("a request through Traefik");
+        assert_eq!(
+            body, "ok\n",
+            "{name}: the application's own answer through Traefik"
+        );
+        eprintln!(
+            "wake on request, {name}: answered through Traefik {} by the woken pod in {:.1}s",
+            traefik.version,
+            t.elapsed().as_secs_f64()
+        );
+        woken_through_traefik(dir, &s, &host, &proxies).await;
+    }
 }
 
 /// Zero failed requests: a steady load (20 requests a second, each counted) from before a

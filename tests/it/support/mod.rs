@@ -14,7 +14,8 @@
 //! - `network`: socket timers, a black-holing proxy;
 //! - `recorder`: the order in which a namespace's Deployments changed;
 //! - `node` (by name: `support::node::*`): the real node's image, commands and sleeping
-//!   Services.
+//!   Services;
+//! - `ingress` (by name): Traefik in front of them on the real node.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Config};
 
 mod cluster;
+pub mod ingress;
 mod keda;
 mod namespace;
 mod network;
