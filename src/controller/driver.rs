@@ -161,8 +161,9 @@ async fn reconcile_inner(
     }
     if tdset.meta().deletion_timestamp.is_some() {
         // Owned objects go with the garbage collector; a referenced target may be restored.
-        release::on_delete(tdset, ctx, &ns, events).await?;
-        return Ok(None);
+        // Kept (looked at again) while letting go is not over: KEDA not yet running a
+        // ScaledObject's workload again.
+        return release::on_delete(tdset, ctx, &ns, events).await;
     }
     let resolved = match resolve::resolve(tdset, ctx)? {
         Ok(resolved) => resolved,
@@ -179,12 +180,18 @@ async fn reconcile_inner(
     }
     // The lane (status, Events) waits while the workload is written (`turn`, taken when the
     // reconcile began).
-    let unreleased = release::previous(tdset, ctx, &ns, resolved.source, events).await?;
+    let previous = release::previous(tdset, ctx, &ns, resolved.source, events).await?;
+    if let Some(wait) = previous.wait {
+        // The previous target is not let go of yet (KEDA not yet running a ScaledObject's
+        // workload again): nothing is written for the new one, nor a status that would lose
+        // the record of the old one, until it is.
+        return Ok(Some(wait));
+    }
     // Before the form's turn: the proxy is in the path before a count goes to 0.
     let intercepted = intercept::intercept(tdset, ctx, &ns, &resolved).await?;
     let mut outcome = apply::apply(tdset, ctx, &ns, &resolved, events).await?;
     drop(turn);
-    report::keep_unreleased(&mut outcome, unreleased);
+    report::keep_unreleased(&mut outcome, previous.unreleased);
     report::keep_intercepted(&mut outcome, &intercepted);
     let next = report::report(tdset, ctx, &ns, resolved, outcome, events).await?;
     let mut wait = next.wait;

@@ -369,9 +369,13 @@ pub fn released(recorded: &Originals, so: &ScaledObjectView, restore: bool) -> P
             plan.gives_back = true;
             plan.pause = Some(own.clone());
         }
-        // Nothing on record, yet a pause of the operator's is on it (the record was lost): off.
-        // One of the user's (a pause at 0 for maintenance, say) stays.
-        None if so.pause_ours && so.pause != KedaPause::default() => {
+        // Nothing on record, yet a pause of the operator's is on it (the record was lost): off,
+        // but the unpause written for keda#6982 only once KEDA took it. One of the user's (a
+        // pause at 0 for maintenance, say) stays.
+        None if so.pause_ours
+            && so.pause != KedaPause::default()
+            && !(so.pause == unpause() && so.paused == Some(true)) =>
+        {
             plan.pause = Some(KedaPause::default())
         }
         _ => {}
@@ -426,6 +430,44 @@ pub fn check(so: &ScaledObjectView, replicas: Option<i32>, hpa: Option<bool>) ->
         return Check::HpaMissing;
     }
     Check::Taken
+}
+
+/// After letting go (its writes on the ScaledObject), what is left before the TDSet goes: KEDA
+/// says what it took only in its status, and a ScaledObject it leaves paused with no pause on
+/// it (keda#6982) would hold the workload at 0 with nobody left to notice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resume {
+    /// KEDA runs the workload again (or keeps the user's own pause, given back).
+    Done,
+    /// Not yet: look again soon.
+    Wait,
+    /// KEDA still says Paused with no pause left, past the grace: `paused: "false"`, as its
+    /// documentation allows, once.
+    Unpause,
+    /// Not done by twice the grace: the TDSet goes all the same, saying what KEDA did not do
+    /// (a workload it put to sleep is woken directly).
+    GiveUp(Check),
+}
+
+/// `replicas`: the workload's `spec.replicas`, when read; `hpa`: whether KEDA's HPA exists,
+/// when known; `seen`: how long the operator has seen it not done.
+pub fn resume(
+    so: &ScaledObjectView,
+    replicas: Option<i32>,
+    hpa: Option<bool>,
+    seen: std::time::Duration,
+    grace: std::time::Duration,
+) -> Resume {
+    let found = check(so, replicas, hpa);
+    // Unpaused with a floor, KEDA scales the workload up from 0 to it in its first loop.
+    let left_at_zero = !so.pause.pauses() && so.min() > 0 && replicas == Some(0);
+    match found {
+        Check::Taken if !left_at_zero => Resume::Done,
+        _ if seen < grace => Resume::Wait,
+        found if seen >= grace * 2 => Resume::GiveUp(found),
+        Check::StillPaused if so.pause != unpause() => Resume::Unpause,
+        _ => Resume::Wait,
+    }
 }
 
 /// The operator's pause spelled the other way: the same to KEDA, a change it reconciles on.
@@ -670,6 +712,62 @@ mod tests {
         // A pause of the user's own with nothing on record stays.
         let theirs = so(Some(5), Some(50), user_pause("3"));
         assert_eq!(released(&Originals::default(), &theirs, false).pause, None);
+    }
+
+    #[test]
+    fn letting_go_waits_for_keda_to_run_the_workload_again_within_a_bound() {
+        use std::time::Duration as D;
+        let g = D::from_secs(30);
+        // The schedule's pause just taken off: KEDA still says Paused, the workload at 0.
+        let mut off = ours(so(Some(2), Some(10), KedaPause::default()));
+        off.paused = Some(true);
+        assert_eq!(resume(&off, Some(0), Some(false), D::ZERO, g), Resume::Wait);
+        // Past the grace: the unpause KEDA's documentation allows, once; then waited for.
+        assert_eq!(resume(&off, Some(0), Some(false), g, g), Resume::Unpause);
+        // (Never past the bound, whoever takes it off again.)
+        assert_eq!(
+            resume(&off, Some(0), Some(false), g * 2, g),
+            Resume::GiveUp(Check::StillPaused)
+        );
+        let mut unpaused = off.clone();
+        unpaused.pause = unpause();
+        assert_eq!(resume(&unpaused, Some(0), Some(false), g, g), Resume::Wait);
+        // Kept while KEDA says Paused, taken off once it does not (what letting go writes).
+        assert_eq!(
+            released(&Originals::default(), &unpaused, false).pause,
+            None
+        );
+        assert_eq!(
+            resume(&unpaused, Some(0), Some(false), g * 2, g),
+            Resume::GiveUp(Check::StillPaused)
+        );
+        // KEDA resumed: its HPA there, but the workload not yet off 0 is not done.
+        let mut resumed = off.clone();
+        resumed.paused = Some(false);
+        assert_eq!(resume(&resumed, Some(0), Some(true), g, g), Resume::Wait);
+        assert_eq!(
+            resume(&resumed, Some(0), Some(true), g * 2, g),
+            Resume::GiveUp(Check::Taken)
+        );
+        assert_eq!(
+            resume(&resumed, Some(2), Some(true), D::ZERO, g),
+            Resume::Done
+        );
+        assert_eq!(
+            resume(&resumed, Some(2), Some(false), g * 2, g),
+            Resume::GiveUp(Check::HpaMissing)
+        );
+        // A floor of 0 (KEDA scales to zero itself): at 0 is KEDA's to decide.
+        let mut to_zero = resumed.clone();
+        to_zero.min_replica_count = Some(0);
+        assert_eq!(
+            resume(&to_zero, Some(0), Some(true), D::ZERO, g),
+            Resume::Done
+        );
+        // The user's own pause given back: KEDA keeps it paused, as the user asked.
+        let mut theirs = so(Some(2), Some(10), user_pause("0"));
+        theirs.paused = Some(true);
+        assert_eq!(resume(&theirs, Some(0), None, D::ZERO, g), Resume::Done);
     }
 
     #[test]

@@ -325,7 +325,8 @@ async fn asleep_through_keda(client: &Client, n: &str) -> (KedaOperator, Operato
 }
 
 /// A TDSet deleted while its ScaledObject sleeps takes the pause off: KEDA resumes, makes its
-/// HPA again and scales the workload back to its own minimum.
+/// HPA again and scales the workload back to its own minimum. The TDSet goes only once KEDA
+/// has (keda#6982: a ScaledObject left paused with no pause on it, and nobody left to see it).
 #[tokio::test]
 async fn a_tdset_deleted_while_its_scaled_object_sleeps_gives_it_back_to_keda() {
     let (client, ns) = setup("keda-delete").await;
@@ -333,14 +334,57 @@ async fn a_tdset_deleted_while_its_scaled_object_sleeps_gives_it_back_to_keda() 
     let (_keda, op) = asleep_through_keda(&client, n).await;
 
     delete_tdset_and_wait(&client, n, "sched").await;
-    scaled_object_where(&client, n, "unpaused", |o| {
-        annotation(o, PAUSED_REPLICAS).is_none()
-            && annotation(o, PAUSED).is_none()
-            && paused(o) == Some(false)
+    // Already so when the TDSet is gone: read once, not waited for.
+    let so = serde_json::to_value(scaled_objects(&client, n).get("web").await.unwrap()).unwrap();
+    assert_eq!(
+        (
+            annotation(&so, PAUSED_REPLICAS),
+            annotation(&so, PAUSED),
+            paused(&so)
+        ),
+        (None, None, Some(false)),
+        "KEDA resumed before the TDSet went: {so:#}"
+    );
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(web.spec.and_then(|s| s.replicas), Some(2));
+    keda_hpa(&client, n, "KEDA's HPA made again", |_| true).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// The same with KEDA's operator down: nothing would take the workload off 0 (KEDA restores
+/// nothing while it is not running). The TDSet is kept while KEDA is waited for (the pause
+/// off, then `paused: "false"` as KEDA's documentation allows), then goes all the same, having
+/// woken the workload to the ScaledObject's floor itself, with a Warning saying what KEDA did
+/// not do.
+#[tokio::test]
+async fn a_tdset_deleted_while_keda_is_down_wakes_its_workload_itself_then_goes() {
+    let (client, ns) = setup("keda-down").await;
+    let n = &ns.name;
+    let (keda, op) = asleep_through_keda(&client, n).await;
+    drop(keda);
+
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), n);
+    tdsets
+        .delete("sched", &Default::default())
+        .await
+        .expect("deleting the TDSet");
+    scaled_object_where(&client, n, "KEDA's documented unpause", |o| {
+        annotation(o, PAUSED_REPLICAS).is_none() && annotation(o, PAUSED) == Some("false")
     })
     .await;
-    keda_hpa(&client, n, "KEDA's HPA made again", |_| true).await;
+    assert!(
+        tdsets.get_opt("sched").await.unwrap().is_some(),
+        "the TDSet is kept while KEDA is waited for"
+    );
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(web.spec.and_then(|s| s.replicas), Some(0), "still asleep");
+    tdset_gone(&client, n, "sched").await;
     deployment_at(&client, n, "web", 2).await;
+    wait_for_event(&client, n, "sched", |(_, reason, note)| {
+        reason == "KedaNotResumed" && note.contains("woke")
+    })
+    .await;
     op.stop().await;
     ns.cleanup().await;
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use kube::ResourceExt;
+use tracing::debug;
 
 use super::Turn;
 use super::claims;
@@ -586,19 +587,46 @@ fn conflicting_writer(r: &ScaleTargetRef, setter: Option<&gitops::Setter>) -> Pr
     ))
 }
 
+/// What letting go of a ScaledObject came to.
+#[derive(Debug, Default)]
+pub(crate) struct LetGo {
+    /// What was done, if anything.
+    pub(crate) done: Option<String>,
+    /// KEDA does not run the workload again yet: the TDSet is looked at again after this,
+    /// and kept until then.
+    pub(crate) wait: Option<Duration>,
+    /// What KEDA did not do within the bound (the TDSet goes all the same).
+    pub(crate) not_resumed: Option<String>,
+}
+
+impl LetGo {
+    fn done(done: Option<String>) -> LetGo {
+        LetGo {
+            done,
+            ..LetGo::default()
+        }
+    }
+}
+
 /// Lets go of a ScaledObject as its status records it, only on the object it was recorded
 /// from: the user's pause given back (or the operator's taken off), the own ceiling given back,
-/// and with `restore` the own floor. What was done, if anything.
+/// and with `restore` the own floor; then waits, within a bound, for KEDA to run the workload
+/// again (`resumed`). `tdset_key`: the TDSet's namespace/name.
 pub(crate) async fn let_go(
     ctx: &Context,
     ns: &str,
+    tdset_key: &str,
     r: &ScaleTargetRef,
     recorded: &TargetStatus,
     restore: bool,
-) -> Answer<Option<String>> {
-    let so = match io::read(ctx, ns, r).await? {
+) -> Answer<LetGo> {
+    let mut so = match io::read(ctx, ns, r).await? {
         Ok(found) => found,
-        Err(p @ Problem::TargetNotFound(_)) => return wake_instead(ctx, ns, r, recorded, p).await,
+        Err(p @ Problem::TargetNotFound(_)) => {
+            return Ok(wake_instead(ctx, ns, r, recorded, p)
+                .await?
+                .map(LetGo::done));
+        }
         Err(p) => return Ok(Err(p)),
     };
     if let (Some(a), Some(b)) = (recorded.uid.as_deref(), so.view.uid.as_deref())
@@ -608,14 +636,16 @@ pub(crate) async fn let_go(
             "{r} was deleted and created again since its pause and counts were recorded; the \
              new object is left as it is"
         ));
-        return wake_instead(ctx, ns, r, recorded, replaced).await;
+        return Ok(wake_instead(ctx, ns, r, recorded, replaced)
+            .await?
+            .map(LetGo::done));
     }
     let mut done = Vec::new();
     // Pointed elsewhere since: the workload it put to sleep is woken, and the ScaledObject let
     // go whatever that wake came to (its pause left behind would hold the new target at 0).
     let mut wake_failed = None;
-    if let Some(left) = (recorded.asleep.as_ref()).filter(|a| !asleep_is(a, &so.view.target, None))
-    {
+    let retargeted = (recorded.asleep.as_ref()).filter(|a| !asleep_is(a, &so.view.target, None));
+    if let Some(left) = retargeted {
         let to = recorded.original_replicas.unwrap_or(1).max(1);
         match wake_asleep(ctx, ns, left, to).await? {
             Ok(Some(woke)) => done.push(woke),
@@ -625,16 +655,17 @@ pub(crate) async fn let_go(
     }
     let originals = Originals::of(recorded);
     let plan = keda::released(&originals, &so.view, restore);
-    if plan.writes()
-        && let Err(p) = write_plan(ctx, ns, r, &so, &plan).await?
-    {
-        return Ok(Err(p));
+    if plan.writes() {
+        match write_plan(ctx, ns, r, &so, &plan).await? {
+            Ok(rv) => {
+                so.view.resource_version = rv.or(so.view.resource_version.take());
+                so.view.apply(&plan);
+            }
+            Err(p) => return Ok(Err(p)),
+        }
     }
     if let Some(p) = wake_failed {
         return Ok(Err(p));
-    }
-    if !plan.writes() {
-        return Ok(Ok((!done.is_empty()).then(|| done.join("; "))));
     }
     if let Some(p) = &plan.pause {
         done.push(if p.pauses() {
@@ -649,11 +680,96 @@ pub(crate) async fn let_go(
     if let Some(min) = plan.min {
         done.push(format!("restored minReplicaCount {min}"));
     }
-    Ok(Ok(Some(format!(
-        "ScaledObject {}: {}",
-        r.name,
-        done.join(", ")
-    ))))
+    let done = match (plan.writes(), done.is_empty()) {
+        (true, _) => Some(format!("ScaledObject {}: {}", r.name, done.join(", "))),
+        (false, false) => Some(done.join("; ")),
+        (false, true) => None,
+    };
+    let mut out = match resumed(ctx, ns, tdset_key, r, &so, recorded).await? {
+        Ok(out) => out,
+        Err(p) => return Ok(Err(p)),
+    };
+    out.done = done;
+    Ok(Ok(out))
+}
+
+/// Whether KEDA runs the workload of a ScaledObject let go of again (see `keda::resume`):
+/// waited for within a bound, KEDA's documented unpause written once where it says Paused with
+/// no pause left, and past the bound the workload this TDSet put to sleep woken directly, so
+/// that nothing is left at 0 with nobody watching.
+async fn resumed(
+    ctx: &Context,
+    ns: &str,
+    tdset_key: &str,
+    r: &ScaleTargetRef,
+    so: &ScaledObjectRead,
+    recorded: &TargetStatus,
+) -> Answer<LetGo> {
+    let key = ContestPart::KedaResume.key(tdset_key);
+    let replicas = match resolve_and_read(ctx, ns, &so.view.target).await? {
+        Ok((_, view)) => Some(view.spec_replicas),
+        Err(_) => None,
+    };
+    let hpa = Some(io::hpa_cached(ctx, ns, &so.view.hpa()));
+    let now = tokio::time::Instant::now();
+    let seen = ctx.contest(&key, |c| c.seen_for(now));
+    let wait = |why: &str| {
+        debug!(scaledobject = %r.name, why, "waiting for KEDA to run the workload again");
+        Ok(Ok(LetGo {
+            wait: Some(SOON),
+            ..LetGo::default()
+        }))
+    };
+    match keda::resume(&so.view, replicas, hpa, seen, KEDA_GRACE) {
+        keda::Resume::Done => {
+            ctx.contest(&key, |c| c.unseen());
+            Ok(Ok(LetGo::default()))
+        }
+        keda::Resume::Wait => wait("within the bound"),
+        keda::Resume::Unpause => {
+            let unpause = keda::unpause();
+            let read_at = so.view.resource_version.as_deref();
+            let pause = (Some(&unpause), None, None);
+            if let Err(p) = io::write(ctx, ns, (r, so, read_at), FIELD_MANAGER, pause).await? {
+                return Ok(Err(p));
+            }
+            wait("KEDA still said Paused: wrote paused: \"false\"")
+        }
+        keda::Resume::GiveUp(found) => {
+            ctx.contest(&key, |c| c.unseen());
+            let what = match found {
+                Check::StillPaused => "still says it is paused with no pause annotation left \
+                     (keda#6982), after autoscaling.keda.sh/paused: \"false\" too"
+                    .to_string(),
+                Check::HpaMissing => format!(
+                    "says it is not paused, but its HorizontalPodAutoscaler {} does not exist",
+                    so.view.hpa()
+                ),
+                _ => format!("has not scaled {} up from 0", so.view.target),
+            };
+            let woke = match &recorded.asleep {
+                Some(left) => {
+                    let to = so.view.min().max(1);
+                    match wake_asleep(ctx, ns, left, to).await? {
+                        Ok(Some(woke)) => format!("; the operator {woke} itself"),
+                        Ok(None) => String::new(),
+                        Err(p) => format!("; waking it failed: {}", p.message()),
+                    }
+                }
+                None => String::new(),
+            };
+            Ok(Ok(LetGo {
+                not_resumed: Some(format!(
+                    "KEDA {what} {}s after ScaledObject {} was let go of{woke}. Is KEDA's \
+                     operator running? `kubectl describe scaledobject {}`",
+                    (KEDA_GRACE * 2).as_secs(),
+                    r.name,
+                    r.name
+                )),
+                ..LetGo::default()
+            }))
+        }
+    }
 }
 
 /// Letting go of a ScaledObject that is gone (or was replaced), `problem`: the workload this

@@ -53,10 +53,47 @@ pub(crate) async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<
 /// `keda::patch`), refused by the API server if it changed since revision `read_at` (where
 /// given): forbidden or gone is a problem to report; changed since (or replaced: another uid)
 /// an error, so that the reconcile reads it again. The revision it wrote.
+///
+/// KEDA writes the ScaledObject's status every polling interval, which moves its revision too:
+/// a write refused for that alone (read again, what the guard protects, its annotations and
+/// counts and uid, is as it was read) is sent once more at the new revision, rather than
+/// failing the reconcile.
 pub(crate) async fn write(
     ctx: &Context,
     ns: &str,
     (r, read, read_at): (&ScaleTargetRef, &ScaledObjectRead, Option<&str>),
+    manager: &str,
+    fields: (Option<&KedaPause>, Option<i32>, Option<i32>),
+) -> Answer<Option<String>> {
+    match patch(ctx, ns, r, read, read_at, manager, fields).await {
+        Err(e) if e.is_conflict() && read_at.is_some() => {
+            let fresh = match self::read(ctx, ns, r).await? {
+                Ok(fresh) => fresh,
+                Err(p) => return Ok(Err(p)),
+            };
+            let (was, now) = (&read.view, &fresh.view);
+            let same = was.uid == now.uid
+                && was.pause == now.pause
+                && was.pause_ours == now.pause_ours
+                && was.min_replica_count == now.min_replica_count
+                && was.max_replica_count == now.max_replica_count
+                && now.resource_version.as_deref() != read_at;
+            if !same {
+                return Err(e);
+            }
+            let at = now.resource_version.as_deref();
+            patch(ctx, ns, r, &fresh, at, manager, fields).await
+        }
+        other => other,
+    }
+}
+
+async fn patch(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    read: &ScaledObjectRead,
+    read_at: Option<&str>,
     manager: &str,
     (pause, min, max): (Option<&KedaPause>, Option<i32>, Option<i32>),
 ) -> Answer<Option<String>> {

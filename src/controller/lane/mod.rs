@@ -558,6 +558,23 @@ impl Lane {
 
     /// Writes everything still queued, without deferring to workload writes, for at most
     /// `limit` (shutdown, loss of leadership).
+    /// Waits until everything queued has been sent (at most `limit`), the writers left running:
+    /// what a test does between one reconcile and the next.
+    #[cfg(test)]
+    pub async fn settle(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        self.shared.work.notify_waiters();
+        while Instant::now() < deadline {
+            let empty = (self.shared.queue.lock())
+                .map(|q| q.is_empty())
+                .unwrap_or(true);
+            if empty {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn drain(&self, limit: Duration) {
         self.shared.draining.store(true, Ordering::SeqCst);
         self.shared.work.notify_waiters();

@@ -80,15 +80,20 @@ fn has_finalizer(tdset: &TDSet) -> bool {
 /// spec asks.
 ///
 /// Returns the group the TDSet still holds when it left the group form and not every
-/// workload could be given back: the status keeps it, so the release is tried again.
+/// workload could be given back (the status keeps it, so the release is tried again), and how
+/// soon to look again where letting go of the previous target is not over yet: then nothing
+/// else is written until it is.
 pub(crate) async fn previous(
     tdset: &TDSet,
     ctx: &Context,
     ns: &str,
     source: Source<'_>,
     events: &mut Events,
-) -> Result<Option<(GroupStatus, Problem)>> {
-    let unreleased = release_previous(tdset, ctx, ns, events).await?;
+) -> Result<Previous> {
+    let previous = release_previous(tdset, ctx, ns, events).await?;
+    if previous.wait.is_some() {
+        return Ok(previous);
+    }
     if matches!(
         source,
         Source::Scale(_) | Source::HpaFloor(_) | Source::ScaledObject(_) | Source::Group(_)
@@ -96,7 +101,14 @@ pub(crate) async fn previous(
         owned::remove_owned(tdset, ctx, ns, events).await?;
     }
     ensure(tdset, ctx, ns).await?;
-    Ok(unreleased)
+    Ok(previous)
+}
+
+/// What letting go of what a TDSet no longer describes came to (see `previous`).
+#[derive(Debug, Default)]
+pub(crate) struct Previous {
+    pub(crate) unreleased: Option<(GroupStatus, Problem)>,
+    pub(crate) wait: Option<std::time::Duration>,
 }
 
 /// Adds the finalizer when `onDelete: Restore` asks for it, removes it when it no longer does.
@@ -111,22 +123,27 @@ async fn ensure(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// A TDSet being deleted: let go of its target, then of the TDSet.
+/// A TDSet being deleted: let go of its target, then of the TDSet. Returns how soon to look
+/// again where letting go is not over yet (the finalizer stays until then).
 pub(crate) async fn on_delete(
     tdset: &TDSet,
     ctx: &Context,
     ns: &str,
     events: &mut Events,
-) -> Result<()> {
+) -> Result<Option<std::time::Duration>> {
     if !has_finalizer(tdset) {
         // Owned objects go with the garbage collector; a target is kept as it is.
-        return Ok(());
+        return Ok(None);
     }
     if held_group(tdset, ctx) {
         release_group(tdset, ctx, ns, "deleted", events).await?;
     }
     match ctx.statuses.current(tdset).and_then(|s| s.target) {
-        Some(recorded) => let_go(tdset, ctx, ns, &recorded, "deleted", events).await?,
+        Some(recorded) => {
+            if let Some(wait) = let_go(tdset, ctx, ns, &recorded, "deleted", events).await? {
+                return Ok(Some(wait));
+            }
+        }
         None if restores(tdset) => {
             let what = tdset
                 .spec
@@ -139,7 +156,8 @@ pub(crate) async fn on_delete(
         }
         None => {}
     }
-    set_finalizer(tdset, ctx, ns, false).await
+    set_finalizer(tdset, ctx, ns, false).await?;
+    Ok(None)
 }
 
 /// The TDSet no longer references the target its status records (a new `scaleTargetRef`,
@@ -147,13 +165,14 @@ pub(crate) async fn on_delete(
 /// written. The status that names the new target (or none) follows from this reconcile.
 ///
 /// Returns the group the TDSet still holds when it left the group form and not every
-/// workload could be given back: the status keeps it, so the release is tried again.
+/// workload could be given back (the status keeps it, so the release is tried again), and how
+/// soon to look again where letting go of the target is not over yet.
 async fn release_previous(
     tdset: &TDSet,
     ctx: &Context,
     ns: &str,
     events: &mut Events,
-) -> Result<Option<(GroupStatus, Problem)>> {
+) -> Result<Previous> {
     let mut unreleased = None;
     if tdset.spec.scale_target_selector.is_none() && held_group(tdset, ctx) {
         // The group form was left: its workloads were held under its old selector, which is
@@ -169,22 +188,23 @@ async fn release_previous(
             unreleased = group.map(|g| (g, first));
         }
     }
-    let Some(recorded) = ctx.statuses.current(tdset).and_then(|s| s.target) else {
-        return Ok(unreleased);
-    };
-    let still = tdset
-        .spec
-        .scale_target_ref
-        .as_ref()
-        .is_some_and(|r| recorded.names(r));
-    if !still {
-        let_go(tdset, ctx, ns, &recorded, "retargeted", events).await?;
+    let mut wait = None;
+    if let Some(recorded) = ctx.statuses.current(tdset).and_then(|s| s.target) {
+        let still = tdset
+            .spec
+            .scale_target_ref
+            .as_ref()
+            .is_some_and(|r| recorded.names(r));
+        if !still {
+            wait = let_go(tdset, ctx, ns, &recorded, "retargeted", events).await?;
+        }
     }
-    Ok(unreleased)
+    Ok(Previous { unreleased, wait })
 }
 
 /// Puts `recorded` back as `onDelete` asks (and wakes an HPA's sleeping target), reporting
-/// what was done, or why not, in an Event.
+/// what was done, or why not, in an Event. Returns how soon to look again where letting go is
+/// not over yet (a ScaledObject KEDA does not run again yet): the TDSet is kept until then.
 async fn let_go(
     tdset: &TDSet,
     ctx: &Context,
@@ -192,7 +212,7 @@ async fn let_go(
     recorded: &TargetStatus,
     why: &str,
     events: &mut Events,
-) -> Result<()> {
+) -> Result<Option<std::time::Duration>> {
     let r = ScaleTargetRef {
         api_version: recorded.api_version.clone(),
         kind: recorded.kind.clone(),
@@ -214,7 +234,7 @@ async fn let_go(
         )
     }) {
         info!(%holder, why, "left the target to its holder");
-        return Ok(());
+        return Ok(None);
     }
     // A workload put to sleep through the HPA is woken first, to the HPA's own floor,
     // whatever became of the HPA since (deleted, pointed at another workload).
@@ -225,11 +245,25 @@ async fn let_go(
         }
         _ => Ok(None),
     };
+    let mut wait = None;
     let (verb, result) = match recorded.original_replicas {
         // The pause and the own ceiling are given back whatever onDelete says (a pause left
         // behind would keep the workload asleep for good).
         _ if r.is_scaled_object() => {
-            let released = scaled_object::let_go(ctx, ns, &r, recorded, restores(tdset)).await;
+            let key = format!("{ns}/{}", tdset.name_any());
+            let released = scaled_object::let_go(ctx, ns, &key, &r, recorded, restores(tdset));
+            let released = match released.await {
+                Ok(Ok(go)) => {
+                    wait = go.wait;
+                    if let Some(what) = go.not_resumed {
+                        warn!(%what, why, "KEDA did not run the workload again");
+                        events.push(note(tdset, EventType::Warning, "KedaNotResumed", what));
+                    }
+                    Ok(Ok(go.done))
+                }
+                Ok(Err(p)) => Ok(Err(p)),
+                Err(e) => Err(e),
+            };
             let verb = if restores(tdset) {
                 "restore"
             } else {
@@ -265,7 +299,7 @@ async fn let_go(
                 "no original count of {r} was recorded"
             ))),
         ),
-        _ => return Ok(()),
+        _ => return Ok(None),
     };
     let result = with_asleep_woken(woke, result, &r);
     match result {
@@ -295,7 +329,7 @@ async fn let_go(
             ));
         }
     }
-    Ok(())
+    Ok(wait)
 }
 
 /// What letting go of an HPA came to, with the workload asleep through it woken first: an HPA

@@ -58,6 +58,8 @@ contest_parts! {
     KedaUnpause => "keda-unpause",
     /// How long KEDA's HPA has been seen missing.
     KedaHpa => "keda-hpa",
+    /// How long a ScaledObject let go of has been seen not running its workload again.
+    KedaResume => "keda-resume",
 }
 
 /// Everything a reconcile needs, shared by all of them.

@@ -443,7 +443,8 @@ impl Operator {
     pub async fn reconcile_as_cached(&mut self, tdset: &TDSet) -> crate::Result<()> {
         listed(&mut self.tdsets, vec![Cached::new(tdset.clone())]);
         let result = super::reconcile(Arc::new(Cached::new(tdset.clone())), self.ctx.clone()).await;
-        self.ctx.lane.drain(Duration::from_secs(10)).await;
+        // Sent, and the lane left open for the next reconcile's statuses and Events.
+        self.ctx.lane.settle(Duration::from_secs(10)).await;
         result.map(|_| ())
     }
 }

@@ -1,5 +1,7 @@
 //! What one reconcile sends, request by request, for each form.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use super::{ApiServer, Operator, echo, patched, status};
@@ -806,12 +808,35 @@ async fn a_request_wake_up_scales_and_writes_only_its_phase_back() {
 
     // The watch brings back the status as stored: both managers' fields.
     operator.deployments(vec![created(&sent[0].body)]);
-    let mut stored = status.clone();
-    stored["requestWake"] = json!({"phase": "Waking", "since": "2026-11-26T09:55:00Z",
-        "until": "2026-11-26T10:25:00Z", "requests": 4,
-        "request": {"service": "web:http", "method": "GET", "path": "/"}});
-    t.status = serde_json::from_value(stored).unwrap();
-    t.metadata.resource_version = Some("3".into());
+    let stored = |status: &Value, rv: &str, t: &mut TDSet| {
+        let mut stored = status.clone();
+        stored["requestWake"] = json!({"phase": "Waking", "since": "2026-11-26T09:55:00Z",
+            "until": "2026-11-26T10:25:00Z", "requests": 4,
+            "request": {"service": "web:http", "method": "GET", "path": "/"}});
+        t.status = serde_json::from_value(stored).unwrap();
+        t.metadata.resource_version = Some(rv.into());
+    };
+    stored(status, "3", &mut t);
+    server.clear();
+    operator.reconcile(&t).await.unwrap();
+    // The reconcile that made the Deployment at the wake-up's count recorded no history (a
+    // Deployment made is no change of count): this one records the wake-up, once.
+    let sent = server.sent();
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    let status = &sent[0].body["status"];
+    assert_eq!(status["history"][0]["to"], 3, "{status:#}");
+    assert!(
+        (status["history"][0]["reason"].as_str())
+            .is_some_and(|r| r.starts_with("woken by a request")),
+        "{status:#}"
+    );
+    assert_eq!(
+        status["requestWake"],
+        json!({"phase": "Waking"}),
+        "{status:#}"
+    );
+    // Once the cache holds that status, nothing is sent.
+    stored(status, "4", &mut t);
     server.clear();
     operator.reconcile(&t).await.unwrap();
     assert_eq!(server.all().len(), 0, "{:#?}", server.all());
@@ -1327,13 +1352,29 @@ async fn a_scaled_object_put_to_sleep_has_the_user_s_pause_made_durable_before_t
     assert_eq!(server.events(), vec!["ScaledDown".to_string()]);
 }
 
+/// The ScaledObject answers its reads with `first`, then `then` (revision 33).
+fn read_twice(server: &ApiServer, first: Value, mut then: Value) {
+    then["metadata"]["resourceVersion"] = json!("33");
+    let reads = std::sync::atomic::AtomicUsize::new(0);
+    server.first_on(
+        "GET",
+        &format!("{SCALED_OBJECTS}/web"),
+        move |_| match reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => (200, first.clone()),
+            _ => (200, then.clone()),
+        },
+    );
+}
+
 /// Someone annotated the ScaledObject between the operator's read and its pause (a 409 for
-/// the revision the pause was decided from): the write is not forced, the reconcile fails and
-/// reads it again.
+/// the revision the pause was decided from; read again, its annotations differ): the write is
+/// not forced, the reconcile fails and reads it again.
 #[tokio::test(start_paused = true)]
 async fn a_scaled_object_changed_since_it_was_read_is_not_paused_over() {
     let so = scaled_object(json!({"autoscaling.keda.sh/paused-replicas": "1"}), "True");
-    let (server, mut operator, t) = over_scaled_object(0, so, 1, Value::Null);
+    let (server, mut operator, t) = over_scaled_object(0, so.clone(), 1, Value::Null);
+    let annotated = scaled_object(json!({"autoscaling.keda.sh/paused-replicas": "4"}), "True");
+    read_twice(&server, so, annotated);
     server.first_on("PATCH", &format!("{SCALED_OBJECTS}/web"), |_| {
         status(
             409,
@@ -1346,12 +1387,55 @@ async fn a_scaled_object_changed_since_it_was_read_is_not_paused_over() {
 
     assert!(result.is_err(), "{result:?}");
     let sent = server.sent();
-    let pause = (sent.iter())
-        .find(|s| s.method == "PATCH" && s.path.starts_with(SCALED_OBJECTS))
-        .expect("the pause");
-    assert_eq!(pause.body["metadata"]["resourceVersion"], "30");
+    let pauses: Vec<_> = (sent.iter())
+        .filter(|s| s.method == "PATCH" && s.path.starts_with(SCALED_OBJECTS))
+        .collect();
+    assert_eq!(pauses.len(), 1, "not sent again: {:?}", server.requests());
+    assert_eq!(pauses[0].body["metadata"]["resourceVersion"], "30");
     // Nothing said done: the failed reconcile is said, not a scale-down.
     assert_eq!(server.events(), vec!["ReconcileError".to_string()]);
+}
+
+/// KEDA wrote the ScaledObject's status between the operator's read and its pause (every
+/// polling interval it does): a 409 all the same, but read again its annotations, counts and
+/// uid are as they were, so the pause is sent again at the new revision, and the reconcile
+/// does not fail for it.
+#[tokio::test(start_paused = true)]
+async fn a_pause_refused_only_for_keda_s_status_write_is_sent_again_at_the_new_revision() {
+    let so = scaled_object(json!({"autoscaling.keda.sh/paused-replicas": "1"}), "True");
+    let (server, mut operator, t) = over_scaled_object(0, so.clone(), 1, Value::Null);
+    let mut polled = so.clone();
+    polled["status"]["lastActiveTime"] = json!("2026-11-26T09:59:30Z");
+    read_twice(&server, so, polled);
+    let refused = std::sync::atomic::AtomicBool::new(false);
+    server.first_on("PATCH", &format!("{SCALED_OBJECTS}/web"), move |body| {
+        if !refused.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return status(409, "Conflict", "the object has been modified");
+        }
+        let mut merged = scaled_object(json!({}), "True");
+        json_patch::merge(&mut merged, body);
+        merged["metadata"]["resourceVersion"] = json!("34");
+        (200, merged)
+    });
+
+    operator.reconcile(&t).await.unwrap();
+
+    let sent = server.sent();
+    let pauses: Vec<_> = (sent.iter())
+        .filter(|s| s.method == "PATCH" && s.path.starts_with(SCALED_OBJECTS))
+        .collect();
+    assert_eq!(pauses.len(), 2, "{:?}", server.requests());
+    assert_eq!(pauses[0].body["metadata"]["resourceVersion"], "30");
+    assert_eq!(pauses[1].body["metadata"]["resourceVersion"], "33");
+    assert_eq!(
+        pauses[1].body["metadata"]["annotations"],
+        pauses[0].body["metadata"]["annotations"]
+    );
+    assert!(
+        !server.events().iter().any(|e| e == "ReconcileError"),
+        "{:?}",
+        server.events()
+    );
 }
 
 /// The record as a night left it: the user's own pause at 1, their floor 2, Deployment `web`
@@ -1387,6 +1471,155 @@ async fn a_scaled_object_deleted_while_it_sleeps_has_its_workload_woken() {
         server.events(),
         vec!["Restored".to_string(), "TargetNotFound".to_string()]
     );
+}
+
+/// TDSet `t`, being deleted, over ScaledObject `web` paused at 0 by the schedule (no pause of
+/// the user's on record), Deployment `web` asleep through it.
+fn deleted_asleep_through_keda() -> (ApiServer, Operator, TDSet) {
+    let night =
+        json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"});
+    let record = json!({"target": {
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "web", "uid": "uid-so",
+        "field": "spec.minReplicaCount", "originalReplicas": 2,
+        "asleep": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web"}}});
+    let (server, mut operator, mut t) =
+        over_scaled_object(0, scaled_object(night, "True"), 0, record);
+    t.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-11-26T09:59:00Z".parse().unwrap(),
+    ));
+    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "22"));
+    (server, operator, t)
+}
+
+/// A TDSet deleted while its ScaledObject sleeps by the schedule (no pause of the user's): the
+/// pause comes off, and the TDSet is kept (its finalizer) until KEDA runs the workload again.
+/// KEDA still saying Paused past the grace gets the unpause its documentation allows, once;
+/// once KEDA has resumed, made its HPA and scaled the workload off 0, the finalizer goes.
+#[tokio::test(start_paused = true)]
+async fn a_tdset_deleted_while_its_scaled_object_sleeps_is_kept_until_keda_runs_it_again() {
+    let (server, mut operator, t) = deleted_asleep_through_keda();
+    let so = format!("{SCALED_OBJECTS}/web");
+
+    operator.reconcile(&t).await.unwrap();
+
+    assert_eq!(
+        server.requests(),
+        lines(&[
+            "GET /apis/keda.sh/v1alpha1",
+            "GET /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
+            // The schedule's pause off...
+            "PATCH /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
+            // ...and the workload read: KEDA still says Paused. The finalizer stays.
+            "GET /apis/apps/v1",
+            "GET /apis/apps/v1/namespaces/ns/deployments/web",
+        ])
+    );
+    assert_eq!(
+        server.sent()[2].body["metadata"]["annotations"],
+        json!({"autoscaling.keda.sh/paused-replicas": null, "autoscaling.keda.sh/paused": null})
+    );
+
+    // Within the grace KEDA is only waited for; past it, still Paused: `paused: "false"`,
+    // once.
+    server.first("GET", &so, scaled_object(json!({}), "True"));
+    let mut unpaused = scaled_object(json!({"autoscaling.keda.sh/paused": "false"}), "True");
+    unpaused["metadata"]["managedFields"][0]["manager"] = json!("tdset-operator");
+    for (after, writes) in [(10, 0), (25, 1), (10, 0)] {
+        server.clear();
+        tokio::time::advance(Duration::from_secs(after)).await;
+        operator.reconcile(&t).await.unwrap();
+        let sent = server.sent();
+        let patches: Vec<_> = sent.iter().filter(|s| s.method == "PATCH").collect();
+        assert_eq!(patches.len(), writes, "{:?}", server.requests());
+        if let Some(unpause) = patches.first() {
+            assert_eq!(unpause.path, so);
+            assert_eq!(
+                unpause.body["metadata"]["annotations"],
+                json!({"autoscaling.keda.sh/paused-replicas": null,
+                       "autoscaling.keda.sh/paused": "false"})
+            );
+            server.first("GET", &so, unpaused.clone());
+        }
+    }
+
+    // KEDA resumed: not Paused, its HPA there, the workload scaled up to its floor.
+    let mut resumed = unpaused;
+    resumed["status"]["conditions"][0]["status"] = json!("False");
+    server.first("GET", &so, resumed);
+    server.first("GET", &format!("{DEPLOYMENTS}/web"), web(2));
+    operator.hpas(vec![json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "keda-hpa-web", "namespace": "ns", "uid": "uid-hpa"},
+        "spec": {"minReplicas": 2, "maxReplicas": 10,
+                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
+    })]);
+    server.clear();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    operator.reconcile(&t).await.unwrap();
+
+    let requests = server.requests();
+    assert_eq!(
+        requests.last().map(String::as_str),
+        Some("PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t"),
+        "{requests:?}"
+    );
+    let sent = server.sent();
+    // The unpause of the operator's taken off first, now that KEDA runs it (as by day).
+    assert_eq!(
+        sent.iter()
+            .find(|s| s.method == "PATCH" && s.path == so)
+            .map(|s| s.body["metadata"]["annotations"].clone()),
+        Some(json!({"autoscaling.keda.sh/paused-replicas": null,
+                    "autoscaling.keda.sh/paused": null}))
+    );
+    assert_eq!(
+        sent.last().unwrap().body["metadata"]["finalizers"],
+        json!([])
+    );
+    assert!(
+        server.events().iter().all(|e| e != "KedaNotResumed"),
+        "{:?}",
+        server.events()
+    );
+}
+
+/// The same with KEDA never answering (its operator down): past twice the grace the TDSet
+/// goes all the same, the workload it put to sleep woken to the ScaledObject's floor by the
+/// operator, and a Warning says what KEDA did not do.
+#[tokio::test(start_paused = true)]
+async fn a_tdset_deleted_while_keda_is_down_wakes_its_workload_itself_and_goes() {
+    let (server, mut operator, t) = deleted_asleep_through_keda();
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), echo("11"));
+    operator.reconcile(&t).await.unwrap();
+    server.first(
+        "GET",
+        &format!("{SCALED_OBJECTS}/web"),
+        scaled_object(json!({}), "True"),
+    );
+    for after in [20, 15, 20] {
+        tokio::time::advance(Duration::from_secs(after)).await;
+        operator.reconcile(&t).await.unwrap();
+        assert!(
+            !server.requests().iter().any(|r| r.ends_with("/tdsets/t")),
+            "kept within twice the grace: {:?}",
+            server.requests()
+        );
+    }
+    server.clear();
+    tokio::time::advance(Duration::from_secs(10)).await;
+
+    operator.reconcile(&t).await.unwrap();
+
+    let sent = server.sent();
+    let wake = (sent.iter())
+        .find(|s| s.path.ends_with("/deployments/web/scale"))
+        .expect("the workload woken by the operator");
+    assert_eq!(wake.body["spec"]["replicas"], 2);
+    assert_eq!(
+        sent.last().unwrap().body["metadata"]["finalizers"],
+        json!([])
+    );
+    assert_eq!(server.events(), vec!["KedaNotResumed".to_string()]);
 }
 
 #[tokio::test(start_paused = true)]
