@@ -141,6 +141,11 @@ impl Contest {
         self.seen_at = None;
     }
 
+    /// Whether it times a wait (`seen_for`).
+    pub fn waits(&self) -> bool {
+        self.seen_at.is_some()
+    }
+
     /// How many reverts the window holds when that makes a fight, for the report.
     pub fn fight(&mut self, now: Instant) -> Option<usize> {
         self.forget_before(now);

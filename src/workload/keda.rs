@@ -58,6 +58,9 @@ pub struct ScaledObjectView {
     pub pause_ours: bool,
     pub min_replica_count: Option<i32>,
     pub max_replica_count: Option<i32>,
+    /// `spec.idleReplicaCount`: where set, KEDA keeps the workload there (0) while no trigger
+    /// is active, below `minReplicaCount`.
+    pub idle_replica_count: Option<i32>,
     /// `spec.scaleTargetRef`, defaulted as KEDA defaults it (`apps/v1` Deployment).
     pub target: ScaleTargetRef,
     /// `status.conditions[type=Paused]`: None until KEDA has said either way.
@@ -131,6 +134,7 @@ impl ScaledObjectView {
             pause_ours,
             min_replica_count: n("/spec/minReplicaCount"),
             max_replica_count: n("/spec/maxReplicaCount"),
+            idle_replica_count: n("/spec/idleReplicaCount"),
             target: ScaleTargetRef {
                 api_version: s("/spec/scaleTargetRef/apiVersion").unwrap_or("apps/v1".into()),
                 kind: s("/spec/scaleTargetRef/kind").unwrap_or("Deployment".into()),
@@ -275,6 +279,18 @@ impl Plan {
         self.pause.is_some() || self.min.is_some() || self.max.is_some()
     }
 
+    /// The plan with its ceiling held back (someone keeps setting `maxReplicaCount` back, and
+    /// its contest says later): what was to be given back stays on record. Unchanged where the
+    /// floor it writes would stand above the maximum left in place (KEDA refuses that).
+    pub fn without_ceiling(mut self, recorded: &Originals, so: &ScaledObjectView) -> Plan {
+        if self.min.is_some_and(|m| m > so.max()) {
+            return self;
+        }
+        self.max = None;
+        self.after.max = self.record.as_ref().unwrap_or(recorded).max;
+        self
+    }
+
     /// The user's own pause given back (not a removal): written under `GIVE_BACK_MANAGER`, so
     /// it reads as the user's afterwards.
     pub fn gives_pause_back(&self) -> bool {
@@ -284,6 +300,15 @@ impl Plan {
                 .as_ref()
                 .is_some_and(|p| *p != KedaPause::default())
     }
+}
+
+/// Whether the unpause the operator wrote for keda#6982 stays where `own` (the pause to give
+/// back) is none: while KEDA still says Paused, it is what makes KEDA run again.
+fn keeps_unpause(so: &ScaledObjectView, own: Option<&KedaPause>) -> bool {
+    own.is_none_or(|o| *o == KedaPause::default())
+        && so.pause_ours
+        && so.pause == unpause()
+        && so.paused == Some(true)
 }
 
 /// `scheduled`: the count now (0: asleep); `ceiling`: the schedule's `maxReplica` in force,
@@ -326,16 +351,14 @@ pub fn plan(
         }
     } else {
         match &record.pause {
+            _ if keeps_unpause(so, record.pause.as_ref()) => {}
             Some(own) if so.pause != *own => {
                 plan.gives_back = true;
                 plan.pause = Some(own.clone());
             }
             // Nothing on record, yet a pause of the operator's is on it (a record lost, a
             // takeover, or the unpause written for keda#6982 once KEDA took it): off.
-            None if so.pause_ours
-                && so.pause != KedaPause::default()
-                && !(so.pause == unpause() && so.paused == Some(true)) =>
-            {
+            None if so.pause_ours && so.pause != KedaPause::default() => {
                 plan.pause = Some(KedaPause::default())
             }
             _ => {}
@@ -365,17 +388,15 @@ pub fn plan(
 pub fn released(recorded: &Originals, so: &ScaledObjectView, restore: bool) -> Plan {
     let mut plan = Plan::default();
     match &recorded.pause {
+        // The unpause written for keda#6982 stays while KEDA says Paused.
+        _ if keeps_unpause(so, recorded.pause.as_ref()) => {}
         Some(own) if so.pause != *own => {
             plan.gives_back = true;
             plan.pause = Some(own.clone());
         }
-        // Nothing on record, yet a pause of the operator's is on it (the record was lost): off,
-        // but the unpause written for keda#6982 only once KEDA took it. One of the user's (a
-        // pause at 0 for maintenance, say) stays.
-        None if so.pause_ours
-            && so.pause != KedaPause::default()
-            && !(so.pause == unpause() && so.paused == Some(true)) =>
-        {
+        // Nothing on record, yet a pause of the operator's is on it (the record was lost): off.
+        // One of the user's (a pause at 0 for maintenance, say) stays.
+        None if so.pause_ours && so.pause != KedaPause::default() => {
             plan.pause = Some(KedaPause::default())
         }
         _ => {}
@@ -459,8 +480,12 @@ pub fn resume(
     grace: std::time::Duration,
 ) -> Resume {
     let found = check(so, replicas, hpa);
-    // Unpaused with a floor, KEDA scales the workload up from 0 to it in its first loop.
-    let left_at_zero = !so.pause.pauses() && so.min() > 0 && replicas == Some(0);
+    // Unpaused with a floor, KEDA scales the workload up from 0 to it in its first loop (unless
+    // an idle count keeps it at 0 while no trigger is active).
+    let left_at_zero = !so.pause.pauses()
+        && so.min() > 0
+        && so.idle_replica_count.is_none()
+        && replicas == Some(0);
     match found {
         Check::Taken if !left_at_zero => Resume::Done,
         _ if seen < grace => Resume::Wait,
@@ -550,6 +575,7 @@ mod tests {
             pause,
             min_replica_count: min,
             max_replica_count: max,
+            idle_replica_count: None,
             target: ScaleTargetRef {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),
@@ -675,6 +701,33 @@ mod tests {
     }
 
     #[test]
+    fn a_ceiling_held_back_keeps_what_it_would_give_back_on_record() {
+        let own = so(Some(1), Some(20), KedaPause::default());
+        // The schedule's 50 over the user's 20, held back: the 20 is recorded all the same.
+        let p = plan(5, Some(50), &Originals::default(), &own, Some(2));
+        let held = p.without_ceiling(&Originals::default(), &own);
+        assert_eq!((held.min, held.max), (Some(5), None));
+        assert_eq!(held.after.max, Some(20));
+        // Giving the user's 20 back, held back: still to give back.
+        let rec = Originals {
+            max: Some(20),
+            ..Originals::default()
+        };
+        let day = so(Some(5), Some(50), KedaPause::default());
+        let p = plan(5, None, &rec, &day, Some(2));
+        assert_eq!((p.max, p.after.max), (Some(20), None));
+        let held = p.without_ceiling(&rec, &day);
+        assert_eq!(
+            (held.max, held.after.max, held.writes()),
+            (None, Some(20), false)
+        );
+        // A floor above the maximum in place: the ceiling goes with it.
+        let low = so(Some(1), Some(4), KedaPause::default());
+        let p = plan(8, Some(10), &Originals::default(), &low, Some(2));
+        assert_eq!(p.without_ceiling(&Originals::default(), &low).max, Some(10));
+    }
+
+    #[test]
     fn asleep_under_a_lower_ceiling_the_floor_left_in_place_is_lowered_with_it() {
         let day = so(Some(10), Some(20), KedaPause::default());
         let p = plan(0, Some(5), &Originals::default(), &day, Some(2));
@@ -732,9 +785,19 @@ mod tests {
         let mut unpaused = off.clone();
         unpaused.pause = unpause();
         assert_eq!(resume(&unpaused, Some(0), Some(false), g, g), Resume::Wait);
-        // Kept while KEDA says Paused, taken off once it does not (what letting go writes).
+        // Kept while KEDA says Paused, taken off once it does not (what letting go writes),
+        // whether the pause on record is none or "none of the user's" (`{}`).
         assert_eq!(
             released(&Originals::default(), &unpaused, false).pause,
+            None
+        );
+        let none_of_theirs = Originals {
+            pause: Some(KedaPause::default()),
+            ..Originals::default()
+        };
+        assert_eq!(released(&none_of_theirs, &unpaused, false).pause, None);
+        assert_eq!(
+            plan(2, None, &none_of_theirs, &unpaused, Some(0)).pause,
             None
         );
         assert_eq!(
@@ -757,13 +820,16 @@ mod tests {
             resume(&resumed, Some(2), Some(false), g * 2, g),
             Resume::GiveUp(Check::HpaMissing)
         );
-        // A floor of 0 (KEDA scales to zero itself): at 0 is KEDA's to decide.
+        // A floor of 0 (KEDA scales to zero itself), or an idle count: at 0 is KEDA's to decide.
         let mut to_zero = resumed.clone();
         to_zero.min_replica_count = Some(0);
         assert_eq!(
             resume(&to_zero, Some(0), Some(true), D::ZERO, g),
             Resume::Done
         );
+        let mut idle = resumed.clone();
+        idle.idle_replica_count = Some(0);
+        assert_eq!(resume(&idle, Some(0), Some(true), D::ZERO, g), Resume::Done);
         // The user's own pause given back: KEDA keeps it paused, as the user asked.
         let mut theirs = so(Some(2), Some(10), user_pause("0"));
         theirs.paused = Some(true);

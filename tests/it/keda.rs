@@ -647,3 +647,72 @@ async fn keda_s_hpa_missing_by_day_is_said_until_keda_makes_it_again() {
     op.stop().await;
     ns.cleanup().await;
 }
+
+/// Argo CD's self-heal setting `maxReplicaCount` back (a manifest that carries it) while the
+/// schedule's ceiling is in force: the ceiling, contested apart from the floor, is held back
+/// after a few reverts and the TDSet names the Application with the rule for that field alone;
+/// the floor is not held back for it.
+#[tokio::test]
+async fn argo_cd_setting_the_ceiling_back_is_named_for_the_ceiling_alone() {
+    let (client, ns) = setup("keda-argo").await;
+    let n = &ns.name;
+    let _keda = KedaOperator::start(&client, n).await;
+    let tracking = format!("shop:keda.sh/ScaledObject:{n}/web");
+    scaled_web(
+        &client,
+        n,
+        2,
+        2,
+        json!({"argocd.argoproj.io/tracking-id": tracking}),
+    )
+    .await;
+    keda_hpa(&client, n, "KEDA's HPA", |_| true).await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(&client, n, &tdset("sched", over_web(9, 3, Some(50)))).await;
+    scaled_object_where(&client, n, "the schedule's floor and ceiling", |o| {
+        spec_count(o, "minReplicaCount") == Some(3) && spec_count(o, "maxReplicaCount") == Some(50)
+    })
+    .await;
+
+    // Argo CD's drift correction: the manifest's maxReplicaCount 10, applied whenever it is not.
+    let api = scaled_objects(&client, n);
+    let argo = tokio::spawn(async move {
+        let body = json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                          "metadata": {"name": "web"}, "spec": {"maxReplicaCount": 10}});
+        let params = PatchParams::apply("argocd-controller").force();
+        loop {
+            if let Ok(o) = api.get("web").await
+                && o.data.pointer("/spec/maxReplicaCount") != Some(&json!(10))
+            {
+                let _ = api.patch("web", &params, &Patch::Apply(&body)).await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+    });
+    // The ScaledObject is read every 15 s (KEDA's objects are not watched): a few reverts take
+    // about a minute.
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), n);
+    let message = eventually(GUARD * 3, "Degraded: GitOpsConflict", || async {
+        let t = tdsets.get("sched").await.ok()?;
+        let c = condition(&t, "Degraded")?;
+        (c.status == "True" && c.reason == "GitOpsConflict").then(|| c.message.clone())
+    })
+    .await;
+    for part in [
+        "Argo CD (Application shop)",
+        "spec.maxReplicaCount of ScaledObject web",
+        "managedFieldsManagers: [tdset-operator]",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    assert!(!message.contains("minReplicaCount"), "{message}");
+    argo.abort();
+    let so = serde_json::to_value(scaled_objects(&client, n).get("web").await.unwrap()).unwrap();
+    assert_eq!(
+        spec_count(&so, "minReplicaCount"),
+        Some(3),
+        "the floor stays"
+    );
+    op.stop().await;
+    ns.cleanup().await;
+}

@@ -53,6 +53,8 @@ fn keys(tdset_key: &str) -> [String; 4] {
 
 pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
     let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
+    // Scheduled again (a retarget undone before it was over): no let-go is in progress.
+    forget_resume(ctx, &format!("{ns}/{}", tdset.name_any()));
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
         return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
     }
@@ -157,21 +159,34 @@ async fn apply(
     r: &ScaleTargetRef,
     so: &mut ScaledObjectRead,
     mut record: Record,
-    plan: Plan,
+    mut plan: Plan,
     workload: Option<&ScaleView>,
 ) -> Result<Outcome> {
     let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
-    let [key, ..] = keys(&format!("{ns}/{}", tdset.name_any()));
+    let tdset_key = format!("{ns}/{}", tdset.name_any());
+    let [key, ..] = keys(&tdset_key);
+    let ceiling_key = ContestPart::KedaCeiling.key(&tdset_key);
     let now = tokio::time::Instant::now();
     let mut retry = None;
     let mut scaled = None;
-    // Someone keeps setting it back: the schedule goes back later, not now.
-    let verdict = match plan.writes() {
+    // Someone keeps setting it back: the schedule goes back later, not now. The pause and the
+    // floor are one contest, the ceiling another (a tool that sets only `maxReplicaCount` back
+    // holds back only the ceiling, and is named for it).
+    let floor_writes = plan.pause.is_some() || plan.min.is_some();
+    let verdict = match floor_writes {
         true => ctx.contest(&key, |c| c.decide(plan.floor, now)),
         false => Verdict::Write,
     };
     if let Verdict::Wait(until) = verdict {
         retry = Some(until.duration_since(now));
+    }
+    if let Some(max) = plan.max
+        && let Verdict::Wait(until) = ctx.contest(&ceiling_key, |c| c.decide(max, now))
+    {
+        let later = until.duration_since(now);
+        retry = Some(retry.map_or(later, |r: Duration| r.min(later)));
+        let recorded = Originals::of(&record.status);
+        plan = plan.without_ceiling(&recorded, &so.view);
     }
     let held = verdict != Verdict::Write;
     if plan.writes() && !held {
@@ -198,7 +213,12 @@ async fn apply(
             Ok(rv) => so.view.resource_version = rv.or(so.view.resource_version.take()),
             Err(p) => return Ok(problem_outcome(p, r, record.status)),
         }
-        ctx.contest(&key, |c| c.wrote(plan.floor, now));
+        if floor_writes {
+            ctx.contest(&key, |c| c.wrote(plan.floor, now));
+        }
+        if let Some(max) = plan.max {
+            ctx.contest(&ceiling_key, |c| c.wrote(max, now));
+        }
         let before = if so.view.pause.pauses() {
             0
         } else {
@@ -231,7 +251,15 @@ async fn apply(
     }
     let problem = ctx.contest(&key, |c| {
         c.saw(so.min_setter.clone());
-        c.fight(now).map(|_| conflicting_writer(r, c.setter()))
+        c.fight(now)
+            .map(|_| conflicting_writer(r, c.setter(), false))
+    });
+    let problem = problem.or_else(|| {
+        ctx.contest(&ceiling_key, |c| {
+            c.saw(so.max_setter.clone());
+            c.fight(now)
+                .map(|_| conflicting_writer(r, c.setter(), true))
+        })
     });
     let notices = plan
         .clamped_from
@@ -563,12 +591,17 @@ fn observed(
     }
 }
 
-/// Another writer keeps setting `minReplicaCount` back (a GitOps tool: then the fix it needs).
-fn conflicting_writer(r: &ScaleTargetRef, setter: Option<&gitops::Setter>) -> Problem {
-    if let Some((writer, object)) = setter.and_then(|s| s.tool.as_ref()) {
-        return Problem::GitOpsConflict(gitops::conflict_message(
-            writer,
-            object,
+/// Another writer keeps setting the pause and `minReplicaCount` back, or (`ceiling`) only
+/// `maxReplicaCount` (a GitOps tool: then the fix it needs, for what it sets back).
+fn conflicting_writer(
+    r: &ScaleTargetRef,
+    setter: Option<&gitops::Setter>,
+    ceiling: bool,
+) -> Problem {
+    let (what, paths): (&str, &[&str]) = if ceiling {
+        ("spec.maxReplicaCount", &["/spec/maxReplicaCount"])
+    } else {
+        (
             "the pause annotations, spec.minReplicaCount and spec.maxReplicaCount",
             &[
                 "/metadata/annotations/autoscaling.keda.sh~1paused-replicas",
@@ -576,13 +609,21 @@ fn conflicting_writer(r: &ScaleTargetRef, setter: Option<&gitops::Setter>) -> Pr
                 "/spec/minReplicaCount",
                 "/spec/maxReplicaCount",
             ],
+        )
+    };
+    if let Some((writer, object)) = setter.and_then(|s| s.tool.as_ref()) {
+        return Problem::GitOpsConflict(gitops::conflict_message(
+            writer,
+            object,
+            what,
+            paths,
             FIELD_MANAGER,
         ));
     }
     Problem::ConflictingWriter(format!(
         "ScaledObject {} keeps being set back by another writer; the operator now puts the \
          schedule back less and less often instead of fighting it. Stop that writer from \
-         managing its pause annotations, minReplicaCount and maxReplicaCount",
+         managing {what}",
         r.name
     ))
 }
@@ -610,9 +651,37 @@ impl LetGo {
 
 /// Lets go of a ScaledObject as its status records it, only on the object it was recorded
 /// from: the user's pause given back (or the operator's taken off), the own ceiling given back,
-/// and with `restore` the own floor; then waits, within a bound, for KEDA to run the workload
-/// again (`resumed`). `tdset_key`: the TDSet's namespace/name.
+/// and with `restore` the own floor, written once; then waits, within a bound, for KEDA to run
+/// the workload again (`resumed`). `tdset_key`: the TDSet's namespace/name.
 pub(crate) async fn let_go(
+    ctx: &Context,
+    ns: &str,
+    tdset_key: &str,
+    r: &ScaleTargetRef,
+    recorded: &TargetStatus,
+    restore: bool,
+) -> Answer<LetGo> {
+    let out = let_go_once(ctx, ns, tdset_key, r, recorded, restore).await;
+    if !matches!(&out, Ok(Ok(LetGo { wait: Some(_), .. }))) {
+        // Over (or to be tried afresh): the next let-go starts its bound anew.
+        forget_resume(ctx, tdset_key);
+    }
+    out
+}
+
+/// What a let-go in progress keeps in memory (its writes made once, since when it waits).
+fn resume_keys(tdset_key: &str) -> [String; 2] {
+    [ContestPart::KedaResume, ContestPart::KedaResumeUnpause].map(|p| p.key(tdset_key))
+}
+
+/// Forgets a let-go in progress: it is over, or the TDSet schedules the ScaledObject again.
+fn forget_resume(ctx: &Context, tdset_key: &str) {
+    for key in resume_keys(tdset_key) {
+        ctx.forget_contest(&key);
+    }
+}
+
+async fn let_go_once(
     ctx: &Context,
     ns: &str,
     tdset_key: &str,
@@ -654,7 +723,14 @@ pub(crate) async fn let_go(
         }
     }
     let originals = Originals::of(recorded);
-    let plan = keda::released(&originals, &so.view, restore);
+    // Written once: while KEDA is waited for, what a user sets meanwhile stands.
+    let [resume_key, _] = resume_keys(tdset_key);
+    let now = tokio::time::Instant::now();
+    let first = ctx.contest(&resume_key, |c| c.since_write(now)).is_none();
+    let plan = match first {
+        true => keda::released(&originals, &so.view, restore),
+        false => Plan::default(),
+    };
     if plan.writes() {
         match write_plan(ctx, ns, r, &so, &plan).await? {
             Ok(rv) => {
@@ -663,6 +739,9 @@ pub(crate) async fn let_go(
             }
             Err(p) => return Ok(Err(p)),
         }
+    }
+    if first {
+        ctx.contest(&resume_key, |c| c.wrote(0, now));
     }
     if let Some(p) = wake_failed {
         return Ok(Err(p));
@@ -695,8 +774,8 @@ pub(crate) async fn let_go(
 
 /// Whether KEDA runs the workload of a ScaledObject let go of again (see `keda::resume`):
 /// waited for within a bound, KEDA's documented unpause written once where it says Paused with
-/// no pause left, and past the bound the workload this TDSet put to sleep woken directly, so
-/// that nothing is left at 0 with nobody watching.
+/// no pause left, and past the bound the workload left at 0 woken directly, so that nothing is
+/// left at 0 with nobody watching.
 async fn resumed(
     ctx: &Context,
     ns: &str,
@@ -705,11 +784,12 @@ async fn resumed(
     so: &ScaledObjectRead,
     recorded: &TargetStatus,
 ) -> Answer<LetGo> {
-    let key = ContestPart::KedaResume.key(tdset_key);
-    let replicas = match resolve_and_read(ctx, ns, &so.view.target).await? {
-        Ok((_, view)) => Some(view.spec_replicas),
+    let [key, unpause_key] = resume_keys(tdset_key);
+    let workload = match resolve_and_read(ctx, ns, &so.view.target).await? {
+        Ok((_, view)) => Some(view),
         Err(_) => None,
     };
+    let replicas = workload.as_ref().map(|w| w.spec_replicas);
     let hpa = Some(io::hpa_cached(ctx, ns, &so.view.hpa()));
     let now = tokio::time::Instant::now();
     let seen = ctx.contest(&key, |c| c.seen_for(now));
@@ -721,22 +801,42 @@ async fn resumed(
         }))
     };
     match keda::resume(&so.view, replicas, hpa, seen, KEDA_GRACE) {
-        keda::Resume::Done => {
-            ctx.contest(&key, |c| c.unseen());
-            Ok(Ok(LetGo::default()))
+        keda::Resume::Done if so.view.pause == keda::unpause() && so.view.pause_ours => {
+            // KEDA runs it again: the unpause written for it is taken off, as by day.
+            let off = KedaPause::default();
+            let read_at = so.view.resource_version.as_deref();
+            Ok(io::write(
+                ctx,
+                ns,
+                (r, so, read_at),
+                FIELD_MANAGER,
+                (Some(&off), None, None),
+            )
+            .await?
+            .map(|_| LetGo::default()))
         }
+        keda::Resume::Done => Ok(Ok(LetGo::default())),
         keda::Resume::Wait => wait("within the bound"),
+        keda::Resume::Unpause if ctx.contest(&unpause_key, |c| c.since_write(now)).is_some() => {
+            wait("KEDA still says Paused after paused: \"false\"")
+        }
         keda::Resume::Unpause => {
             let unpause = keda::unpause();
             let read_at = so.view.resource_version.as_deref();
             let pause = (Some(&unpause), None, None);
-            if let Err(p) = io::write(ctx, ns, (r, so, read_at), FIELD_MANAGER, pause).await? {
-                return Ok(Err(p));
+            match io::write(ctx, ns, (r, so, read_at), FIELD_MANAGER, pause).await? {
+                Ok(_) => {}
+                Err(p @ Problem::TargetNotFound(_)) => {
+                    return Ok(wake_instead(ctx, ns, r, recorded, p)
+                        .await?
+                        .map(LetGo::done));
+                }
+                Err(p) => return Ok(Err(p)),
             }
+            ctx.contest(&unpause_key, |c| c.wrote(1, now));
             wait("KEDA still said Paused: wrote paused: \"false\"")
         }
         keda::Resume::GiveUp(found) => {
-            ctx.contest(&key, |c| c.unseen());
             let what = match found {
                 Check::StillPaused => "still says it is paused with no pause annotation left \
                      (keda#6982), after autoscaling.keda.sh/paused: \"false\" too"
@@ -747,15 +847,22 @@ async fn resumed(
                 ),
                 _ => format!("has not scaled {} up from 0", so.view.target),
             };
-            let woke = match &recorded.asleep {
-                Some(left) => {
-                    let to = so.view.min().max(1);
-                    match wake_asleep(ctx, ns, left, to).await? {
-                        Ok(Some(woke)) => format!("; the operator {woke} itself"),
-                        Ok(None) => String::new(),
-                        Err(p) => format!("; waking it failed: {}", p.message()),
-                    }
-                }
+            // The workload this TDSet put to sleep; or, put to sleep before a morning KEDA did
+            // not take, the one the ScaledObject scales, where KEDA would run it above 0.
+            let idle = so.view.min() == 0 || so.view.idle_replica_count.is_some();
+            let left = recorded.asleep.clone().or_else(|| {
+                (!idle).then(|| Asleep {
+                    target: so.view.target.clone(),
+                    uid: workload.as_ref().and_then(|w| w.uid.clone()),
+                })
+            });
+            let woke = match &left {
+                Some(left) => match wake_asleep(ctx, ns, left, so.view.min().max(1)).await {
+                    Ok(Ok(Some(woke))) => format!("; the operator {woke} itself"),
+                    Ok(Ok(None)) => String::new(),
+                    Ok(Err(p)) => format!("; waking it failed: {}", p.message()),
+                    Err(e) => format!("; waking it failed: {e}"),
+                },
                 None => String::new(),
             };
             Ok(Ok(LetGo {

@@ -12,12 +12,13 @@ use crate::workload::gitops;
 use crate::workload::keda::{self, ScaledObjectView};
 use crate::workload::owned::FIELD_MANAGER;
 
-/// A ScaledObject as read: its view, and who else last set its `minReplicaCount` (read before
-/// the operator's own write takes the field over).
+/// A ScaledObject as read: its view, and who else last set its `minReplicaCount` and its
+/// `maxReplicaCount` (read before the operator's own write takes the field over).
 pub(crate) struct ScaledObjectRead {
     pub resource: Resolved,
     pub view: ScaledObjectView,
     pub min_setter: Option<gitops::Setter>,
+    pub max_setter: Option<gitops::Setter>,
 }
 
 /// Reads the ScaledObject `r` names, live.
@@ -36,8 +37,11 @@ pub(crate) async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<
     };
     Ok(request.answer(api.get(&r.name).await)?.map(|o| {
         let object = object_of(ns, &r.name, (keda::GROUP, keda::KIND));
-        let min_setter =
-            gitops::setter(&o.metadata, object, "/spec/minReplicaCount", FIELD_MANAGER);
+        let setter = |path| gitops::setter(&o.metadata, object.clone(), path, FIELD_MANAGER);
+        let (min_setter, max_setter) = (
+            setter("/spec/minReplicaCount"),
+            setter("/spec/maxReplicaCount"),
+        );
         let view = serde_json::to_value(&o)
             .map(|v| ScaledObjectView::from_object(&v))
             .unwrap_or_default();
@@ -45,6 +49,7 @@ pub(crate) async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<
             resource,
             view,
             min_setter,
+            max_setter,
         }
     }))
 }
@@ -55,9 +60,9 @@ pub(crate) async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<
 /// an error, so that the reconcile reads it again. The revision it wrote.
 ///
 /// KEDA writes the ScaledObject's status every polling interval, which moves its revision too:
-/// a write refused for that alone (read again, what the guard protects, its annotations and
-/// counts and uid, is as it was read) is sent once more at the new revision, rather than
-/// failing the reconcile.
+/// a write refused for that alone (read again, what the guard protects, its annotations,
+/// counts, workload and uid, is as it was read) is sent once more at the new revision, rather
+/// than failing the reconcile.
 pub(crate) async fn write(
     ctx: &Context,
     ns: &str,
@@ -73,6 +78,7 @@ pub(crate) async fn write(
             };
             let (was, now) = (&read.view, &fresh.view);
             let same = was.uid == now.uid
+                && was.target == now.target
                 && was.pause == now.pause
                 && was.pause_ours == now.pause_ours
                 && was.min_replica_count == now.min_replica_count

@@ -556,8 +556,6 @@ impl Lane {
         }
     }
 
-    /// Writes everything still queued, without deferring to workload writes, for at most
-    /// `limit` (shutdown, loss of leadership).
     /// Waits until everything queued has been sent (at most `limit`), the writers left running:
     /// what a test does between one reconcile and the next.
     #[cfg(test)]
@@ -575,6 +573,8 @@ impl Lane {
         }
     }
 
+    /// Writes everything still queued, without deferring to workload writes, for at most
+    /// `limit` (shutdown, loss of leadership).
     pub async fn drain(&self, limit: Duration) {
         self.shared.draining.store(true, Ordering::SeqCst);
         self.shared.work.notify_waiters();

@@ -50,16 +50,21 @@ macro_rules! contest_parts {
 contest_parts! {
     /// An HPA's ceiling, contested apart from its floor (see `hpa_floor`).
     HpaCeiling => "maxReplicas",
-    /// A ScaledObject's schedule writes (see `scaled_object`).
+    /// A ScaledObject's schedule writes (see `scaled_object`): its pause and floor.
     Keda => "keda",
+    /// A ScaledObject's ceiling, contested apart from its floor.
+    KedaCeiling => "keda-max",
     /// The turns that make KEDA put a drifted count right.
     KedaDrift => "keda-drift",
     /// The unpause of a ScaledObject KEDA left paused.
     KedaUnpause => "keda-unpause",
     /// How long KEDA's HPA has been seen missing.
     KedaHpa => "keda-hpa",
-    /// How long a ScaledObject let go of has been seen not running its workload again.
+    /// Letting go of a ScaledObject: its writes made (once), and since when KEDA has been
+    /// seen not running its workload again.
     KedaResume => "keda-resume",
+    /// Letting go of a ScaledObject: KEDA's documented unpause written (once).
+    KedaResumeUnpause => "keda-resume-unpause",
 }
 
 /// Everything a reconcile needs, shared by all of them.
@@ -134,13 +139,21 @@ impl Context {
             Ok(mut contests) => {
                 // Deleted TDSets leave entries behind; one without reverts only costs a revert
                 // counted as a first write (or a failed write's backoff started afresh), so
-                // those go when the map grows.
+                // those go when the map grows; not one that times a wait (`seen_for`), which
+                // would start its bound again.
                 if contests.len() >= 4096 && !contests.contains_key(key) {
-                    contests.retain(|_, c| c.has_reverts());
+                    contests.retain(|_, c| c.has_reverts() || c.waits());
                 }
                 f(contests.entry(key.to_string()).or_default())
             }
             Err(_) => f(&mut Contest::default()),
+        }
+    }
+
+    /// Forgets one contest (what it waited out is over).
+    pub(crate) fn forget_contest(&self, key: &str) {
+        if let Ok(mut c) = self.contests.lock() {
+            c.remove(key);
         }
     }
 

@@ -1473,17 +1473,16 @@ async fn a_scaled_object_deleted_while_it_sleeps_has_its_workload_woken() {
     );
 }
 
-/// TDSet `t`, being deleted, over ScaledObject `web` paused at 0 by the schedule (no pause of
-/// the user's on record), Deployment `web` asleep through it.
+/// TDSet `t`, being deleted, over ScaledObject `web` paused at 0 by the schedule (none of the
+/// user's on record, `{}`, as a night records it), Deployment `web` asleep through it.
 fn deleted_asleep_through_keda() -> (ApiServer, Operator, TDSet) {
     let night =
         json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"});
     let record = json!({"target": {
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "web", "uid": "uid-so",
-        "field": "spec.minReplicaCount", "originalReplicas": 2,
+        "field": "spec.minReplicaCount", "originalReplicas": 2, "originalPause": {},
         "asleep": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web"}}});
-    let (server, mut operator, mut t) =
-        over_scaled_object(0, scaled_object(night, "True"), 0, record);
+    let (server, operator, mut t) = over_scaled_object(0, scaled_object(night, "True"), 0, record);
     t.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         "2026-11-26T09:59:00Z".parse().unwrap(),
     ));
@@ -1590,36 +1589,99 @@ async fn a_tdset_deleted_while_its_scaled_object_sleeps_is_kept_until_keda_runs_
 async fn a_tdset_deleted_while_keda_is_down_wakes_its_workload_itself_and_goes() {
     let (server, mut operator, t) = deleted_asleep_through_keda();
     server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), echo("11"));
-    operator.reconcile(&t).await.unwrap();
-    server.first(
-        "GET",
-        &format!("{SCALED_OBJECTS}/web"),
-        scaled_object(json!({}), "True"),
-    );
-    for after in [20, 15, 20] {
-        tokio::time::advance(Duration::from_secs(after)).await;
-        operator.reconcile(&t).await.unwrap();
-        assert!(
-            !server.requests().iter().any(|r| r.ends_with("/tdsets/t")),
-            "kept within twice the grace: {:?}",
-            server.requests()
-        );
-    }
-    server.clear();
-    tokio::time::advance(Duration::from_secs(10)).await;
-
-    operator.reconcile(&t).await.unwrap();
-
-    let sent = server.sent();
+    let sent = given_up_on_keda(&server, &mut operator, &t).await;
     let wake = (sent.iter())
         .find(|s| s.path.ends_with("/deployments/web/scale"))
         .expect("the workload woken by the operator");
     assert_eq!(wake.body["spec"]["replicas"], 2);
+}
+
+/// The same with the wake refused (a webhook down, a conflict): the TDSet goes all the same at
+/// the bound, saying so; the bound is not started again.
+#[tokio::test(start_paused = true)]
+async fn a_tdset_deleted_while_keda_is_down_goes_at_the_bound_though_its_wake_fails() {
+    let (server, mut operator, t) = deleted_asleep_through_keda();
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
+        status(500, "InternalError", "failed calling webhook")
+    });
+    given_up_on_keda(&server, &mut operator, &t).await;
+}
+
+/// KEDA never answers a TDSet deleted over its sleeping ScaledObject: kept for twice the
+/// grace, with the pause off and `paused: "false"` written once (not each look), then the
+/// finalizer goes with a Warning. What the last reconcile sent.
+async fn given_up_on_keda(
+    server: &ApiServer,
+    operator: &mut Operator,
+    t: &TDSet,
+) -> Vec<super::Sent> {
+    let so = format!("{SCALED_OBJECTS}/web");
+    operator.reconcile(t).await.unwrap();
+    server.first("GET", &so, scaled_object(json!({}), "True"));
+    let mut unpaused = scaled_object(json!({"autoscaling.keda.sh/paused": "false"}), "True");
+    unpaused["metadata"]["managedFields"][0]["manager"] = json!("tdset-operator");
+    for (after, writes) in [(20, 0), (15, 1), (10, 0), (10, 0)] {
+        server.clear();
+        tokio::time::advance(Duration::from_secs(after)).await;
+        operator.reconcile(t).await.unwrap();
+        let requests = server.requests();
+        assert!(
+            !requests.iter().any(|r| r.ends_with("/tdsets/t")),
+            "kept within twice the grace: {requests:?}"
+        );
+        let patches = requests.iter().filter(|r| r.starts_with("PATCH")).count();
+        assert_eq!(patches, writes, "{requests:?}");
+        if writes > 0 {
+            server.first("GET", &so, unpaused.clone());
+        }
+    }
+    server.clear();
+    tokio::time::advance(Duration::from_secs(10)).await;
+
+    operator.reconcile(t).await.unwrap();
+
+    let sent = server.sent();
     assert_eq!(
         sent.last().unwrap().body["metadata"]["finalizers"],
         json!([])
     );
     assert_eq!(server.events(), vec!["KedaNotResumed".to_string()]);
+    sent
+}
+
+/// A let-go's wait ends with it: a TDSet that schedules its ScaledObject again (a retarget
+/// undone) and is deleted later starts the bound afresh, not from the first wait.
+#[tokio::test(start_paused = true)]
+async fn a_let_go_undone_leaves_no_wait_behind_for_the_next() {
+    let (server, mut operator, t) = deleted_asleep_through_keda();
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), echo("11"));
+    operator.reconcile(&t).await.unwrap();
+    // Scheduled again: the same TDSet, not being deleted.
+    let mut live = t.clone();
+    live.metadata.deletion_timestamp = None;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    operator.reconcile(&live).await.unwrap();
+    tokio::time::advance(Duration::from_secs(600)).await;
+    server.first(
+        "GET",
+        &format!("{SCALED_OBJECTS}/web"),
+        scaled_object(
+            json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"}),
+            "True",
+        ),
+    );
+    server.clear();
+
+    operator.reconcile(&t).await.unwrap();
+
+    let requests = server.requests();
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.ends_with("/tdsets/t") || r.ends_with("/scale")),
+        "waited for KEDA afresh, not given up at once: {requests:?}"
+    );
+    assert!(server.events().iter().all(|e| e != "KedaNotResumed"));
 }
 
 #[tokio::test(start_paused = true)]
