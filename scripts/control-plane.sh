@@ -109,7 +109,7 @@ part_outputs() {
     node) echo kubelet kube-proxy ;;
     kwok) echo kwok kwok-stages.yaml ;;
     helm) echo helm ;;
-    keda) echo keda-operator keda-crds.yaml ;;
+    keda) echo keda-operator keda-admission-webhooks keda-crds.yaml ;;
     traefik) echo traefik ;;
   esac
 }
@@ -209,12 +209,19 @@ build_own_module() {
   log "timing: $out compiled and linked in $((SECONDS - t0)) s"
 }
 
-# build_keda WORK: KEDA's operator, and its CRDs from the same module (its operator watches
-# every one of them). Its version is set as its releases set it: it labels the HPAs it makes.
+# build_keda WORK: KEDA's operator and its admission webhooks (which its chart installs beside
+# it: they refuse a ScaledObject KEDA could not run, an update too), and its CRDs from the same
+# module (its operator watches every one of them). Its version is set as its releases set it:
+# it labels the HPAs it makes.
 build_keda() {
-  local f
+  local f t0
   build_own_module "$1" "github.com/kedacore/keda/v2@${KEDA_VERSION}" ./cmd/operator \
     keda-operator github.com/kedacore/keda/v2/version.Version
+  t0=$SECONDS
+  GOFLAGS=-mod=readonly go build -trimpath \
+    -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}" \
+    -o "$1/out/keda-admission-webhooks" ./cmd/webhooks
+  log "timing: keda-admission-webhooks compiled and linked in $((SECONDS - t0)) s"
   for f in config/crd/bases/*.yaml; do echo "---"; cat "$f"; done >"$1/out/keda-crds.yaml"
 }
 

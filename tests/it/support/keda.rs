@@ -1,5 +1,7 @@
 //! KEDA: its CRDs (from the module its operator was built from, `scripts/control-plane.sh
-//! install`) and its operator, one per test namespace.
+//! install`), its operator and its admission webhooks (as its chart installs them: every write
+//! of a ScaledObject, the operator's too, is validated by KEDA), one of each per test
+//! namespace.
 
 use super::*;
 
@@ -50,9 +52,12 @@ pub async fn install_keda_crds(client: &Client) {
 }
 
 /// KEDA's operator on the suite's control plane, watching one namespace (two operators on one
-/// ScaledObject would both act on it); stopped when dropped.
+/// ScaledObject would both act on it), and its admission webhooks, registered for that
+/// namespace alone; both stopped (and the webhooks' registration deleted) when dropped.
 pub struct KedaOperator {
     child: std::process::Child,
+    webhooks: std::process::Child,
+    webhook_config: String,
     pub log: PathBuf,
 }
 
@@ -79,8 +84,97 @@ impl KedaOperator {
             .stderr(out)
             .spawn()
             .expect("starting keda-operator");
-        KedaOperator { child, log }
+        let (webhooks, webhook_config) = start_webhooks(client, ns, &certs).await;
+        KedaOperator {
+            child,
+            webhooks,
+            webhook_config,
+            log,
+        }
     }
+}
+
+/// KEDA's admission webhooks for namespace `ns`, serving with the certificate in `certs`, and
+/// their ValidatingWebhookConfiguration (for that namespace, failing closed, as KEDA's chart
+/// registers them). Returns once KEDA refuses a ScaledObject it could not run (a dry run).
+async fn start_webhooks(client: &Client, ns: &str, certs: &Path) -> (std::process::Child, String) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let port = free_port();
+    let log = std::env::temp_dir().join(format!("keda-webhooks-{ns}.log"));
+    let out = std::fs::File::create(&log).expect("KEDA's webhooks' log file");
+    let child = Command::new(keda_dir().join("keda-admission-webhooks"))
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .env("POD_NAMESPACE", ns)
+        .args([
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=0",
+            &format!("--port={port}"),
+            &format!("--cert-dir={}", certs.display()),
+        ])
+        .stdout(out.try_clone().expect("KEDA's webhooks' log file"))
+        .stderr(out)
+        .spawn()
+        .expect("starting keda-admission-webhooks");
+    let name = format!("keda-{ns}");
+    let ca = std::fs::read(certs.join("ca.crt")).expect("KEDA's ca.crt");
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "vscaledobject.kb.io",
+            "clientConfig": {
+                "url": format!("https://127.0.0.1:{port}/validate-keda-sh-v1alpha1-scaledobject"),
+                "caBundle": base64_of(&ca),
+            },
+            "rules": [{"apiGroups": ["keda.sh"], "apiVersions": ["v1alpha1"],
+                       "operations": ["CREATE", "UPDATE"], "resources": ["scaledobjects"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 10,
+        }]
+    }))
+    .expect("a ValidatingWebhookConfiguration");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("registering KEDA's webhooks");
+    // In the path once a ScaledObject KEDA could not run (a name too long for the label KEDA
+    // puts it in; the CRD's schema allows it) is refused by KEDA.
+    let invalid: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": "w".repeat(64)},
+        "spec": {"scaleTargetRef": {"name": "none"}, "triggers": [never_active_cron()]}
+    }))
+    .expect("a ScaledObject");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    );
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    eventually(
+        GUARD,
+        "KEDA's webhooks refusing an invalid ScaledObject",
+        || async {
+            match api.create(&dry, &invalid).await {
+                Err(kube::Error::Api(e)) if e.message.contains("must be no more than 63") => {
+                    Some(())
+                }
+                _ => None,
+            }
+        },
+    )
+    .await;
+    (child, name)
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// What KEDA's gRPC metrics service serves with (`ca.crt`, `tls.crt`, `tls.key` in `dir`); it
@@ -106,7 +200,7 @@ fn self_signed(dir: &Path) {
             "-subj",
             "/CN=keda-operator",
             "-addext",
-            "subjectAltName=DNS:localhost",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
         ])
         .output()
         .expect("running openssl");
@@ -120,7 +214,20 @@ fn self_signed(dir: &Path) {
 
 impl Drop for KedaOperator {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The registration first: failing closed, it would refuse every later write of the
+        // namespace's ScaledObjects (a finalizer taken off included).
+        let _ = kubectl_at(
+            &control_plane().kubeconfig,
+            &[
+                "delete",
+                "validatingwebhookconfiguration",
+                &self.webhook_config,
+                "--ignore-not-found",
+            ],
+        );
+        for child in [&mut self.child, &mut self.webhooks] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
