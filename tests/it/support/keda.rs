@@ -58,6 +58,7 @@ pub struct KedaOperator {
     child: std::process::Child,
     webhooks: std::process::Child,
     webhook_config: String,
+    namespace: String,
     pub log: PathBuf,
 }
 
@@ -89,6 +90,7 @@ impl KedaOperator {
             child,
             webhooks,
             webhook_config,
+            namespace: ns.to_string(),
             log,
         }
     }
@@ -214,10 +216,11 @@ fn self_signed(dir: &Path) {
 
 impl Drop for KedaOperator {
     fn drop(&mut self) {
+        let kc = &control_plane().kubeconfig;
         // The registration first: failing closed, it would refuse every later write of the
         // namespace's ScaledObjects (a finalizer taken off included).
         let _ = kubectl_at(
-            &control_plane().kubeconfig,
+            kc,
             &[
                 "delete",
                 "validatingwebhookconfiguration",
@@ -228,6 +231,26 @@ impl Drop for KedaOperator {
         for child in [&mut self.child, &mut self.webhooks] {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        // KEDA's finalizer, with no KEDA left to take it off, would keep the namespace
+        // Terminating (and kube-controller-manager retrying it) for the rest of the run.
+        let listed = kubectl_at(
+            kc,
+            &["-n", &self.namespace, "get", "scaledobjects", "-o", "name"],
+        );
+        for so in String::from_utf8_lossy(&listed.stdout).lines() {
+            let _ = kubectl_at(
+                kc,
+                &[
+                    "-n",
+                    &self.namespace,
+                    "patch",
+                    so,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ],
+            );
         }
     }
 }
