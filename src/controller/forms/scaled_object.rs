@@ -65,10 +65,11 @@ pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<
             // Gone (KEDA's finalizer leaves the workload at the paused count): the workload
             // this TDSet put to sleep through it is woken, since nobody else would.
             if let (Problem::TargetNotFound(_), Some(left)) = (&p, recorded.status.asleep.clone()) {
-                recorded.status.asleep = None;
                 let to = recorded.status.original_replicas.unwrap_or(1).max(1);
                 let why = format!("ScaledObject {} is gone", r.name);
-                wake_left(&mut turn, &left, to, why).await?;
+                if wake_left(&mut turn, &left, to, why).await? {
+                    recorded.status.asleep = None;
+                }
             }
             return Ok(problem_outcome(p, r, recorded.status));
         }

@@ -12,7 +12,7 @@ use crate::api::{Asleep, ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::io::target::{is_watched, resolve_and_read, write_if_unchanged};
 use crate::controller::io::tdset::write_target_now;
 use crate::controller::lane::{EventType, note};
-use crate::controller::state::{Answer, Context, Outcome};
+use crate::controller::state::{Answer, Context, Outcome, Write};
 use crate::error::{Error, Result};
 use crate::status::{Missing, Problem, reason};
 
@@ -67,20 +67,26 @@ pub(crate) async fn wake_left_behind(
         .or(record.status.original_replicas)
         .unwrap_or(1)
         .max(1);
-    wake_left(turn, &left, to, why).await?;
-    record.status.asleep = None;
+    if wake_left(turn, &left, to, why).await? {
+        record.status.asleep = None;
+    }
     Ok(())
 }
 
 /// Wakes `left`, a workload this TDSet put to sleep through its scale target (an HPA, a
 /// ScaledObject), to `to`, and says why in an Event. Gone, or not ours to write: nothing is
-/// left asleep by this TDSet.
+/// left asleep by this TDSet. Suspended, nothing is written: whether it was tried (else the
+/// record of it is kept, and it is woken once the TDSet is resumed).
 pub(crate) async fn wake_left(
     turn: &mut Turn<'_>,
     left: &Asleep,
     to: i32,
     why: String,
-) -> Result<()> {
+) -> Result<bool> {
+    if turn.write == Write::Never {
+        debug!(target = %left.target, why, "suspended: the workload left asleep is woken once resumed");
+        return Ok(false);
+    }
     match wake_asleep(turn.ctx, turn.ns, left, to).await? {
         Ok(Some(done)) => turn.events.push(note(
             turn.tdset,
@@ -91,7 +97,7 @@ pub(crate) async fn wake_left(
         Ok(None) => {}
         Err(p) => debug!(problem = %p.message(), "the workload left asleep cannot be woken"),
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Whether `asleep` is the workload `reference` (object `uid`).

@@ -1684,6 +1684,39 @@ async fn a_let_go_undone_leaves_no_wait_behind_for_the_next() {
     assert!(server.events().iter().all(|e| e != "KedaNotResumed"));
 }
 
+/// The same while the TDSet is suspended: nothing is written to the workload (as `suspend`
+/// says); the record of it stays, so it is woken once the TDSet is resumed.
+#[tokio::test(start_paused = true)]
+async fn a_scaled_object_deleted_while_it_sleeps_and_suspended_leaves_the_wake_for_later() {
+    let (server, mut operator, mut t) = over_scaled_object(0, Value::Null, 0, night_record());
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), echo("11"));
+    t.spec.suspend = Some(true);
+
+    operator.reconcile(&t).await.unwrap();
+
+    let requests = server.requests();
+    assert!(
+        !requests.iter().any(|r| r.ends_with("/scale")),
+        "nothing written while suspended: {requests:?}"
+    );
+    let sent = server.sent();
+    let last = &sent.last().unwrap().body["status"];
+    assert_eq!(
+        last["target"]["asleep"]["name"], "web",
+        "still on record: {last}"
+    );
+
+    // Resumed: woken.
+    t.spec.suspend = None;
+    server.clear();
+    operator.reconcile(&t).await.unwrap();
+    let sent = server.sent();
+    let wake = (sent.iter())
+        .find(|s| s.path.ends_with("/deployments/web/scale"))
+        .expect("a wake write once resumed");
+    assert_eq!(wake.body["spec"]["replicas"], 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_morning_gives_the_user_s_pause_back_as_theirs_then_sets_the_floor() {
     let night =
