@@ -183,8 +183,18 @@ async fn deployment(
                 ctx.own_writes
                     .record(&key, fingerprint, d.meta().resource_version.as_deref());
             }
-            let scaled = (change == Change::Updated && before != Some(replicas))
-                .then(|| before.unwrap_or(0));
+            // Made at a request wake-up's count (the wake endpoint recorded it before the
+            // Deployment existed): a change from the schedule's 0 (a request wakes only what
+            // the schedule has asleep), for the history.
+            let woken_at_birth =
+                change == Change::Created && eval.woken_until.is_some() && replicas > 0;
+            let scaled = match before {
+                _ if woken_at_birth => Some(0),
+                before if change == Change::Updated && before != Some(replicas) => {
+                    Some(before.unwrap_or(0))
+                }
+                _ => None,
+            };
             record_deployment_change(
                 tdset,
                 ctx,
