@@ -55,8 +55,8 @@ pub async fn install_keda_crds(client: &Client) {
 /// ScaledObject would both act on it), and its admission webhooks, registered for that
 /// namespace alone; both stopped (and the webhooks' registration deleted) when dropped.
 pub struct KedaOperator {
-    child: std::process::Child,
-    webhooks: std::process::Child,
+    child: Stopped,
+    webhooks: Stopped,
     webhook_config: String,
     namespace: String,
     pub log: PathBuf,
@@ -69,22 +69,24 @@ impl KedaOperator {
         let certs = std::env::temp_dir().join(format!("keda-{ns}-certs"));
         self_signed(&certs);
         let out = std::fs::File::create(&log).expect("KEDA's log file");
-        let child = Command::new(keda_dir().join("keda-operator"))
-            .env("KUBECONFIG", &control_plane().kubeconfig)
-            .env("WATCH_NAMESPACE", ns)
-            .env("POD_NAMESPACE", ns)
-            .env("KEDA_CLUSTER_OBJECT_NAMESPACE", ns)
-            .args([
-                "--leader-elect=false",
-                "--metrics-bind-address=0",
-                "--health-probe-bind-address=0",
-                &format!("--metrics-service-bind-address=127.0.0.1:{}", free_port()),
-                &format!("--cert-dir={}", certs.display()),
-            ])
-            .stdout(out.try_clone().expect("KEDA's log file"))
-            .stderr(out)
-            .spawn()
-            .expect("starting keda-operator");
+        let child = Stopped(
+            Command::new(keda_dir().join("keda-operator"))
+                .env("KUBECONFIG", &control_plane().kubeconfig)
+                .env("WATCH_NAMESPACE", ns)
+                .env("POD_NAMESPACE", ns)
+                .env("KEDA_CLUSTER_OBJECT_NAMESPACE", ns)
+                .args([
+                    "--leader-elect=false",
+                    "--metrics-bind-address=0",
+                    "--health-probe-bind-address=0",
+                    &format!("--metrics-service-bind-address=127.0.0.1:{}", free_port()),
+                    &format!("--cert-dir={}", certs.display()),
+                ])
+                .stdout(out.try_clone().expect("KEDA's log file"))
+                .stderr(out)
+                .spawn()
+                .expect("starting keda-operator"),
+        );
         let (webhooks, webhook_config) = start_webhooks(client, ns, &certs).await;
         KedaOperator {
             child,
@@ -99,24 +101,26 @@ impl KedaOperator {
 /// KEDA's admission webhooks for namespace `ns`, serving with the certificate in `certs`, and
 /// their ValidatingWebhookConfiguration (for that namespace, failing closed, as KEDA's chart
 /// registers them). Returns once KEDA refuses a ScaledObject it could not run (a dry run).
-async fn start_webhooks(client: &Client, ns: &str, certs: &Path) -> (std::process::Child, String) {
+async fn start_webhooks(client: &Client, ns: &str, certs: &Path) -> (Stopped, String) {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     let port = free_port();
     let log = std::env::temp_dir().join(format!("keda-webhooks-{ns}.log"));
     let out = std::fs::File::create(&log).expect("KEDA's webhooks' log file");
-    let child = Command::new(keda_dir().join("keda-admission-webhooks"))
-        .env("KUBECONFIG", &control_plane().kubeconfig)
-        .env("POD_NAMESPACE", ns)
-        .args([
-            "--metrics-bind-address=0",
-            "--health-probe-bind-address=0",
-            &format!("--port={port}"),
-            &format!("--cert-dir={}", certs.display()),
-        ])
-        .stdout(out.try_clone().expect("KEDA's webhooks' log file"))
-        .stderr(out)
-        .spawn()
-        .expect("starting keda-admission-webhooks");
+    let child = Stopped(
+        Command::new(keda_dir().join("keda-admission-webhooks"))
+            .env("KUBECONFIG", &control_plane().kubeconfig)
+            .env("POD_NAMESPACE", ns)
+            .args([
+                "--metrics-bind-address=0",
+                "--health-probe-bind-address=0",
+                &format!("--port={port}"),
+                &format!("--cert-dir={}", certs.display()),
+            ])
+            .stdout(out.try_clone().expect("KEDA's webhooks' log file"))
+            .stderr(out)
+            .spawn()
+            .expect("starting keda-admission-webhooks"),
+    );
     let name = format!("keda-{ns}");
     let ca = std::fs::read(certs.join("ca.crt")).expect("KEDA's ca.crt");
     let config: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
@@ -228,10 +232,8 @@ impl Drop for KedaOperator {
                 "--ignore-not-found",
             ],
         );
-        for child in [&mut self.child, &mut self.webhooks] {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.stop();
+        self.webhooks.stop();
         // KEDA's finalizer, with no KEDA left to take it off, would keep the namespace
         // Terminating (and kube-controller-manager retrying it) for the rest of the run.
         let listed = kubectl_at(
@@ -252,5 +254,22 @@ impl Drop for KedaOperator {
                 ],
             );
         }
+    }
+}
+
+/// A process of the test's, stopped when dropped: also when a test fails before the
+/// `KedaOperator` that would own it is made (a panic in its start).
+struct Stopped(std::process::Child);
+
+impl Stopped {
+    fn stop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
