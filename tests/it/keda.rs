@@ -9,9 +9,7 @@ use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tdset_operator::api::TDSet;
 use tdset_operator::clock::SystemClock;
@@ -22,14 +20,6 @@ const PAUSED: &str = "autoscaling.keda.sh/paused";
 /// Noon on a Friday (UTC).
 fn noon() -> SystemClock {
     SystemClock::starting_at(utc("2026-05-01T12:00:00Z"))
-}
-
-fn scaled_objects(client: &Client, ns: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-        "scaledobjects",
-    );
-    Api::namespaced_with(client.clone(), ns, &resource)
 }
 
 /// Deployment `name` at `replicas`, and ScaledObject `name` over it (`min`..10), with

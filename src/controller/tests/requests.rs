@@ -105,6 +105,13 @@ fn hpa_floor(default: i32, min: i32) -> (ApiServer, Operator, TDSet) {
     (server, operator, t)
 }
 
+/// The write to Deployment `web`'s `/scale` among `sent` (`what`: the failure's words).
+fn web_scale_write<'a>(sent: &'a [super::Sent], what: &str) -> &'a super::Sent {
+    (sent.iter())
+        .find(|s| s.path.ends_with("/deployments/web/scale"))
+        .expect(what)
+}
+
 fn lines(expected: &[&str]) -> Vec<String> {
     expected.iter().map(|s| s.to_string()).collect()
 }
@@ -686,10 +693,7 @@ async fn a_workload_left_asleep_is_woken_only_if_nobody_wrote_it_since_it_was_re
 
     assert!(result.is_err(), "{result:?}");
     let sent = server.sent();
-    let wake = sent
-        .iter()
-        .find(|s| s.path.ends_with("/deployments/web/scale"))
-        .expect("a wake write");
+    let wake = web_scale_write(&sent, "a wake write");
     assert_eq!(wake.body["spec"]["replicas"], 2);
     assert_eq!(
         wake.body["metadata"]["resourceVersion"], "30",
@@ -1444,9 +1448,7 @@ async fn a_scaled_object_deleted_while_it_sleeps_has_its_workload_woken() {
     operator.reconcile(&t).await.unwrap();
 
     let sent = server.sent();
-    let wake = (sent.iter())
-        .find(|s| s.path.ends_with("/deployments/web/scale"))
-        .expect("a wake write");
+    let wake = web_scale_write(&sent, "a wake write");
     assert_eq!(wake.body["spec"]["replicas"], 2);
     assert_eq!(wake.body["metadata"]["resourceVersion"], "10");
     let last = &sent.last().unwrap().body["status"];
@@ -1575,9 +1577,7 @@ async fn a_tdset_deleted_while_keda_is_down_wakes_its_workload_itself_and_goes()
     let (server, mut operator, t) = deleted_asleep_through_keda();
     server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), echo("11"));
     let sent = given_up_on_keda(&server, &mut operator, &t).await;
-    let wake = (sent.iter())
-        .find(|s| s.path.ends_with("/deployments/web/scale"))
-        .expect("the workload woken by the operator");
+    let wake = web_scale_write(&sent, "the workload woken by the operator");
     assert_eq!(wake.body["spec"]["replicas"], 2);
 }
 
@@ -1696,9 +1696,7 @@ async fn a_scaled_object_deleted_while_it_sleeps_and_suspended_leaves_the_wake_f
     server.clear();
     operator.reconcile(&t).await.unwrap();
     let sent = server.sent();
-    let wake = (sent.iter())
-        .find(|s| s.path.ends_with("/deployments/web/scale"))
-        .expect("a wake write once resumed");
+    let wake = web_scale_write(&sent, "a wake write once resumed");
     assert_eq!(wake.body["spec"]["replicas"], 2);
 }
 

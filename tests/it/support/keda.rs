@@ -13,6 +13,15 @@ fn keda_dir() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
+/// The ScaledObjects of namespace `ns`.
+pub fn scaled_objects(client: &Client, ns: &str) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    );
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
 /// KEDA's CRDs, applied server-side under one field manager: every test that needs the kind
 /// applies the same, so none takes another's schema away.
 pub async fn install_keda_crds(client: &Client) {
@@ -153,11 +162,7 @@ async fn start_webhooks(client: &Client, ns: &str, certs: &Path) -> (Stopped, St
         "spec": {"scaleTargetRef": {"name": "none"}, "triggers": [never_active_cron()]}
     }))
     .expect("a ScaledObject");
-    let resource = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-        "scaledobjects",
-    );
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let api = scaled_objects(client, ns);
     let dry = PostParams {
         dry_run: true,
         ..PostParams::default()
