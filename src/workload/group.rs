@@ -27,6 +27,7 @@ use serde_json::{Value as Json, json};
 
 use crate::api::{GroupStatus, MAX_LISTED, MemberStatus};
 use crate::schedule::Count;
+use crate::workload::keda;
 
 pub const HELD_BY: &str = "schedule.rs/held-by";
 /// The label on a held workload: the holding TDSet's uid (a name may be longer than a label).
@@ -40,19 +41,28 @@ pub const SCHEDULED_MIN_REPLICAS: &str = "schedule.rs/scheduled-min-replicas";
 /// On a workload whose count and record are two requests: its value before the change the
 /// record announces (what a crash between the two leaves).
 pub const PREVIOUS_SCHEDULED: &str = "schedule.rs/previous-scheduled-replicas";
+/// After a ScaledObject's recorded floor: the operator's pause was on it too.
+const KEDA_PAUSED: &str = ",paused";
 
 pub use crate::api::Selector;
 
 pub mod order;
 
 /// What the schedule sets on a workload: its replica count, (a CronJob) whether it is
-/// suspended, or (the HPA of an autoscaled workload) its floor.
+/// suspended, or (the HPA of an autoscaled workload) its floor, or (the KEDA ScaledObject of
+/// one) its floor and the operator's pause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Value {
     Replicas(i32),
     Suspended(bool),
     /// An HPA's `minReplicas`.
     Floor(i32),
+    /// A ScaledObject's `spec.minReplicaCount`, and whether it carries the operator's night
+    /// (KEDA's pause at 0, both annotations: see `workload::keda`).
+    Keda {
+        floor: i32,
+        paused: bool,
+    },
 }
 
 impl Value {
@@ -61,6 +71,8 @@ impl Value {
         match self {
             Value::Replicas(n) | Value::Floor(n) => n,
             Value::Suspended(s) => i32::from(!s),
+            Value::Keda { paused: true, .. } => 0,
+            Value::Keda { floor, .. } => floor,
         }
     }
 
@@ -68,7 +80,7 @@ impl Value {
         match self {
             Value::Replicas(_) => (OWN_REPLICAS, SCHEDULED_REPLICAS),
             Value::Suspended(_) => (OWN_SUSPEND, SCHEDULED_SUSPEND),
-            Value::Floor(_) => (OWN_MIN_REPLICAS, SCHEDULED_MIN_REPLICAS),
+            Value::Floor(_) | Value::Keda { .. } => (OWN_MIN_REPLICAS, SCHEDULED_MIN_REPLICAS),
         }
     }
 
@@ -76,6 +88,11 @@ impl Value {
         match self {
             Value::Replicas(n) | Value::Floor(n) => n.to_string(),
             Value::Suspended(s) => s.to_string(),
+            Value::Keda {
+                floor,
+                paused: true,
+            } => format!("{floor}{KEDA_PAUSED}"),
+            Value::Keda { floor, .. } => floor.to_string(),
         }
     }
 
@@ -90,6 +107,15 @@ impl Value {
                 .map(Value::Replicas),
             Value::Suspended(_) => s.trim().parse().ok().map(Value::Suspended),
             Value::Floor(_) => s.trim().parse().ok().filter(|n| *n >= 1).map(Value::Floor),
+            Value::Keda { .. } => {
+                let s = s.trim();
+                let (n, paused) = match s.strip_suffix(KEDA_PAUSED) {
+                    Some(n) => (n, true),
+                    None => (s, false),
+                };
+                let floor = n.trim().parse().ok().filter(|n| *n >= 0)?;
+                Some(Value::Keda { floor, paused })
+            }
         }
     }
 
@@ -105,6 +131,16 @@ impl Value {
             // other count is the floor (an HPA cannot hold 0).
             (Count::Replicas(0), own @ Value::Floor(_)) => own,
             (Count::Replicas(n), Value::Floor(_)) => Value::Floor(n),
+            // A ScaledObject's workload sleeps through KEDA's pause, its floor left its own;
+            // awake, the count is the floor (KEDA scales a workload below it up to it).
+            (Count::Replicas(0), Value::Keda { floor, .. }) => Value::Keda {
+                floor,
+                paused: true,
+            },
+            (Count::Replicas(n), Value::Keda { .. }) => Value::Keda {
+                floor: n,
+                paused: false,
+            },
         }
     }
 
@@ -114,6 +150,18 @@ impl Value {
             Value::Replicas(n) => json!({"replicas": n}),
             Value::Suspended(s) => json!({"suspend": s}),
             Value::Floor(n) => json!({"minReplicas": n}),
+            Value::Keda { floor, .. } => json!({"minReplicaCount": floor}),
+        }
+    }
+
+    /// The annotations that carry it besides the record (KEDA's pause at 0).
+    fn annotations(self) -> Option<Json> {
+        match self {
+            Value::Keda { paused: true, .. } => Some(json!({
+                keda::PAUSED_REPLICAS: "0",
+                keda::PAUSED: "true",
+            })),
+            _ => None,
         }
     }
 }
@@ -126,6 +174,8 @@ impl Value {
             Value::Suspended(true) => "suspended".into(),
             Value::Suspended(false) => "running".into(),
             Value::Floor(n) => format!("floor {n}"),
+            Value::Keda { paused: true, .. } => "paused".into(),
+            Value::Keda { floor, .. } => format!("min {floor}"),
         }
     }
 }
@@ -137,6 +187,8 @@ impl fmt::Display for Value {
             Value::Suspended(true) => f.write_str("suspended"),
             Value::Suspended(false) => f.write_str("not suspended"),
             Value::Floor(n) => write!(f, "minReplicas {n}"),
+            Value::Keda { paused: true, .. } => f.write_str("paused at 0 (KEDA)"),
+            Value::Keda { floor, .. } => write!(f, "minReplicaCount {floor}"),
         }
     }
 }
@@ -207,8 +259,13 @@ pub struct Member {
     /// idles) and given its own count back (the HPA resumes); any other count is its HPA's
     /// floor (a member of its own, `floor_of`), never written to the workload.
     pub autoscaled_by: Option<String>,
-    /// For an HPA: the autoscaled workload whose floor it is, and its `maxReplicas` (a floor
-    /// above it is clamped, as in the HPA form). Not counted as a workload of the group.
+    /// `autoscaled_by` names a KEDA ScaledObject: the workload is never written (KEDA scales
+    /// it up from any 0 written to it); it sleeps through the ScaledObject's pause, and any
+    /// other count is the ScaledObject's floor (a member of its own, `floor_of`).
+    pub keda: bool,
+    /// For an HPA (or a ScaledObject): the autoscaled workload whose floor it is, and its
+    /// `maxReplicas` (a floor above it is clamped, as in the HPA form). Not counted as a
+    /// workload of the group.
     pub floor_of: Option<(String, i32)>,
     /// Its count and its record are two requests (a custom kind: the record on the object, the
     /// count through `/scale`), the record first.
@@ -220,6 +277,17 @@ pub struct Member {
 }
 
 impl Member {
+    /// Whether this member is `workload`'s floor: the HPA (or ScaledObject) that scales it, by
+    /// name and kind, never one of a same-named workload of another kind.
+    pub fn is_floor_of(&self, workload: &Member) -> bool {
+        workload.autoscaled_by.as_deref() == Some(self.name.as_str())
+            && (self.kind == keda::KIND) == workload.keda
+            && self
+                .floor_of
+                .as_ref()
+                .is_some_and(|(w, _)| *w == workload.name)
+    }
+
     /// Its own count: the record's, unless someone else set the value since (a value that
     /// differs from what the record says was set), or the value now when there is no record.
     pub fn own(&self) -> Value {
@@ -280,6 +348,9 @@ pub enum Why {
     Own,
     /// It is no longer held: the own count is given back.
     Left(LeaveReason),
+    /// Only the record changes, never the count: a workload KEDA scales, asleep through its
+    /// ScaledObject (see `keda_record`).
+    Record,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -327,6 +398,13 @@ impl Write {
             metadata["annotations"] = r.annotations();
             metadata["labels"] = json!({HELD_BY_UID: holder_uid});
         }
+        if let Some(Json::Object(value)) = self.to.annotations() {
+            let annotations = metadata["annotations"].as_object_mut();
+            match annotations {
+                Some(a) => a.extend(value),
+                None => metadata["annotations"] = Json::Object(value),
+            }
+        }
         json!({
             "apiVersion": m.api_version,
             "kind": m.kind,
@@ -337,15 +415,19 @@ impl Write {
 }
 
 /// Why a held workload does not get the level's count even when every write lands: an
-/// autoscaled one whose HPA cannot be set (not found among the group's members).
+/// autoscaled one whose HPA (or ScaledObject) cannot be set (not found among the group's
+/// members).
 fn held_back(level: Count, m: &Member, floors: &[&Member]) -> Option<String> {
+    if let (Count::Replicas(_), Some(so), true) = (level, &m.autoscaled_by, m.keda) {
+        return (!floors.iter().any(|f| f.is_floor_of(m))).then(|| {
+            format!(
+                "ScaledObject {so} scales it, and it cannot be paused or floored: it runs under \
+                 KEDA as it is"
+            )
+        });
+    }
     match (level, &m.autoscaled_by) {
-        (Count::Replicas(n), Some(hpa))
-            if n > 0
-                && !floors
-                    .iter()
-                    .any(|f| f.floor_of.as_ref().is_some_and(|(w, _)| *w == m.name)) =>
-        {
+        (Count::Replicas(n), Some(hpa)) if n > 0 && !floors.iter().any(|f| f.is_floor_of(m)) => {
             Some(format!(
                 "HorizontalPodAutoscaler {hpa} scales it, and its floor cannot be set: it runs under \
                  the HPA as it is"
@@ -416,9 +498,6 @@ pub fn plan_within(
         .collect();
     for (i, m) in members.iter().enumerate() {
         let mine = m.record.as_ref().filter(|r| r.holder == me);
-        // Someone else's change while a TDSet held it becomes its own count.
-        let own = m.own();
-        let changed_elsewhere = m.record.as_ref().is_some_and(|r| !r.set(m.value));
         // An HPA is a floor, not a workload: it counts through its workload.
         let counted = m.floor_of.is_none();
         if m.place != Place::Outside && counted {
@@ -443,7 +522,12 @@ pub fn plan_within(
                 writes.push(Write {
                     member: i,
                     from: m.value,
-                    to: if m.handed_to.is_some() { m.value } else { own },
+                    // KEDA's workload is never written: its ScaledObject is given back.
+                    to: if m.handed_to.is_some() || m.keda {
+                        m.value
+                    } else {
+                        m.own()
+                    },
                     record: None,
                     why: Why::Left(reason),
                 });
@@ -451,48 +535,7 @@ pub fn plan_within(
             continue;
         }
         held += u32::from(counted) as i32;
-        let effective = match (level, &m.autoscaled_by, m.floor_of.as_ref()) {
-            // Its HPA carries any count but 0.
-            (Count::Replicas(n), Some(_), _) if n > 0 => Count::Own,
-            (Count::Replicas(n), _, Some((_, max))) => Count::Replicas(n.min(*max)),
-            _ if matches!(own, Value::Suspended(_)) => scheduled,
-            _ => level,
-        };
-        let to = Value::at(effective, own);
-        let why = if changed_elsewhere && m.record.is_some() {
-            Why::ChangedElsewhere { to: m.value }
-        } else if to == own {
-            Why::Own
-        } else {
-            Why::Schedule
-        };
-        let write = if to == own {
-            // Its own count: nothing of the TDSet's stays on it.
-            (m.record.is_some() || m.value != own).then_some(Write {
-                member: i,
-                from: m.value,
-                to,
-                record: None,
-                why,
-            })
-        } else {
-            // Two requests: what a crash between them leaves is announced, and dropped once the
-            // value is there (else a count set to it later by someone else would pass for ours).
-            let previous = (m.two_step && m.value != to).then_some(m.value);
-            let record = Record {
-                holder: me.to_string(),
-                own,
-                scheduled: to,
-                previous,
-            };
-            (m.value != to || m.record.as_ref() != Some(&record)).then_some(Write {
-                member: i,
-                from: m.value,
-                to,
-                record: Some(record),
-                why,
-            })
-        };
+        let write = held_write(me, (level, scheduled), (i, m), members, &floors);
         // A take: this TDSet's record where there was none of its own (a take-over: where
         // another TDSet's was).
         let taking = mine.is_none() && write.as_ref().is_some_and(|w| w.record.is_some());
@@ -539,6 +582,116 @@ pub fn plan_within(
     }
     status.targets = format!("{}/{held}", status.at_schedule);
     Plan { writes, status }
+}
+
+/// The write that takes held member `i` to the level (`scheduled`: the schedule's own, where
+/// a rise is written ahead), recording its own count in the same write, or gives its own
+/// count back; none where it is there already.
+fn held_write(
+    me: &str,
+    (level, scheduled): (Count, Count),
+    (i, m): (usize, &Member),
+    members: &[Member],
+    floors: &[&Member],
+) -> Option<Write> {
+    if m.keda {
+        return keda_record(me, level, (i, m), floors);
+    }
+    // Someone else's change while a TDSet held it becomes its own count.
+    let own = m.own();
+    let changed_elsewhere = m.record.as_ref().is_some_and(|r| !r.set(m.value));
+    let effective = match (level, &m.autoscaled_by, m.floor_of.as_ref()) {
+        // Its HPA carries any count but 0.
+        (Count::Replicas(n), Some(_), _) if n > 0 => Count::Own,
+        (Count::Replicas(n), _, Some((_, max))) => Count::Replicas(n.min(*max)),
+        _ if matches!(own, Value::Suspended(_)) => scheduled,
+        _ => level,
+    };
+    let to = Value::at(effective, own);
+    let why = if changed_elsewhere {
+        Why::ChangedElsewhere { to: m.value }
+    } else if to == own {
+        Why::Own
+    } else {
+        Why::Schedule
+    };
+    if to == own {
+        // Its own count: nothing of the TDSet's stays on it.
+        return (m.record.is_some() || m.value != own).then_some(Write {
+            member: i,
+            from: m.value,
+            to,
+            record: None,
+            why,
+        });
+    }
+    // A ScaledObject is paused once its workload carries the record that wakes it should the
+    // ScaledObject go: in the round after that record's write.
+    if matches!(to, Value::Keda { paused: true, .. }) && !recorded_asleep(me, m, members) {
+        return None;
+    }
+    // Two requests: what a crash between them leaves is announced, and dropped once the value
+    // is there (else a count set to it later by someone else would pass for ours).
+    let previous = (m.two_step && m.value != to).then_some(m.value);
+    let record = Record {
+        holder: me.to_string(),
+        own,
+        scheduled: to,
+        previous,
+    };
+    (m.value != to || m.record.as_ref() != Some(&record)).then_some(Write {
+        member: i,
+        from: m.value,
+        to,
+        record: Some(record),
+        why,
+    })
+}
+
+/// The write of the record on a workload KEDA scales (never of its count). While its
+/// ScaledObject sleeps by this TDSet, the record says what to wake the workload to should the
+/// ScaledObject go (deleted, or pointed elsewhere: KEDA leaves the workload at 0, and nothing
+/// else would take it off): its count before, or where it already ran 0 its ScaledObject's
+/// own floor (at least 1). Otherwise no record of this TDSet's stays on it.
+fn keda_record(
+    me: &str,
+    level: Count,
+    (i, m): (usize, &Member),
+    floors: &[&Member],
+) -> Option<Write> {
+    let mine = m.record.as_ref().filter(|r| r.holder == me);
+    let floor = floors.iter().find(|f| f.is_floor_of(m));
+    let asleep = matches!(level, Count::Replicas(0)) && floor.is_some();
+    let record = match (asleep, mine) {
+        (false, None) => return None,
+        (true, Some(r)) if r.scheduled == Value::Replicas(0) => return None,
+        (false, Some(_)) => None,
+        (true, _) => Some(Record {
+            holder: me.to_string(),
+            own: Value::Replicas(match m.value.replicas() {
+                n if n > 0 => n,
+                _ => floor.map_or(1, |f| f.own().replicas().max(1)),
+            }),
+            scheduled: Value::Replicas(0),
+            previous: None,
+        }),
+    };
+    Some(Write {
+        member: i,
+        from: m.value,
+        to: m.value,
+        record,
+        why: Why::Record,
+    })
+}
+
+/// Whether the workload ScaledObject `so` scales carries this TDSet's record of its sleep.
+fn recorded_asleep(me: &str, so: &Member, members: &[Member]) -> bool {
+    members.iter().any(|w| {
+        so.is_floor_of(w)
+            && (w.record.as_ref())
+                .is_some_and(|r| r.holder == me && r.scheduled == Value::Replicas(0))
+    })
 }
 
 /// Marks the workloads whose write failed as not at their count (the first `MAX_LISTED`).

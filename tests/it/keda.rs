@@ -482,23 +482,43 @@ async fn killed_the_instant_its_pause_lands_the_operator_still_gives_the_user_s_
     ns.cleanup().await;
 }
 
-/// A group over `env: dev` selects a Deployment KEDA scales: put to 0 by the group, KEDA would
-/// scale it back to its `minReplicaCount` and the two would take turns. The group leaves it to
-/// its ScaledObject and says so (a `scaleTargetRef` TDSet schedules it through KEDA's pause);
-/// the rest of the group sleeps.
-#[tokio::test]
-async fn a_group_leaves_a_workload_keda_scales_to_its_scaled_object() {
-    let (client, ns) = setup("keda-group").await;
-    let n = &ns.name;
-    let _keda = KedaOperator::start(&client, n).await;
-    scaled_web(&client, n, 2, 2, json!({})).await;
-    keda_hpa(&client, n, "KEDA's HPA", |_| true).await;
-    let deploys = Api::<Deployment>::namespaced(client.clone(), n);
+/// Deployment web labelled `env: dev`, at 2 under ScaledObject web (floor 2), once KEDA has
+/// made its HPA.
+async fn dev_web_under_keda(client: &Client, ns: &str) -> Api<Deployment> {
+    scaled_web(client, ns, 2, 2, json!({})).await;
+    keda_hpa(client, ns, "KEDA's HPA", |_| true).await;
+    let deploys = Api::<Deployment>::namespaced(client.clone(), ns);
     let dev = Patch::Merge(json!({"metadata": {"labels": {"env": "dev"}}}));
     deploys
         .patch("web", &PatchParams::default(), &dev)
         .await
-        .unwrap();
+        .expect("labelling Deployment web");
+    deploys
+}
+
+/// A group over the Deployments labelled `env: dev`: `windows`, and 0 outside them.
+fn over_dev(windows: Value) -> Value {
+    json!({
+        "scaleTargetSelector": {"kinds": ["Deployment"], "selector": {"matchLabels": {"env": "dev"}}},
+        "schedulingConfig": windows, "defaultReplica": 0,
+    })
+}
+
+/// A group over `env: dev` selects a Deployment KEDA scales. Put to 0 by the group, KEDA
+/// would scale it back to its `minReplicaCount` and the two would take turns: the group
+/// schedules it through its ScaledObject instead, as a `scaleTargetRef` TDSet does. The night
+/// is KEDA's pause on the ScaledObject, recorded on it in the same guarded apply (held-by, the
+/// own floor); KEDA takes the workload to 0 and deletes its HPA. The day takes the pause off
+/// and sets the floor; KEDA's HPA comes back at it. Deleting the TDSet gives the own floor
+/// back and leaves nothing of the operator's on the ScaledObject. The workload's count is
+/// never written; its annotations carry the group's record of the night (what to wake it to
+/// should the ScaledObject go) before the pause is written.
+#[tokio::test]
+async fn a_group_sleeps_a_workload_keda_scales_through_its_scaled_object() {
+    let (client, ns) = setup("keda-group").await;
+    let n = &ns.name;
+    let _keda = KedaOperator::start(&client, n).await;
+    let deploys = dev_web_under_keda(&client, n).await;
     let _: Deployment = create_object(
         &client,
         n,
@@ -506,30 +526,153 @@ async fn a_group_leaves_a_workload_keda_scales_to_its_scaled_object() {
     )
     .await;
     let op = Operator::start(&client, n, noon(), None, "test");
-    let asleep = json!({
-        "scaleTargetSelector": {"kinds": ["Deployment"],
-                                "selector": {"matchLabels": {"env": "dev"}}},
-        "schedulingConfig": [], "defaultReplica": 0,
-    });
-    create_tdset(&client, n, &tdset("night", asleep)).await;
+    create_tdset(&client, n, &tdset("sched", over_dev(json!([])))).await;
+    let night = scaled_object_where(&client, n, "paused by the group, and by KEDA", |o| {
+        annotation(o, PAUSED_REPLICAS) == Some("0")
+            && annotation(o, PAUSED) == Some("true")
+            && paused(o) == Some(true)
+    })
+    .await;
+    assert_eq!(annotation(&night, "schedule.rs/held-by"), Some("sched"));
+    assert_eq!(
+        annotation(&night, "schedule.rs/own-min-replicas"),
+        Some("2")
+    );
+    assert_eq!(
+        spec_count(&night, "minReplicaCount"),
+        Some(2),
+        "the floor is left while paused"
+    );
+    deployment_at(&client, n, "web", 0).await;
     deployment_at(&client, n, "api", 0).await;
-    let message = degraded_for(&client, n, "night", "ConflictingTDSet").await;
-    assert!(
-        message.contains("Deployment web")
-            && message.contains("ScaledObject web")
-            && message.contains("scaleTargetRef names the ScaledObject"),
-        "{message}"
-    );
-    // Never written: KEDA's count stands, and nothing of the group's is on it.
+    keda_hpa_gone(&client, n).await;
     let web = deploys.get("web").await.unwrap();
-    assert_eq!(replicas(&web), Some(2));
-    let managers: Vec<_> = (web.metadata.managed_fields.iter().flatten())
-        .filter_map(|f| f.manager.clone())
-        .collect();
-    assert!(
-        !managers.iter().any(|m| m.starts_with("tdset-operator")),
-        "{managers:?}"
+    let record = |d: &Deployment, key: &str| {
+        (d.metadata.annotations.as_ref())
+            .and_then(|a| a.get(&format!("schedule.rs/{key}")))
+            .cloned()
+    };
+    assert_eq!(
+        (record(&web, "held-by"), record(&web, "own-replicas")),
+        (Some("sched".into()), Some("2".into())),
+        "the count before the night, on record"
     );
+    let t = tdset_with_reason(&client, n, "sched", "Progressing", "Settled").await;
+    let degraded = condition(&t, "Degraded").map(|c| c.reason.clone());
+    assert_eq!(degraded.as_deref(), Some("AsExpected"));
+    let status = t.status.as_ref().and_then(|s| s.group.clone()).unwrap();
+    assert_eq!(
+        (status.targets.as_str(), status.conflicting),
+        ("2/2", 0),
+        "{status:?}"
+    );
+
+    // The day: the pause off, the floor 3; KEDA's HPA back at it, the workload up.
+    set_spec(
+        &client,
+        n,
+        over_dev(json!([{"name": "office", "startTime": 9, "endTime": 17, "replica": 3}])),
+    )
+    .await;
+    let day = scaled_object_where(&client, n, "unpaused with the day's floor", |o| {
+        annotation(o, PAUSED_REPLICAS).is_none()
+            && annotation(o, PAUSED).is_none()
+            && paused(o) == Some(false)
+            && spec_count(o, "minReplicaCount") == Some(3)
+    })
+    .await;
+    assert_eq!(annotation(&day, "schedule.rs/own-min-replicas"), Some("2"));
+    keda_hpa(&client, n, "KEDA's HPA back at the floor", |h| {
+        h.spec.as_ref().and_then(|s| s.min_replicas) == Some(3)
+    })
+    .await;
+    deployment_at(&client, n, "web", 3).await;
+    deployment_at(&client, n, "api", 3).await;
+    let web = deploys.get("web").await.unwrap();
+    assert_eq!(record(&web, "held-by"), None, "no record by day");
+
+    // Let go: the own floor back, nothing of the operator's left on the ScaledObject.
+    delete_tdset_and_wait(&client, n, "sched").await;
+    let after = scaled_object_where(&client, n, "its own floor back", |o| {
+        spec_count(o, "minReplicaCount") == Some(2)
+    })
+    .await;
+    let ours: Vec<&String> = (after.pointer("/metadata/annotations"))
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|a| a.keys())
+        .chain(
+            (after.pointer("/metadata/labels"))
+                .and_then(Value::as_object)
+                .into_iter()
+                .flat_map(|l| l.keys()),
+        )
+        .filter(|k| k.starts_with("schedule.rs/") || k.starts_with("autoscaling.keda.sh/"))
+        .collect();
+    assert!(ours.is_empty(), "{after:#}");
+    keda_hpa(&client, n, "KEDA's HPA at the own floor", |h| {
+        h.spec.as_ref().and_then(|s| s.min_replicas) == Some(2)
+    })
+    .await;
+    // The count of the workload KEDA scales was never the operator's.
+    let web = deploys.get("web").await.unwrap();
+    let ours: Vec<_> = (web.metadata.managed_fields.iter().flatten())
+        .filter(|f| {
+            f.manager
+                .as_deref()
+                .is_some_and(|m| m.starts_with("tdset-operator"))
+        })
+        .filter_map(|f| f.fields_v1.as_ref())
+        .filter(|f| f.0.get("f:spec").is_some())
+        .collect();
+    assert!(ours.is_empty(), "{ours:?}");
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// The ScaledObject a group put to sleep is deleted at night: KEDA leaves its workload at 0,
+/// and nothing of KEDA's would take it off. The group holds it asleep from the record on the
+/// workload, and wakes it in the morning to its count before the night.
+#[tokio::test]
+async fn a_scaled_object_deleted_while_a_group_holds_it_asleep_leaves_its_workload_to_the_group() {
+    let (client, ns) = setup("keda-group-gone").await;
+    let n = &ns.name;
+    let _keda = KedaOperator::start(&client, n).await;
+    let deploys = dev_web_under_keda(&client, n).await;
+    let op = Operator::start(&client, n, noon(), None, "test");
+    create_tdset(&client, n, &tdset("sched", over_dev(json!([])))).await;
+    scaled_object_where(&client, n, "paused by the group, and by KEDA", |o| {
+        annotation(o, PAUSED_REPLICAS) == Some("0") && paused(o) == Some(true)
+    })
+    .await;
+    deployment_at(&client, n, "web", 0).await;
+
+    scaled_objects(&client, n)
+        .delete("web", &Default::default())
+        .await
+        .expect("deleting the ScaledObject");
+    eventually(GUARD, "the ScaledObject gone", || async {
+        matches!(scaled_objects(&client, n).get_opt("web").await, Ok(None)).then_some(())
+    })
+    .await;
+    // Still the night: held at 0 by the group itself, nothing Degraded.
+    let t = tdset_with_reason(&client, n, "sched", "Progressing", "Settled").await;
+    let status = t.status.as_ref().and_then(|s| s.group.clone()).unwrap();
+    assert_eq!(status.targets, "1/1", "{status:?}");
+    assert_eq!(replicas(&deploys.get("web").await.unwrap()), Some(0));
+
+    set_spec(
+        &client,
+        n,
+        over_dev(json!([{"name": "office", "startTime": 9, "endTime": 17, "replica": 3}])),
+    )
+    .await;
+    deployment_at(&client, n, "web", 3).await;
+    // Its own count is the one before the night: given back at the level `own`.
+    let mut own = over_dev(json!([]));
+    own["defaultReplica"] = Value::Null;
+    set_spec(&client, n, own).await;
+    deployment_at(&client, n, "web", 2).await;
     op.stop().await;
     ns.cleanup().await;
 }

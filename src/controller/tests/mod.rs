@@ -110,6 +110,9 @@ impl ApiServer {
         server.on("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", |b| {
             (201, b.clone())
         });
+        // No API group but the built-in ones (a group looks for KEDA's): a test that serves
+        // one answers this first.
+        server.returns("GET", "/apis", api_groups(&[]));
         server
     }
 
@@ -460,4 +463,16 @@ where
         writer.apply_watcher_event(&watcher::Event::InitApply(o));
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
+}
+
+/// What the API server answers `GET /apis` with: the groups named (besides the built-in ones,
+/// which the tests do not discover this way), each at one version.
+pub fn api_groups(groups: &[(&str, &str)]) -> Value {
+    let groups: Vec<Value> = (groups.iter())
+        .map(|(name, version)| {
+            let gv = json!({"groupVersion": format!("{name}/{version}"), "version": version});
+            json!({"name": name, "versions": [gv], "preferredVersion": gv})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }

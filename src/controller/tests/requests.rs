@@ -398,9 +398,11 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
 
     let requests = server.requests();
     assert_eq!(
-        requests[..11],
+        requests[..12],
         lines(&[
             "PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t",
+            // Whether KEDA is installed (its ScaledObjects are listed too where it is).
+            "GET /apis",
             // What it holds (its record's label), kind by kind, read whole before anything
             // else; CronJobs only for records (a kind it no longer selects may still carry
             // one). Then, within --group-max-workloads, what other groups hold of what it
@@ -419,7 +421,7 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
         ])
     );
     // The two workload writes go at once (in either order), then the status.
-    let mut writes = requests[11..13].to_vec();
+    let mut writes = requests[12..14].to_vec();
     writes.sort();
     assert_eq!(
         writes,
@@ -429,11 +431,11 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
         ])
     );
     assert_eq!(
-        requests[13..],
+        requests[14..],
         lines(&["PATCH /apis/schedule.rs/v1/namespaces/ns/tdsets/t/status"])
     );
     let sent = server.sent();
-    let queries: Vec<&str> = sent[1..10].iter().map(|s| s.query.as_str()).collect();
+    let queries: Vec<&str> = sent[2..11].iter().map(|s| s.query.as_str()).collect();
     for held in &queries[..4] {
         assert!(
             held.contains("labelSelector=schedule.rs/held-by-uid=uid-t"),
@@ -449,7 +451,7 @@ async fn a_group_puts_its_workloads_to_sleep_each_with_its_own_count_recorded_on
         );
     }
     assert!(queries[7].contains("labelSelector=env=dev&"), "{queries:?}");
-    assert!(sent[10].body["status"]["group"].is_object());
+    assert!(sent[11].body["status"]["group"].is_object());
     for (name, own, revision) in [("a", "3", "11"), ("b", "2", "12")] {
         let write = sent
             .iter()
@@ -1797,4 +1799,110 @@ async fn a_scaled_object_asleep_and_taken_is_not_written() {
         .filter(|r| !r.starts_with("GET") && !r.contains("/tdsets/"))
         .collect();
     assert_eq!(writes, Vec::<String>::new());
+}
+
+/// The patches sent to anything but the TDSet.
+fn object_writes(server: &ApiServer) -> Vec<super::Sent> {
+    (server.sent().into_iter())
+        .filter(|s| s.method == "PATCH" && !s.path.contains("/tdsets/"))
+        .collect()
+}
+
+/// A group over `env: dev` at 0 all day, where KEDA is installed: Deployment `web` (2
+/// replicas, carrying `annotations`) and ScaledObject `web` over it, as the API server lists
+/// them. What the group holds is listed empty, so each reconcile reads the object as given.
+fn group_over_keda(annotations: Value) -> (ApiServer, Operator, TDSet) {
+    let server = ApiServer::start();
+    let t = tdset(json!({
+        "scaleTargetSelector": {"kinds": ["Deployment"], "selector": {"matchLabels": {"env": "dev"}}},
+        "defaultReplica": 0,
+    }));
+    server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
+    server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
+    server.first(
+        "GET",
+        "/apis",
+        super::api_groups(&[("keda.sh", "v1alpha1")]),
+    );
+    server.returns("GET", "/apis/keda.sh/v1alpha1", keda_v1alpha1());
+    let mut web = dev("web", 2, "11");
+    web["metadata"]["annotations"] = annotations;
+    server.lists(DEPLOYMENTS, "held-by-uid=uid-t", list("Deployment", vec![]));
+    server.lists(
+        DEPLOYMENTS,
+        "held-by-uid!=uid-t",
+        list("Deployment", vec![]),
+    );
+    server.lists(DEPLOYMENTS, "env=dev", list("Deployment", vec![web]));
+    for kind in ["statefulsets", "cronjobs"] {
+        let group = if kind == "cronjobs" { "batch" } else { "apps" };
+        let path = format!("/apis/{group}/v1/namespaces/ns/{kind}");
+        server.lists(&path, "", list("List", vec![]));
+    }
+    server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
+    server.lists(
+        SCALED_OBJECTS,
+        "held-by-uid=uid-t",
+        list("ScaledObject", vec![]),
+    );
+    let so = scaled_object(json!({}), "False");
+    server.lists(SCALED_OBJECTS, "", list("ScaledObject", vec![so]));
+    server.on("PATCH", &format!("{DEPLOYMENTS}/web"), echo("12"));
+    server.on("PATCH", &format!("{SCALED_OBJECTS}/web"), echo("31"));
+    let operator = Operator::at(&server, NOW);
+    (server, operator, t)
+}
+
+/// The night of a workload KEDA scales, in a group: its count is never written. First the
+/// record on the workload (what to wake it to should its ScaledObject go), alone; the pause on
+/// the ScaledObject only once that record is there, with the ScaledObject's own record in the
+/// same apply, guarded by its uid and revision.
+#[tokio::test(start_paused = true)]
+async fn a_group_records_a_keda_workload_s_sleep_on_it_before_it_pauses_its_scaled_object() {
+    let (server, mut operator, t) = group_over_keda(json!({}));
+
+    operator.reconcile(&t).await.unwrap();
+
+    let writes = object_writes(&server);
+    assert_eq!(writes.len(), 1, "{:?}", server.requests());
+    let record = &writes[0];
+    assert_eq!(record.path, format!("{DEPLOYMENTS}/web"));
+    assert_eq!(record.body.get("spec"), None, "never its count");
+    assert_eq!(
+        record.body["metadata"]["annotations"],
+        json!({"schedule.rs/held-by": "t", "schedule.rs/own-replicas": "2",
+               "schedule.rs/scheduled-replicas": "0"})
+    );
+    assert_eq!(record.body["metadata"]["resourceVersion"], "11");
+
+    let (server, mut operator, t) = group_over_keda(json!({
+        "schedule.rs/held-by": "t", "schedule.rs/own-replicas": "2",
+        "schedule.rs/scheduled-replicas": "0",
+    }));
+
+    operator.reconcile(&t).await.unwrap();
+
+    let writes = object_writes(&server);
+    assert_eq!(writes.len(), 1, "{:?}", server.requests());
+    let pause = &writes[0];
+    assert_eq!(pause.path, format!("{SCALED_OBJECTS}/web"));
+    assert!(pause.query.contains("force=true"), "{}", pause.query);
+    assert_eq!(
+        pause.body["metadata"]["annotations"],
+        json!({"schedule.rs/held-by": "t", "schedule.rs/own-min-replicas": "2",
+               "schedule.rs/scheduled-min-replicas": "2,paused",
+               "autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"})
+    );
+    assert_eq!(
+        pause.body["metadata"]["labels"]["schedule.rs/held-by-uid"],
+        "uid-t"
+    );
+    assert_eq!(
+        (
+            &pause.body["metadata"]["uid"],
+            &pause.body["metadata"]["resourceVersion"]
+        ),
+        (&json!("uid-so"), &json!("30"))
+    );
+    assert_eq!(pause.body["spec"], json!({"minReplicaCount": 2}));
 }

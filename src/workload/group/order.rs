@@ -255,16 +255,15 @@ fn unsettled(
     }
     let mut to = planned[i].replicas();
     // An autoscaled workload woken to a number runs its own count while its HPA's floor
-    // takes it to the number: it is there once that many are ready.
-    if let (OrderDirection::Waking, Some(hpa)) = (dir, &m.autoscaled_by) {
-        let floor = members.iter().zip(planned).find_map(|(h, v)| {
-            let mine = h.name == *hpa && h.floor_of.as_ref().is_some_and(|(w, _)| *w == m.name);
-            match (mine, v) {
-                (true, Value::Floor(f)) => Some(*f),
-                _ => None,
-            }
-        });
-        to = to.max(floor.unwrap_or(0));
+    // takes it to the number: it is there once that many are ready. One KEDA scales is never
+    // written: its ScaledObject's pause takes it to 0, its floor up.
+    let floor = (members.iter().zip(planned)).find_map(|(f, v)| f.is_floor_of(m).then_some(*v));
+    match (dir, floor) {
+        (OrderDirection::Sleeping, Some(Value::Keda { paused: true, .. })) => to = 0,
+        (OrderDirection::Waking, Some(Value::Floor(f) | Value::Keda { floor: f, .. })) => {
+            to = to.max(f)
+        }
+        _ => {}
     }
     // A CronJob has nothing to be ready; a kind that reports no readiness is not waited on
     // beyond its write.

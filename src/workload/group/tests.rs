@@ -16,6 +16,7 @@ fn deployment(name: &str, replicas: i32) -> Member {
         record: None,
         place: Place::Held,
         autoscaled_by: None,
+        keda: false,
         floor_of: None,
         two_step: false,
         handed_to: None,
@@ -563,6 +564,184 @@ fn an_autoscaled_workload_sleeps_at_zero_and_any_other_count_is_its_hpas_floor()
     let alone = plan("g", Count::Replicas(6), &ms[..1]);
     assert!(alone.writes.is_empty());
     assert!(alone.status.not_at_schedule[0].message.contains("api-hpa"));
+}
+
+fn scaled_object_of(workload: &str, min: i32, max: i32) -> Member {
+    Member {
+        api_version: "keda.sh/v1alpha1".into(),
+        kind: "ScaledObject".into(),
+        value: Value::Keda {
+            floor: min,
+            paused: false,
+        },
+        floor_of: Some((workload.into(), max)),
+        ..deployment(workload, 0)
+    }
+}
+
+#[test]
+fn a_workload_keda_scales_is_never_written_it_sleeps_through_its_scaled_objects_pause() {
+    let mut api = deployment("api", 4);
+    (api.autoscaled_by, api.keda) = (Some("api".into()), true);
+    let mut ms = vec![api, scaled_object_of("api", 1, 10)];
+    // 0: first the record on the workload (its count before, to wake it to should the
+    // ScaledObject go), never its count: KEDA scales a workload up from any 0 written to it.
+    let record = plan("g", Count::Replicas(0), &ms);
+    let to: Vec<_> = (record.writes.iter())
+        .map(|w| {
+            (
+                w.member,
+                w.to,
+                w.record.clone().map(|r| (r.own, r.scheduled)),
+            )
+        })
+        .collect();
+    let (four, zero) = (Value::Replicas(4), Value::Replicas(0));
+    assert_eq!(to, [(0, four, Some((four, zero)))]);
+    assert_eq!(record.status.targets, "1/1");
+    apply_all(&mut ms, &record);
+    // Then the pause on the ScaledObject, its floor left its own.
+    let night = plan("g", Count::Replicas(0), &ms);
+    let to: Vec<_> = night.writes.iter().map(|w| (w.member, w.to)).collect();
+    let paused = Value::Keda {
+        floor: 1,
+        paused: true,
+    };
+    assert_eq!(to, [(1, paused)]);
+    let body = night.writes[0].body(&ms[1], "uid-g");
+    assert_eq!(
+        body["metadata"]["annotations"],
+        json!({
+            HELD_BY: "g",
+            OWN_MIN_REPLICAS: "1",
+            SCHEDULED_MIN_REPLICAS: "1,paused",
+            "autoscaling.keda.sh/paused-replicas": "0",
+            "autoscaling.keda.sh/paused": "true",
+        })
+    );
+    assert_eq!(body["spec"], json!({"minReplicaCount": 1}));
+    apply_all(&mut ms, &night);
+    ms[0].value = Value::Replicas(0);
+    assert!(
+        plan("g", Count::Replicas(0), &ms).writes.is_empty(),
+        "idempotent"
+    );
+    // 6: the pause taken off (an apply that leaves it out), the floor 6, the own one recorded;
+    // the workload's record taken off, its count left to KEDA.
+    let day = plan("g", Count::Replicas(6), &ms);
+    let to: Vec<_> = (day.writes.iter())
+        .map(|w| (w.member, w.to, w.record.as_ref().map(|r| r.own)))
+        .collect();
+    let floor = |floor| Value::Keda {
+        floor,
+        paused: false,
+    };
+    assert_eq!(to, [(0, zero, None), (1, floor(6), Some(floor(1)))]);
+    let body = day.writes[1].body(&ms[1], "uid-g");
+    assert_eq!(body["metadata"]["annotations"].get(keda::PAUSED), None);
+    apply_all(&mut ms, &day);
+    // Above maxReplicaCount: clamped.
+    assert_eq!(plan("g", Count::Replicas(50), &ms).writes[0].to, floor(10));
+    // own: the own floor given back, the record (and the pause) gone.
+    let back = plan("g", Count::Own, &ms);
+    assert_eq!(
+        (
+            back.writes[0].member,
+            back.writes[0].to,
+            &back.writes[0].record
+        ),
+        (1, floor(1), &None)
+    );
+    assert_eq!(
+        back.writes[0].body(&ms[1], "uid-g")["metadata"].get("annotations"),
+        None
+    );
+    // The ScaledObject not held (not found, held elsewhere): the workload is said not at its
+    // count, and nothing is written to it.
+    let alone = plan("g", Count::Replicas(0), &ms[..1]);
+    assert!(alone.writes.is_empty());
+    assert_eq!(alone.status.targets, "0/1");
+}
+
+#[test]
+fn a_workload_asleep_through_a_scaled_object_that_goes_is_woken_by_the_group_to_its_count_before() {
+    let mut api = deployment("api", 4);
+    (api.autoscaled_by, api.keda) = (Some("api".into()), true);
+    let mut ms = vec![api, scaled_object_of("api", 1, 10)];
+    for _ in 0..2 {
+        let night = plan("g", Count::Replicas(0), &ms);
+        apply_all(&mut ms, &night);
+    }
+    assert!(matches!(ms[1].value, Value::Keda { paused: true, .. }));
+    // KEDA takes it to 0; then the ScaledObject is deleted (KEDA leaves the workload at 0).
+    ms[0].value = Value::Replicas(0);
+    let mut gone = vec![Member {
+        autoscaled_by: None,
+        keda: false,
+        ..ms[0].clone()
+    }];
+    assert!(
+        plan("g", Count::Replicas(0), &gone).writes.is_empty(),
+        "asleep by the group now, as recorded"
+    );
+    let day = plan("g", Count::Own, &gone);
+    assert_eq!(
+        (day.writes[0].to, &day.writes[0].record),
+        (Value::Replicas(4), &None)
+    );
+    apply_all(&mut gone, &day);
+    // Found at 0 already (KEDA's idle, a scale-to-zero trigger): the own floor, at least 1.
+    let mut idle = deployment("api", 0);
+    (idle.autoscaled_by, idle.keda) = (Some("api".into()), true);
+    let so = scaled_object_of("api", 0, 10);
+    let night = plan("g", Count::Replicas(0), &[idle, so]);
+    assert_eq!(
+        night.writes[0].record.as_ref().map(|r| r.own),
+        Some(Value::Replicas(1))
+    );
+}
+
+#[test]
+fn a_scaled_objects_record_reads_back_what_it_wrote() {
+    for v in [
+        Value::Keda {
+            floor: 0,
+            paused: true,
+        },
+        Value::Keda {
+            floor: 3,
+            paused: false,
+        },
+    ] {
+        let r = Record {
+            holder: "g".into(),
+            own: Value::Keda {
+                floor: 0,
+                paused: false,
+            },
+            scheduled: v,
+            previous: None,
+        };
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_value(r.annotations()).unwrap();
+        assert_eq!(Record::read(&annotations, v), Some(r));
+    }
+    // Not a floor KEDA takes (negative), or not ours: no record.
+    let a = BTreeMap::from([
+        (HELD_BY.to_string(), "g".to_string()),
+        (OWN_MIN_REPLICAS.to_string(), "-1".to_string()),
+        (SCHEDULED_MIN_REPLICAS.to_string(), "2,paused".to_string()),
+    ]);
+    assert_eq!(
+        Record::read(
+            &a,
+            Value::Keda {
+                floor: 2,
+                paused: true
+            }
+        ),
+        None
+    );
 }
 
 #[test]

@@ -39,7 +39,9 @@ use crate::workload::group::{self, LeaveReason, Member, Place, Value, Why};
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Saved;
 
-use observe::{Keep, Kind, is_hpa, kinds, observe, recorded_kinds};
+use observe::{
+    Keep, Kind, is_floor_kind, is_hpa, is_scaled_object, kinds, observe, recorded_kinds,
+};
 use place::{Listed, Placing};
 pub(crate) use release::{Release, release_all};
 use write::{Sent, WRITES_IN_FLIGHT, send};
@@ -79,8 +81,12 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     let queries = |kind: &Kind| queries(kind, &labels);
     let keep = Keep::new(ctx, ns, &name, Some(&selector), tiers);
     let (observed, all_listed) = observe(ctx, ns, &kinds, queries, &keep, &mut problems).await?;
-    let hpas_whole = (kinds.iter().zip(&all_listed)).all(|(k, whole)| !is_hpa(k) || *whole);
-    let (listed, members) = place::all(&placing, &kinds, observed, hpas_whole);
+    let whole = |of: fn(&Kind) -> bool| (kinds.iter().zip(&all_listed)).all(|(k, w)| !of(k) || *w);
+    let whole = place::Whole {
+        hpas: whole(is_hpa),
+        scaled_objects: whole(is_scaled_object),
+    };
+    let (listed, members) = place::all(&placing, &kinds, observed, whole);
     let level = eval.count();
     // A rise written ahead (warmUp) moves the workloads' counts, not a CronJob's suspend.
     let scheduled = eval.scheduled_count();
@@ -293,19 +299,19 @@ impl Queries {
 }
 
 /// The label selectors a kind is listed with, in this order: what the TDSet holds; of what it
-/// selects, what other groups hold, then all of it; and for the HPAs all of the namespace's
-/// (a few: which are floors is known once listed). Past the cap, what another group holds is
+/// selects, what other groups hold, then all of it; and for the HPAs and the ScaledObjects all
+/// of the namespace's (a few: which are floors is known once listed). Past the cap, what another group holds is
 /// still read: that group yields it when this one is the older claim, and nobody else would
 /// wake it.
 fn queries(kind: &Kind, q: &Queries) -> Vec<String> {
     let mut out = vec![q.held.clone()];
     if kind.selected {
-        if !is_hpa(kind) {
+        if !is_floor_kind(kind) {
             out.push(q.held_by_others.clone());
         }
         out.push(q.selected.clone());
     }
-    if is_hpa(kind) {
+    if is_floor_kind(kind) {
         out.push(String::new());
     }
     out
@@ -395,7 +401,9 @@ impl Written {
             Sent::Done => {
                 // A record that still names the value before its change is tidied by the
                 // next reconcile, asked for here: nothing else may come to trigger it.
-                if w.record.as_ref().is_some_and(|r| r.previous.is_some()) {
+                // So is the pause of a ScaledObject, once its workload's record landed.
+                let asleep_recorded = w.why == Why::Record && w.record.is_some();
+                if w.record.as_ref().is_some_and(|r| r.previous.is_some()) || asleep_recorded {
                     self.retry = Some(self.retry.map_or(TIDY_RETRY, |r| r.min(TIDY_RETRY)));
                 }
                 match w.why {
@@ -407,6 +415,8 @@ impl Written {
                     Why::Own | Why::Left(_) => {
                         ctx.contest(key, |c| c.gave_back(w.to.replicas()));
                     }
+                    // No count was written.
+                    Why::Record => {}
                 }
                 if let Some(n) = ctx.contest(key, |c| c.fight(now)) {
                     self.fights.push((m.clone(), n));
@@ -672,6 +682,9 @@ fn report(
                     eval.why()
                 ),
             )),
+            // Bookkeeping: its ScaledObject's write is the change said.
+            Why::Record => {}
+            Why::Left(_) if m.keda => {}
             Why::Left(why) => {
                 let reason = if matches!(why, LeaveReason::Released) {
                     "Released"
@@ -768,15 +781,19 @@ fn scaled(
         )
     });
     let held = |i: &usize| members[*i].place == Place::Held && members[*i].floor_of.is_none();
-    let mut after: Vec<i32> = members.iter().map(|m| m.value.replicas()).collect();
+    let mut after: Vec<Value> = members.iter().map(|m| m.value).collect();
     for w in planned {
-        after[w.member] = w.to.replicas();
+        after[w.member] = w.to;
     }
+    through_scaled_objects(members, &mut after);
     let from = (0..members.len())
         .filter(held)
         .map(|i| members[i].value.replicas())
         .sum();
-    let to = (0..members.len()).filter(held).map(|i| after[i]).sum();
+    let to = (0..members.len())
+        .filter(held)
+        .map(|i| after[i].replicas())
+        .sum();
     // A write that changed no count (a custom kind's record tidied, an HPA's floor alone) is
     // no change of the group's.
     ((landed && from != to) || unreached.is_some()).then_some(Scaled {
@@ -785,6 +802,33 @@ fn scaled(
         failed: unreached,
         landed,
     })
+}
+
+/// What each workload KEDA scales is asked to run once `after` is written: 0 under its
+/// ScaledObject's pause, else at least the ScaledObject's floor (KEDA scales it up to it).
+fn through_scaled_objects(members: &[Member], after: &mut [Value]) {
+    for (i, m) in members.iter().enumerate().filter(|(_, m)| m.keda) {
+        let Some(f) = members.iter().position(|f| f.is_floor_of(m)) else {
+            continue;
+        };
+        after[i] = match after[f] {
+            Value::Keda { paused: true, .. } => Value::Replicas(0),
+            Value::Keda { floor, .. } => Value::Replicas(after[i].replicas().max(floor)),
+            _ => after[i],
+        };
+    }
+}
+
+/// A held workload's own count, for the savings. One KEDA scales carries no record (it is never
+/// written): asleep it runs 0, so its own count is taken as its ScaledObject's own floor, and
+/// at least one replica (a lower bound: what KEDA would have run is not known).
+fn own_count(members: &[Member], i: usize) -> i32 {
+    let m = &members[i];
+    if !m.keda {
+        return m.own().replicas();
+    }
+    let floor = (members.iter().find(|f| f.is_floor_of(m))).map_or(0, |f| f.own().replicas());
+    m.value.replicas().max(floor).max(1)
 }
 
 /// The held workloads whose writes did not land, in a few words: how many, and the first.
@@ -830,6 +874,7 @@ fn outcome(
     for w in done {
         value[w.member] = w.to;
     }
+    through_scaled_objects(members, &mut value);
     let held: Vec<usize> = (0..members.len())
         .filter(|i| members[*i].place == Place::Held && members[*i].floor_of.is_none())
         .collect();
@@ -855,7 +900,7 @@ fn outcome(
         .iter()
         .filter(|i| matches!(members[**i].value, Value::Replicas(_)))
         .map(|i| {
-            let own = members[*i].own().replicas();
+            let own = own_count(members, *i);
             Saved::removed(own, value[*i].replicas(), listed[*i].1.requests)
         })
         .fold(Saved::default(), Saved::plus);

@@ -12,11 +12,13 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use crate::api::KedaPause;
 use crate::api::{GroupKind, NamedKind, ScaleTargetSelector, TDSet};
 use crate::controller::state::{Answer, Claim, Context, GroupEntry};
 use crate::error::{Error, Result};
 use crate::status::Problem;
 use crate::workload::group::{self, Member, Place, Record, Value};
+use crate::workload::keda;
 use crate::workload::savings::Requests;
 
 /// Objects a page of a list asks for. A page is decoded as it arrives, one object at a time,
@@ -128,6 +130,19 @@ pub(super) async fn kinds(
         built_in: true,
         selected: false,
     });
+    // KEDA's ScaledObjects, where KEDA is installed: a workload one scales sleeps through its
+    // pause, and any other count is its floor.
+    if let Ok(found) = ctx.discovery.resolve_kind(keda::GROUP, keda::KIND).await? {
+        out.push(Kind {
+            kind: GroupKind::Scalable {
+                kind: keda::KIND.into(),
+                group: keda::GROUP.into(),
+            },
+            resource: found.resource,
+            built_in: true,
+            selected: false,
+        });
+    }
     Ok(out)
 }
 
@@ -143,6 +158,17 @@ pub(super) fn recorded_kinds(tdset: &TDSet, ctx: &Context) -> Vec<String> {
 /// Whether a kind is the HPAs (listed for the floors of autoscaled workloads).
 pub(super) fn is_hpa(kind: &Kind) -> bool {
     kind.resource.group == "autoscaling" && kind.resource.kind == "HorizontalPodAutoscaler"
+}
+
+/// Whether a kind is KEDA's ScaledObjects (listed for the pauses and floors of the workloads
+/// KEDA scales).
+pub(super) fn is_scaled_object(kind: &Kind) -> bool {
+    kind.resource.group == keda::GROUP && kind.resource.kind == keda::KIND
+}
+
+/// Whether a kind is listed whole for the floors of autoscaled workloads (never selected).
+pub(super) fn is_floor_kind(kind: &Kind) -> bool {
+    is_hpa(kind) || is_scaled_object(kind)
 }
 
 pub(super) fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg: &str) -> Problem {
@@ -174,6 +200,8 @@ pub(super) struct Keep {
     /// The namespace's HPAs, read beside what it selects (not out of its budget:
     /// `group::held_reads`).
     hpa_budget: std::sync::atomic::AtomicUsize,
+    /// The namespace's ScaledObjects, likewise.
+    scaled_object_budget: std::sync::atomic::AtomicUsize,
 }
 
 /// What placing reads of the group, shared with the thread that decodes a page.
@@ -207,6 +235,7 @@ impl Keep {
             budget: ctx.group_max_workloads.into(),
             held_budget: group::held_reads(ctx.group_max_workloads).into(),
             hpa_budget: group::held_reads(ctx.group_max_workloads).into(),
+            scaled_object_budget: group::held_reads(ctx.group_max_workloads).into(),
         }
     }
 }
@@ -491,6 +520,12 @@ async fn value_of(ctx: &Context, ns: &str, kind: &Kind, o: &DynamicObject) -> An
             int_at(o, "/spec/minReplicas").unwrap_or(1),
         )));
     }
+    if is_scaled_object(kind) {
+        return Ok(Ok(Value::Keda {
+            floor: int_at(o, "/spec/minReplicaCount").unwrap_or(keda::DEFAULT_MIN),
+            paused: pause_of(o).is_night(),
+        }));
+    }
     if kind.built_in {
         // The API server defaults an absent spec.replicas to 1.
         return Ok(Ok(Value::Replicas(
@@ -565,6 +600,7 @@ pub(super) async fn observe(
             let budget = match round {
                 0 => &keep.held_budget,
                 _ if is_hpa(kind) => &keep.hpa_budget,
+                _ if is_scaled_object(kind) => &keep.scaled_object_budget,
                 _ => &keep.budget,
             };
             match list(ctx, ns, kind, labels, keep, budget).await? {
@@ -634,6 +670,16 @@ pub(super) async fn observe(
     Ok((out, listed))
 }
 
+/// A listed ScaledObject's pause annotations (a value kept shortened past
+/// `MAX_RECORD_VALUE`: still a pause, and never the operator's).
+pub(super) fn pause_of(o: &DynamicObject) -> KedaPause {
+    let a = o.annotations();
+    KedaPause {
+        paused_replicas: a.get(keda::PAUSED_REPLICAS).cloned(),
+        paused: a.get(keda::PAUSED).cloned(),
+    }
+}
+
 /// The plan's view of a listed object.
 pub(super) fn member_of(kind: &Kind, o: &DynamicObject, value: Value, place: Place) -> Member {
     Member {
@@ -646,6 +692,7 @@ pub(super) fn member_of(kind: &Kind, o: &DynamicObject, value: Value, place: Pla
         record: Record::read(o.annotations(), value),
         place,
         autoscaled_by: None,
+        keda: false,
         floor_of: None,
         two_step: !kind.built_in,
         handed_to: None,
@@ -679,15 +726,25 @@ struct LeanSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_replicas: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    min_replica_count: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_replica_count: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     scale_target_ref: Option<LeanRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
     template: Option<LeanTemplate>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
 struct LeanRef {
     #[serde(default)]
     name: String,
+    /// A ScaledObject's target (an HPA's is read from the operator's HPA cache).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -801,6 +858,13 @@ fn own_annotations<'de, D: Deserializer<'de>>(
                     if value.len() <= MAX_RECORD_VALUE {
                         own.insert(key, value);
                     }
+                } else if key == keda::PAUSED_REPLICAS || key == keda::PAUSED {
+                    // Whether it is there matters, whatever its length.
+                    let mut value = map.next_value::<String>()?;
+                    if value.len() > MAX_RECORD_VALUE {
+                        value = "(long)".into();
+                    }
+                    own.insert(key, value);
                 } else {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -884,6 +948,7 @@ pub(super) fn field_of(value: &Value) -> (&'static str, &'static str) {
         Value::Replicas(_) => ("spec.replicas", "/spec/replicas"),
         Value::Suspended(_) => ("spec.suspend", "/spec/suspend"),
         Value::Floor(_) => ("spec.minReplicas", "/spec/minReplicas"),
+        Value::Keda { .. } => ("spec.minReplicaCount", "/spec/minReplicaCount"),
     }
 }
 

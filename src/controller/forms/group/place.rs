@@ -9,10 +9,14 @@ use crate::controller::state::Claim;
 use crate::controller::state::Context;
 use crate::workload::group::{self, Member, Place, Value};
 use crate::workload::hpa::HpaView;
+use crate::workload::keda;
 use crate::workload::savings::Requests;
 use crate::workload::target::conflicting_hpa;
 
-use super::observe::{Kind, count_unset, int_at, is_hpa, member_of, placed, requests_of};
+use super::observe::{
+    Kind, count_unset, int_at, is_floor_kind, is_hpa, is_scaled_object, member_of, pause_of,
+    placed, requests_of,
+};
 
 /// What placing a workload needs to know about the TDSet.
 pub(super) struct Placing<'a> {
@@ -92,7 +96,7 @@ fn taken_over(p: &Placing<'_>, kind: &Kind, m: &Member) -> Option<group::Record>
     let own = match m.value {
         Value::Replicas(_) => Value::Replicas(original),
         Value::Floor(_) => Value::Floor(original),
-        Value::Suspended(_) => return None,
+        Value::Suspended(_) | Value::Keda { .. } => return None,
     };
     Some(group::Record {
         holder,
@@ -158,7 +162,7 @@ pub(super) fn hpa_held_elsewhere(p: &Placing<'_>, o: &DynamicObject) -> Option<S
         // KEDA scales a workload up from a 0 written to it: through its ScaledObject or not at all.
         let keda = c.kind == "ScaledObject" && c.api_version.starts_with("keda.sh/");
         let how = if keda {
-            "; a TDSet whose scaleTargetRef names the ScaledObject schedules it through KEDA's pause"
+            " (the group schedules the workload through its ScaledObject, not yet read)"
         } else {
             ""
         };
@@ -177,6 +181,36 @@ pub(super) fn hpa_held_elsewhere(p: &Placing<'_>, o: &DynamicObject) -> Option<S
         })
 }
 
+/// Whether a ScaledObject, and so the workload it scales, is someone else's to schedule: a
+/// pause on it that is not the operator's night (the user's, or KEDA's users' tools'), or a
+/// TDSet that names it in `scaleTargetRef`.
+fn scaled_object_held_elsewhere(p: &Placing<'_>, o: &DynamicObject, m: &Member) -> Option<String> {
+    let so = o.name_any();
+    let pause = pause_of(o);
+    let ours = matches!(m.value, Value::Keda { paused: true, .. })
+        && m.record.as_ref().is_some_and(|r| r.set(m.value));
+    if pause.pauses() && !ours {
+        return Some(format!(
+            "the pause on its ScaledObject {so} (autoscaling.keda.sh/paused-replicas {:?}, \
+             paused {:?}), which is not the operator's: it is left as its user paused it",
+            pause.paused_replicas.as_deref().unwrap_or("-"),
+            pause.paused.as_deref().unwrap_or("-"),
+        ));
+    }
+    p.ctx
+        .index
+        .claims(p.ns, keda::GROUP, keda::KIND, &so)
+        .into_iter()
+        .next()
+        .map(|(_, holder)| format!("TDSet {holder}, which schedules its ScaledObject {so}"))
+}
+
+/// Which of the namespace's autoscalers were all read.
+pub(super) struct Whole {
+    pub(super) hpas: bool,
+    pub(super) scaled_objects: bool,
+}
+
 /// One workload as listed, with what the status needs besides the plan's `Member`.
 pub(super) struct Listed {
     pub(super) member: Member,
@@ -188,8 +222,11 @@ pub(super) struct Listed {
     pub(super) running: Option<i32>,
     pub(super) ready: Option<i32>,
     pub(super) available: Option<i32>,
-    /// For an HPA: who else sets its floor, if anyone (then this TDSet never does).
+    /// For an HPA or a ScaledObject: who else sets its floor, if anyone (then this TDSet
+    /// never does).
     pub(super) floor_elsewhere: Option<String>,
+    /// For a ScaledObject: the group and kind of what it scales (`floor_of` has the name).
+    pub(super) scales: Option<(String, String)>,
     /// Its tier in `order` (the workloads in none: the last; an HPA: its workload's).
     pub(super) tier: usize,
 }
@@ -197,7 +234,7 @@ pub(super) struct Listed {
 /// One listed object placed, with what the status needs of it.
 fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> Listed {
     let placed = match place(placing, kind, o) {
-        _ if is_hpa(kind) => Place::Outside,
+        _ if is_floor_kind(kind) => Place::Outside,
         Place::Held if !kind.built_in && count_unset(o) => Place::HeldElsewhere(
             "its controller: spec.replicas is not set, so it runs its controller's default, \
              which the operator could not give back; set spec.replicas to schedule it"
@@ -211,7 +248,14 @@ fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> L
     } else if member.record.is_some() && member.place != Place::Held {
         member.handed_to = handed_to(placing.ctx, placing.ns, kind, o, &member);
     }
-    if is_hpa(kind) {
+    let mut scales = None;
+    if is_scaled_object(kind) {
+        let target = scaled_object_target(o);
+        // As KEDA defaults it.
+        let max = int_at(o, "/spec/maxReplicaCount").unwrap_or(keda::DEFAULT_MAX);
+        scales = Some((target.group().to_string(), target.kind.clone()));
+        member.floor_of = Some((target.name, max));
+    } else if is_hpa(kind) {
         member.floor_of = Some((
             o.data
                 .pointer("/spec/scaleTargetRef/name")
@@ -236,9 +280,12 @@ fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> L
         running: int_at(o, "/status/replicas"),
         ready: reported(o, "/status/readyReplicas"),
         available: reported(o, "/status/availableReplicas"),
-        floor_elsewhere: is_hpa(kind)
-            .then(|| hpa_held_elsewhere(placing, o))
-            .flatten(),
+        floor_elsewhere: match kind {
+            k if is_hpa(k) => hpa_held_elsewhere(placing, o),
+            k if is_scaled_object(k) => scaled_object_held_elsewhere(placing, o, &member),
+            _ => None,
+        },
+        scales,
         tier: super::observe::placed(o).tier,
         member,
     }
@@ -250,23 +297,74 @@ fn reported(o: &DynamicObject, path: &str) -> Option<i32> {
     int_at(o, path).or_else(|| o.data.pointer("/status/observedGeneration").map(|_| 0))
 }
 
-/// An HPA's floor is its workload's count: it is in that workload's tier. Its workload is
-/// the one it scales by kind, group and name (`autoscaled_by`, see `conflicting_hpa`), never
-/// a workload of another kind that has the same name.
+/// An HPA's (or a ScaledObject's) floor is its workload's count: it is in that workload's
+/// tier. Its workload is the one it scales by kind, group and name (`autoscaled_by`, see
+/// `conflicting_hpa` and `scaled_by_keda`), never a workload of another kind that has the same
+/// name.
 fn floor_tiers(listed: &mut [(usize, Listed)]) {
-    let tiers: Vec<(String, String, usize)> = (listed.iter())
-        .filter(|(_, l)| l.member.floor_of.is_none())
-        .filter_map(|(_, l)| {
-            let hpa = l.member.autoscaled_by.clone()?;
-            Some((hpa, l.member.name.clone(), l.tier))
+    let tiers: Vec<Option<usize>> = (listed.iter())
+        .map(|(_, f)| {
+            f.member.floor_of.as_ref()?;
+            (listed.iter())
+                .find(|(_, w)| w.member.floor_of.is_none() && f.member.is_floor_of(&w.member))
+                .map(|(_, w)| w.tier)
         })
         .collect();
-    for (_, l) in listed.iter_mut() {
-        if let Some((workload, _)) = &l.member.floor_of
-            && let Some((_, _, t)) =
-                (tiers.iter()).find(|(hpa, name, _)| *hpa == l.member.name && name == workload)
-        {
-            l.tier = *t;
+    for ((_, l), tier) in listed.iter_mut().zip(tiers) {
+        if let Some(t) = tier {
+            l.tier = t;
+        }
+    }
+}
+
+/// What the listed ScaledObjects scale: (group, kind, name) of each target.
+pub(super) fn keda_targets(
+    kinds: &[Kind],
+    found: &[(usize, DynamicObject, Value)],
+) -> Vec<(String, String, String)> {
+    (found.iter())
+        .filter(|(k, ..)| is_scaled_object(&kinds[*k]))
+        .map(|(_, o, _)| {
+            let t = scaled_object_target(o);
+            (t.group().to_string(), t.kind.clone(), t.name)
+        })
+        .collect()
+}
+
+/// A listed ScaledObject's `scaleTargetRef`, as KEDA defaults it (an `apps/v1` Deployment).
+fn scaled_object_target(o: &DynamicObject) -> ScaleTargetRef {
+    let at = |p: &str| o.data.pointer(p).and_then(serde_json::Value::as_str);
+    ScaleTargetRef {
+        api_version: at("/spec/scaleTargetRef/apiVersion")
+            .unwrap_or("apps/v1")
+            .into(),
+        kind: at("/spec/scaleTargetRef/kind")
+            .unwrap_or("Deployment")
+            .into(),
+        name: at("/spec/scaleTargetRef/name").unwrap_or_default().into(),
+    }
+}
+
+/// The workloads a listed ScaledObject scales (by group, kind and name) are KEDA's: their
+/// autoscaler is it, whatever HPA KEDA made for it.
+fn scaled_by_keda(kinds: &[Kind], listed: &mut [(usize, Listed)]) {
+    let scaled: Vec<(String, String, String, String)> = (listed.iter())
+        .filter_map(|(_, l)| {
+            let (group, kind) = l.scales.clone()?;
+            let (workload, _) = l.member.floor_of.clone()?;
+            Some((group, kind, workload, l.member.name.clone()))
+        })
+        .collect();
+    for (k, l) in listed.iter_mut() {
+        let resource = &kinds[*k].resource;
+        if l.member.floor_of.is_some() {
+            continue;
+        }
+        if let Some((.., so)) = scaled.iter().find(|(g, kind, w, _)| {
+            *g == resource.group && *kind == resource.kind && *w == l.member.name
+        }) {
+            l.member.autoscaled_by = Some(so.clone());
+            l.member.keda = true;
         }
     }
 }
@@ -274,44 +372,46 @@ fn floor_tiers(listed: &mut [(usize, Listed)]) {
 /// Places every listed object (index of its kind, the object, its value) for the plan, with
 /// what the status needs besides: the listed workloads, and the plan's members in that order.
 ///
-/// `hpas_whole`: whether every HPA of the namespace was listed. Where not, a workload an HPA
-/// scales whose HPA was not read, and which this TDSet does not hold yet, is left alone: who
-/// sets that HPA's floor (KEDA, a TDSet's `scaleTargetRef`) is not known.
+/// `whole`: whether every HPA and ScaledObject of the namespace was listed. Where not, a
+/// workload which this TDSet does not hold yet is left alone if its HPA was not read, or (KEDA
+/// installed) if the ScaledObjects were not all read: who sets its floor (KEDA, a TDSet's
+/// `scaleTargetRef`) is not known.
 pub(super) fn all(
     placing: &Placing<'_>,
     kinds: &[Kind],
     observed: Vec<(usize, DynamicObject, Value)>,
-    hpas_whole: bool,
+    whole: Whole,
 ) -> (Vec<(usize, Listed)>, Vec<Member>) {
     let mut listed: Vec<(usize, Listed)> = observed
         .into_iter()
         .map(|(k, o, value)| (k, one(placing, &kinds[k], &o, value)))
         .collect();
+    scaled_by_keda(kinds, &mut listed);
     floor_tiers(&mut listed);
     let mut members: Vec<Member> = listed.iter().map(|(_, l)| l.member.clone()).collect();
-    // A workload whose HPA someone else schedules or manages is theirs: put to sleep by this
-    // group, it would be woken by them (KEDA, a scaleTargetRef TDSet on the HPA), and the two
-    // would take turns.
+    // A workload whose HPA (or ScaledObject) someone else schedules or manages is theirs: put
+    // to sleep by this group, it would be woken by them (KEDA, a scaleTargetRef TDSet on the
+    // HPA), and the two would take turns.
     for (_, l) in &listed {
         let Some(by) = &l.floor_elsewhere else {
             continue;
         };
-        for m in members.iter_mut().filter(|m| {
-            m.place == Place::Held && m.autoscaled_by.as_deref() == Some(l.member.name.as_str())
-        }) {
+        for m in members
+            .iter_mut()
+            .filter(|m| m.place == Place::Held && l.member.is_floor_of(m))
+        {
             m.place = Place::HeldElsewhere(by.clone());
         }
     }
-    if !hpas_whole {
+    let me = placing.tdset.name_any();
+    let not_yet_mine =
+        |m: &Member| m.place == Place::Held && m.record.as_ref().is_none_or(|r| r.holder != me);
+    if !whole.hpas {
         let read: Vec<String> = (members.iter())
             .filter(|m| m.floor_of.is_some())
             .map(|m| m.name.clone())
             .collect();
-        let me = placing.tdset.name_any();
-        for m in members
-            .iter_mut()
-            .filter(|m| m.place == Place::Held && m.record.as_ref().is_none_or(|r| r.holder != me))
-        {
+        for m in members.iter_mut().filter(|m| not_yet_mine(m) && !m.keda) {
             if let Some(hpa) = m.autoscaled_by.as_ref().filter(|h| !read.contains(h)) {
                 m.place = Place::HeldElsewhere(format!(
                     "its HorizontalPodAutoscaler {hpa} was not read (the namespace has more HPAs \
@@ -321,22 +421,27 @@ pub(super) fn all(
             }
         }
     }
-    // An HPA is held with the workload whose floor it is (and only then).
-    let autoscaled: Vec<(String, String)> = members
-        .iter()
-        .filter(|m| m.place == Place::Held)
-        .filter_map(|m| Some((m.autoscaled_by.clone()?, m.name.clone())))
+    if !whole.scaled_objects {
+        for m in members.iter_mut().filter(|m| not_yet_mine(m) && !m.keda) {
+            m.place = Place::HeldElsewhere(
+                "the namespace's ScaledObjects were not all read (more than one reconcile \
+                 reads: twice --group-max-workloads, or not readable), so whether KEDA scales it \
+                 is not known"
+                    .into(),
+            );
+        }
+    }
+    // An HPA (a ScaledObject) is held with the workload whose floor it is (and only then).
+    let held: Vec<Member> = (members.iter())
+        .filter(|m| m.place == Place::Held && m.floor_of.is_none() && m.autoscaled_by.is_some())
+        .cloned()
         .collect();
     for (m, _) in members
         .iter_mut()
         .zip(&listed)
         .filter(|(m, (_, l))| m.floor_of.is_some() && l.floor_elsewhere.is_none())
     {
-        let floor_of = m.floor_of.as_ref().map(|(w, _)| w.clone());
-        if autoscaled
-            .iter()
-            .any(|(hpa, workload)| *hpa == m.name && Some(workload) == floor_of.as_ref())
-        {
+        if held.iter().any(|w| m.is_floor_of(w)) {
             m.place = Place::Held;
         }
     }
@@ -358,6 +463,7 @@ mod tests {
             record: None,
             place: Place::Held,
             autoscaled_by: None,
+            keda: false,
             floor_of: None,
             two_step: false,
             handed_to: None,
@@ -369,6 +475,7 @@ mod tests {
             ready: None,
             available: None,
             floor_elsewhere: None,
+            scales: None,
             tier,
         };
         (0, l)

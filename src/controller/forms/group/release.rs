@@ -14,7 +14,7 @@ use crate::status::Problem;
 use crate::workload::group::{self, LeaveReason, Place, Why};
 
 use super::observe::{Keep, Kind, kinds, member_of, observe, recorded_kinds};
-use super::place::handed_to;
+use super::place::{handed_to, keda_targets};
 use super::write::{Sent, WRITES_IN_FLIGHT, send};
 
 /// What letting go of a group came to.
@@ -67,10 +67,18 @@ pub(crate) async fn release_all(
         // among `kinds`, and its records went with its objects.
         let unlisted_kind = listed.iter().any(|l| !l);
         let mut writes = Vec::new();
+        let keda = keda_targets(&kinds, &found);
         for (k, o, value) in found {
             let kind = &kinds[k];
             let mut m = member_of(kind, &o, value, Place::Outside);
             m.handed_to = handed_to(ctx, ns, kind, &o, &m);
+            // Asleep through a ScaledObject it gives back now: its record goes, its count is
+            // KEDA's to set.
+            m.keda = keda.contains(&(
+                kind.resource.group.clone(),
+                kind.resource.kind.clone(),
+                m.name.clone(),
+            ));
             for mut w in group::plan(&name, Count::Own, std::slice::from_ref(&m)).writes {
                 w.why = Why::Left(LeaveReason::Released);
                 writes.push((kind, m.clone(), w));

@@ -87,7 +87,18 @@ async fn write(
     holder_uid: &str,
 ) -> Result<Answer> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
-    let body = w.body(m, holder_uid);
+    let mut body = w.body(m, holder_uid);
+    if m.keda {
+        // A workload KEDA scales: its record alone (its count is KEDA's, and its ScaledObject
+        // carries the schedule's), by apply as every record is, without /scale.
+        if let Some(o) = body.as_object_mut() {
+            o.remove("spec");
+        }
+        ctx.metrics.write(&kind.resource.plural, "apply");
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        let sent = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
+        return answer(sent.map(|_| ()), "patch", "", ns, kind, m);
+    }
     if !kind.built_in {
         return write_custom(ctx, &api, ns, kind, m, w, body).await;
     }

@@ -32,6 +32,7 @@ fn asleep(name: &str, own: i32) -> Member {
         }),
         place: Place::Held,
         autoscaled_by: None,
+        keda: false,
         floor_of: None,
         two_step: false,
         handed_to: None,
