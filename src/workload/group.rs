@@ -223,7 +223,12 @@ impl Record {
     /// Whether `value` is what this record's holder set (or, between its two requests, what
     /// it was about to change): anything else was set by someone else.
     pub fn set(&self, value: Value) -> bool {
-        self.scheduled == value || self.previous == Some(value)
+        match (self.scheduled, value) {
+            // A ScaledObject's floor: whether the pause on it is the operator's is told apart
+            // by the placing (its annotations), not here.
+            (Value::Keda { floor: a, .. }, Value::Keda { floor: b, .. }) => a == b,
+            _ => self.scheduled == value || self.previous == Some(value),
+        }
     }
 
     fn annotations(&self) -> Json {
@@ -296,8 +301,14 @@ impl Member {
 }
 
 fn own_of(record: Option<&Record>, value: Value) -> Value {
-    match record {
-        Some(r) if r.set(value) => r.own,
+    match (record, value) {
+        (Some(r), _) if r.set(value) => r.own,
+        // A pause is never a ScaledObject's own: the operator's is taken off, and one of
+        // someone else's leaves it to them (see `place`).
+        (_, Value::Keda { floor, .. }) => Value::Keda {
+            floor,
+            paused: false,
+        },
         _ => value,
     }
 }
@@ -662,13 +673,21 @@ fn keda_record(
     let mine = m.record.as_ref().filter(|r| r.holder == me);
     let floor = floors.iter().find(|f| f.is_floor_of(m));
     let asleep = matches!(level, Count::Replicas(0)) && floor.is_some();
+    // Kept until KEDA runs it again: its ScaledObject read back without the pause, and the
+    // workload off 0 (a ScaledObject deleted before, or a KEDA that stays paused, keda#6982,
+    // leaves it to this record).
+    let resumed = m.value.replicas() > 0
+        && floor.is_none_or(|f| !matches!(f.value, Value::Keda { paused: true, .. }));
     let record = match (asleep, mine) {
         (false, None) => return None,
         (true, Some(r)) if r.scheduled == Value::Replicas(0) => return None,
+        (false, Some(_)) if !resumed => return None,
         (false, Some(_)) => None,
         (true, _) => Some(Record {
             holder: me.to_string(),
-            own: Value::Replicas(match m.value.replicas() {
+            // Its own count (another TDSet's record taken over), else the ScaledObject's own
+            // floor, at least 1, where it already runs 0.
+            own: Value::Replicas(match m.own().replicas() {
                 n if n > 0 => n,
                 _ => floor.map_or(1, |f| f.own().replicas().max(1)),
             }),

@@ -87,6 +87,16 @@ fn direction(w: &Write, members: &[Member]) -> Option<OrderDirection> {
     if matches!(w.why, Why::Left(_)) || members[w.member].place != Place::Held {
         return None;
     }
+    // A ScaledObject's pause moves its workload whatever its floor (0 included).
+    match (w.from, w.to) {
+        (Value::Keda { paused: false, .. }, Value::Keda { paused: true, .. }) => {
+            return Some(OrderDirection::Sleeping);
+        }
+        (Value::Keda { paused: true, .. }, Value::Keda { paused: false, .. }) => {
+            return Some(OrderDirection::Waking);
+        }
+        _ => {}
+    }
     let (from, to) = (w.from.replicas(), w.to.replicas());
     match to.cmp(&from) {
         std::cmp::Ordering::Greater => Some(OrderDirection::Waking),
@@ -151,6 +161,15 @@ pub fn gate(
     for (w, d) in writes.iter().zip(&dirs) {
         if *d == Some(dir) {
             planned[w.member] = w.to;
+            pending[w.member] = true;
+        }
+        // A workload KEDA scales: its record of the night now, its ScaledObject's pause (the
+        // change) the round after.
+        let night = w
+            .record
+            .as_ref()
+            .is_some_and(|r| r.scheduled == Value::Replicas(0));
+        if w.why == Why::Record && night && dir == OrderDirection::Sleeping {
             pending[w.member] = true;
         }
     }
@@ -233,6 +252,12 @@ pub fn gate(
     out
 }
 
+/// Whether the pause of the ScaledObject that scales member `i` is among the planned values.
+fn pending_pause_written(members: &[Member], i: usize, planned: &[Value]) -> bool {
+    (members.iter().zip(planned))
+        .any(|(f, v)| f.is_floor_of(&members[i]) && matches!(v, Value::Keda { paused: true, .. }))
+}
+
 /// Why held member `i` of the tier waited on is not yet where the change takes it, if it is
 /// not.
 fn unsettled(
@@ -248,6 +273,10 @@ fn unsettled(
     if pending[i] {
         if m.floor_of.is_some() {
             return Some(format!("{what}: its floor to be written"));
+        }
+        if m.keda && dir == OrderDirection::Sleeping && !pending_pause_written(members, i, planned)
+        {
+            return Some(format!("{what}: its ScaledObject's pause to be written"));
         }
     } else if m.floor_of.is_some() {
         // An HPA counts through its workload.

@@ -626,8 +626,7 @@ fn a_workload_keda_scales_is_never_written_it_sleeps_through_its_scaled_objects_
         plan("g", Count::Replicas(0), &ms).writes.is_empty(),
         "idempotent"
     );
-    // 6: the pause taken off (an apply that leaves it out), the floor 6, the own one recorded;
-    // the workload's record taken off, its count left to KEDA.
+    // 6: the pause taken off (an apply that leaves it out), the floor 6, the own one recorded.
     let day = plan("g", Count::Replicas(6), &ms);
     let to: Vec<_> = (day.writes.iter())
         .map(|w| (w.member, w.to, w.record.as_ref().map(|r| r.own)))
@@ -636,10 +635,20 @@ fn a_workload_keda_scales_is_never_written_it_sleeps_through_its_scaled_objects_
         floor,
         paused: false,
     };
-    assert_eq!(to, [(0, zero, None), (1, floor(6), Some(floor(1)))]);
-    let body = day.writes[1].body(&ms[1], "uid-g");
+    assert_eq!(to, [(1, floor(6), Some(floor(1)))]);
+    let body = day.writes[0].body(&ms[1], "uid-g");
     assert_eq!(body["metadata"]["annotations"].get(keda::PAUSED), None);
     apply_all(&mut ms, &day);
+    // The workload's record stays until KEDA runs it again (off 0), then goes; its count is
+    // KEDA's.
+    assert!(plan("g", Count::Replicas(6), &ms).writes.is_empty());
+    ms[0].value = Value::Replicas(6);
+    let resumed = plan("g", Count::Replicas(6), &ms);
+    let to: Vec<_> = (resumed.writes.iter())
+        .map(|w| (w.member, w.to, w.record.is_some()))
+        .collect();
+    assert_eq!(to, [(0, Value::Replicas(6), false)]);
+    apply_all(&mut ms, &resumed);
     // Above maxReplicaCount: clamped.
     assert_eq!(plan("g", Count::Replicas(50), &ms).writes[0].to, floor(10));
     // own: the own floor given back, the record (and the pause) gone.
@@ -854,4 +863,53 @@ fn a_group_takes_no_workload_past_what_one_reconcile_reads() {
         plan("sleep", Count::Replicas(0), &fresh).writes.len(),
         fresh.len()
     );
+}
+
+/// Found in review: a floor changed at night under the operator's pause (a Helm upgrade sets
+/// minReplicaCount 3) is the ScaledObject's own floor now; the pause stays the operator's, is
+/// never taken for the own value, and the morning takes it off.
+#[test]
+fn a_floor_changed_under_the_operators_pause_is_the_own_floor_and_the_pause_stays_ours() {
+    let mut api = deployment("api", 0);
+    (api.autoscaled_by, api.keda) = (Some("api".into()), true);
+    api.record = Some(Record {
+        holder: "g".into(),
+        own: Value::Replicas(4),
+        scheduled: Value::Replicas(0),
+        previous: None,
+    });
+    let mut so = scaled_object_of("api", 3, 10);
+    let keda = |floor, paused| Value::Keda { floor, paused };
+    so.value = keda(3, true);
+    so.record = Some(Record {
+        holder: "g".into(),
+        own: keda(2, false),
+        scheduled: keda(2, true),
+        previous: None,
+    });
+    assert_eq!(so.own(), keda(3, false), "never paused");
+    let mut ms = vec![api, so];
+    let night = plan("g", Count::Replicas(0), &ms);
+    assert_eq!(night.writes.len(), 1);
+    let r = night.writes[0].record.as_ref().unwrap();
+    assert_eq!((r.own, r.scheduled), (keda(3, false), keda(3, true)));
+    apply_all(&mut ms, &night);
+    let back = plan("g", Count::Own, &ms);
+    let so_back = back.writes.iter().find(|w| w.member == 1).unwrap();
+    assert_eq!((so_back.to, &so_back.record), (keda(3, false), &None));
+    let body = so_back.body(&ms[1], "uid-g");
+    assert_eq!(body["metadata"].get("annotations"), None, "{body}");
+    // Given back while someone else's pause is on it (its night spelling by day): the own
+    // floor recorded, not the scheduled one.
+    let mut by_day = ms[1].clone();
+    by_day.value = keda(5, true);
+    by_day.record = Some(Record {
+        holder: "g".into(),
+        own: keda(2, false),
+        scheduled: keda(5, false),
+        previous: None,
+    });
+    by_day.place = Place::Outside;
+    let left = plan("g", Count::Replicas(5), &[by_day]);
+    assert_eq!(left.writes[0].to, keda(2, false));
 }

@@ -36,6 +36,7 @@ use crate::status::{Observed, Problem};
 use crate::workload::contest::Verdict;
 use crate::workload::gitops;
 use crate::workload::group::{self, LeaveReason, Member, Place, Value, Why};
+use crate::workload::keda;
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Saved;
 
@@ -51,6 +52,10 @@ use write::{Sent, WRITES_IN_FLIGHT, send};
 const TIDY_RETRY: Duration = Duration::from_secs(1);
 /// How soon to look again after a write was refused because the workload changed meanwhile.
 const STALE_RETRY: Duration = Duration::from_secs(1);
+/// How often a group that has a ScaledObject on record looks again: nothing watches
+/// ScaledObjects (one pointed at another workload, or paused by its user, would otherwise wait
+/// for the next transition).
+const SCALED_OBJECT_LOOK: Duration = Duration::from_secs(60);
 
 /// What the TDSet holds, and the level applied to it.
 pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Result<Outcome> {
@@ -139,6 +144,14 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         out.retry = Some(out.retry.map_or(retry, |r| r.min(retry)));
     }
     out.failed = writes_failed;
+    let holds_scaled_object = (members.iter())
+        .any(|m| m.kind == keda::KIND && m.record.as_ref().is_some_and(|r| r.holder == name));
+    if holds_scaled_object {
+        out.retry = Some(
+            out.retry
+                .map_or(SCALED_OBJECT_LOOK, |r| r.min(SCALED_OBJECT_LOOK)),
+        );
+    }
     out.target = left_target(
         tdset,
         ctx,
@@ -819,16 +832,15 @@ fn through_scaled_objects(members: &[Member], after: &mut [Value]) {
     }
 }
 
-/// A held workload's own count, for the savings. One KEDA scales carries no record (it is never
-/// written): asleep it runs 0, so its own count is taken as its ScaledObject's own floor, and
-/// at least one replica (a lower bound: what KEDA would have run is not known).
+/// A held workload's own count, for the savings. One KEDA scales has it on record only while
+/// asleep; at least its ScaledObject's own floor.
 fn own_count(members: &[Member], i: usize) -> i32 {
     let m = &members[i];
     if !m.keda {
         return m.own().replicas();
     }
     let floor = (members.iter().find(|f| f.is_floor_of(m))).map_or(0, |f| f.own().replicas());
-    m.value.replicas().max(floor).max(1)
+    m.own().replicas().max(floor)
 }
 
 /// The held workloads whose writes did not land, in a few words: how many, and the first.

@@ -187,8 +187,11 @@ pub(super) fn hpa_held_elsewhere(p: &Placing<'_>, o: &DynamicObject) -> Option<S
 fn scaled_object_held_elsewhere(p: &Placing<'_>, o: &DynamicObject, m: &Member) -> Option<String> {
     let so = o.name_any();
     let pause = pause_of(o);
+    // The operator's night: KEDA's pause at 0 where a TDSet's record says it paused it (its
+    // floor may have been changed since: that is someone else's, the pause still ours).
     let ours = matches!(m.value, Value::Keda { paused: true, .. })
-        && m.record.as_ref().is_some_and(|r| r.set(m.value));
+        && (m.record.as_ref())
+            .is_some_and(|r| matches!(r.scheduled, Value::Keda { paused: true, .. }));
     if pause.pauses() && !ours {
         return Some(format!(
             "the pause on its ScaledObject {so} (autoscaling.keda.sh/paused-replicas {:?}, \

@@ -90,8 +90,13 @@ async fn write(
     let mut body = w.body(m, holder_uid);
     if m.keda {
         // A workload KEDA scales: its record alone (its count is KEDA's, and its ScaledObject
-        // carries the schedule's), by apply as every record is, without /scale.
-        if let Some(o) = body.as_object_mut() {
+        // carries the schedule's), by apply as every record is, never through /scale. A
+        // built-in kind's apply carries its count as read, unchanged (the write is refused if
+        // it moved since): server-side apply would reset a field that the operator's earlier
+        // applies own and this one left out.
+        if !kind.built_in
+            && let Some(o) = body.as_object_mut()
+        {
             o.remove("spec");
         }
         ctx.metrics.write(&kind.resource.plural, "apply");

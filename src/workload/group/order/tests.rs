@@ -622,3 +622,62 @@ fn a_level_own_that_raises_some_and_lowers_others_is_not_stuck() {
         "{sent:?}"
     );
 }
+
+/// Found in review: a workload KEDA scales sleeps through its ScaledObject, its record a round
+/// before the pause. Its tier (the last: it sleeps first) holds the tier before it back until
+/// the pause is written and KEDA has it at 0, whatever the ScaledObject's floor (0 included).
+#[test]
+fn a_tier_keda_scales_sleeps_before_the_tier_before_it() {
+    for min in [2, 0] {
+        let mut db = asleep("db", 2);
+        (db.value, db.record) = (Value::Replicas(2), None);
+        let mut web = asleep("web", 3);
+        (web.value, web.record) = (Value::Replicas(3), None);
+        (web.autoscaled_by, web.keda) = (Some("web".into()), true);
+        let so = Member {
+            api_version: "keda.sh/v1alpha1".into(),
+            kind: "ScaledObject".into(),
+            uid: "uid-so".into(),
+            value: Value::Keda {
+                floor: min,
+                paused: false,
+            },
+            record: None,
+            floor_of: Some(("web".into(), 10)),
+            ..asleep("web", 1)
+        };
+        let mut members = vec![db, web, so];
+        let tier = vec![0, 1, 1];
+        let mut ready = vec![Some(2), Some(3), None];
+        let mut sent_db_at = None;
+        for round in 0..4 {
+            let p = plan("g", Count::Replicas(0), &members);
+            let tiers = Tiers {
+                count: 2,
+                of: &tier,
+                ready: &ready,
+                timeout: Duration::minutes(5),
+            };
+            let change = Change {
+                level: "0".into(),
+                generation: 1,
+            };
+            let g = gate(&tiers, &members, &p.writes, None, &change, at(round));
+            for k in &g.now {
+                let w = &p.writes[*k];
+                if w.member == 0 {
+                    sent_db_at.get_or_insert(round);
+                }
+                members[w.member].value = w.to;
+                members[w.member].record = w.record.clone();
+            }
+            // KEDA takes the workload to 0 once the pause is on.
+            if matches!(members[2].value, Value::Keda { paused: true, .. }) {
+                members[1].value = Value::Replicas(0);
+                ready[1] = Some(0);
+            }
+        }
+        // Round 0: web's record; round 1: its pause (KEDA scales it to 0); round 2: db.
+        assert_eq!(sent_db_at, Some(2), "min {min}");
+    }
+}
