@@ -913,3 +913,24 @@ fn a_floor_changed_under_the_operators_pause_is_the_own_floor_and_the_pause_stay
     let left = plan("g", Count::Replicas(5), &[by_day]);
     assert_eq!(left.writes[0].to, keda(2, false));
 }
+
+/// Found in review: a workload KEDA scales, asleep under another TDSet's record (its own count
+/// 4), taken over at night: its own count stays 4, not the 0 it runs.
+#[test]
+fn a_keda_workload_taken_over_at_night_keeps_the_own_count_on_record() {
+    let mut api = deployment("api", 0);
+    (api.autoscaled_by, api.keda) = (Some("api".into()), true);
+    api.record = Some(Record {
+        holder: "older".into(),
+        own: Value::Replicas(4),
+        scheduled: Value::Replicas(0),
+        previous: None,
+    });
+    let night = plan(
+        "g",
+        Count::Replicas(0),
+        &[api, scaled_object_of("api", 1, 10)],
+    );
+    let r = night.writes[0].record.as_ref().unwrap();
+    assert_eq!((r.holder.as_str(), r.own), ("g", Value::Replicas(4)));
+}

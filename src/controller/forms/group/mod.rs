@@ -938,3 +938,53 @@ fn outcome(
         ..Outcome::observed(Ok(observed))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::group::Record;
+
+    fn member(kind: &str, name: &str, value: Value) -> Member {
+        Member {
+            api_version: String::new(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: String::new(),
+            resource_version: None,
+            value,
+            record: None,
+            place: Place::Held,
+            autoscaled_by: None,
+            keda: false,
+            floor_of: None,
+            two_step: false,
+            handed_to: None,
+        }
+    }
+
+    /// Found in review: a workload KEDA scales, idle at 0 by day under a floor of 0, saves
+    /// nothing; asleep, it saves its count on record.
+    #[test]
+    fn a_keda_workload_saves_its_count_on_record_and_nothing_while_idle() {
+        let mut web = member("Deployment", "web", Value::Replicas(0));
+        (web.autoscaled_by, web.keda) = (Some("web".into()), true);
+        let mut so = member(
+            keda::KIND,
+            "web",
+            Value::Keda {
+                floor: 0,
+                paused: false,
+            },
+        );
+        so.floor_of = Some(("web".into(), 10));
+        let mut ms = vec![web, so];
+        assert_eq!(own_count(&ms, 0), 0);
+        ms[0].record = Some(Record {
+            holder: "g".into(),
+            own: Value::Replicas(3),
+            scheduled: Value::Replicas(0),
+            previous: None,
+        });
+        assert_eq!(own_count(&ms, 0), 3);
+    }
+}
