@@ -1849,6 +1849,16 @@ fn group_over_keda(annotations: Value) -> (ApiServer, Operator, TDSet) {
     server.lists(SCALED_OBJECTS, "", list("ScaledObject", vec![so]));
     server.on("PATCH", &format!("{DEPLOYMENTS}/web"), echo("12"));
     server.on("PATCH", &format!("{SCALED_OBJECTS}/web"), echo("31"));
+    // Read back once held: paused by the operator, not yet by KEDA.
+    let night =
+        json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"});
+    server.returns(
+        "GET",
+        &format!("{SCALED_OBJECTS}/web"),
+        scaled_object(night, "False"),
+    );
+    server.returns("GET", "/apis/apps/v1", apps_v1());
+    server.returns("GET", &format!("{DEPLOYMENTS}/web"), dev("web", 2, "12"));
     let operator = Operator::at(&server, NOW);
     (server, operator, t)
 }
@@ -1907,4 +1917,18 @@ async fn a_group_records_a_keda_workload_s_sleep_on_it_before_it_pauses_its_scal
         (&json!("uid-so"), &json!("30"))
     );
     assert_eq!(pause.body["spec"], json!({"minReplicaCount": 2}));
+    // Then read back (nothing watches ScaledObjects), with its workload: KEDA is given its
+    // grace from this write, so nothing is said yet.
+    let requests = server.requests();
+    let read_back = [
+        "GET /apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/web",
+        "GET /apis/apps/v1/namespaces/ns/deployments/web",
+    ];
+    for r in read_back {
+        assert!(requests.contains(&r.to_string()), "{requests:?}");
+    }
+    let last = server.sent().last().unwrap().body["status"].clone();
+    let conditions = last["conditions"].as_array().unwrap();
+    let degraded = conditions.iter().find(|c| c["type"] == "Degraded").unwrap();
+    assert_eq!(degraded["status"], "False", "{degraded}");
 }

@@ -6,9 +6,11 @@
 //! - `observe`: which kinds, and what each listed workload runs and carries;
 //! - `place`: whether this TDSet holds a workload, or who else does;
 //! - `write`: one planned write sent, and what it came to;
+//! - `keda`: what KEDA made of the ScaledObjects it holds;
 //! - `order`: which writes wait for an earlier tier (`order`);
 //! - `release`: every workload given back (deletion, another form).
 
+mod keda;
 mod observe;
 mod order;
 mod place;
@@ -36,7 +38,7 @@ use crate::status::{Observed, Problem};
 use crate::workload::contest::Verdict;
 use crate::workload::gitops;
 use crate::workload::group::{self, LeaveReason, Member, Place, Value, Why};
-use crate::workload::keda;
+use crate::workload::keda as keda_api;
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Saved;
 
@@ -108,7 +110,14 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     };
     // Suspended, nothing is scheduled, so nothing is ordered.
     let ordered = (mode != Mode::Never).then(|| gate(&group, sel, previous.as_ref(), &plan, level));
-    let written = write_planned(&group, &plan, mode, ordered.as_ref()).await?;
+    let mut written = write_planned(&group, &plan, mode, ordered.as_ref()).await?;
+    if mode == Mode::IfDifferent {
+        let checks = keda::check_all(&group, &written.done, events).await?;
+        written.problems.extend(checks.problems);
+        if let Some(after) = checks.retry {
+            written.retry_in(after);
+        }
+    }
     let writes_failed = written.first_error.is_some();
     let problems = with_write_problems(problems, &written, &members);
     let held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
@@ -145,7 +154,7 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     }
     out.failed = writes_failed;
     let holds_scaled_object = (members.iter())
-        .any(|m| m.kind == keda::KIND && m.record.as_ref().is_some_and(|r| r.holder == name));
+        .any(|m| m.kind == keda_api::KIND && m.record.as_ref().is_some_and(|r| r.holder == name));
     if holds_scaled_object {
         out.retry = Some(
             out.retry
@@ -969,7 +978,7 @@ mod tests {
         let mut web = member("Deployment", "web", Value::Replicas(0));
         (web.autoscaled_by, web.keda) = (Some("web".into()), true);
         let mut so = member(
-            keda::KIND,
+            keda_api::KIND,
             "web",
             Value::Keda {
                 floor: 0,

@@ -78,6 +78,25 @@ pub(super) async fn send(
     }
 }
 
+/// Sends `body`, made for member `m` of `kind`, as the group's apply (forced, under its field
+/// manager).
+pub(super) async fn apply_body(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    m: &Member,
+    body: &serde_json::Value,
+) -> Result<Sent> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
+    ctx.metrics.write(&kind.resource.plural, "apply");
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let sent = api.patch(&m.name, &apply, &Patch::Apply(body)).await;
+    match answer(sent.map(|_| ()), "patch", "", ns, kind, m)? {
+        Answer::Invalid(message) => refused(ctx, ns, kind, m, message).await,
+        Answer::Sent(sent) => Ok(sent),
+    }
+}
+
 async fn write(
     ctx: &Context,
     ns: &str,

@@ -37,14 +37,14 @@ const FIELD: &str = "spec.minReplicaCount";
 const KEDA_GRACE: Duration = Duration::from_secs(30);
 /// How often a settled ScaledObject is read again: no watch reports KEDA's status or a
 /// change of the workload's count while it is paused.
-const CHECK_EVERY: Duration = Duration::from_secs(15);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(15);
 /// How soon to look again while KEDA is expected to act.
-const SOON: Duration = Duration::from_secs(3);
+pub(crate) const SOON: Duration = Duration::from_secs(3);
 
 /// The keys of the TDSet's contests (see `workload::contest`): the schedule's writes, the
 /// turns that make KEDA put a drifted count right, the unpause of a ScaledObject KEDA left
 /// paused, how long KEDA's HPA has been seen missing.
-fn keys(tdset_key: &str) -> [String; 4] {
+pub(crate) fn keys(tdset_key: &str) -> [String; 4] {
     [
         ContestPart::Keda,
         ContestPart::KedaDrift,
@@ -429,23 +429,37 @@ fn warn_if_old(turn: &mut Turn<'_>, r: &ScaleTargetRef, so: &keda::ScaledObjectV
     }
 }
 
-/// Whether KEDA took what is on the ScaledObject; a drifted count or a pause KEDA kept is put
-/// right through the ScaledObject, never faster than the contest allows. The problem to report
-/// and when to look again.
-async fn check(
-    turn: &mut Turn<'_>,
+/// What a check of a ScaledObject found, and what to do about it (`checked`).
+pub(crate) enum Checked {
+    /// Nothing to do; look again after this.
+    Fine(Duration),
+    /// Say this; look again after that.
+    Said(Problem, Duration),
+    /// The workload runs this count while the schedule's pause holds it at 0: make KEDA put
+    /// it back.
+    Drifted(i32),
+    /// KEDA still says Paused with no pause left, past the grace (keda#6982).
+    StillPaused,
+}
+
+/// Whether KEDA took what was written to ScaledObject `r`, with the workload it scales read
+/// (`replicas`), and how long each finding has lasted, kept under `key_base` (a TDSet's
+/// namespace/name; a group's, with the ScaledObject's kind and name).
+pub(crate) fn checked(
+    ctx: &Context,
+    ns: &str,
+    key_base: &str,
     r: &ScaleTargetRef,
     so: &ScaledObjectRead,
-    workload: &ScaleView,
-) -> Result<(Option<Problem>, Duration)> {
-    let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
-    let [key, drift_key, unpause_key, hpa_key] = keys(&format!("{ns}/{}", tdset.name_any()));
+    replicas: i32,
+) -> Checked {
+    let [key, drift_key, unpause_key, hpa_key] = keys(key_base);
     let now = tokio::time::Instant::now();
     let since = |k: &str| ctx.contest(k, |c| c.since_write(now));
     let waited = since(&key).is_none_or(|d| d >= KEDA_GRACE);
     let hpa = so.view.hpa();
     let hpa_there = io::hpa_cached(ctx, ns, &hpa);
-    let found = keda::check(&so.view, Some(workload.spec_replicas), Some(hpa_there));
+    let found = keda::check(&so.view, Some(replicas), Some(hpa_there));
     // How long the operator has seen `found` so (0 when not): KEDA's status may lag behind
     // annotations someone else took off, and the cache behind KEDA's new HPA, so both are
     // counted from when first seen, not from the operator's last write (none, after a restart).
@@ -461,16 +475,16 @@ async fn check(
     };
     let still_for = seen_for(&unpause_key, found == Check::StillPaused);
     let missing_for = seen_for(&hpa_key, found == Check::HpaMissing);
-    Ok(match found {
-        Check::Taken => (None, CHECK_EVERY),
-        Check::NotPaused if !waited => (None, SOON),
-        Check::NotPaused => (
-            Some(Problem::KedaPauseNotApplied(format!(
+    match found {
+        Check::Taken => Checked::Fine(CHECK_EVERY),
+        Check::NotPaused if !waited => Checked::Fine(SOON),
+        Check::NotPaused => Checked::Said(
+            Problem::KedaPauseNotApplied(format!(
                 "ScaledObject {} carries the schedule's pause (paused-replicas 0), but KEDA has \
-                 not paused it (its Paused condition is not True) and {} still runs {} \
+                 not paused it (its Paused condition is not True) and {} still runs {replicas} \
                  replicas: is KEDA's operator running, and at 2.20 or later?",
-                r.name, so.view.target, workload.spec_replicas
-            ))),
+                r.name, so.view.target
+            )),
             CHECK_EVERY,
         ),
         // KEDA is still scaling to the pause (or to the last turn) just written: it says it
@@ -479,22 +493,44 @@ async fn check(
             if (!waited && so.view.paused_replica_count != Some(0))
                 || since(&drift_key).is_some_and(|d| d < KEDA_GRACE) =>
         {
-            (None, SOON)
+            Checked::Fine(SOON)
         }
-        Check::Drifted { replicas } => put_drift_right(turn, r, so, replicas, &drift_key).await?,
-        Check::StillPaused if !waited || still_for < KEDA_GRACE => (None, SOON),
-        Check::StillPaused => unpause_stuck(turn.ctx, ns, r, so, &unpause_key).await?,
-        Check::HpaMissing if !waited || missing_for < KEDA_GRACE => (None, SOON),
-        Check::HpaMissing => (
-            Some(Problem::KedaHpaMissing(format!(
+        Check::Drifted { replicas } => Checked::Drifted(replicas),
+        Check::StillPaused if !waited || still_for < KEDA_GRACE => Checked::Fine(SOON),
+        Check::StillPaused => Checked::StillPaused,
+        Check::HpaMissing if !waited || missing_for < KEDA_GRACE => Checked::Fine(SOON),
+        Check::HpaMissing => Checked::Said(
+            Problem::KedaHpaMissing(format!(
                 "KEDA says ScaledObject {} is not paused, but the HorizontalPodAutoscaler {hpa} \
                  it scales {} with does not exist: nothing scales the workload. Is KEDA's \
                  operator running? It makes the HPA again when it reconciles the ScaledObject",
                 r.name, so.view.target
-            ))),
+            )),
             CHECK_EVERY,
         ),
-    })
+    }
+}
+
+/// Whether KEDA took what was written, and a drift put right or a stuck pause taken off.
+async fn check(
+    turn: &mut Turn<'_>,
+    r: &ScaleTargetRef,
+    so: &ScaledObjectRead,
+    workload: &ScaleView,
+) -> Result<(Option<Problem>, Duration)> {
+    let key_base = format!("{}/{}", turn.ns, turn.tdset.name_any());
+    let [_, drift_key, unpause_key, _] = keys(&key_base);
+    let replicas = workload.spec_replicas;
+    Ok(
+        match checked(turn.ctx, turn.ns, &key_base, r, so, replicas) {
+            Checked::Fine(after) => (None, after),
+            Checked::Said(p, after) => (Some(p), after),
+            Checked::Drifted(replicas) => {
+                put_drift_right(turn, r, so, replicas, &drift_key).await?
+            }
+            Checked::StillPaused => unpause_stuck(turn.ctx, turn.ns, r, so, &unpause_key).await?,
+        },
+    )
 }
 
 /// KEDA does not watch the workload: the pause's spelling is turned so it reconciles the
@@ -547,7 +583,7 @@ async fn put_drift_right(
 
 /// KEDA says Paused with no pause annotation left (keda#6982): `paused: "false"`, as KEDA's
 /// documentation allows, three times at once, then less and less often.
-async fn unpause_stuck(
+pub(crate) async fn unpause_stuck(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,
