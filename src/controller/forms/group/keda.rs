@@ -22,8 +22,8 @@ use crate::workload::keda;
 use super::write::{Sent, apply_body};
 use super::{Group, SCALED_OBJECT_LOOK};
 
-/// The most ScaledObjects one reconcile reads back (two reads each: it and its workload);
-/// those past it are checked as the others settle (the first by name each time).
+/// The most ScaledObjects one reconcile reads back (two reads each: it and its workload): the
+/// first by name; those past it are written as the others, but not read back.
 const MAX_CHECKED: usize = 32;
 
 /// What the checks came to.
