@@ -126,6 +126,23 @@ impl Contest {
     }
 
     /// How long ago the last write was made (None: none since this process started).
+    /// Whether a look timed by `looked` is due: none yet, or the wait it asked for is over.
+    pub fn look_due(&self, now: Instant) -> bool {
+        match (self.written_at, self.last_set) {
+            (Some(at), Some(secs)) => {
+                now.saturating_duration_since(at).as_secs() >= u64::try_from(secs).unwrap_or(0)
+            }
+            _ => true,
+        }
+    }
+
+    /// A look made at `now`, the next due after `wait` (kept in whole seconds; no revert is
+    /// counted: a look is no write).
+    pub fn looked(&mut self, wait: std::time::Duration, now: Instant) {
+        self.last_set = Some(i32::try_from(wait.as_secs()).unwrap_or(i32::MAX));
+        self.written_at = Some(now);
+    }
+
     pub fn since_write(&self, now: Instant) -> Option<std::time::Duration> {
         self.written_at.map(|at| now.saturating_duration_since(at))
     }

@@ -529,7 +529,9 @@ pub fn plan_within(
         if let Some(reason) = leave {
             // Only a record of this TDSet's is taken back; a workload held elsewhere is the
             // holder's to write (it reads this record's own count when it takes over).
-            if mine.is_some() && !matches!(reason, LeaveReason::HeldElsewhere(_)) {
+            // A workload KEDA scales keeps it until KEDA runs it again (see `keda_record`).
+            let asleep = m.keda && !keda_resumed(m, members.iter());
+            if mine.is_some() && !matches!(reason, LeaveReason::HeldElsewhere(_)) && !asleep {
                 writes.push(Write {
                     member: i,
                     from: m.value,
@@ -673,15 +675,10 @@ fn keda_record(
     let mine = m.record.as_ref().filter(|r| r.holder == me);
     let floor = floors.iter().find(|f| f.is_floor_of(m));
     let asleep = matches!(level, Count::Replicas(0)) && floor.is_some();
-    // Kept until KEDA runs it again: its ScaledObject read back without the pause, and the
-    // workload off 0 (a ScaledObject deleted before, or a KEDA that stays paused, keda#6982,
-    // leaves it to this record).
-    let resumed = m.value.replicas() > 0
-        && floor.is_none_or(|f| !matches!(f.value, Value::Keda { paused: true, .. }));
     let record = match (asleep, mine) {
         (false, None) => return None,
         (true, Some(r)) if r.scheduled == Value::Replicas(0) => return None,
-        (false, Some(_)) if !resumed => return None,
+        (false, Some(_)) if !keda_resumed(m, floors.iter().copied()) => return None,
         (false, Some(_)) => None,
         (true, _) => Some(Record {
             holder: me.to_string(),
@@ -702,6 +699,15 @@ fn keda_record(
         record,
         why: Why::Record,
     })
+}
+
+/// Whether KEDA runs workload `m` again: the ScaledObject that scales it (among `floors`)
+/// read back without the operator's pause, and the workload off 0. Until then its record of
+/// the night stays (a ScaledObject deleted meanwhile, or a KEDA that stays paused, keda#6982,
+/// leaves the workload to it).
+fn keda_resumed<'a>(m: &Member, mut floors: impl Iterator<Item = &'a Member>) -> bool {
+    m.value.replicas() > 0
+        && floors.all(|f| !f.is_floor_of(m) || !matches!(f.value, Value::Keda { paused: true, .. }))
 }
 
 /// Whether the workload ScaledObject `so` scales carries this TDSet's record of its sleep.

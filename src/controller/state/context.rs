@@ -34,6 +34,8 @@ macro_rules! contest_parts {
         }
 
         impl ContestPart {
+            /// Every part (each has a key of its own, tested).
+            #[cfg(test)]
             const ALL: &'static [ContestPart] = &[$(ContestPart::$part,)*];
 
             /// The contest's key for the TDSet `tdset_key` (`<namespace>/<name>`).
@@ -58,6 +60,8 @@ contest_parts! {
     KedaDrift => "keda-drift",
     /// The unpause of a ScaledObject KEDA left paused.
     KedaUnpause => "keda-unpause",
+    /// When a group next reads back a ScaledObject it holds (`Contest::looked`).
+    KedaLook => "keda-look",
     /// How long KEDA's HPA has been seen missing.
     KedaHpa => "keda-hpa",
     /// Letting go of a ScaledObject: its writes made (once), and since when KEDA has been
@@ -160,10 +164,10 @@ impl Context {
     /// Forgets what is kept per TDSet in memory (it is gone).
     pub(crate) fn forget(&self, key: &str) {
         if let Ok(mut c) = self.contests.lock() {
-            c.remove(key);
-            for part in ContestPart::ALL {
-                c.remove(&part.key(key));
-            }
+            // Its parts, and what it keeps per object it writes (`{key}/{kind}/{name}`, and
+            // their parts): a name has no `/`, so nothing of another TDSet's starts so.
+            let prefix = format!("{key}/");
+            c.retain(|k, _| k != key && !k.starts_with(&prefix));
         }
         if let Ok(mut f) = self.failures.lock() {
             f.remove(key);

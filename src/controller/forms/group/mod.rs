@@ -38,7 +38,6 @@ use crate::status::{Observed, Problem};
 use crate::workload::contest::Verdict;
 use crate::workload::gitops;
 use crate::workload::group::{self, LeaveReason, Member, Place, Value, Why};
-use crate::workload::keda as keda_api;
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Saved;
 
@@ -153,9 +152,7 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         out.retry = Some(out.retry.map_or(retry, |r| r.min(retry)));
     }
     out.failed = writes_failed;
-    let holds_scaled_object = (members.iter())
-        .any(|m| m.kind == keda_api::KIND && m.record.as_ref().is_some_and(|r| r.holder == name));
-    if holds_scaled_object {
+    if !keda::watched(&name, &members, &written.done).is_empty() {
         out.retry = Some(
             out.retry
                 .map_or(SCALED_OBJECT_LOOK, |r| r.min(SCALED_OBJECT_LOOK)),
@@ -952,6 +949,7 @@ fn outcome(
 mod tests {
     use super::*;
     use crate::workload::group::Record;
+    use crate::workload::keda as keda_api;
 
     fn member(kind: &str, name: &str, value: Value) -> Member {
         Member {
