@@ -71,8 +71,6 @@ pub struct ScaledObjectView {
     pub hpa_name: Option<String>,
     /// `spec.advanced.horizontalPodAutoscalerConfig.name`: the HPA's name where the user chose it.
     pub hpa_name_set: Option<String>,
-    /// The group that holds it, by its record (`schedule.rs/held-by`), if any.
-    pub held_by: Option<String>,
 }
 
 impl ScaledObjectView {
@@ -146,7 +144,6 @@ impl ScaledObjectView {
             paused_replica_count: n("/status/pausedReplicaCount"),
             hpa_name: s("/status/hpaName"),
             hpa_name_set: s("/spec/advanced/horizontalPodAutoscalerConfig/name"),
-            held_by: annotation(crate::workload::group::HELD_BY),
         }
     }
 
@@ -589,7 +586,6 @@ mod tests {
             paused_replica_count: None,
             hpa_name: Some("keda-hpa-web".into()),
             hpa_name_set: None,
-            held_by: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! A KEDA ScaledObject on the wire: read live (no watch: KEDA's CRD may be absent, and the
 //! TDSets that target one are few), written by merge patches guarded by its uid.
 
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 
 use super::target::{Request, object_of};
@@ -9,6 +10,7 @@ use crate::controller::state::{Answer, Context, Resolved};
 use crate::error::Error;
 use crate::status::Problem;
 use crate::workload::gitops;
+use crate::workload::group;
 use crate::workload::keda::{self, ScaledObjectView};
 use crate::workload::owned::FIELD_MANAGER;
 
@@ -19,6 +21,8 @@ pub(crate) struct ScaledObjectRead {
     pub view: ScaledObjectView,
     pub min_setter: Option<gitops::Setter>,
     pub max_setter: Option<gitops::Setter>,
+    /// The group that holds it, by its record (`schedule.rs/held-by`), if any.
+    pub held_by: Option<String>,
 }
 
 /// Reads the ScaledObject `r` names, live.
@@ -45,11 +49,13 @@ pub(crate) async fn read(ctx: &Context, ns: &str, r: &ScaleTargetRef) -> Answer<
         let view = serde_json::to_value(&o)
             .map(|v| ScaledObjectView::from_object(&v))
             .unwrap_or_default();
+        let held_by = o.annotations().get(group::HELD_BY).cloned();
         ScaledObjectRead {
             resource,
             view,
             min_setter,
             max_setter,
+            held_by,
         }
     }))
 }

@@ -189,7 +189,7 @@ async fn check_one(
             // Only over the group's own pause, by the live record (another TDSet may have
             // taken it since it was listed), and not over a write of this round's.
             Checked::Drifted(_)
-                if written || so.view.held_by.as_deref() != Some(&g.tdset.name_any()) =>
+                if written || so.held_by.as_deref() != Some(&g.tdset.name_any()) =>
             {
                 (None, SOON, None)
             }
@@ -239,8 +239,7 @@ async fn drift(
         resource_version: so.view.resource_version.clone(),
         ..m.clone()
     };
-    let Some(record) = (m.record.clone()).filter(|r| Some(&r.holder) == so.view.held_by.as_ref())
-    else {
+    let Some(record) = (m.record.clone()).filter(|r| Some(&r.holder) == so.held_by.as_ref()) else {
         return Ok((None, SOON, None));
     };
     let write = group::Write {
