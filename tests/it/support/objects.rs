@@ -198,6 +198,8 @@ pub fn never_active_cron() -> serde_json::Value {
 pub struct RefuseScale {
     client: kube::Client,
     name: String,
+    ns: String,
+    replicas: i32,
 }
 
 impl RefuseScale {
@@ -240,25 +242,33 @@ impl RefuseScale {
         let probe = format!("{name}-probe");
         let _: k8s_openapi::api::apps::v1::Deployment =
             create_object(client, ns, app_deployment(&probe, 0)).await;
+        let refuse = RefuseScale {
+            client: client.clone(),
+            name,
+            ns: ns.to_string(),
+            replicas,
+        };
+        eventually(GUARD, "the admission policy in force", || async {
+            refuse.probe().await.is_err().then_some(())
+        })
+        .await;
+        refuse
+    }
+
+    /// A dry-run scale of the probe (a Deployment of no replicas no test selects) to the
+    /// refused count: refused while the policy is in force.
+    async fn probe(&self) -> kube::Result<k8s_openapi::api::apps::v1::Deployment> {
         let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-            Api::namespaced(client.clone(), ns);
+            Api::namespaced(self.client.clone(), &self.ns);
         let dry_run = PatchParams {
             dry_run: true,
             ..PatchParams::default()
         };
-        let patch = serde_json::json!({"spec": {"replicas": replicas}});
-        eventually(GUARD, "the admission policy in force", || async {
-            deployments
-                .patch(&probe, &dry_run, &Patch::Merge(&patch))
-                .await
-                .is_err()
-                .then_some(())
-        })
-        .await;
-        RefuseScale {
-            client: client.clone(),
-            name,
-        }
+        let patch = serde_json::json!({"spec": {"replicas": self.replicas}});
+        let probe = format!("{}-probe", self.name);
+        deployments
+            .patch(&probe, &dry_run, &Patch::Merge(&patch))
+            .await
     }
 
     pub async fn lift(&self) {
@@ -268,5 +278,11 @@ impl RefuseScale {
         let _ = Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
             .delete(&self.name, &DeleteParams::default())
             .await;
+        // Taken down as asynchronously as it was taken up: a test that goes on at once would
+        // see refusals a while longer, each one more failure to back off from.
+        eventually(GUARD, "the admission policy lifted", || async {
+            self.probe().await.is_ok().then_some(())
+        })
+        .await;
     }
 }
