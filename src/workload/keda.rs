@@ -135,11 +135,7 @@ impl ScaledObjectView {
             min_replica_count: n("/spec/minReplicaCount"),
             max_replica_count: n("/spec/maxReplicaCount"),
             idle_replica_count: n("/spec/idleReplicaCount"),
-            target: ScaleTargetRef {
-                api_version: s("/spec/scaleTargetRef/apiVersion").unwrap_or("apps/v1".into()),
-                kind: s("/spec/scaleTargetRef/kind").unwrap_or("Deployment".into()),
-                name: s("/spec/scaleTargetRef/name").unwrap_or_default(),
-            },
+            target: target_of(object),
             paused,
             paused_replica_count: n("/status/pausedReplicaCount"),
             hpa_name: s("/status/hpaName"),
@@ -175,6 +171,21 @@ impl ScaledObjectView {
         (self.hpa_name.clone())
             .or_else(|| self.hpa_name_set.clone())
             .unwrap_or_else(|| format!("keda-hpa-{}", self.name))
+    }
+}
+
+/// A ScaledObject's `spec.scaleTargetRef` (of the object, or of what a list kept of it: only
+/// `/spec` is read), defaulted as KEDA defaults it (an `apps/v1` Deployment).
+pub fn target_of(object: &Value) -> ScaleTargetRef {
+    let s = |p: &str| object.pointer(p).and_then(Value::as_str);
+    ScaleTargetRef {
+        api_version: s("/spec/scaleTargetRef/apiVersion")
+            .unwrap_or("apps/v1")
+            .into(),
+        kind: s("/spec/scaleTargetRef/kind")
+            .unwrap_or("Deployment")
+            .into(),
+        name: s("/spec/scaleTargetRef/name").unwrap_or_default().into(),
     }
 }
 

@@ -253,7 +253,7 @@ fn one(placing: &Placing<'_>, kind: &Kind, o: &DynamicObject, value: Value) -> L
     }
     let mut scales = None;
     if is_scaled_object(kind) {
-        let target = scaled_object_target(o);
+        let target = keda::target_of(&o.data);
         // As KEDA defaults it.
         let max = int_at(o, "/spec/maxReplicaCount").unwrap_or(keda::DEFAULT_MAX);
         scales = Some((target.group().to_string(), target.kind.clone()));
@@ -328,24 +328,10 @@ pub(super) fn keda_targets(
     (found.iter())
         .filter(|(k, ..)| is_scaled_object(&kinds[*k]))
         .map(|(_, o, _)| {
-            let t = scaled_object_target(o);
+            let t = keda::target_of(&o.data);
             (t.group().to_string(), t.kind.clone(), t.name)
         })
         .collect()
-}
-
-/// A listed ScaledObject's `scaleTargetRef`, as KEDA defaults it (an `apps/v1` Deployment).
-fn scaled_object_target(o: &DynamicObject) -> ScaleTargetRef {
-    let at = |p: &str| o.data.pointer(p).and_then(serde_json::Value::as_str);
-    ScaleTargetRef {
-        api_version: at("/spec/scaleTargetRef/apiVersion")
-            .unwrap_or("apps/v1")
-            .into(),
-        kind: at("/spec/scaleTargetRef/kind")
-            .unwrap_or("Deployment")
-            .into(),
-        name: at("/spec/scaleTargetRef/name").unwrap_or_default().into(),
-    }
 }
 
 /// The workloads a listed ScaledObject scales (by group, kind and name) are KEDA's: their
