@@ -281,6 +281,29 @@ pub struct Member {
     pub handed_to: Option<String>,
 }
 
+#[cfg(test)]
+impl Member {
+    /// A member held by the TDSet planning, with no record, autoscaler or floor: what tests
+    /// build theirs from.
+    pub(crate) fn held(api_version: &str, kind: &str, name: &str, value: Value) -> Member {
+        Member {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            resource_version: None,
+            value,
+            record: None,
+            place: Place::Held,
+            autoscaled_by: None,
+            keda: false,
+            floor_of: None,
+            two_step: false,
+            handed_to: None,
+        }
+    }
+}
+
 impl Member {
     /// Whether this member is `workload`'s floor: the HPA (or ScaledObject) that scales it, by
     /// name and kind, never one of a same-named workload of another kind.

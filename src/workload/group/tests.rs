@@ -7,19 +7,8 @@ use super::*;
 
 fn deployment(name: &str, replicas: i32) -> Member {
     Member {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        name: name.into(),
-        uid: format!("uid-{name}"),
         resource_version: Some("7".into()),
-        value: Value::Replicas(replicas),
-        record: None,
-        place: Place::Held,
-        autoscaled_by: None,
-        keda: false,
-        floor_of: None,
-        two_step: false,
-        handed_to: None,
+        ..Member::held("apps/v1", "Deployment", name, Value::Replicas(replicas))
     }
 }
 

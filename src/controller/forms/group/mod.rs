@@ -951,31 +951,14 @@ mod tests {
     use crate::workload::group::Record;
     use crate::workload::keda as keda_api;
 
-    fn member(kind: &str, name: &str, value: Value) -> Member {
-        Member {
-            api_version: String::new(),
-            kind: kind.into(),
-            name: name.into(),
-            uid: String::new(),
-            resource_version: None,
-            value,
-            record: None,
-            place: Place::Held,
-            autoscaled_by: None,
-            keda: false,
-            floor_of: None,
-            two_step: false,
-            handed_to: None,
-        }
-    }
-
     /// Found in review: a workload KEDA scales, idle at 0 by day under a floor of 0, saves
     /// nothing; asleep, it saves its count on record.
     #[test]
     fn a_keda_workload_saves_its_count_on_record_and_nothing_while_idle() {
-        let mut web = member("Deployment", "web", Value::Replicas(0));
+        let mut web = Member::held("apps/v1", "Deployment", "web", Value::Replicas(0));
         (web.autoscaled_by, web.keda) = (Some("web".into()), true);
-        let mut so = member(
+        let mut so = Member::held(
+            "keda.sh/v1alpha1",
             keda_api::KIND,
             "web",
             Value::Keda {

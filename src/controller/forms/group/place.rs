@@ -443,19 +443,8 @@ mod tests {
 
     fn listed(api_version: &str, kind: &str, name: &str, tier: usize) -> (usize, Listed) {
         let member = Member {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            name: name.into(),
             uid: format!("uid-{kind}-{name}"),
-            resource_version: None,
-            value: Value::Replicas(1),
-            record: None,
-            place: Place::Held,
-            autoscaled_by: None,
-            keda: false,
-            floor_of: None,
-            two_step: false,
-            handed_to: None,
+            ..Member::held(api_version, kind, name, Value::Replicas(1))
         };
         let l = Listed {
             member,

@@ -140,12 +140,7 @@ async fn a_group_says_its_own_failure_before_the_workloads_held_elsewhere() {
         "env=dev",
         list("Deployment", vec![dev("a", 3, "11"), held]),
     );
-    for kind in ["statefulsets", "cronjobs"] {
-        let group = if kind == "cronjobs" { "batch" } else { "apps" };
-        let path = format!("/apis/{group}/v1/namespaces/ns/{kind}");
-        server.lists(&path, "", list("List", vec![]));
-    }
-    server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
+    no_other_workloads(&server);
     server.on("PATCH", &format!("{DEPLOYMENTS}/a"), |_| {
         status(403, "Forbidden", "deployments.apps \"a\" is forbidden: no")
     });
@@ -190,12 +185,7 @@ async fn a_group_reconciled_on_a_stale_spec_takes_nothing_from_an_older_group() 
     });
     server.lists(DEPLOYMENTS, "held-by-uid=uid-t", list("Deployment", vec![]));
     server.lists(DEPLOYMENTS, "env=dev", list("Deployment", vec![held]));
-    for kind in ["statefulsets", "cronjobs"] {
-        let group = if kind == "cronjobs" { "batch" } else { "apps" };
-        let path = format!("/apis/{group}/v1/namespaces/ns/{kind}");
-        server.lists(&path, "", list("List", vec![]));
-    }
-    server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
+    no_other_workloads(&server);
     server.on("PATCH", &format!("{DEPLOYMENTS}/web"), echo("12"));
     let mut operator = Operator::at(&server, NOW);
     operator.group(&older);

@@ -4,6 +4,12 @@ use super::*;
 
 const SCALED_OBJECTS: &str = "/apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects";
 
+/// KEDA is installed: `keda.sh` among the API groups, ScaledObjects served (a group looks).
+fn keda_served(server: &ApiServer) {
+    server.first("GET", "/apis", api_groups(&[("keda.sh", "v1alpha1")]));
+    server.returns("GET", "/apis/keda.sh/v1alpha1", keda_v1alpha1());
+}
+
 /// What discovery reads of `keda.sh/v1alpha1`: ScaledObjects, with no `/scale`.
 fn keda_v1alpha1() -> Value {
     json!({
@@ -601,8 +607,7 @@ fn group_over_keda(annotations: Value) -> (ApiServer, Operator, TDSet) {
     }));
     server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
     server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
-    server.first("GET", "/apis", api_groups(&[("keda.sh", "v1alpha1")]));
-    server.returns("GET", "/apis/keda.sh/v1alpha1", keda_v1alpha1());
+    keda_served(&server);
     let mut web = dev("web", 2, "11");
     web["metadata"]["annotations"] = annotations;
     server.lists(DEPLOYMENTS, "held-by-uid=uid-t", list("Deployment", vec![]));
@@ -612,12 +617,7 @@ fn group_over_keda(annotations: Value) -> (ApiServer, Operator, TDSet) {
         list("Deployment", vec![]),
     );
     server.lists(DEPLOYMENTS, "env=dev", list("Deployment", vec![web]));
-    for kind in ["statefulsets", "cronjobs"] {
-        let group = if kind == "cronjobs" { "batch" } else { "apps" };
-        let path = format!("/apis/{group}/v1/namespaces/ns/{kind}");
-        server.lists(&path, "", list("List", vec![]));
-    }
-    server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
+    no_other_workloads(&server);
     server.lists(
         SCALED_OBJECTS,
         "held-by-uid=uid-t",
@@ -721,8 +721,7 @@ fn own_morning_keda_stuck() -> (ApiServer, Operator, TDSet) {
     }));
     server.on("PATCH", &format!("{TDSETS}/t"), patched(&t, "2"));
     server.on("PATCH", &format!("{TDSETS}/t/status"), patched(&t, "3"));
-    server.first("GET", "/apis", api_groups(&[("keda.sh", "v1alpha1")]));
-    server.returns("GET", "/apis/keda.sh/v1alpha1", keda_v1alpha1());
+    keda_served(&server);
     let mut web = dev("web", 0, "11");
     web["metadata"]["annotations"] = json!({"schedule.rs/held-by": "t",
         "schedule.rs/own-replicas": "2", "schedule.rs/scheduled-replicas": "0"});
@@ -738,12 +737,7 @@ fn own_morning_keda_stuck() -> (ApiServer, Operator, TDSet) {
         list("Deployment", vec![]),
     );
     server.lists(DEPLOYMENTS, "env=dev", list("Deployment", vec![web]));
-    for kind in ["statefulsets", "cronjobs"] {
-        let group = if kind == "cronjobs" { "batch" } else { "apps" };
-        let path = format!("/apis/{group}/v1/namespaces/ns/{kind}");
-        server.lists(&path, "", list("List", vec![]));
-    }
-    server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
+    no_other_workloads(&server);
     let so = scaled_object(json!({}), "True");
     server.lists(SCALED_OBJECTS, "", list("ScaledObject", vec![so.clone()]));
     server.returns("GET", &format!("{SCALED_OBJECTS}/web"), so);

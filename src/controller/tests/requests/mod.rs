@@ -97,6 +97,16 @@ fn list(kind: &str, items: Vec<Value>) -> Value {
            "items": items})
 }
 
+/// The namespace has no StatefulSets, CronJobs or HPAs, as a group lists them.
+fn no_other_workloads(server: &ApiServer) {
+    for kind in ["statefulsets", "cronjobs"] {
+        let group = if kind == "cronjobs" { "batch" } else { "apps" };
+        let path = format!("/apis/{group}/v1/namespaces/ns/{kind}");
+        server.lists(&path, "", list("List", vec![]));
+    }
+    server.lists(HPAS, "", list("HorizontalPodAutoscaler", vec![]));
+}
+
 /// Deployment `name` of the dev environment, running `replicas`.
 fn dev(name: &str, replicas: i32, resource_version: &str) -> Value {
     let mut d = web(replicas);

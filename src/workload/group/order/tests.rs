@@ -18,24 +18,14 @@ fn at(secs: i64) -> DateTime<Utc> {
 /// A Deployment the group `g` has put to sleep, its own count `own`.
 fn asleep(name: &str, own: i32) -> Member {
     Member {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        name: name.into(),
-        uid: format!("uid-{name}"),
         resource_version: Some("1".into()),
-        value: Value::Replicas(0),
         record: Some(Record {
             holder: "g".into(),
             own: Value::Replicas(own),
             scheduled: Value::Replicas(0),
             previous: None,
         }),
-        place: Place::Held,
-        autoscaled_by: None,
-        keda: false,
-        floor_of: None,
-        two_step: false,
-        handed_to: None,
+        ..Member::held("apps/v1", "Deployment", name, Value::Replicas(0))
     }
 }
 
