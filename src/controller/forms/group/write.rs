@@ -78,8 +78,8 @@ pub(super) async fn send(
     }
 }
 
-/// Sends `body`, made for member `m` of `kind`, as the group's apply (forced, under its field
-/// manager).
+/// Sends `body`, made for member `m` of `kind`, as the group's apply; a refusal as invalid is
+/// told apart first.
 pub(super) async fn apply_body(
     ctx: &Context,
     ns: &str,
@@ -87,14 +87,25 @@ pub(super) async fn apply_body(
     m: &Member,
     body: &serde_json::Value,
 ) -> Result<Sent> {
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
-    ctx.metrics.write(&kind.resource.plural, "apply");
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let sent = api.patch(&m.name, &apply, &Patch::Apply(body)).await;
-    match answer(sent.map(|_| ()), "patch", "", ns, kind, m)? {
+    match apply(ctx, ns, kind, m, body).await? {
         Answer::Invalid(message) => refused(ctx, ns, kind, m, message).await,
         Answer::Sent(sent) => Ok(sent),
     }
+}
+
+/// The group's apply of `body` (forced, under its field manager).
+async fn apply(
+    ctx: &Context,
+    ns: &str,
+    kind: &Kind,
+    m: &Member,
+    body: &serde_json::Value,
+) -> Result<Answer> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
+    ctx.metrics.write(&kind.resource.plural, "apply");
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let sent = api.patch(&m.name, &params, &Patch::Apply(body)).await;
+    answer(sent.map(|_| ()), "patch", "", ns, kind, m)
 }
 
 async fn write(
@@ -105,7 +116,6 @@ async fn write(
     w: &group::Write,
     holder_uid: &str,
 ) -> Result<Answer> {
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
     let mut body = w.body(m, holder_uid);
     if m.keda {
         // A workload KEDA scales: its record alone (its count is KEDA's, and its ScaledObject
@@ -118,18 +128,11 @@ async fn write(
         {
             o.remove("spec");
         }
-        ctx.metrics.write(&kind.resource.plural, "apply");
-        let apply = PatchParams::apply(FIELD_MANAGER).force();
-        let sent = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
-        return answer(sent.map(|_| ()), "patch", "", ns, kind, m);
-    }
-    if !kind.built_in {
+    } else if !kind.built_in {
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &kind.resource);
         return write_custom(ctx, &api, ns, kind, m, w, body).await;
     }
-    ctx.metrics.write(&kind.resource.plural, "apply");
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let sent = api.patch(&m.name, &apply, &Patch::Apply(&body)).await;
-    answer(sent.map(|_| ()), "patch", "", ns, kind, m)
+    apply(ctx, ns, kind, m, &body).await
 }
 
 /// A custom kind: the count through /scale (its path is the CRD's), the record by apply of
