@@ -66,6 +66,9 @@ PROMOP_DIR="$CACHE_ROOT/prometheus-operator-${PROMOP_VERSION}"
 
 die() { echo "control-plane: $*" >&2; exit 1; }
 log() { echo "control-plane: $*" >&2; }
+# What a person waiting on a first build should see: on stderr, or on the descriptor
+# TDSET_PROGRESS_FD names (scripts/test.sh keeps the rest of the install's output in a log).
+progress() { echo "control-plane: $*" >&"${TDSET_PROGRESS_FD:-2}"; }
 
 # shellcheck source=scripts/real-node.sh
 source "$(dirname "${BASH_SOURCE[0]}")/real-node.sh"
@@ -167,6 +170,29 @@ module_version() {
   esac
 }
 
+# go_build LABEL TOTAL ARGS...: `go build -v ARGS`, its output into the build log, and one line
+# of progress every TDSET_PROGRESS_SECS (30) on fd 3 (`progress`'s descriptor, which the build's
+# callers open: the build's own output goes to its log): a first, cold build takes tens of minutes, and a newcomer must tell it
+# from a hang. TOTAL is `go list -deps` of what is built (the standard library included: a
+# fresh Go cache compiles it too); packages already in Go's cache are not compiled again.
+go_build() {
+  local label="$1" total="$2"; shift 2
+  local out; out="$(mktemp "${TMPDIR:-/tmp}/tdset-go-build-v.XXXXXX")"
+  local t0=$SECONDS every="${TDSET_PROGRESS_SECS:-30}" rc=0
+  # A package path alone on a line; go's other lines (errors, "# pkg") have spaces or a '#'.
+  compiled() { grep -cE '^[[:alnum:]][^ ]*$' "$out" || true; }
+  ( while sleep "$every"; do
+      echo "control-plane: building $label: $(compiled) of $total packages compiled, $(( (SECONDS - t0) / 60 )) min so far" >&3 2>/dev/null || true
+    done ) &
+  local ticker=$!
+  go build -v "$@" 2>"$out" || rc=$?
+  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
+  cat "$out" >&2
+  echo "control-plane: built $label: $(compiled) packages compiled in $(( (SECONDS - t0) / 60 )) min $(( (SECONDS - t0) % 60 )) s" >&3 2>/dev/null || true
+  rm -f "$out"
+  return "$rc"
+}
+
 # build_go WORK PKG...: every main package at once (`go build` of several into one directory):
 # one module graph, each package compiled once, the links side by side. etcd's main package is
 # go.etcd.io/etcd/server/v3, whose binary is `server`.
@@ -180,11 +206,14 @@ build_go() {
   go get "${gets[@]}"
   # Every module the build needs, fetched before the build's clock starts: a cold build's time
   # depends on the module proxy's speed as much as on the CPUs, and the two are told apart.
-  go list -deps "$@" >/dev/null
+  local total; total="$(go list -deps "$@" | wc -l)"
   log "timing: modules resolved and fetched in $((SECONDS - t0)) s"
   log "building $*"
   t0=$SECONDS
-  go build -trimpath -ldflags "$(k8s_ldflags) $(helm_ldflags)" -o "$work/out/" "$@"
+  local label="" p
+  for p in "$@"; do label="$label${label:+, }${p##*/cmd/}"; done
+  [[ " $* " != *" k8s.io/kubernetes/cmd/kube-apiserver "* ]] || label="the control plane ($label)"
+  go_build "$label" "$total" -trimpath -ldflags "$(k8s_ldflags) $(helm_ldflags)" -o "$work/out/" "$@"
   log "timing: compiled and linked in $((SECONDS - t0)) s"
   [[ ! -e "$work/out/server" ]] || mv "$work/out/server" "$work/out/etcd"
   if [[ -e "$work/out/kwok" ]]; then kwok_module_stages >"$work/out/kwok-stages.yaml"; fi
@@ -200,11 +229,11 @@ build_own_module() {
   src="$(go mod download -json "$module" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   cp -r "$src" "$work/$out-src" && chmod -R u+w "$work/$out-src" && cd "$work/$out-src"
   local t0=$SECONDS
-  GOFLAGS=-mod=readonly go list -deps "$pkg" >/dev/null
+  local total; total="$(GOFLAGS=-mod=readonly go list -deps "$pkg" | wc -l)"
   log "timing: modules of $module fetched in $((SECONDS - t0)) s"
   log "building $module"
   t0=$SECONDS
-  GOFLAGS=-mod=readonly go build -trimpath -ldflags "-s -w -X $version_var=$version" \
+  GOFLAGS=-mod=readonly go_build "$out" "$total" -trimpath -ldflags "-s -w -X $version_var=$version" \
     -o "$work/out/$out" "$pkg"
   log "timing: $out compiled and linked in $((SECONDS - t0)) s"
 }
@@ -266,7 +295,7 @@ install_extra() {
     set -e
     export CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
     "$fn" "$work"
-  ) >"$buildlog" 2>&1 || rc=$?
+  ) 3>&"${TDSET_PROGRESS_FD:-2}" >"$buildlog" 2>&1 || rc=$?
   if [[ $rc -ne 0 ]]; then
     tail -n 15 "$buildlog" >&2
     rm -rf "$work"
@@ -302,7 +331,8 @@ install_go_parts() {
   local joined; joined="$(IFS=-; echo "${parts[*]}")"
   local buildlog="$CACHE_ROOT/build-${joined}-${K8S_VERSION}.log"
   mkdir -p "$CACHE_ROOT" "$work/out"
-  log "building ${parts[*]} (Kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, helm ${HELM_VERSION}, KEDA ${KEDA_VERSION}; cold: tens of minutes; log: $buildlog)"
+  log "building ${parts[*]} (Kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, helm ${HELM_VERSION}, KEDA ${KEDA_VERSION}; log: $buildlog)"
+  progress "building ${parts[*]}: a first run builds these from their Go modules once (on a 2-core machine 15 to 33 min; progress every ${TDSET_PROGRESS_SECS:-30} s); later runs reuse the cache in $CACHE_ROOT"
   local rc=0
   (
     set -e
@@ -311,7 +341,7 @@ install_go_parts() {
     if [[ ${#pkgs[@]} -gt 0 ]]; then build_go "$work" "${pkgs[@]}"; fi
     if [[ " ${parts[*]} " == *" keda "* ]]; then build_keda "$work"; fi
     if [[ " ${parts[*]} " == *" traefik "* ]]; then build_traefik "$work"; fi
-  ) >"$buildlog" 2>&1 || rc=$?
+  ) 3>&"${TDSET_PROGRESS_FD:-2}" >"$buildlog" 2>&1 || rc=$?
   if [[ $rc -ne 0 ]]; then
     tail -n 15 "$buildlog" >&2
     rm -rf "$work"

@@ -50,7 +50,8 @@ phase "tools"
 
 # The control plane's build (cached: seconds; cold: the longest phase) runs beside the Rust
 # builds below: each has stretches that leave a core idle (Go's links, cargo's serial crates).
-scripts/control-plane.sh install >"$state/install.log" 2>&1 &
+# A cold build's progress (a line every 30 s) reaches the terminal; the rest goes to its log.
+TDSET_PROGRESS_FD=4 scripts/control-plane.sh install 4>&2 >"$state/install.log" 2>&1 &
 install_pid=$!
 
 cargo fmt --all -- --check
@@ -166,7 +167,8 @@ operator="$(awk '$1 == "operator" {print $2}' "$state/binaries")"
 [[ -x "$operator" ]] || { echo "test.sh: the build named no operator binary" >&2; exit 1; }
 # KEDA's operator (for its suite only) builds beside the suites, at the lowest priority: they
 # mostly wait, and it fills the idle cores (cached after the first run).
-( rc=0; nice -n 19 scripts/control-plane.sh install-keda >"$state/keda-install.log" 2>&1 || rc=$?
+( rc=0; TDSET_PROGRESS_FD=4 TDSET_PROGRESS_SECS=120 nice -n 19 scripts/control-plane.sh install-keda \
+    4>&2 >"$state/keda-install.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || cat "$state/keda-install.log" >&2
   grep -h "^control-plane: timing:" "$state/keda-install.log" | sed 's/^control-plane:/test.sh: KEDA/' >&2 || true
   echo "$rc" >"$state/keda.rc.tmp" && mv "$state/keda.rc.tmp" "$state/keda.rc" ) &
