@@ -14,7 +14,8 @@
 # third of the CPU at 2 x 2 (a clean clone: 16 CPU-minutes in 26 minutes of tests); 4 x 4
 # overloaded it (load 6-9) and tests that time a transition in real seconds failed. Each
 # binary's output goes to LOGDIR/NAME.log and is
-# printed whole when it fails; a table of the binaries' times ends the run. Exits 1 if any
+# printed whole when it fails, and its tests' own logs to LOGDIR/NAME.tests (kept only for the
+# tests that failed); a table of the binaries' times ends the run. Exits 1 if any
 # binary failed.
 set -uo pipefail
 
@@ -59,12 +60,25 @@ finish() {
   summary="$(grep -E '^test result:' "$logs/$n.log" | tail -1)"
   if [[ "$rc" -eq 0 ]]; then
     echo "run-tests: ok     $n (${secs}s) ${summary#test result: }"
+    rm -rf "$logs/$n.tests"
   else
+    keep_failed_logs "$n"
     echo "run-tests: FAILED $n (${secs}s, exit $rc); its output:"
     sed 's/^/    /' "$logs/$n.log"
     failed+=("$n")
   fi
   results+=("$secs $n")
+}
+
+# A failed suite's per-test logs (LOGDIR/NAME.tests, TDSET_TEST_LOG_DIR: the in-process
+# operator's log and those of the processes a test started, tests/it/support/logs.rs): those of
+# its tests that passed are deleted, the rest kept for scripts/test.sh to keep.
+keep_failed_logs() {
+  local n="$1" t
+  [[ -d "$logs/$n.tests" ]] || return 0
+  while read -r t; do
+    rm -f "$logs/$n.tests/${t//::/.}.log" "$logs/$n.tests/${t//::/.}".*.log
+  done < <(sed -n 's/^test \([^ ]*\) \.\.\. ok$/\1/p' "$logs/$n.log")
 }
 
 running=()
@@ -105,7 +119,7 @@ run_all() {
       continue
     fi
     # shellcheck disable=SC2086 # an empty filter is no argument
-    "${exe_of[$n]}" ${filter_of[$n]} --test-threads "$threads" >"$logs/$n.log" 2>&1 &
+    TDSET_TEST_LOG_DIR="$logs/$n.tests" "${exe_of[$n]}" ${filter_of[$n]} --test-threads "$threads" >"$logs/$n.log" 2>&1 &
     started[$!]=$(date +%s); name[$!]="$n"; running+=($!)
   done
   while [[ ${#running[@]} -gt 0 ]]; do reap; done

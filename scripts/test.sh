@@ -43,7 +43,11 @@ phase() {
 state="$(mktemp -d "${TMPDIR:-/tmp}/tdset-test.XXXXXX")"
 install_pid=""
 # A control plane's build still running is left to finish: what it builds is cached.
-cleanup() { scripts/control-plane.sh stop "$state" || true; rm -rf "$state"; }
+load_pids=()
+cleanup() {
+  [[ ${#load_pids[@]} -eq 0 ]] || kill "${load_pids[@]}" 2>/dev/null || true
+  scripts/control-plane.sh stop "$state" || true; rm -rf "$state"
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 phase "tools"
@@ -186,10 +190,37 @@ demos() {
   fi
 }
 beside_timed demos demos
+# TDSET_TEST_LOAD=N: N busy loops at nice 0 beside the suites, for as long as they run, as on
+# a machine that much slower (2 on 2 cores: about half as fast). A wait that passes only on a
+# fast machine fails here first. The loops starve what runs at nice 19 beside the suites (a
+# cold KEDA build): load a run whose cache is warm.
+if [[ "${TDSET_TEST_LOAD:-0}" -gt 0 ]]; then
+  for ((i = 0; i < TDSET_TEST_LOAD; i++)); do
+    # (Each ends by itself once this script is gone, however it ended.)
+    ( trap - INT TERM; while kill -0 $$ 2>/dev/null; do for _ in {1..100000}; do :; done; done ) &
+    load_pids+=("$!")
+  done
+  echo "test.sh: TDSET_TEST_LOAD=$TDSET_TEST_LOAD: ${#load_pids[@]} busy loops beside the suites" >&2
+fi
 tests_rc=0
 grep -v '^operator ' "$state/binaries" | TDSET_TEST_QUIET_MARK="$state/quiet" \
   TDSET_TEST_GATE_keda="$state/keda.rc" scripts/run-tests.sh "$state/tests" || tests_rc=$?
 touch "$state/quiet"
+[[ ${#load_pids[@]} -eq 0 ]] || { kill "${load_pids[@]}" 2>/dev/null || true; load_pids=(); }
+# What a failed test leaves to understand it, outside $state (which the run deletes): its own log
+# (the operator's, tests/it/support/logs.rs), its suite's output, the control plane's logs.
+keep_failed() {
+  local keep="${TDSET_TEST_KEEP_DIR:-${TMPDIR:-/tmp}/tdset-test-failed-$(date -u +%Y%m%dT%H%M%SZ)}" d n
+  mkdir -p "$keep/suites"
+  for d in "$state/tests/"*.tests; do
+    [[ -d "$d" ]] || continue
+    n="$(basename "$d" .tests)"
+    cp -r "$d" "$keep/suites/" && cp "$state/tests/$n.log" "$keep/suites/" 2>/dev/null || true
+  done
+  cp -r "$state/logs" "$keep/control-plane" 2>/dev/null || true
+  for d in demos.log demo-real-node/logs; do [[ -e "$state/$d" ]] && cp -r "$state/$d" "$keep/${d//\//-}"; done
+  echo "test.sh: kept what the failures left (each failed test's own log, its suite's output, the control plane's logs) in $keep" >&2
+}
 # Namespaces the suites left Terminating (a TDSet whose finalizer no operator ran): each is
 # retried by kube-controller-manager every ~8 s, some 70 requests, for the rest of the run.
 kubectl="$(scripts/control-plane.sh install 2>/dev/null | tail -1)/kubectl"
@@ -207,6 +238,7 @@ if [[ -s "$state/lints.log" ]]; then
   echo "test.sh: the build warned (above): rustc's and clippy's warnings fail the run" >&2
   failed=1
 fi
+[[ "$tests_rc" -eq 0 && "$failed" -eq 0 ]] || keep_failed
 [[ "$tests_rc" -eq 0 ]] || exit "$tests_rc"
 [[ "$failed" -eq 0 ]] || exit 1
 phase "the tests (the demos beside the timed ones)"

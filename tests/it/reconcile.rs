@@ -363,7 +363,10 @@ async fn boundary_is_crossed_at_the_boundary_not_at_the_next_poll() {
         lag.num_milliseconds()
     );
     // The operator measured it too: one transition observed, and not a negative lag.
-    let observed = op.counter("tdset_transition_lag_seconds_count");
+    // (Recorded after the write returns: the test may see the write first.)
+    let observed = op
+        .counter_once_at_least("tdset_transition_lag_seconds_count", 1.0)
+        .await;
     assert_eq!(observed, 1.0, "{}", op.metrics.render());
     assert!(op.counter("tdset_transition_lag_seconds_sum") >= 0.0);
     // A pure scale goes through /scale (one field), not an apply of the whole Deployment, and

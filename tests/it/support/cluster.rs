@@ -122,6 +122,7 @@ pub async fn client_for(kubeconfig: &Path) -> Client {
 /// A client for the shared control plane. Make one per test: a client belongs to the tokio
 /// runtime it was made on, and each `#[tokio::test]` has its own.
 pub async fn client() -> Client {
+    install_test_log();
     client_for(&control_plane().kubeconfig).await
 }
 

@@ -74,7 +74,7 @@ pub struct KedaOperator {
 impl KedaOperator {
     pub async fn start(client: &Client, ns: &str) -> KedaOperator {
         install_keda_crds(client).await;
-        let log = std::env::temp_dir().join(format!("keda-{ns}.log"));
+        let log = process_log(&format!("keda-operator-{ns}"));
         let certs = std::env::temp_dir().join(format!("keda-{ns}-certs"));
         self_signed(&certs);
         let out = std::fs::File::create(&log).expect("KEDA's log file");
@@ -113,7 +113,7 @@ impl KedaOperator {
 async fn start_webhooks(client: &Client, ns: &str, certs: &Path) -> (Stopped, String) {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     let port = free_port();
-    let log = std::env::temp_dir().join(format!("keda-webhooks-{ns}.log"));
+    let log = process_log(&format!("keda-webhooks-{ns}"));
     let out = std::fs::File::create(&log).expect("KEDA's webhooks' log file");
     let child = Stopped(
         Command::new(keda_dir().join("keda-admission-webhooks"))

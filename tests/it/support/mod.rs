@@ -11,6 +11,7 @@
 //! - `objects`: the one TDSet builder, the objects tests create;
 //! - `wait`: the one "wait until" helper;
 //! - `operator`: the one operator launcher (in-process, or the built binary);
+//! - `logs`: each test's own log (the operator's), kept by the run when the test fails;
 //! - `network`: socket timers, a black-holing proxy;
 //! - `recorder`: the order in which a namespace's Deployments changed;
 //! - `node` (by name: `support::node::*`): the real node's image, commands and sleeping
@@ -36,6 +37,7 @@ use kube::{Client, Config};
 mod cluster;
 pub mod ingress;
 mod keda;
+mod logs;
 mod namespace;
 mod network;
 pub mod node;
@@ -47,5 +49,6 @@ mod wait;
 // Each test binary uses a part of the support.
 #[allow(unused_imports)]
 pub use {
-    cluster::*, keda::*, namespace::*, network::*, objects::*, operator::*, recorder::*, wait::*,
+    cluster::*, keda::*, logs::*, namespace::*, network::*, objects::*, operator::*, recorder::*,
+    wait::*,
 };

@@ -98,6 +98,7 @@ impl Operator {
         opts: tdset_operator::controller::RunOptions,
     ) -> Operator {
         use std::sync::Arc;
+        install_test_log();
         let metrics = Arc::new(tdset_operator::telemetry::Metrics::new().expect("metrics"));
         let health = Arc::new(tdset_operator::http::Health::default());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -177,6 +178,18 @@ impl Operator {
         .await
     }
 
+    /// Counter `name` once it has reached `at_least`: the operator records what it measured
+    /// of a write (its lag, the write itself) after the write returns, so a test that has
+    /// seen the write may read the counter before it is counted. Waits up to GUARD; the
+    /// value it returns is still asserted on (it may have gone past `at_least`).
+    pub async fn counter_once_at_least(&self, name: &str, at_least: f64) -> f64 {
+        eventually(GUARD, &format!("{name} at least {at_least}"), || async {
+            let v = self.counter(name);
+            (v >= at_least).then_some(v)
+        })
+        .await
+    }
+
     pub fn counter(&self, name: &str) -> f64 {
         let text = self.metrics.render();
         text.lines()
@@ -220,13 +233,13 @@ pub struct Launch<'a> {
 
 impl<'a> Launch<'a> {
     /// The binary against `kubeconfig`'s cluster, all namespaces, logging at info (or
-    /// `TDSET_TEST_OPERATOR_LOG`) to `log` in the temp dir.
+    /// `TDSET_TEST_OPERATOR_LOG`) to `log` (beside the test's own log, `process_log`).
     pub fn new(kubeconfig: &'a Path, log: &str) -> Launch<'a> {
         Launch {
             command: "run",
             kubeconfig,
             namespace: None,
-            log: std::env::temp_dir().join(format!("{}-{log}", unique_suffix())),
+            log: process_log(log),
             log_level: std::env::var("TDSET_TEST_OPERATOR_LOG").unwrap_or_else(|_| "info".into()),
             fake_now: None,
             extra: &[],
