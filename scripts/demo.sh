@@ -135,17 +135,22 @@ dev_namespace() {
 
 start_operator() {
   kubectl apply -f crds/tdset.yaml -f crds/tdcalendar.yaml
-  # `kubectl wait` fails at once while the new CRD has no conditions yet, so ask again.
-  for _ in $(seq 1 60); do
-    kubectl wait --for condition=Established crd/tdsets.schedule.rs crd/tdcalendars.schedule.rs --timeout=60s >/dev/null 2>&1 && break
+  # `kubectl wait` fails at once while the new CRD has no conditions yet, so ask again, for at
+  # most 3 min (a bound that only stops a hang: a loaded machine's kubectl alone can take more
+  # than the 1 s a last check once had, which failed a loaded run).
+  local crds=(crd/tdsets.schedule.rs crd/tdcalendars.schedule.rs) deadline=$((SECONDS + 180))
+  until kubectl wait --for condition=Established "${crds[@]}" --timeout=60s >/dev/null 2>&1; do
+    if (( SECONDS >= deadline )); then
+      kubectl wait --for condition=Established "${crds[@]}" --timeout=30s; exit 1
+    fi
     sleep 0.5
   done
-  kubectl wait --for condition=Established crd/tdsets.schedule.rs --timeout=1s
   echo "== starting the operator (log: $STATE/logs/operator.log, metrics: http://127.0.0.1:18080/metrics)"
   "$BIN" run --kubeconfig "$KUBECONFIG" --metrics-addr 127.0.0.1:18080 \
     >"$STATE/logs/operator.log" 2>&1 &
   echo $! >"$STATE/operator.pid"
-  for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.2; done
+  # (At most 2 min: its first lists, on a loaded machine.)
+  for _ in $(seq 1 600); do curl -sf http://127.0.0.1:18080/readyz >/dev/null && break; sleep 0.2; done
   curl -sf http://127.0.0.1:18080/readyz >/dev/null || { tail -20 "$STATE/logs/operator.log"; echo "operator not ready" >&2; exit 1; }
 }
 

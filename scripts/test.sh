@@ -44,9 +44,23 @@ state="$(mktemp -d "${TMPDIR:-/tmp}/tdset-test.XXXXXX")"
 install_pid=""
 # A control plane's build still running is left to finish: what it builds is cached.
 load_pids=()
+# A loaded run's two cgroups (TDSET_TEST_LOAD, below): this script and all it starts in `run`,
+# the busy loops in `load`, of equal weight.
+load_cg=""
+if [[ "${TDSET_TEST_LOAD:-0}" -gt 0 && -w /sys/fs/cgroup/cpu/cgroup.procs ]]; then
+  load_cg="/sys/fs/cgroup/cpu/tdset-test-$$"
+  if ! { mkdir -p "$load_cg/run" "$load_cg/load" && echo $$ >"$load_cg/run/cgroup.procs"; } 2>/dev/null; then
+    rmdir "$load_cg/run" "$load_cg/load" "$load_cg" 2>/dev/null || true
+    load_cg=""
+  fi
+fi
 cleanup() {
   [[ ${#load_pids[@]} -eq 0 ]] || kill "${load_pids[@]}" 2>/dev/null || true
   scripts/control-plane.sh stop "$state" || true; rm -rf "$state"
+  if [[ -n "$load_cg" ]]; then
+    echo $$ >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null || true
+    rmdir "$load_cg/load" "$load_cg/run" "$load_cg" 2>/dev/null || true
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -182,7 +196,7 @@ operator="$(awk '$1 == "operator" {print $2}' "$state/binaries")"
 # (which the real_node suite uses) is free by then.
 export TDSET_OPERATOR_BIN="$operator"
 demos() {
-  scripts/demo.sh smoke || return
+  TDSET_DEMO_DIR="$state/demo" scripts/demo.sh smoke || return
   if scripts/control-plane.sh node-check; then
     TDSET_DEMO_DIR="$state/demo-real-node" scripts/demo.sh smoke --real-node
   else
@@ -190,17 +204,21 @@ demos() {
   fi
 }
 beside_timed demos demos
-# TDSET_TEST_LOAD=N: N busy loops at nice 0 beside the suites, for as long as they run, as on
-# a machine that much slower (2 on 2 cores: about half as fast). A wait that passes only on a
-# fast machine fails here first. The loops starve what runs at nice 19 beside the suites (a
-# cold KEDA build): load a run whose cache is warm.
+# TDSET_TEST_LOAD=N: N busy loops beside the suites, for as long as they run, as on a machine
+# that much slower (N = the CPUs, 2 here: half as fast). A wait that passes only on a fast
+# machine fails here first. Where the cgroup v1 cpu controller can be written (root, as here),
+# the run and the loops are two cgroups of equal weight: the loops take half of every CPU the
+# suites want, whatever the number of threads they run. (Loops at nice 0 among the suites'
+# own threads took far less: `group` ran 443 s loaded against 390-428 s unloaded.) Elsewhere
+# the loops run at nice 0.
 if [[ "${TDSET_TEST_LOAD:-0}" -gt 0 ]]; then
   for ((i = 0; i < TDSET_TEST_LOAD; i++)); do
     # (Each ends by itself once this script is gone, however it ended.)
     ( trap - INT TERM; while kill -0 $$ 2>/dev/null; do for _ in {1..100000}; do :; done; done ) &
     load_pids+=("$!")
+    [[ -z "$load_cg" ]] || echo "$!" >"$load_cg/load/cgroup.procs"
   done
-  echo "test.sh: TDSET_TEST_LOAD=$TDSET_TEST_LOAD: ${#load_pids[@]} busy loops beside the suites" >&2
+  echo "test.sh: TDSET_TEST_LOAD=$TDSET_TEST_LOAD: ${#load_pids[@]} busy loops beside the suites ($([[ -n "$load_cg" ]] && echo "a cgroup of the run's weight: $load_cg" || echo "at nice 0: no cgroup cpu controller to write"))" >&2
 fi
 tests_rc=0
 grep -v '^operator ' "$state/binaries" | TDSET_TEST_QUIET_MARK="$state/quiet" \
@@ -218,7 +236,7 @@ keep_failed() {
     cp -r "$d" "$keep/suites/" && cp "$state/tests/$n.log" "$keep/suites/" 2>/dev/null || true
   done
   cp -r "$state/logs" "$keep/control-plane" 2>/dev/null || true
-  for d in demos.log demo-real-node/logs; do [[ -e "$state/$d" ]] && cp -r "$state/$d" "$keep/${d//\//-}"; done
+  for d in demos.log demo/logs demo-real-node/logs; do [[ -e "$state/$d" ]] && cp -r "$state/$d" "$keep/${d//\//-}"; done
   echo "test.sh: kept what the failures left (each failed test's own log, its suite's output, the control plane's logs) in $keep" >&2
 }
 # Namespaces the suites left Terminating (a TDSet whose finalizer no operator ran): each is

@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tdset_operator::api::TDSet;
-use tdset_operator::clock::SystemClock;
+use tdset_operator::clock::{Clock, SystemClock};
 
 const T0: &str = "2026-05-01T12:00:00Z";
 
@@ -37,6 +37,38 @@ fn sleep_group(kinds: Value, exclude: Value, from: i64, to: i64) -> Value {
         "overrides": [{"start": at(from), "end": at(to), "replica": 0, "reason": "night"}],
         "intervalMint": 60
     })
+}
+
+/// Moves the night of `sleep_group` TDSet `name` (its one override) to start and/or end
+/// `secs` from the operator's `now`, so that a test sees the state before a boundary whatever
+/// the machine's speed, and the boundary is still crossed by the operator's own wakeup. (A
+/// night fixed from the clock's start closes in real time: on a machine slow enough, the
+/// operator's first reconcile, or the test's look, comes after it.)
+async fn move_night(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    now: chrono::DateTime<chrono::Utc>,
+    start_in: Option<i64>,
+    end_in: Option<i64>,
+) {
+    let api: Api<TDSet> = Api::namespaced(client.clone(), ns);
+    let t = api.get(name).await.expect("the TDSet");
+    let mut overrides = serde_json::to_value(&t.spec.overrides).expect("overrides");
+    let instant = |secs: i64| json!((now + chrono::Duration::seconds(secs)).to_rfc3339());
+    if let Some(secs) = start_in {
+        overrides[0]["start"] = instant(secs);
+    }
+    if let Some(secs) = end_in {
+        overrides[0]["end"] = instant(secs);
+    }
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"overrides": overrides}})),
+    )
+    .await
+    .expect("moving the night");
 }
 
 /// Creates `sleep_group` TDSet `name` over the namespace's `env: dev` Deployments.
@@ -210,13 +242,18 @@ async fn a_namespace_sleeps_at_the_boundary_and_every_workload_wakes_at_its_own_
     let unselected = json_of::<Deployment>(&client, n, "prod-api").await;
 
     let kinds = json!(["Deployment", "StatefulSet", "CronJob"]);
+    // The night an hour ahead until the test has seen the day (moved below).
     create_tdset(
         &client,
         n,
-        &tdset("night", sleep_group(kinds, json!(["db-migrator"]), 8, 25)),
+        &tdset(
+            "night",
+            sleep_group(kinds, json!(["db-migrator"]), 3600, 7200),
+        ),
     )
     .await;
-    let op = Operator::start(&client, n, clock(), None, "test");
+    let clock = clock();
+    let op = Operator::start(&client, n, clock, None, "test");
 
     // Before the boundary: the level is own, and nothing is written.
     let t: TDSet = object_where(
@@ -234,7 +271,8 @@ async fn a_namespace_sleeps_at_the_boundary_and_every_workload_wakes_at_its_own_
     );
     assert!(annotations(&deployment_at(&client, n, "api", 3).await).is_empty());
 
-    // The boundary: every selected workload sleeps, its own count recorded on it.
+    // The boundary, 3 s from now: every selected workload sleeps, its own count recorded on it.
+    move_night(&client, n, "night", clock.now(), Some(3), None).await;
     let api = deployment_at(&client, n, "api", 0).await;
     assert_eq!(annotations(&api), record("night", 3, 0));
     assert_eq!(
@@ -252,7 +290,9 @@ async fn a_namespace_sleeps_at_the_boundary_and_every_workload_wakes_at_its_own_
         Some("false")
     );
 
-    // The end: each gets exactly its own count back, and nothing of the TDSet's stays on it.
+    // The end, 3 s from now: each gets exactly its own count back, and nothing of the TDSet's
+    // stays on it.
+    move_night(&client, n, "night", clock.now(), None, Some(3)).await;
     let api = deployment_at(&client, n, "api", 3).await;
     assert!(annotations(&api).is_empty(), "{:?}", annotations(&api));
     deployment_at(&client, n, "web", 5).await;
@@ -770,10 +810,12 @@ async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_
     }]);
     let _: HorizontalPodAutoscaler = create_object(&client, n, owned).await;
     let keda_hpa = json_of::<HorizontalPodAutoscaler>(&client, n, "keda").await;
-    let mut spec = sleep_group(json!(["Deployment"]), json!([]), 3, 20);
+    // (Until the test moves its end.)
+    let mut spec = sleep_group(json!(["Deployment"]), json!([]), 3, 3600);
     spec["overrides"][0]["replica"] = json!(4);
     create_tdset(&client, n, &tdset("busy", spec)).await;
-    let op = Operator::start(&client, n, clock(), None, "test");
+    let clock = clock();
+    let op = Operator::start(&client, n, clock, None, "test");
 
     let floor = |want: i32| {
         move |h: &HorizontalPodAutoscaler| {
@@ -831,7 +873,8 @@ async fn an_autoscaled_workloads_count_is_its_hpas_floor_and_the_floor_is_given_
         "{managers:?}"
     );
 
-    // own again: the floor given back, nothing of the TDSet's left on the HPA.
+    // own again, 3 s from now: the floor given back, nothing of the TDSet's left on the HPA.
+    move_night(&client, n, "busy", clock.now(), None, Some(3)).await;
     let h = object_where(&client, n, "auto", "the HPA's floor back at 2", floor(2)).await;
     assert!(annotations(&h).is_empty(), "{:?}", annotations(&h));
     assert_eq!(
@@ -957,7 +1000,8 @@ async fn a_custom_kind_with_scale_sleeps_through_its_scale_subresource_and_keeps
     create_tdset(
         &client,
         n,
-        &tdset("night", sleep_group(kinds, json!([]), 3, 20)),
+        // (No morning: w is given back by the change of kinds.)
+        &tdset("night", sleep_group(kinds, json!([]), 3, 3600)),
     )
     .await;
     let op = Operator::start(&client, n, clock(), None, "test");
@@ -1672,9 +1716,12 @@ async fn a_groups_history_is_in_one_unit_and_records_a_wake_up_that_failed() {
         RefuseScale::new(&client, n, 3).await,
         RefuseScale::new(&client, n, 2).await,
     ];
-    create_deployment_group(&client, n, "night", -60, 15).await;
-    let _op = Operator::start(&client, n, clock(), None, "test");
+    create_deployment_group(&client, n, "night", -60, 3600).await;
+    let clock = clock();
+    let _op = Operator::start(&client, n, clock, None, "test");
     deployment_at(&client, n, "web", 0).await;
+    // The morning, 3 s from now.
+    move_night(&client, n, "night", clock.now(), None, Some(3)).await;
     let failed = object_where(
         &client,
         n,
@@ -1758,8 +1805,9 @@ async fn a_group_selecting_more_than_one_reconcile_reads_schedules_the_first_and
         let _: Deployment =
             create_object(&client, n, labelled(app_deployment(name, 2), "dev")).await;
     }
-    create_deployment_group(&client, n, "night", -60, 25).await;
-    let _op = Operator::start_configured(&client, n, clock(), |o| o.group_max_workloads = 3);
+    create_deployment_group(&client, n, "night", -60, 3600).await;
+    let clock = clock();
+    let _op = Operator::start_configured(&client, n, clock, |o| o.group_max_workloads = 3);
     for name in ["a", "b", "c"] {
         deployment_at(&client, n, name, 0).await;
     }
@@ -1791,7 +1839,8 @@ async fn a_group_selecting_more_than_one_reconcile_reads_schedules_the_first_and
     let zero = api.get("0").await.unwrap();
     assert_eq!(replicas(&zero), Some(4));
     assert!(annotations(&zero).is_empty(), "{:?}", annotations(&zero));
-    // The night ends: every workload it put to sleep gets its own count back.
+    // The night ends, 3 s from now: every workload it put to sleep gets its own count back.
+    move_night(&client, n, "night", clock.now(), None, Some(3)).await;
     for (name, own) in [("0", 4), ("a", 2), ("b", 2), ("c", 2)] {
         let d = deployment_at(&client, n, name, own).await;
         assert!(annotations(&d).is_empty(), "{name}: {:?}", annotations(&d));

@@ -64,6 +64,7 @@ struct Prometheus {
     child: Child,
     url: String,
     dir: PathBuf,
+    log: PathBuf,
 }
 
 impl Prometheus {
@@ -83,7 +84,9 @@ impl Prometheus {
         let config_path = dir.join("prometheus.yml");
         std::fs::write(&config_path, config.to_string()).unwrap();
         let port = free_port();
-        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        // Beside the test's own log (kept when the test fails).
+        let log_path = process_log("prometheus");
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = prometheus_tool("prometheus")
             .arg(format!("--config.file={}", config_path.display()))
             .arg(format!(
@@ -99,6 +102,7 @@ impl Prometheus {
             child,
             url: format!("http://127.0.0.1:{port}"),
             dir,
+            log: log_path,
         }
     }
 
@@ -134,7 +138,7 @@ impl Prometheus {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 
@@ -143,6 +147,9 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+        if log_dir().is_none() {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
