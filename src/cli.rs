@@ -51,9 +51,20 @@ pub struct WakeProxyArgs {
     /// Service port one of them (its `--wake-proxy-ports` must be the same).
     #[arg(long, env = "TDSET_WAKE_PROXY_PORTS", default_value = "20000-20255", value_parser = port_range)]
     pub ports: (u16, u16),
-    /// The operator's wake endpoint (its `--wake-addr`, through its Service).
-    #[arg(long, env = "TDSET_WAKE_OPERATOR_URL")]
-    pub operator_url: String,
+    /// The operator's wake endpoint as a URL (its `--wake-addr`, through its Service), e.g.
+    /// `http://tdset-operator-wake.tdset-system.svc:8081`; needs cluster DNS for a name.
+    #[arg(
+        long,
+        env = "TDSET_WAKE_OPERATOR_URL",
+        conflicts_with = "operator_service"
+    )]
+    pub operator_url: Option<String>,
+    /// The operator's wake Service, `NAMESPACE/NAME:PORT`: its ClusterIP is read through the
+    /// API (read again every minute, and after a failure), so no cluster DNS is needed. The
+    /// chart's default.
+    #[arg(long, env = "TDSET_WAKE_OPERATOR_SERVICE",
+          required_unless_present = "operator_url", value_parser = operator_service)]
+    pub operator_service: Option<crate::wake::operator::OperatorAt>,
     /// The proxy's token for the audience `wake.tdset.schedule.rs` (a projected
     /// ServiceAccount token; read again at every report, as the kubelet rotates it).
     #[arg(
@@ -103,6 +114,10 @@ pub struct WakeProxyArgs {
 }
 
 /// `FROM-TO`, at most 1024 ports (one listener each).
+fn operator_service(s: &str) -> Result<crate::wake::operator::OperatorAt, String> {
+    s.parse()
+}
+
 fn port_range(s: &str) -> Result<(u16, u16), String> {
     let (from, to) = s
         .split_once('-')

@@ -101,7 +101,18 @@ fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
             ip: args.ip,
             ports: args.ports,
             report_to: tdset_operator::wake::report::ReportTo {
-                url: args.operator_url,
+                operator: std::sync::Arc::new(tdset_operator::wake::operator::Operator::new(
+                    match (args.operator_url, args.operator_service) {
+                        (Some(url), _) => tdset_operator::wake::operator::OperatorAt::Url(url),
+                        (None, Some(at)) => at,
+                        (None, None) => {
+                            return Err(Error::Config(
+                                "the wake proxy needs --operator-service or --operator-url".into(),
+                            ));
+                        }
+                    },
+                    Some(client.clone()),
+                )),
                 token_file: args.token_file,
             },
             caps: tdset_operator::wake::serve::Caps {

@@ -256,9 +256,9 @@ fn latencies(dir: &std::path::Path, n: usize, targets: &[String]) -> Vec<Vec<f64
         .collect()
 }
 
-/// A real node with the chart installed from the image of this build (`sets` its values), the
-/// wake proxy told the operator's wake Service's address (the node has no cluster DNS), and
-/// the namespace `apps`: the control plane, its state dir and a client.
+/// A real node with the chart installed from the image of this build (`sets` its values; its
+/// wake proxy finds the operator's wake Service through the API: the node has no cluster DNS),
+/// and the namespace `apps`: the control plane, its state dir and a client.
 pub(crate) async fn node_with_the_chart(
     what: &str,
     sets: &[&str],
@@ -270,7 +270,6 @@ pub(crate) async fn node_with_the_chart(
     operator_image_on_node(&dir);
     let client = client_for(&kc).await;
     install_chart_on_node(&kc, sets);
-    proxy_to_wake_service_ip(&client, &kc).await;
     succeeded(
         "the workloads' namespace",
         kubectl_at(&kc, &["create", "namespace", apps]),

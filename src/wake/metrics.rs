@@ -44,6 +44,8 @@ pub struct ProxyMetrics {
     pub held_seconds: Histogram,
     /// Reports by result (`sent`, `retried`, `dropped`).
     pub reports: IntCounterVec,
+    /// 1 while the operator's wake endpoint answers (the proxy is not ready otherwise).
+    pub operator_reachable: IntGauge,
 }
 
 impl ProxyMetrics {
@@ -73,6 +75,11 @@ impl ProxyMetrics {
             ),
             &["result"],
         )?;
+        let operator_reachable = IntGauge::new(
+            "tdset_wake_proxy_operator_reachable",
+            "1 while the operator's wake endpoint answers the proxy; 0: requests cannot wake anything, and the proxy is not ready",
+        )?;
+        registry.register(Box::new(operator_reachable.clone()))?;
         registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(held.clone()))?;
         registry.register(Box::new(held_seconds.clone()))?;
@@ -89,6 +96,7 @@ impl ProxyMetrics {
             held,
             held_seconds,
             reports,
+            operator_reachable,
         })
     }
 

@@ -9,6 +9,8 @@
 //! - `h2`: the same for an HTTP/2 connection (gRPC's UNAVAILABLE);
 //! - `routes`: which Service a proxy port stands for, and where that Service answers (pure);
 //! - `watch`: the EndpointSlices those are read from;
+//! - `operator`: where the operator's wake endpoint is (a URL, or its Service's ClusterIP),
+//!   and whether it answers;
 //! - `report`: the wake intents sent to the operator, one at a time per TDSet;
 //! - `serve`: the listeners and the held connections;
 //! - `metrics`: the proxy's figures.
@@ -16,6 +18,7 @@
 pub mod h2;
 pub mod head;
 pub mod metrics;
+pub mod operator;
 pub mod reply;
 pub mod report;
 pub mod routes;
@@ -58,6 +61,9 @@ pub struct ProxyOptions {
 /// as ever.
 const DRAIN_QUIET: Duration = Duration::from_secs(5);
 
+/// How long the operator's endpoint may go unanswered before the proxy says it is not ready.
+const UNREACHED_FOR: Duration = Duration::from_secs(30);
+
 /// Binds every proxy port, follows the slices, and serves until `stop` resolves, then drains:
 /// not ready, the ports still open, until what it holds or relays is done (at most
 /// `opts.drain`). `health` turns ready once every port is bound and the routes have been
@@ -76,16 +82,25 @@ pub async fn run(
         opts.ip,
         opts.ports,
         seen.clone(),
-        reporter,
+        reporter.clone(),
         metrics,
         opts.caps,
     )
     .await?;
     let mut following = tokio::spawn(watch::follow(client, seen.clone(), opts.namespace));
+    // Ready once the routes have been read and the operator has answered; not ready once it
+    // has not for `UNREACHED_FOR` (a proxy that cannot ask for a wake-up must not have
+    // workloads put to sleep behind it), which an operator's restart stays within.
     let serving = async {
         seen.synced().await;
-        health.set_ready(true);
-        std::future::pending::<()>().await;
+        let mut answered: Option<Instant> = None;
+        loop {
+            if reporter.probe().await {
+                answered = Some(Instant::now());
+            }
+            health.set_ready(answered.is_some_and(|at| at.elapsed() < UNREACHED_FOR));
+            tokio::time::sleep(report::PROBE_EVERY).await;
+        }
     };
     tokio::select! {
         _ = serving => {}

@@ -46,6 +46,22 @@ pub fn waking(head: &HttpHead, service: &str, retry: u64) -> Vec<u8> {
     )
 }
 
+/// 503 for a request held past `hold` while the wake proxy could not reach the operator: the
+/// wake-up could not be asked for, and nothing is starting (the proxy is not ready meanwhile,
+/// its metric `tdset_wake_proxy_operator_reachable` is 0 and its log says why).
+pub fn unasked(service: &str, retry: u64) -> Vec<u8> {
+    response(
+        "503 Service Unavailable",
+        &[
+            ("Retry-After", &retry.to_string()),
+            ("Content-Type", "text/plain; charset=utf-8"),
+        ],
+        &format!(
+            "{service} is asleep by its schedule, and its wake-up could not be asked for: the wake proxy cannot reach the operator; retry in {retry} s\n"
+        ),
+    )
+}
+
 /// 503 for a request `ignore` matched while the workload is asleep: nothing was woken.
 pub fn ignored(service: &str) -> Vec<u8> {
     response(
@@ -113,6 +129,17 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wake_up_that_could_not_be_asked_for_says_so_and_when_to_retry() {
+        let answer = String::from_utf8(unasked("web", 7)).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        assert!(answer.contains("Retry-After: 7\r\n"), "{answer}");
+        assert!(
+            answer.contains("could not be asked for: the wake proxy cannot reach the operator"),
+            "{answer}"
+        );
+    }
 
     #[test]
     fn retry_after_is_the_measured_time_to_ready_left_at_least_a_second() {

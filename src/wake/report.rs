@@ -14,9 +14,10 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::metrics::ProxyMetrics;
+use super::operator::Operator;
 use crate::api::{WakeAnswer, WakeReport, WakeRequest};
 
 /// The least time between two reports for one TDSet.
@@ -31,11 +32,15 @@ const REPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// held, and the next one for its TDSet is).
 const MAX_DUE: usize = 4096;
 
+/// How long a probe of the operator's `/healthz` may take, and how often one is sent.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+pub const PROBE_EVERY: Duration = Duration::from_secs(5);
+
 /// Where reports go and how they are signed.
 #[derive(Clone, Debug)]
 pub struct ReportTo {
-    /// The operator's wake endpoint, e.g. `http://tdset-operator-wake.tdset-system:8082`.
-    pub url: String,
+    /// The operator's wake endpoint (a URL, or its Service's ClusterIP).
+    pub operator: Arc<Operator>,
     /// The proxy's token for the wake audience (a projected ServiceAccount token).
     pub token_file: PathBuf,
 }
@@ -75,6 +80,53 @@ impl Reporter {
             metrics,
             http: HttpClient::builder(TokioExecutor::new()).build(connector),
             due: Arc::default(),
+        }
+    }
+
+    /// Whether the operator's endpoint answered lately.
+    pub fn reachable(&self) -> bool {
+        self.to.operator.reachable()
+    }
+
+    /// Asks the operator's `/healthz`, and says whether it answered (any answer: the endpoint
+    /// is there).
+    pub async fn probe(&self) -> bool {
+        let reached = match self.to.operator.url().await {
+            Ok(base) => {
+                let req =
+                    hyper::Request::get(format!("{base}/healthz")).body(Full::new(Bytes::new()));
+                match req {
+                    Ok(req) => matches!(
+                        tokio::time::timeout(PROBE_TIMEOUT, self.http.request(req)).await,
+                        Ok(Ok(_))
+                    ),
+                    Err(_) => false,
+                }
+            }
+            Err(e) => {
+                debug!(error = %e, "finding the operator's wake endpoint");
+                false
+            }
+        };
+        self.seen_operator(reached);
+        reached
+    }
+
+    /// What a probe or a report found; a change is logged, and an address that could not be
+    /// reached is read again next time.
+    fn seen_operator(&self, reached: bool) {
+        let was = self.to.operator.set_reachable(reached);
+        self.metrics.operator_reachable.set(i64::from(reached));
+        if !reached {
+            self.to.operator.forget_address();
+        }
+        match (was, reached) {
+            (None | Some(false), true) => {
+                info!(operator = %self.to.operator.describe(), "the operator's wake endpoint answers")
+            }
+            (None | Some(true), false) => warn!(operator = %self.to.operator.describe(),
+                "the operator's wake endpoint cannot be reached: not ready, and held requests are told the wake-up could not be asked for"),
+            _ => {}
         }
     }
 
@@ -192,7 +244,8 @@ impl Reporter {
             ))
         })?;
         let body = serde_json::to_vec(report).map_err(|e| again(e.to_string()))?;
-        let req = hyper::Request::post(format!("{}/v1/wake", self.to.url.trim_end_matches('/')))
+        let base = self.to.operator.url().await.map_err(again)?;
+        let req = hyper::Request::post(format!("{base}/v1/wake"))
             .header(
                 hyper::header::AUTHORIZATION,
                 format!("Bearer {}", token.trim()),
@@ -200,7 +253,14 @@ impl Reporter {
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| again(e.to_string()))?;
-        let resp = (self.http.request(req).await).map_err(|e| again(e.to_string()))?;
+        let resp = match self.http.request(req).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                self.seen_operator(false);
+                return Err(again(e.to_string()));
+            }
+        };
+        self.seen_operator(true);
         let status = resp.status();
         let body = (resp.into_body().collect().await)
             .map_err(|e| again(e.to_string()))?

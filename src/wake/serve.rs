@@ -293,6 +293,9 @@ impl Proxy {
         );
         let service = &route.service.name;
         match read.head {
+            Head::Http(_) if !self.reporter.reachable() => {
+                answer_and_close(conn, &reply::unasked(service, retry)).await
+            }
             Head::Http(h) => answer_and_close(conn, &reply::waking(&h, service, retry)).await,
             Head::H2 => super::h2::answer_waking(conn, read.bytes, service.clone(), retry).await,
             Head::Opaque => {}

@@ -934,10 +934,12 @@ async fn wake_proxy_installed_with_the_operator(
             .find(|e| e.name == name)
             .and_then(|e| e.value.clone())
     };
+    // The wake Service by name, its ClusterIP read through the API: no cluster DNS needed.
     assert_eq!(
-        env_of(c, "TDSET_WAKE_OPERATOR_URL").as_deref(),
-        Some("http://tdset-tdset-operator-wake.tdset-system.svc:8081")
+        env_of(c, "TDSET_WAKE_OPERATOR_SERVICE").as_deref(),
+        Some("tdset-system/tdset-tdset-operator-wake:8081")
     );
+    assert_eq!(env_of(c, "TDSET_WAKE_OPERATOR_URL"), None);
     let token = spec
         .volumes
         .iter()

@@ -423,10 +423,18 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     })
     .await;
 
-    // The wake proxy the chart installed reports to the operator's wake Service; this node has
-    // no cluster DNS, so it is told the Service's ClusterIP (the chart's value for such
-    // clusters), and its pods roll.
-    proxy_to_wake_service_ip(&client, &kc).await;
+    // The wake proxy as the chart installs it by default finds the operator's wake Service by
+    // its ClusterIP through the API: this node has no cluster DNS (a `.svc` name timed out at
+    // every report, and nothing woke). Ready means it reaches the operator.
+    let proxies: Api<Pod> = Api::namespaced(client.clone(), NS);
+    eventually(NODE_GUARD, "two Ready wake-proxy pods", || async {
+        let ps = (proxies
+            .list(&ListParams::default().labels(WAKE_PROXY_PODS))
+            .await)
+            .ok()?;
+        (ps.items.iter().filter(|p| ready(p)).count() == 2).then_some(())
+    })
+    .await;
 
     // On the node at once: the tiers' pods beside the warm-up's and the woken ones, some of
     // them woken through an ingress controller.

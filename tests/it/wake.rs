@@ -89,13 +89,23 @@ pub(crate) async fn endpoint_counted(
     ns: &str,
     clock: SystemClock,
 ) -> (String, Arc<Metrics>) {
+    endpoint_counted_at(client, ns, clock, "127.0.0.1:0").await
+}
+
+/// `endpoint_counted`, listening on `addr`.
+pub(crate) async fn endpoint_counted_at(
+    client: &Client,
+    ns: &str,
+    clock: SystemClock,
+    addr: &str,
+) -> (String, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::for_shard(None).unwrap());
     let (addr, _task) = serve_wake_endpoint(
         client.clone(),
         Arc::new(clock),
         metrics.clone(),
         WakeOptions {
-            addr: "127.0.0.1:0".parse().unwrap(),
+            addr: addr.parse().unwrap(),
             proxy_user: format!("system:serviceaccount:{ns}:wake-proxy"),
         },
     )

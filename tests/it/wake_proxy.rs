@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::*;
-use crate::wake::{AUDIENCE, asleep_at_night, endpoint_counted, token};
+use crate::wake::{AUDIENCE, asleep_at_night, endpoint_counted, endpoint_counted_at, token};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
@@ -167,6 +167,19 @@ async fn own_slice(client: &Client, ns: &str, svc: &str, port: u16) {
 /// the endpoint at `addr` with a token of `ns/wake-proxy`, with `more` flags; ready once it
 /// has read the slices.
 fn wake_proxy(ns: &str, port: u16, addr: &str, log: &str, more: &[&str]) -> OperatorProcess {
+    let proxy = wake_proxy_started(ns, port, addr, log, more);
+    proxy.wait_ready(GUARD, &proxy.log);
+    proxy
+}
+
+/// `wake_proxy`, not waited on.
+fn wake_proxy_started(
+    ns: &str,
+    port: u16,
+    addr: &str,
+    log: &str,
+    more: &[&str],
+) -> OperatorProcess {
     let token_file = std::env::temp_dir().join(format!("{ns}-wake-token"));
     std::fs::write(&token_file, token(ns, "wake-proxy", Some(AUDIENCE))).unwrap();
     let ports = format!("{port}-{port}");
@@ -184,13 +197,11 @@ fn wake_proxy(ns: &str, port: u16, addr: &str, log: &str, more: &[&str]) -> Oper
         "test.example",
     ];
     extra.extend_from_slice(more);
-    let proxy = OperatorProcess::launch(Launch {
+    OperatorProcess::launch(Launch {
         command: "wake-proxy",
         extra: &extra,
         ..Launch::new(&control_plane().kubeconfig, log)
-    });
-    proxy.wait_ready(GUARD, std::path::Path::new(log));
-    proxy
+    })
 }
 
 /// Sends `request` on a new connection to the proxy port and reads until it closes.
@@ -223,14 +234,51 @@ async fn tdset_status(
 }
 
 /// A proxy with nothing to intercept (no TDSet asks for it yet: the chart installs it before
-/// any) says ready once its list is read, so `helm install --wait` and its PodDisruptionBudget
-/// see it ready. Scoped to an empty namespace, its list holds no slice at all.
+/// any) says ready once its list is read and the operator's endpoint answers, so `helm install
+/// --wait` and its PodDisruptionBudget see it ready. Scoped to an empty namespace, its list
+/// holds no slice at all.
 #[tokio::test]
 async fn a_proxy_with_nothing_to_intercept_is_ready() {
-    let (_client, ns) = setup("wake-proxy-empty").await;
+    let (client, ns) = setup("wake-proxy-empty").await;
     let n = &ns.name;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let (addr, _metrics) = endpoint_counted(&client, n, clock).await;
     let log = format!("{n}-proxy.log");
-    let _proxy = wake_proxy(n, free_port(), "127.0.0.1:1", &log, &["--namespace", n]);
+    let _proxy = wake_proxy(n, free_port(), &addr, &log, &["--namespace", n]);
+    ns.cleanup().await;
+}
+
+/// A proxy that cannot reach the operator's wake endpoint could wake nothing, so it says so
+/// where a person looks: not ready (the operator puts nothing to sleep behind a proxy that is
+/// not), `tdset_wake_proxy_operator_reachable` 0, a warning in its log. Once the endpoint
+/// answers, the proxy is ready. (The chart's proxy on a cluster without DNS, given a `.svc`
+/// name, was ready and timed out at every report.)
+#[tokio::test]
+async fn a_proxy_that_cannot_reach_the_operator_is_not_ready_until_it_can() {
+    let (client, ns) = setup("wake-proxy-unreached").await;
+    let n = &ns.name;
+    // Nothing listens there yet.
+    let at = format!("127.0.0.1:{}", free_port());
+    let log = format!("{n}-proxy.log");
+    let proxy = wake_proxy_started(n, free_port(), &at, &log, &["--namespace", n]);
+    eventually(
+        GUARD,
+        "the proxy's word that the operator is not reached",
+        || async {
+            let said = std::fs::read_to_string(&proxy.log).ok()?;
+            said.contains("the operator's wake endpoint cannot be reached")
+                .then_some(())
+        },
+    )
+    .await;
+    let (code, body) = proxy.get("/readyz").expect("the proxy's /readyz");
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(proxy.metric("tdset_wake_proxy_operator_reachable"), 0.0);
+
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _endpoint = endpoint_counted_at(&client, n, clock, &at).await;
+    proxy.wait_ready(GUARD, &proxy.log);
+    assert_eq!(proxy.metric("tdset_wake_proxy_operator_reachable"), 1.0);
     ns.cleanup().await;
 }
 

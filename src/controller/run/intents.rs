@@ -90,6 +90,11 @@ impl Endpoint {
     async fn respond(&self, req: Request<hyper::body::Incoming>) -> hyper::Response<Body> {
         let plain =
             |code, text: &str| answer(code, format!("{text}\n"), "text/plain; charset=utf-8");
+        // The proxy's probe: whether it reaches the endpoint at all (it is not ready
+        // otherwise). Says nothing about any TDSet, so it needs no token.
+        if (req.method(), req.uri().path()) == (&Method::GET, "/healthz") {
+            return plain(StatusCode::OK, "ok");
+        }
         if (req.method(), req.uri().path()) != (&Method::POST, "/v1/wake") {
             return plain(
                 StatusCode::NOT_FOUND,

@@ -445,38 +445,8 @@ pub fn operator_image_on_node(dir: &Path) {
     );
 }
 
-/// The chart's wake proxy told the operator's wake Service by its ClusterIP (this node has no
-/// cluster DNS: the chart's value for such clusters), by `helm upgrade --reuse-values --wait`.
-pub async fn proxy_to_wake_service_ip(client: &kube::Client, kc: &Path) {
-    let wake_ip = eventually(NODE_GUARD, "the wake Service's ClusterIP", || async {
-        let svc: Service = Api::namespaced(client.clone(), NS)
-            .get(&format!("{RELEASE}-wake"))
-            .await
-            .ok()?;
-        svc.spec?.cluster_ip
-    })
-    .await;
-    let chart = repo_root().join("deploy/helm/tdset-operator");
-    succeeded(
-        "helm upgrade (the proxy's operator URL)",
-        helm(
-            kc,
-            &[
-                "upgrade",
-                RELEASE,
-                chart.to_str().unwrap(),
-                "--namespace",
-                NS,
-                "--reuse-values",
-                "--set",
-                &format!("wakeOnRequest.proxy.operatorUrl=http://{wake_ip}:8081"),
-                "--wait",
-                "--timeout",
-                "180s",
-            ],
-        ),
-    );
-}
+/// The chart's wake-proxy pods, by label.
+pub const WAKE_PROXY_PODS: &str = "app.kubernetes.io/name=tdset-operator-wake-proxy";
 
 /// `helm install` of the chart with the image `operator_image_on_node` loaded, `--wait`ing
 /// until its pods pass their probes; `sets` are more `--set` values.

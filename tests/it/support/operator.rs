@@ -206,6 +206,8 @@ impl Operator {
 pub struct OperatorProcess {
     child: std::process::Child,
     pub addr: String,
+    /// Where its output goes.
+    pub log: PathBuf,
     /// The longest a request to its HTTP endpoints may take (`curl -m`).
     scrape_timeout: Duration,
 }
@@ -289,6 +291,7 @@ impl OperatorProcess {
         OperatorProcess {
             child,
             addr: format!("http://127.0.0.1:{port}"),
+            log: l.log.clone(),
             scrape_timeout: l.scrape_timeout,
         }
     }
