@@ -396,6 +396,8 @@ fn the_wake_proxy_is_installed_by_default_and_left_out_when_turned_off() {
             "ClusterRoleBinding/tdset-operator-wake-proxy",
             "Deployment/tdset-operator-wake-proxy",
             "PodDisruptionBudget/tdset-operator-wake-proxy",
+            "Role/tdset-operator-wake-proxy",
+            "RoleBinding/tdset-operator-wake-proxy-operator-address",
             "Service/tdset-operator-wake",
             "Service/tdset-operator-wake-proxy",
             "ServiceAccount/tdset-operator-wake-proxy",

@@ -237,7 +237,8 @@ async fn tdset_status(
 /// any) says ready once its list is read and the operator's endpoint answers, so `helm install
 /// --wait` and its PodDisruptionBudget see it ready. Scoped to an empty namespace, its list
 /// holds no slice at all.
-#[tokio::test]
+// Multi-threaded: the endpoint answers while `wait_ready` blocks its thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_with_nothing_to_intercept_is_ready() {
     let (client, ns) = setup("wake-proxy-empty").await;
     let n = &ns.name;
@@ -253,7 +254,8 @@ async fn a_proxy_with_nothing_to_intercept_is_ready() {
 /// not), `tdset_wake_proxy_operator_reachable` 0, a warning in its log. Once the endpoint
 /// answers, the proxy is ready. (The chart's proxy on a cluster without DNS, given a `.svc`
 /// name, was ready and timed out at every report.)
-#[tokio::test]
+// Multi-threaded: the endpoint answers while `wait_ready` blocks its thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_that_cannot_reach_the_operator_is_not_ready_until_it_can() {
     let (client, ns) = setup("wake-proxy-unreached").await;
     let n = &ns.name;
