@@ -524,7 +524,18 @@ pub fn plan_service(
         ports: &given,
         config: of.config,
     };
-    let desired = slices(&slices_for, of.proxies);
+    // With no proxy ready (an outage, a restart) a slice keeps the proxies it names rather
+    // than naming none: emptied, the Service would have no endpoint at all.
+    let desired: Vec<EndpointSlice> = slices(&slices_for, of.proxies)
+        .into_iter()
+        .map(|mut d| {
+            let had = (seen.present.iter()).find(|p| p.metadata.name == d.metadata.name);
+            if let Some(had) = had.filter(|_| d.endpoints.is_empty()) {
+                d.endpoints = had.endpoints.clone();
+            }
+            d
+        })
+        .collect();
     let names: BTreeSet<String> = desired
         .iter()
         .filter_map(|s| s.metadata.name.clone())
@@ -846,6 +857,53 @@ mod tests {
             "ports": [{"name": "http", "port": port}],
         }))
         .unwrap()
+    }
+
+    /// Finding 5 of the wake proxy's review: a reconcile while no proxy pod was ready emptied
+    /// a slice that named one, and the sleeping Service had no endpoint at all.
+    #[test]
+    fn with_no_proxy_ready_a_slice_keeps_the_proxies_it_names_and_a_new_one_names_none() {
+        let web = service(serde_json::json!({
+            "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 80}]
+        }));
+        let config = ProxyConfig::default();
+        let none_ready = [ProxyAddress {
+            ip: "10.0.0.7".into(),
+            ready: false,
+        }];
+        let of = PlanFor {
+            tdset: "t",
+            tdset_uid: "uid-t",
+            namespace: "ns",
+            asleep: true,
+            workload_labels: None,
+            proxies: &none_ready,
+            config: &config,
+            range: (20000, 20009),
+        };
+        let plan = |present: &[EndpointSlice]| {
+            let seen = ServiceSeen {
+                name: "web",
+                service: Some(&web),
+                ports: &[],
+                present,
+                own_ready: false,
+                contested: &BTreeSet::new(),
+            };
+            plan_service(&of, &seen, &mut BTreeSet::new())
+        };
+        // Nothing there yet: the slice names no proxy (none is ready).
+        let first = plan(&[]);
+        assert!(first.apply[0].endpoints.is_empty(), "{first:?}");
+        // One there naming a proxy: kept as it is, never emptied.
+        let mut had = first.apply[0].clone();
+        had.endpoints = one_slice(Some("http"), None).endpoints;
+        let again = plan(std::slice::from_ref(&had));
+        assert!(again.remove.is_empty(), "{again:?}");
+        for s in &again.apply {
+            assert_eq!(s.endpoints, had.endpoints, "{again:?}");
+        }
     }
 
     #[test]
