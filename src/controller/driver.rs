@@ -136,9 +136,9 @@ pub fn error_policy(tdset: Arc<Cached<TDSet>>, error: &Error, ctx: Arc<Context>)
 /// (a success resets the count).
 fn count_failure(ctx: &Context, key: &str) -> u32 {
     ctx.failures.lock().map_or(1, |mut f| {
-        let n = f.entry(key.to_string()).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
+        f.entry(key.to_string())
+            .or_default()
+            .fail(std::time::Instant::now())
     })
 }
 

@@ -7,9 +7,10 @@
 //! minute, and at once after a report or a probe could not connect (the Service made again).
 //!
 //! Reachable means the endpoint answered lately (a probe of `/healthz` every few seconds, or
-//! any report's answer). A proxy that cannot reach the operator is not ready, so the
-//! operator, which watches the proxy pods' readiness, does not put a workload to sleep behind
-//! it; the metric and the 503's text say why.
+//! any report's answer; a refusal, 401/403, still counts as reached for now). A proxy that
+//! cannot reach the operator is not ready: the operator, which watches the proxy pods'
+//! readiness, leaves it out of new slices (keeping the proxies an existing slice names; it
+//! does not yet keep the workload awake instead); the metric and the 503's text say why.
 
 use std::net::IpAddr;
 use std::sync::Mutex;

@@ -250,8 +250,8 @@ async fn a_proxy_with_nothing_to_intercept_is_ready() {
 }
 
 /// A proxy that cannot reach the operator's wake endpoint could wake nothing, so it says so
-/// where a person looks: not ready (the operator puts nothing to sleep behind a proxy that is
-/// not), `tdset_wake_proxy_operator_reachable` 0, a warning in its log. Once the endpoint
+/// where a person looks: not ready (the operator leaves it out of new slices),
+/// `tdset_wake_proxy_operator_reachable` 0, a warning in its log. Once the endpoint
 /// answers, the proxy is ready. (The chart's proxy on a cluster without DNS, given a `.svc`
 /// name, was ready and timed out at every report.)
 // Multi-threaded: the endpoint answers while `wait_ready` blocks its thread.

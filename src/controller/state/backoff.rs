@@ -14,6 +14,28 @@ pub(crate) fn after(attempt: u32, jitter: f64) -> Duration {
     base.mul_f64(0.75 + jitter / 2.0)
 }
 
+/// One TDSet's failed reconciles, as the backoff counts them. A failure counts (the wait
+/// doubles) only once the shortest wait the last count gave has run out: reconciles that
+/// watch events start meanwhile and fail the same way do not count again. Counted each, six
+/// failures in two seconds (a workload's pods changing while its write is refused) made the
+/// next retry 170 s away, far past the refusal's end.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Failures {
+    counted: u32,
+    until: Option<std::time::Instant>,
+}
+
+impl Failures {
+    /// A failure at `now`; the attempt it makes (1, 2, ...).
+    pub(crate) fn fail(&mut self, now: std::time::Instant) -> u32 {
+        if self.counted == 0 || self.until.is_none_or(|until| now >= until) {
+            self.counted = self.counted.saturating_add(1);
+            self.until = Some(now + after(self.counted, 0.0));
+        }
+        self.counted
+    }
+}
+
 /// A number in [0, 1) that differs between calls: each `RandomState` is keyed afresh, so
 /// hashing the same byte gives a new value every time (no random-number crate needed).
 pub(crate) fn jitter() -> f64 {
@@ -59,6 +81,22 @@ pub(crate) fn api_backoff() -> ApiBackoff {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn failures_within_the_last_wait_do_not_double_it() {
+        let t0 = std::time::Instant::now();
+        let mut f = super::Failures::default();
+        assert_eq!(f.fail(t0), 1);
+        // Five more within 2 s (watch events): still the first attempt's wait (5 s).
+        for ms in [100, 400, 900, 1500, 2000] {
+            assert_eq!(f.fail(t0 + std::time::Duration::from_millis(ms)), 1);
+        }
+        // Once the shortest first wait (3.75 s) has run out, the next failure counts.
+        assert_eq!(f.fail(t0 + std::time::Duration::from_millis(3800)), 2);
+        assert_eq!(f.fail(t0 + std::time::Duration::from_secs(5)), 2);
+        assert_eq!(f.fail(t0 + std::time::Duration::from_secs(12)), 3);
+    }
+
     use super::*;
 
     #[test]

@@ -102,8 +102,9 @@ pub struct Context {
     pub calendars: Store<crate::api::TDCalendar>,
     /// The iCalendar documents calendars take dates from (`spec.ics`).
     pub ics: Arc<super::IcsSources>,
-    /// Consecutive failed reconciles per TDSet ("ns/name"), for the error backoff.
-    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Failed reconciles per TDSet ("ns/name") for the error backoff: how many counted, and
+    /// until when another failure does not count (see `backoff::Failures`).
+    pub failures: std::sync::Mutex<std::collections::HashMap<String, super::backoff::Failures>>,
     /// Where `container` and `template` TDSets may run pods.
     pub pod_forms: AllowedIn,
     /// Where group TDSets may write what they select.
