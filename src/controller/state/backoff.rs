@@ -28,7 +28,8 @@ pub struct Failures {
 impl Failures {
     /// A failure at `now`; the attempt it makes (1, 2, ...).
     pub(crate) fn fail(&mut self, now: std::time::Instant) -> u32 {
-        if self.counted == 0 || self.until.is_none_or(|until| now >= until) {
+        // (No `until` yet: the first failure.)
+        if self.until.is_none_or(|until| now >= until) {
             self.counted = self.counted.saturating_add(1);
             self.until = Some(now + after(self.counted, 0.0));
         }
