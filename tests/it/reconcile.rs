@@ -584,10 +584,9 @@ async fn steady_state_writes_nothing() {
     // a create the API server would refuse.
     op.stop().await;
     let op = Operator::start(&client, &ns.name, noon(), None, "test-restarted");
-    eventually(GUARD, "the restarted operator reconciled", || async {
-        (op.counter("tdset_reconciles_total") >= 1.0).then_some(())
-    })
-    .await;
+    // The restarted operator reconciled.
+    op.counter_once_at_least("tdset_reconciles_total", 1.0)
+        .await;
     assert_eq!(
         op.writes_when_idle().await,
         0,
