@@ -524,18 +524,7 @@ pub fn plan_service(
         ports: &given,
         config: of.config,
     };
-    // With no proxy ready (an outage, a restart) a slice keeps the proxies it names rather
-    // than naming none: emptied, the Service would have no endpoint at all.
-    let desired: Vec<EndpointSlice> = slices(&slices_for, of.proxies)
-        .into_iter()
-        .map(|mut d| {
-            let had = (seen.present.iter()).find(|p| p.metadata.name == d.metadata.name);
-            if let Some(had) = had.filter(|_| d.endpoints.is_empty()) {
-                d.endpoints = had.endpoints.clone();
-            }
-            d
-        })
-        .collect();
+    let desired = keeping_named(slices(&slices_for, of.proxies), seen.present);
     let names: BTreeSet<String> = desired
         .iter()
         .filter_map(|s| s.metadata.name.clone())
@@ -550,6 +539,20 @@ pub fn plan_service(
         refused: None,
         waiting: !of.asleep,
     }
+}
+
+/// With no proxy ready (an outage, a restart) a slice keeps the proxies it names rather than
+/// naming none: emptied, the Service would have no endpoint at all.
+fn keeping_named(desired: Vec<EndpointSlice>, present: &[EndpointSlice]) -> Vec<EndpointSlice> {
+    (desired.into_iter())
+        .map(|mut d| {
+            let had = present.iter().find(|p| p.metadata.name == d.metadata.name);
+            if let Some(had) = had.filter(|_| d.endpoints.is_empty()) {
+                d.endpoints = had.endpoints.clone();
+            }
+            d
+        })
+        .collect()
 }
 
 /// Whether `present` already is what `desired` asks for (the fields the operator sets).
