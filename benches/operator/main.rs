@@ -27,6 +27,8 @@
 //!                                                three boundaries of 1000 workloads each, pods
 //!                                                Ready 5-60 s late, on a control plane of its
 //!                                                own with kube-controller-manager and kwok,
+//!                                                wakepile: the wake proxy's memory with
+//!                                                100 slices of 1 MB piled on a Service,
 //!                                                wake (only when named; root, a real node):
 //!                                                wake on request's wake-ups, forwarding,
 //!                                                and held connections,
@@ -38,7 +40,7 @@
 //! Rooms: this file (the run, its report in BENCHMARKS.md), `fixtures` (what the scenarios
 //! create; the operator through the test support's launcher), `measure` (CPU, memory, the API
 //! server's counters, lags), and the scenarios: `boundary`, `steady`, `group`, `status_cost`,
-//! `fleet`, `warm_up`, `wake`, `ingress`.
+//! `fleet`, `warm_up`, `wake`, `wake_pile`, `ingress`.
 
 #[path = "../../tests/it/support/mod.rs"]
 mod support;
@@ -67,6 +69,7 @@ mod measure;
 mod status_cost;
 mod steady;
 mod wake;
+mod wake_pile;
 mod warm_up;
 
 use fixtures::*;
@@ -247,6 +250,9 @@ fn main() {
         }
         if want("kconverge") {
             b.kubectl_converge(1000).await;
+        }
+        if want("wakepile") {
+            b.wake_slice_pile().await;
         }
         if args.iter().any(|a| a == "wake") {
             b.wake().await;

@@ -2,7 +2,7 @@
 //! became of each connection, how many are held now, how long a held one waited before its
 //! first byte was relayed, and what became of each report.
 
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::error::Result;
 
@@ -46,6 +46,10 @@ pub struct ProxyMetrics {
     pub reports: IntCounterVec,
     /// 1 while the operator's wake endpoint answers (the proxy is not ready otherwise).
     pub operator_reachable: IntGauge,
+    /// The Services' own EndpointSlices kept now (what the proxy relays to is read from them).
+    pub own_slices: IntGauge,
+    /// Slices left out past a Service's cap.
+    pub own_slices_left_out: IntCounter,
 }
 
 impl ProxyMetrics {
@@ -79,6 +83,16 @@ impl ProxyMetrics {
             "tdset_wake_proxy_operator_reachable",
             "1 while the operator's wake endpoint answers the proxy; 0: requests cannot wake anything, and the proxy is not ready",
         )?;
+        let own_slices = IntGauge::new(
+            "tdset_wake_proxy_own_slices",
+            "The Services' own EndpointSlices (of the trusted managers) the wake proxy keeps now, compacted to where each Service answers",
+        )?;
+        let own_slices_left_out = IntCounter::new(
+            "tdset_wake_proxy_own_slices_left_out_total",
+            "EndpointSlices of a Service's own left out because the Service already had as many as the proxy keeps",
+        )?;
+        registry.register(Box::new(own_slices.clone()))?;
+        registry.register(Box::new(own_slices_left_out.clone()))?;
         registry.register(Box::new(operator_reachable.clone()))?;
         registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(held.clone()))?;
@@ -97,6 +111,8 @@ impl ProxyMetrics {
             held_seconds,
             reports,
             operator_reachable,
+            own_slices,
+            own_slices_left_out,
         })
     }
 

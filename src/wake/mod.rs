@@ -76,7 +76,7 @@ pub async fn run(
     stop: impl Future<Output = ()>,
 ) -> Result<()> {
     let metrics = Arc::new(metrics::ProxyMetrics::register(registry)?);
-    let seen = Arc::new(watch::Seen::new(opts.trusted));
+    let seen = Arc::new(watch::Seen::new(opts.trusted, metrics.clone()));
     let reporter = report::Reporter::new(opts.report_to, metrics.clone());
     let listeners = serve::listen(
         opts.ip,

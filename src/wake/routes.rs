@@ -45,10 +45,12 @@ pub struct Contested {
 /// The route of every proxy port the operator's slices name. `slices` may hold any slices:
 /// only those managed by the operator, owned by the TDSet they name, with a Service named,
 /// count.
-pub fn routes(slices: &[EndpointSlice]) -> (BTreeMap<u16, Route>, Vec<Contested>) {
+pub fn routes<'a>(
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+) -> (BTreeMap<u16, Route>, Vec<Contested>) {
     let mut claims: BTreeMap<u16, Vec<(ServiceKey, String, &EndpointSlice)>> = BTreeMap::new();
     // Oldest first: the first claim of a port is the one that keeps it.
-    let mut slices: Vec<&EndpointSlice> = slices.iter().collect();
+    let mut slices: Vec<&EndpointSlice> = slices.into_iter().collect();
     slices.sort_by(|a, b| claim_cmp(a, b));
     for slice in slices {
         let labels = slice.metadata.labels.as_ref();
@@ -116,55 +118,105 @@ pub fn routes(slices: &[EndpointSlice]) -> (BTreeMap<u16, Route>, Vec<Contested>
     (routes, contested)
 }
 
-/// Where the Service (in `namespace`) answers on `port_name`: every address of its own
-/// slices that is ready and not terminating and is a pod of its namespace, in a stable order.
-/// Its own slices are those a `trusted` manager keeps (the EndpointSlice controller's for a
-/// Service with a selector), never the operator's nor any other writer's: a slice a tenant
-/// writes cannot send held connections to an address of its choosing. Empty while the
-/// workload sleeps or wakes.
-pub fn targets(
-    own: &[EndpointSlice],
-    namespace: &str,
+/// The most of one slice's endpoints kept (the EndpointSlice controller's default, and more
+/// than enough to spread held connections over).
+pub const MAX_ENDPOINTS_PER_SLICE: usize = 100;
+/// The most of one slice's ports kept (the API's own bound).
+pub const MAX_PORTS_PER_SLICE: usize = 100;
+
+/// What the proxy keeps of one of a Service's own slices: where its workload answers, and
+/// nothing else, so that what it keeps per slice is bounded whatever the slice holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Answering {
+    /// (port name, port): "" when unnamed.
+    ports: Vec<(String, u16)>,
+    /// The first address of each endpoint that is ready, not terminating, and a pod of the
+    /// Service's namespace (the API takes an endpoint's addresses as fungible).
+    addresses: Vec<IpAddr>,
+}
+
+impl Answering {
+    /// What `slice`, one of the Service's (in `namespace`), says of where it answers. None:
+    /// not a slice the proxy takes as the Service's own, which is one a `trusted` manager
+    /// keeps (the EndpointSlice controller's for a Service with a selector), never the
+    /// operator's nor any other writer's: a slice a tenant writes cannot send held connections
+    /// to an address of its choosing. (The watch selects by the same managers; this is the
+    /// rule, the selector its cost.)
+    pub fn of(slice: &EndpointSlice, namespace: &str, trusted: &[String]) -> Option<Answering> {
+        let labels = slice.metadata.labels.as_ref();
+        let manager = labels.and_then(|l| l.get(MANAGED_BY_LABEL));
+        if !manager.is_some_and(|m| m != MANAGED_BY && trusted.contains(m)) {
+            return None;
+        }
+        if slice.address_type != "IPv4" && slice.address_type != "IPv6" {
+            return None;
+        }
+        let ports = (slice.ports.iter().flatten())
+            .filter_map(|p| {
+                let port = p
+                    .port
+                    .and_then(|p| u16::try_from(p).ok())
+                    .filter(|p| *p > 0)?;
+                Some((p.name.clone().unwrap_or_default(), port))
+            })
+            .take(MAX_PORTS_PER_SLICE)
+            .collect();
+        let addresses = (slice.endpoints.iter())
+            .filter(|e| serves(e))
+            .filter(|e| {
+                (e.target_ref.as_ref()).is_some_and(|r| {
+                    r.kind.as_deref() == Some("Pod") && r.namespace.as_deref() == Some(namespace)
+                })
+            })
+            .filter_map(|e| e.addresses.first()?.parse::<IpAddr>().ok())
+            .take(MAX_ENDPOINTS_PER_SLICE)
+            .collect();
+        Some(Answering { ports, addresses })
+    }
+}
+
+/// The most of one Service's own slices kept: a Service's own are at most one per 100 pods and
+/// address family; past this a slice is left out (and counted), so one Service costs the proxy
+/// a bounded amount whatever is written for it.
+pub const MAX_OWN_SLICES: usize = 32;
+
+/// What became of a slice offered to a Service's kept slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    Kept,
+    /// Not a slice of the Service's own (or deleted): not kept, and no longer kept.
+    Gone,
+    /// The Service already has `MAX_OWN_SLICES` others.
+    LeftOut,
+}
+
+/// Offers `slice` (None: gone, or not the Service's own) as the Service's slice `name`.
+pub fn keep(own: &mut BTreeMap<String, Answering>, name: String, slice: Option<Answering>) -> Kept {
+    match slice {
+        None => {
+            own.remove(&name);
+            Kept::Gone
+        }
+        Some(_) if own.len() >= MAX_OWN_SLICES && !own.contains_key(&name) => Kept::LeftOut,
+        Some(s) => {
+            own.insert(name, s);
+            Kept::Kept
+        }
+    }
+}
+
+/// Where the Service answers on `port_name`: every address its own slices (`own`, by slice
+/// name) keep, on that port, in a stable order. Empty while the workload sleeps or wakes.
+pub fn targets<'a>(
+    own: impl IntoIterator<Item = &'a Answering>,
     port_name: &str,
-    trusted: &[String],
 ) -> Vec<SocketAddr> {
     let mut out = Vec::new();
-    let mut slices: Vec<&EndpointSlice> = own
-        .iter()
-        .filter(|s| {
-            let labels = s.metadata.labels.as_ref();
-            let manager = labels.and_then(|l| l.get(MANAGED_BY_LABEL));
-            manager.is_some_and(|m| m != MANAGED_BY && trusted.contains(m))
-        })
-        .filter(|s| s.address_type == "IPv4" || s.address_type == "IPv6")
-        .collect();
-    slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    for slice in slices {
-        let port = slice
-            .ports
-            .iter()
-            .flatten()
-            .find(|p| p.name.as_deref().unwrap_or("") == port_name)
-            .and_then(|p| p.port)
-            .and_then(|p| u16::try_from(p).ok())
-            .filter(|p| *p > 0);
-        let Some(port) = port else { continue };
-        for endpoint in &slice.endpoints {
-            if !serves(endpoint) {
-                continue;
-            }
-            let pod_here = (endpoint.target_ref.as_ref()).is_some_and(|r| {
-                r.kind.as_deref() == Some("Pod") && r.namespace.as_deref() == Some(namespace)
-            });
-            if !pod_here {
-                continue;
-            }
-            for address in &endpoint.addresses {
-                if let Ok(ip) = address.parse::<IpAddr>() {
-                    out.push(SocketAddr::new(ip, port));
-                }
-            }
-        }
+    for slice in own {
+        let Some((_, port)) = slice.ports.iter().find(|(name, _)| name == port_name) else {
+            continue;
+        };
+        out.extend(slice.addresses.iter().map(|ip| SocketAddr::new(*ip, *port)));
     }
     out
 }
@@ -322,13 +374,76 @@ mod tests {
             .insert(MANAGED_BY_LABEL.into(), "tenant".into());
         forged.endpoints[0].addresses = vec!["10.96.0.1".into()];
         let trusted = ["endpointslice-controller.k8s.io".to_string()];
-        let found = targets(&[with_proxy, forged, own], "a", "http", &trusted);
+        let kept: Vec<Answering> = [with_proxy, forged, own.clone()]
+            .iter()
+            .filter_map(|s| Answering::of(s, "a", &trusted))
+            .collect();
+        assert_eq!(kept.len(), 1, "only the trusted manager's slice is kept");
+        let found = targets(&kept, "http");
         let want: Vec<SocketAddr> = vec![
             "10.1.0.5:8080".parse().unwrap(),
             "10.1.0.8:8080".parse().unwrap(),
         ];
         assert_eq!(found, want);
-        assert!(targets(&[proxy], "a", "http", &trusted).is_empty());
+        assert!(Answering::of(&proxy, "a", &trusted).is_none());
+    }
+
+    /// A slice holding more than the proxy routes on (endpoints by the thousand, each with
+    /// many addresses; ports past the API's bound) is kept as its first endpoints' first
+    /// addresses and its ports, so what one slice costs the proxy is bounded.
+    #[test]
+    fn what_is_kept_of_a_slice_is_bounded_whatever_it_holds() {
+        let endpoints: Vec<serde_json::Value> = (0..3000)
+            .map(|i| {
+                json!({"addresses": [format!("10.{}.{}.1", i / 256, i % 256), "10.255.0.1"],
+                       "conditions": {"ready": true}, "targetRef": pod("a")})
+            })
+            .collect();
+        let ports: Vec<serde_json::Value> = (0..300)
+            .map(|i| json!({"name": format!("p{i}"), "port": 1000 + i}))
+            .collect();
+        let big = slice(json!({
+            "metadata": {"name": "web-big", "namespace": "a",
+                         "labels": {"kubernetes.io/service-name": "web",
+                                    "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+            "addressType": "IPv4", "endpoints": endpoints, "ports": ports,
+        }));
+        let kept = Answering::of(&big, "a", &["endpointslice-controller.k8s.io".into()]).unwrap();
+        assert_eq!(kept.addresses.len(), MAX_ENDPOINTS_PER_SLICE);
+        assert_eq!(kept.ports.len(), MAX_PORTS_PER_SLICE);
+        assert!(
+            !kept.addresses.contains(&"10.255.0.1".parse().unwrap()),
+            "first addresses only"
+        );
+        assert_eq!(targets([&kept], "p0")[0], "10.0.0.1:1000".parse().unwrap());
+    }
+
+    #[test]
+    fn a_service_keeps_at_most_its_cap_of_slices_and_a_kept_one_still_changes() {
+        let mut own = BTreeMap::new();
+        for i in 0..MAX_OWN_SLICES {
+            assert_eq!(
+                keep(&mut own, format!("s{i}"), Some(Answering::default())),
+                Kept::Kept
+            );
+        }
+        let more = keep(&mut own, "extra".into(), Some(Answering::default()));
+        assert_eq!(more, Kept::LeftOut);
+        assert_eq!(own.len(), MAX_OWN_SLICES);
+        let changed = Answering {
+            ports: vec![("http".into(), 80)],
+            addresses: vec!["10.0.0.1".parse().unwrap()],
+        };
+        assert_eq!(
+            keep(&mut own, "s0".into(), Some(changed.clone())),
+            Kept::Kept
+        );
+        assert_eq!(own["s0"], changed);
+        assert_eq!(keep(&mut own, "s1".into(), None), Kept::Gone);
+        assert_eq!(
+            keep(&mut own, "extra".into(), Some(Answering::default())),
+            Kept::Kept
+        );
     }
 
     fn pod(ns: &str) -> serde_json::Value {

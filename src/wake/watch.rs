@@ -19,22 +19,27 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::routes::{self, Route, ServiceKey};
+use super::metrics::ProxyMetrics;
+use super::routes::{self, Answering, Kept, MAX_OWN_SLICES, Route, ServiceKey};
 use crate::workload::intercept::{MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL};
 
 /// How long a route is kept once its slice is gone: the longest hold, and kube-proxy's lag.
 const RETIRED_FOR: Duration = Duration::from_secs(90);
 /// How often retired routes past that are let go of.
 const SWEEP: Duration = Duration::from_secs(10);
+/// How many of a Service's own slices one page of a list holds: each is decoded whole.
+const OWN_PAGE: u32 = 8;
 
 /// What the proxy knows now; connections read it, the watches write it.
 pub struct Seen {
     routes: RwLock<Arc<BTreeMap<u16, Route>>>,
     /// Routes whose slice went, and when.
     retired: RwLock<HashMap<u16, (Route, Instant)>>,
-    own: RwLock<HashMap<ServiceKey, Arc<Vec<EndpointSlice>>>>,
+    /// Of each Service followed, where its own slices (by name) say it answers.
+    own: RwLock<HashMap<ServiceKey, BTreeMap<String, Answering>>>,
     /// The `managed-by` values of the slices taken as a Service's own.
     trusted: Vec<String>,
+    metrics: Arc<ProxyMetrics>,
     /// Bumped at every change: held connections look again.
     changed: watch::Sender<u64>,
     /// The operator's slices have been listed once.
@@ -46,12 +51,13 @@ pub struct Seen {
 impl Seen {
     /// `trusted`: the managers whose slices are a Service's own (the EndpointSlice
     /// controller's, `endpointslice-controller.k8s.io`, for every Service with a selector).
-    pub fn new(trusted: Vec<String>) -> Seen {
+    pub fn new(trusted: Vec<String>, metrics: Arc<ProxyMetrics>) -> Seen {
         Seen {
             routes: RwLock::default(),
             retired: RwLock::default(),
             own: RwLock::default(),
             trusted,
+            metrics,
             changed: watch::channel(0).0,
             synced: std::sync::atomic::AtomicBool::new(false),
             named: RwLock::default(),
@@ -75,8 +81,11 @@ impl Seen {
 
     /// Where `service` answers on `port_name` now (empty: asleep, waking, or not yet seen).
     pub fn targets(&self, service: &ServiceKey, port_name: &str) -> Vec<std::net::SocketAddr> {
-        let own = self.own.read().ok().and_then(|o| o.get(service).cloned());
-        own.map(|own| routes::targets(&own, &service.namespace, port_name, &self.trusted))
+        let Ok(own) = self.own.read() else {
+            return Vec::new();
+        };
+        (own.get(service))
+            .map(|own| routes::targets(own.values(), port_name))
             .unwrap_or_default()
     }
 
@@ -128,14 +137,35 @@ impl Seen {
         services
     }
 
-    fn set_own(&self, service: &ServiceKey, slices: Option<Vec<EndpointSlice>>) {
+    /// All of a Service's own slices (a whole list), or none: no longer followed.
+    fn set_own(&self, service: &ServiceKey, slices: Option<BTreeMap<String, Answering>>) {
         if let Ok(mut own) = self.own.write() {
             match slices {
-                Some(s) => own.insert(service.clone(), Arc::new(s)),
+                Some(s) => own.insert(service.clone(), s),
                 None => own.remove(service),
             };
+            self.count_own(&own);
         }
         self.bump();
+    }
+
+    /// One of a Service's own slices changed (None: gone); whether it is kept.
+    fn own_slice(&self, service: &ServiceKey, name: String, slice: Option<Answering>) -> Kept {
+        let kept = match self.own.write() {
+            Ok(mut own) => {
+                let kept = routes::keep(own.entry(service.clone()).or_default(), name, slice);
+                self.count_own(&own);
+                kept
+            }
+            Err(_) => return Kept::Gone,
+        };
+        self.bump();
+        kept
+    }
+
+    fn count_own(&self, own: &HashMap<ServiceKey, BTreeMap<String, Answering>>) {
+        let n: usize = own.values().map(BTreeMap::len).sum();
+        self.metrics.own_slices.set(n as i64);
     }
 }
 
@@ -190,14 +220,13 @@ pub async fn follow(client: Client, seen: Arc<Seen>, namespace: Option<String>) 
         }
         // Mid-relist the old view holds until the new one is whole.
         if changed && initial.is_none() {
-            let all: Vec<EndpointSlice> = slices.values().cloned().collect();
             if let Ok(mut named) = seen.named.write() {
-                *named = (all.iter())
+                *named = (slices.values())
                     .flat_map(|s| &s.endpoints)
                     .flat_map(|e| e.addresses.iter().cloned())
                     .collect();
             }
-            let (routes, contested) = routes::routes(&all);
+            let (routes, contested) = routes::routes(slices.values());
             for c in &contested {
                 warn!(port = c.port, services = ?c.services, "a proxy port the slices of two Services name: the older keeps it");
             }
@@ -233,39 +262,77 @@ pub async fn follow(client: Client, seen: Arc<Seen>, namespace: Option<String>) 
     }
 }
 
-/// Keeps `seen`'s copy of one Service's slices (its own and the operator's: `targets` tells
-/// them apart) up to date.
+/// Keeps `seen`'s view of where one Service answers up to date. Only the slices of the
+/// trusted managers are asked for: the API server selects them, so no slice another writer
+/// piles on the Service is ever sent here, and of those, only what `Answering` keeps is kept,
+/// at most `MAX_OWN_SLICES` of them.
 async fn follow_service(client: Client, service: ServiceKey, seen: Arc<Seen>) {
+    let Some(selector) = own_selector(&service.name, &seen.trusted) else {
+        warn!(namespace = %service.namespace, service = %service.name,
+              "no manager trusted for a Service's own EndpointSlices: held connections are never relayed");
+        return;
+    };
     let api: Api<EndpointSlice> = Api::namespaced(client, &service.namespace);
-    let config =
-        watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={}", service.name));
-    let mut slices: BTreeMap<String, EndpointSlice> = BTreeMap::new();
-    let mut initial: Option<BTreeMap<String, EndpointSlice>> = None;
+    let config = watcher::Config::default()
+        .labels(&selector)
+        .page_size(OWN_PAGE);
+    let answering = |s: &EndpointSlice| Answering::of(s, &service.namespace, &seen.trusted);
+    let mut initial: Option<BTreeMap<String, Answering>> = None;
+    let mut left_out = false;
     let mut events = watcher(api, config).default_backoff().boxed();
     while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Init) => initial = Some(BTreeMap::new()),
-            Ok(watcher::Event::InitApply(s)) => {
-                if let Some(i) = initial.as_mut() {
-                    i.insert(s.name_any(), s);
-                }
+        let kept = match event {
+            Ok(watcher::Event::Init) => {
+                initial = Some(BTreeMap::new());
                 continue;
             }
-            Ok(watcher::Event::InitDone) => slices = initial.take().unwrap_or_default(),
-            Ok(watcher::Event::Apply(s)) => {
-                slices.insert(s.name_any(), s);
+            Ok(watcher::Event::InitApply(s)) => match initial.as_mut() {
+                Some(i) => routes::keep(i, s.name_any(), answering(&s)),
+                None => continue,
+            },
+            Ok(watcher::Event::InitDone) => {
+                seen.set_own(&service, Some(initial.take().unwrap_or_default()));
+                continue;
             }
-            Ok(watcher::Event::Delete(s)) => {
-                slices.remove(&s.name_any());
-            }
+            Ok(watcher::Event::Apply(s)) => seen.own_slice(&service, s.name_any(), answering(&s)),
+            Ok(watcher::Event::Delete(s)) => seen.own_slice(&service, s.name_any(), None),
             Err(e) => {
                 warn!(namespace = %service.namespace, service = %service.name, error = %e,
                       "watching a Service's endpoints; retrying");
                 continue;
             }
+        };
+        if kept == Kept::LeftOut {
+            seen.metrics.own_slices_left_out.inc();
+            if !std::mem::replace(&mut left_out, true) {
+                warn!(namespace = %service.namespace, service = %service.name, cap = MAX_OWN_SLICES,
+                      "more EndpointSlices for a Service than the proxy keeps; the rest are left out");
+            }
         }
-        seen.set_own(&service, Some(slices.values().cloned().collect()));
     }
+}
+
+/// The label selector of a Service's own slices: its name, and a trusted manager. None: no
+/// manager is trusted (or none is a label value the API server would take).
+fn own_selector(service: &str, trusted: &[String]) -> Option<String> {
+    let valid = |v: &String| {
+        !v.is_empty()
+            && v.len() <= 63
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && v.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    let managers: Vec<&str> = (trusted.iter())
+        .filter(|m| valid(m) && m.as_str() != MANAGED_BY)
+        .map(String::as_str)
+        .collect();
+    (!managers.is_empty()).then(|| {
+        format!(
+            "{SERVICE_NAME_LABEL}={service},{MANAGED_BY_LABEL} in ({})",
+            managers.join(",")
+        )
+    })
 }
 
 fn key_of(s: &EndpointSlice) -> (String, String) {

@@ -504,3 +504,72 @@ async fn a_stopping_proxy_serves_until_no_slice_names_it() {
     assert_eq!(named, ["10.0.0.9"], "exited while named: {ours:?}");
     ns.cleanup().await;
 }
+
+/// EndpointSlices of a made-up manager piled on a sleeping Service by a tenant who may write
+/// slices in its namespace (here 12 of about 1 MB each) never reach the proxy: it asks the
+/// API server for the trusted managers' slices alone, and keeps of those only where the
+/// Service answers, at most `MAX_OWN_SLICES` (32) per Service. (Before, the proxy followed
+/// every slice labelled with the Service's name and kept each whole: 98 such slices took it
+/// from 17 to 1136 MiB, past the chart's limit.) The Service still wakes and its held request
+/// is relayed to its own endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_piled_on_a_sleeping_service_are_never_read_and_its_own_are_capped() {
+    let (client, ns) = setup("wake-slice-pile").await;
+    let n = &ns.name;
+    let wake = json!({"services": [{"name": "web"}], "wakeFor": "1m", "hold": "60s"});
+    let (port, _metrics, _op, proxy) =
+        proxied_world(&client, n, wake, "wake-slice-pile.log", &["--namespace", n]).await;
+    let (upstream_port, heads) = upstream().await;
+    let pile = |name: String, manager: &str, endpoints: usize, addresses: usize| {
+        let endpoints: Vec<serde_json::Value> = (0..endpoints)
+            .map(|e| {
+                let addresses: Vec<String> = (0..addresses)
+                    .map(|a| format!("10.{}.{}.{}", e / 250, e % 250, a % 250 + 1))
+                    .collect();
+                json!({"addresses": addresses, "conditions": {"ready": true},
+                       "targetRef": {"kind": "Pod", "namespace": n, "name": format!("p{e}")}})
+            })
+            .collect();
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": name, "labels": {"kubernetes.io/service-name": "web",
+                                                     "endpointslice.kubernetes.io/managed-by": manager}},
+               "addressType": "IPv4", "endpoints": endpoints,
+               "ports": [{"name": "http", "port": 9, "protocol": "TCP"}]})
+    };
+    for i in 0..12 {
+        let s: EndpointSlice = create_object(
+            &client,
+            n,
+            pile(format!("web-pile-{i}"), "made-up.example", 1000, 80),
+        )
+        .await;
+        let size = serde_json::to_vec(&s).unwrap().len();
+        assert!(size > 900_000, "a pile slice of {size} bytes");
+    }
+    let held = tokio::spawn(call(port, get("/", "curl/8.5")));
+    deployment_at(&client, n, "web", 2).await;
+    // The Service's own slice, then more of the trusted manager's than a Service keeps (an
+    // admin's, or a cluster without the chart's admission policy): 32 kept, the rest counted.
+    own_slice(&client, n, "web", upstream_port).await;
+    let answer = held.await.unwrap();
+    assert!(answer.contains("hello from web"), "{answer}");
+    for i in 0..40 {
+        let _: EndpointSlice = create_object(
+            &client,
+            n,
+            pile(format!("web-more-{i:02}"), "test.example", 1, 1),
+        )
+        .await;
+    }
+    eventually(GUARD, "the proxy's kept slices at its cap", || async {
+        let kept = proxy.metric("tdset_wake_proxy_own_slices ");
+        (kept == 32.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        proxy.metric("tdset_wake_proxy_own_slices_left_out_total"),
+        9.0
+    );
+    assert_eq!(heads.lock().unwrap().len(), 1);
+    ns.cleanup().await;
+}

@@ -119,7 +119,15 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     }
     let writes_failed = written.first_error.is_some();
     let problems = with_write_problems(problems, &written, &members);
-    let held_kinds = still_held(&name, &kinds, &all_listed, &recorded, &listed, &plan);
+    let held_kinds = still_held(
+        &name,
+        &kinds,
+        &all_listed,
+        &recorded,
+        &listed,
+        &plan,
+        &written.done,
+    );
     let status = group_status(&plan, &members, &written, ordered.as_ref(), held_kinds);
     let continuing = ordered.as_ref().is_some_and(|o| o.gate.continuing);
     if let Some(o) = &ordered {
@@ -601,7 +609,9 @@ fn with_write_problems(
 }
 
 /// The custom kinds that may still carry this TDSet's record: those where a workload does (or
-/// is being given one now), and those recorded before that could not be looked through.
+/// is being given one now), and those recorded before that could not be looked through. A
+/// record this reconcile removed (`done`) is gone: the echo of our own write wakes no
+/// reconcile, so the status says so now or not until the next boundary.
 fn still_held(
     me: &str,
     kinds: &[Kind],
@@ -609,6 +619,7 @@ fn still_held(
     recorded: &[String],
     listed: &[(usize, Listed)],
     plan: &group::Plan,
+    done: &[group::Write],
 ) -> Vec<String> {
     let unseen = recorded.iter().filter(|r| {
         let r = GroupKind::parse(r);
@@ -621,8 +632,9 @@ fn still_held(
         .iter()
         .enumerate()
         .filter(|(i, (k, l))| {
+            let removed = done.iter().any(|w| w.member == *i && w.record.is_none());
             !kinds[*k].built_in
-                && (l.member.record.as_ref().is_some_and(|r| r.holder == me)
+                && ((l.member.record.as_ref().is_some_and(|r| r.holder == me) && !removed)
                     || plan
                         .writes
                         .iter()
