@@ -77,10 +77,25 @@ pub struct WakeProxyArgs {
     #[arg(long, env = "TDSET_WAKE_MAX_CONNECTIONS", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
-    /// Connections held for one Service at once; past it a request is answered 503 at once.
+    /// Connections open at once from one client address (at most half of
+    /// --max-connections); past it a connection is closed at accept.
+    #[arg(long, env = "TDSET_WAKE_MAX_PER_SOURCE", default_value_t = 512,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_per_source: u32,
+    /// Connections open at once through one Service, read, held or relayed (at most half of
+    /// --max-connections); past it a connection is closed.
+    #[arg(long, env = "TDSET_WAKE_MAX_PER_SERVICE", default_value_t = 512,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_per_service: u32,
+    /// Connections held for one Service at once (at most --max-per-service); past it a
+    /// request is answered 503 at once.
     #[arg(long, env = "TDSET_WAKE_MAX_HELD_PER_SERVICE", default_value_t = 256,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_held_per_service: u32,
+    /// A relayed connection that moves no byte either way for this long is closed.
+    #[arg(long, env = "TDSET_WAKE_RELAY_IDLE_SECONDS", default_value_t = 120,
+          value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub relay_idle_seconds: u32,
     /// The managers (`endpointslice.kubernetes.io/managed-by`) whose EndpointSlices are a
     /// Service's own: the proxy relays only to their pods. Any other writer's slice for the
     /// Service is never a target.

@@ -115,10 +115,14 @@ fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
                 )),
                 token_file: args.token_file,
             },
-            caps: tdset_operator::wake::serve::Caps {
+            caps: tdset_operator::wake::caps::Caps {
                 connections: args.max_connections as usize,
+                per_source: args.max_per_source as usize,
+                per_service: args.max_per_service as usize,
                 held_per_service: args.max_held_per_service as usize,
-            },
+                relay_idle: std::time::Duration::from_secs(args.relay_idle_seconds.into()),
+            }
+            .checked()?,
             trusted: args.trust_endpoints_managed_by,
             namespace: args.namespace,
             drain: std::time::Duration::from_secs(args.drain_seconds.into()),

@@ -16,8 +16,11 @@ pub mod outcome {
     pub const IGNORED: &str = "ignored";
     /// `hold` ran out first: 503 / UNAVAILABLE with Retry-After.
     pub const TIMED_OUT: &str = "timed-out";
-    /// Past the per-Service cap: answered at once as if timed out.
+    /// Past a Service's caps: past its held connections, answered at once as if timed out;
+    /// past its open connections, closed.
     pub const OVER_CAP: &str = "over-cap";
+    /// Closed at accept: the proxy's connections, or the client address's, at their cap.
+    pub const REFUSED: &str = "refused";
     /// No endpoint of the woken workload could be reached: 502.
     pub const UNREACHABLE: &str = "unreachable";
     /// On a port no slice names.
@@ -25,12 +28,13 @@ pub mod outcome {
     /// A head refused (too large), or none sent in time.
     pub const BAD_HEAD: &str = "bad-head";
 
-    pub const ALL: [&str; 8] = [
+    pub const ALL: [&str; 9] = [
         RELAYED,
         WOKEN,
         IGNORED,
         TIMED_OUT,
         OVER_CAP,
+        REFUSED,
         UNREACHABLE,
         NO_ROUTE,
         BAD_HEAD,

@@ -4,6 +4,7 @@
 //! head, reports it to the operator's wake endpoint, holds the connection until the Service's
 //! own endpoints are ready, and forwards it there.
 //!
+//! - `caps`: what one Service or one client may take of the proxy;
 //! - `head`: what is read of a connection before deciding (an HTTP/1.x head, h2c, plain TCP);
 //! - `reply`: what the proxy answers itself (503 with Retry-After, a self-reloading page);
 //! - `h2`: the same for an HTTP/2 connection (gRPC's UNAVAILABLE);
@@ -15,6 +16,7 @@
 //! - `serve`: the listeners and the held connections;
 //! - `metrics`: the proxy's figures.
 
+pub mod caps;
 pub mod h2;
 pub mod head;
 pub mod metrics;
@@ -42,7 +44,7 @@ pub struct ProxyOptions {
     /// The proxy ports (the operator allocates from the same range).
     pub ports: (u16, u16),
     pub report_to: report::ReportTo,
-    pub caps: serve::Caps,
+    pub caps: caps::Caps,
     /// The managers whose slices are a Service's own (see `routes::targets`).
     pub trusted: Vec<String>,
     /// The one namespace whose Services are intercepted (the operator's `--namespace`); none:

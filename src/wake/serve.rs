@@ -6,16 +6,16 @@
 //! first, exactly as the client sent them, save an `X-Forwarded-For` added to an HTTP head.
 //! After `hold`: 503 with Retry-After (HTTP), or the connection closed.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
+use super::caps::{Caps, Counts, Slot};
 use super::head::{self, Head, HttpHead, MAX_HEAD};
 use super::metrics::{ProxyMetrics, outcome};
 use super::reply;
@@ -42,22 +42,6 @@ const HEAD_READ: Duration = Duration::from_secs(10);
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 64 * 1024;
 
-/// Caps on what the proxy holds: connections in all, and held for one Service.
-#[derive(Clone, Copy, Debug)]
-pub struct Caps {
-    pub connections: usize,
-    pub held_per_service: usize,
-}
-
-impl Default for Caps {
-    fn default() -> Self {
-        Caps {
-            connections: 4096,
-            held_per_service: 256,
-        }
-    }
-}
-
 struct Proxy {
     /// When the last connection was accepted (a stopping proxy waits for a quiet spell).
     last_accepted: Mutex<Instant>,
@@ -66,7 +50,10 @@ struct Proxy {
     metrics: Arc<ProxyMetrics>,
     caps: Caps,
     connections: Arc<Semaphore>,
-    held: Mutex<HashMap<ServiceKey, Arc<Semaphore>>>,
+    /// What is open per client address, per Service, and held per Service.
+    sources: Counts<IpAddr>,
+    services: Counts<ServiceKey>,
+    held: Counts<ServiceKey>,
 }
 
 /// The proxy ports, bound and served until this is dropped.
@@ -113,7 +100,9 @@ pub async fn listen(
         metrics,
         caps,
         connections: Arc::new(Semaphore::new(caps.connections)),
-        held: Mutex::default(),
+        sources: Counts::default(),
+        services: Counts::default(),
+        held: Counts::default(),
     });
     let mut tasks = Vec::new();
     let mut ip = ip;
@@ -144,14 +133,23 @@ pub async fn listen(
                 if let Ok(mut t) = proxy.last_accepted.lock() {
                     *t = Instant::now();
                 }
+                // Both caps at accept, before anything is read: one client (or every client
+                // together) past its share is closed at once and costs nothing more.
                 let Ok(permit) = proxy.connections.clone().try_acquire_owned() else {
                     debug!(port, "connection cap reached; closed");
+                    proxy.metrics.count(outcome::REFUSED);
+                    continue;
+                };
+                let source = peer.ip().to_canonical();
+                let Some(from) = proxy.sources.take(&source, proxy.caps.per_source) else {
+                    debug!(port, %source, "this client's connection cap reached; closed");
+                    proxy.metrics.count(outcome::REFUSED);
                     continue;
                 };
                 let proxy = proxy.clone();
                 tokio::spawn(async move {
                     proxy.handle(conn, peer, port).await;
-                    drop(permit);
+                    drop((permit, from));
                 });
             }
         }));
@@ -176,6 +174,12 @@ impl Proxy {
                 self.metrics.count(outcome::NO_ROUTE);
                 return;
             }
+        };
+        // Everything open through one Service, read, held or relayed, within its share.
+        let Some(_through) = self.services.take(&route.service, self.caps.per_service) else {
+            debug!(port, service = %route.service.name, "this Service's connection cap reached; closed");
+            self.metrics.count(outcome::OVER_CAP);
+            return;
         };
         let hold = Duration::from_secs(route.config.hold_secs);
         let read = match read_head(&mut conn, hold).await {
@@ -207,7 +211,7 @@ impl Proxy {
         // Already awake (the slice not yet gone): straight through.
         let targets = self.seen.targets(svc, &route.port_name);
         if !targets.is_empty() {
-            let reached = relay(conn, read, peer, &targets, &svc.name).await;
+            let reached = relay(conn, read, peer, &targets, &svc.name, self.caps.relay_idle).await;
             self.metrics.count(if reached {
                 outcome::RELAYED
             } else {
@@ -237,7 +241,8 @@ impl Proxy {
                 let waited = started.elapsed();
                 debug!(service = %svc.name, held_ms = waited.as_millis() as u64, "forwarding a held connection");
                 self.metrics.held_seconds.observe(waited.as_secs_f64());
-                let reached = relay(conn, read, peer, &targets, &svc.name).await;
+                let reached =
+                    relay(conn, read, peer, &targets, &svc.name, self.caps.relay_idle).await;
                 self.metrics.count(if reached {
                     outcome::WOKEN
                 } else {
@@ -269,17 +274,8 @@ impl Proxy {
         }
     }
 
-    fn hold_slot(&self, svc: &ServiceKey) -> Option<OwnedSemaphorePermit> {
-        // Under the lock: a Service's semaphore is never forgotten between its lookup and
-        // the slot taken, so its cap holds.
-        let mut held = self.held.lock().ok()?;
-        // Forget Services nothing is held for, so the map stays as small as what is held.
-        held.retain(|_, s| s.available_permits() < self.caps.held_per_service);
-        let sem = held
-            .entry(svc.clone())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.caps.held_per_service)))
-            .clone();
-        sem.try_acquire_owned().ok()
+    fn hold_slot(&self, svc: &ServiceKey) -> Option<Slot<ServiceKey>> {
+        self.held.take(svc, self.caps.held_per_service)
     }
 
     /// `hold` passed (or the cap was reached) before the workload was ready.
@@ -369,14 +365,15 @@ fn request_of(route: &Route, http: Option<&HttpHead>) -> WakeRequest {
 
 /// Connects to one of `targets` (the next, if one refuses; where to start turns, so held
 /// connections spread over the endpoints), sends what was read (an HTTP head as `relayed`
-/// makes it), then copies both ways until either side closes. None reachable: 502 for HTTP,
-/// and `false`.
+/// makes it), then copies both ways until either side closes or neither has sent a byte for
+/// `idle`. None reachable: 502 for HTTP, and `false`.
 async fn relay(
     conn: TcpStream,
     read: Read,
     peer: SocketAddr,
     targets: &[SocketAddr],
     service: &str,
+    idle: Duration,
 ) -> bool {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let start = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -406,8 +403,112 @@ async fn relay(
     if upstream.write_all(&first).await.is_err() {
         return true;
     }
-    let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+    copy_until_idle(&mut conn, &mut upstream, idle).await;
     true
+}
+
+/// Copies both ways until either side closes, or until no byte has moved either way for
+/// `idle`: a relayed connection left open and silent does not keep its slot for ever.
+async fn copy_until_idle(a: &mut TcpStream, b: &mut TcpStream, idle: Duration) {
+    let activity = Activity::default();
+    let mut a = Watched {
+        io: a,
+        activity: &activity,
+    };
+    let mut b = Watched {
+        io: b,
+        activity: &activity,
+    };
+    let copy = tokio::io::copy_bidirectional(&mut a, &mut b);
+    let watchdog = async {
+        loop {
+            let quiet = activity.quiet_for();
+            if quiet >= idle {
+                return;
+            }
+            tokio::time::sleep(idle - quiet).await;
+        }
+    };
+    tokio::select! {
+        _ = copy => {}
+        _ = watchdog => debug!(idle_secs = idle.as_secs(), "a relayed connection idle; closed"),
+    }
+}
+
+/// When a byte last moved on a relayed connection.
+struct Activity {
+    start: Instant,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            start: Instant::now(),
+            last_ms: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl Activity {
+    fn moved(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn quiet_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(last)
+    }
+}
+
+/// A stream whose reads and writes mark `activity`.
+struct Watched<'a> {
+    io: &'a mut TcpStream,
+    activity: &'a Activity,
+}
+
+impl tokio::io::AsyncRead for Watched<'_> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut *self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.moved();
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched<'_> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut *self.io).poll_write(cx, data);
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.moved();
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.io).poll_shutdown(cx)
+    }
 }
 
 /// One held connection in `tdset_wake_proxy_held`, for as long as it lives.

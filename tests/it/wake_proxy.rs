@@ -573,3 +573,110 @@ async fn slices_piled_on_a_sleeping_service_are_never_read_and_its_own_are_cappe
     assert_eq!(heads.lock().unwrap().len(), 1);
     ns.cleanup().await;
 }
+
+/// Opens a connection to the proxy port from `source` (an address of the loopback: each is a
+/// client of its own to the proxy).
+async fn connect_from(source: &str, port: u16) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    socket
+        .connect(format!("127.0.0.1:{port}").parse().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Whether the proxy closed `conn` (read gives its end) within `within`.
+async fn closed_within(conn: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(within, conn.read(&mut buf)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+/// One tenant's long-lived connections cannot fill the proxy for everyone (before, a relayed
+/// connection held one of the 4096 global permits for its whole life, with no idle timeout
+/// and no cap per Service or per client): a client past its share is closed at accept, a
+/// Service past its share is closed, and a relayed connection that moves nothing for
+/// `--relay-idle-seconds` is closed while one that talks stays open. Caps small so the test
+/// reaches them: 8 in all, 3 per client, 4 per Service, idle 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_or_one_services_connections_cannot_fill_the_proxy_and_idle_relays_close() {
+    let (client, ns) = setup("wake-caps").await;
+    let n = &ns.name;
+    let wake = json!({"services": [{"name": "web"}], "wakeFor": "1m", "hold": "60s"});
+    let caps = [
+        "--namespace",
+        n,
+        "--max-connections",
+        "8",
+        "--max-per-source",
+        "3",
+        "--max-per-service",
+        "4",
+        "--max-held-per-service",
+        "4",
+        "--relay-idle-seconds",
+        "3",
+    ];
+    let (port, _metrics, _op, proxy) =
+        proxied_world(&client, n, wake, "wake-caps.log", &caps).await;
+    // Awake: a connection that sends nothing is taken, after 1 s, for a protocol where the
+    // server speaks first and relayed; the upstream waits for a head that never comes, so
+    // each stays open as long as the proxy lets it.
+    let (upstream_port, _heads) = upstream().await;
+    own_slice(&client, n, "web", upstream_port).await;
+    eventually(GUARD, "the proxy keeping web's own slice", || async {
+        (proxy.metric("tdset_wake_proxy_own_slices ") == 1.0).then_some(())
+    })
+    .await;
+    let relayed = || proxy.metric("tdset_wake_proxy_connections_total{outcome=\"relayed\"}");
+    let _warm = call(port, get("/", "curl/8.5")).await;
+    assert_eq!(relayed(), 1.0, "the Service is awake behind the proxy");
+
+    let mut a = Vec::new();
+    for _ in 0..3 {
+        a.push(connect_from("127.0.0.2", port).await);
+    }
+    let mut fourth = connect_from("127.0.0.2", port).await;
+    assert!(
+        closed_within(&mut fourth, GUARD).await,
+        "a client past its share is closed"
+    );
+    let mut b = connect_from("127.0.0.3", port).await;
+    let mut over = connect_from("127.0.0.3", port).await;
+    assert!(
+        closed_within(&mut over, GUARD).await,
+        "a Service past its share is closed"
+    );
+    let count = |o: &str| {
+        proxy.metric(&format!(
+            "tdset_wake_proxy_connections_total{{outcome=\"{o}\"}}"
+        ))
+    };
+    assert_eq!((count("refused"), count("over-cap")), (1.0, 1.0));
+
+    // The four within their shares were relayed; one keeps talking (a byte a second), the
+    // others are silent: those are closed after the idle time, the talker is not.
+    let mut talker = a.pop().unwrap();
+    let talking = tokio::spawn(async move {
+        for _ in 0..8 {
+            if talker.write_all(b"x").await.is_err() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        true
+    });
+    for conn in a.iter_mut().chain([&mut b]) {
+        assert!(
+            closed_within(conn, GUARD).await,
+            "a silent relayed connection is closed after the idle time"
+        );
+    }
+    assert!(
+        talking.await.unwrap(),
+        "a relayed connection that talks stays open"
+    );
+    ns.cleanup().await;
+}
