@@ -442,3 +442,66 @@ async fn a_port_two_services_slices_name_stays_with_the_older_and_the_younger_mo
     );
     ns.cleanup().await;
 }
+
+/// The slice follows what the workload is, not what the schedule says: a TDSet suspended at
+/// night writes no count, so its workload runs and nothing of the operator's is put in front
+/// of it (before, the intercept stage decided on the evaluated 0 and the proxy stood in every
+/// request's path all night). Resumed, the slice is in place before the count goes to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_tdset_at_night_puts_nothing_in_front_of_its_running_workload() {
+    let (client, ns) = setup("wake-slices-suspended").await;
+    let n = &ns.name;
+    let proxy = proxy_in(&client, n, (21020, 21029)).await;
+    let _: Deployment = create_object(&client, n, app_deployment("web", 3)).await;
+    let _: Service = create_object(
+        &client,
+        n,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}}),
+    )
+    .await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
+    let spec = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "suspend": true,
+        "defaultReplica": 0,
+        "schedulingConfig": [],
+        "wakeOnRequest": {"services": [{"name": "web"}]}
+    });
+    create_tdset(&client, n, &tdset("web", spec)).await;
+    // Reconciled (its status written after the intercept stage ran): nothing in the path.
+    let _: tdset_operator::api::TDSet = object_where(
+        &client,
+        n,
+        "web",
+        "the TDSet reconciled",
+        |t: &tdset_operator::api::TDSet| {
+            t.status.as_ref().and_then(|s| s.observed_generation) == Some(1)
+        },
+    )
+    .await;
+    assert!(
+        ours(&client, n).await.is_empty(),
+        "a slice in front of a running workload"
+    );
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(web.spec.and_then(|s| s.replicas), Some(3));
+
+    Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), n)
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"suspend": false}})),
+        )
+        .await
+        .unwrap();
+    let asleep = deployment_at(&client, n, "web", 0).await;
+    let slices = ours(&client, n).await;
+    assert_eq!(slices.len(), 1, "{slices:?}");
+    assert!(
+        rv(&slices[0].metadata) < rv(&asleep.metadata),
+        "made before break"
+    );
+    ns.cleanup().await;
+}

@@ -71,7 +71,10 @@ pub(crate) async fn intercept(
         }
         return Ok(Intercepted::default());
     };
-    let asleep = resolved.eval.replicas == 0;
+    // Asleep only if this turn writes the 0: suspended (or refused), the workload runs on,
+    // and a slice in front of it would send every request through the proxy.
+    let writes = resolved.writes(tdset, ctx, ns);
+    let asleep = resolved.eval.replicas == 0 && writes;
     // Awake with nothing of the operator's in the path: nothing to read or write (most
     // reconciles of a TDSet awake by its schedule).
     if !asleep && present.is_empty() {
@@ -118,6 +121,11 @@ pub(crate) async fn intercept(
             contested: &contested,
         };
         intercept_service(ctx, &of, &this, &mut used, &mut done).await?;
+    }
+    // Suspended while asleep, a slice left in place waits for a wake-up nothing will write:
+    // looked at again at the TDSet's own interval, not every 2 s.
+    if !writes {
+        done.recheck = None;
     }
     Ok(done)
 }

@@ -45,6 +45,20 @@ pub(crate) struct Resolved<'a> {
     pub requested: Option<bool>,
 }
 
+impl Resolved<'_> {
+    /// Whether this reconcile's form may write the workload at all: not while the TDSet is
+    /// suspended, nor while its form is refused in its namespace. What depends on the count
+    /// being written (the wake proxy put in front of a workload going to 0) asks this, not the
+    /// schedule alone.
+    pub(crate) fn writes(&self, tdset: &TDSet, ctx: &Context, ns: &str) -> bool {
+        let refused = match self.source {
+            Source::Group(_) => ctx.group_form.refuse_group(ns).is_some(),
+            source => ctx.pod_forms.refuse(source, ns).is_some(),
+        };
+        !tdset.spec.is_suspended() && !refused
+    }
+}
+
 /// Resolves `tdset` at the context's clock. `Ok(Err)`: the spec cannot be evaluated (the
 /// problem says why); the workload is then left as it is.
 pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a>> {
