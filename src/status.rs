@@ -63,6 +63,7 @@ pub mod reason {
     pub const CALENDAR_INVALID: &str = "CalendarInvalid";
     pub const TOO_MANY_WORKLOADS: &str = "TooManyWorkloads";
     pub const WAKE_ON_REQUEST_REFUSED: &str = "WakeOnRequestRefused";
+    pub const WAKE_PROXY_NOT_READY: &str = "WakeProxyNotReady";
     pub const KEDA_PAUSE_NOT_APPLIED: &str = "KedaPauseNotApplied";
     pub const KEDA_STILL_PAUSED: &str = "KedaStillPaused";
     pub const KEDA_HPA_MISSING: &str = "KedaHpaMissing";
@@ -113,6 +114,9 @@ pub enum Problem {
     /// A Service `wakeOnRequest` names cannot be woken through (headless, no selector, ...):
     /// its requests are not intercepted; the schedule goes on.
     WakeRefused(String),
+    /// No wake proxy pod is ready to stand in for a Service `wakeOnRequest` names: the
+    /// workload is not put to sleep (no request could wake it) until one is.
+    NoWakeProxy(String),
     /// The schedule's pause is on a KEDA ScaledObject, but KEDA has not paused it.
     KedaPauseNotApplied(String),
     /// The pause is off a KEDA ScaledObject, but KEDA still says it is paused (keda#6982).
@@ -143,6 +147,7 @@ impl Problem {
             Problem::CalendarInvalid(_) => reason::CALENDAR_INVALID,
             Problem::TooManyWorkloads(_) => reason::TOO_MANY_WORKLOADS,
             Problem::WakeRefused(_) => reason::WAKE_ON_REQUEST_REFUSED,
+            Problem::NoWakeProxy(_) => reason::WAKE_PROXY_NOT_READY,
             Problem::KedaPauseNotApplied(_) => reason::KEDA_PAUSE_NOT_APPLIED,
             Problem::KedaStillPaused(_) => reason::KEDA_STILL_PAUSED,
             Problem::KedaHpaMissing(_) => reason::KEDA_HPA_MISSING,
@@ -183,6 +188,7 @@ impl Problem {
             | Problem::CalendarInvalid(m)
             | Problem::TooManyWorkloads(m)
             | Problem::WakeRefused(m)
+            | Problem::NoWakeProxy(m)
             | Problem::KedaPauseNotApplied(m)
             | Problem::KedaStillPaused(m)
             | Problem::KedaHpaMissing(m) => m,

@@ -189,7 +189,8 @@ async fn reconcile_inner(
     }
     // Before the form's turn: the proxy is in the path before a count goes to 0.
     let intercepted = intercept::intercept(tdset, ctx, &ns, &resolved).await?;
-    let mut outcome = apply::apply(tdset, ctx, &ns, &resolved, events).await?;
+    let hold = intercepted.holds();
+    let mut outcome = apply::apply(tdset, ctx, &ns, &resolved, hold, events).await?;
     drop(turn);
     report::keep_unreleased(&mut outcome, previous.unreleased);
     report::keep_intercepted(&mut outcome, &intercepted);

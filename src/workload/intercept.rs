@@ -441,6 +441,9 @@ pub struct ServicePlan {
     pub refused: Option<Refusal>,
     /// In the path and waiting for the workload's own endpoints: look again soon.
     pub waiting: bool,
+    /// To be asleep with no proxy ready and no slice naming one: nothing could stand in for
+    /// the Service, so the workload must not be put to sleep (nothing is written here).
+    pub unguarded: bool,
 }
 
 /// Everything else the plan needs: the TDSet, the proxies, the ports taken elsewhere.
@@ -525,6 +528,12 @@ pub fn plan_service(
         config: of.config,
     };
     let desired = keeping_named(slices(&slices_for, of.proxies), seen.present);
+    if of.asleep && desired.iter().all(|s| s.endpoints.is_empty()) {
+        return ServicePlan {
+            unguarded: true,
+            ..ServicePlan::default()
+        };
+    }
     let names: BTreeSet<String> = desired
         .iter()
         .filter_map(|s| s.metadata.name.clone())
@@ -538,6 +547,7 @@ pub fn plan_service(
         remove: present.into_iter().filter(|n| !names.contains(n)).collect(),
         refused: None,
         waiting: !of.asleep,
+        unguarded: false,
     }
 }
 
@@ -863,9 +873,10 @@ mod tests {
     }
 
     /// Finding 5 of the wake proxy's review: a reconcile while no proxy pod was ready emptied
-    /// a slice that named one, and the sleeping Service had no endpoint at all.
+    /// a slice that named one, and the sleeping Service had no endpoint at all; and with none
+    /// ready the workload was put to sleep behind a slice that named nobody.
     #[test]
-    fn with_no_proxy_ready_a_slice_keeps_the_proxies_it_names_and_a_new_one_names_none() {
+    fn with_no_proxy_ready_a_slice_keeps_the_proxies_it_names_and_none_is_made_naming_none() {
         let web = service(serde_json::json!({
             "selector": {"app": "web"},
             "ports": [{"name": "http", "port": 80}]
@@ -896,14 +907,31 @@ mod tests {
             };
             plan_service(&of, &seen, &mut BTreeSet::new())
         };
-        // Nothing there yet: the slice names no proxy (none is ready).
+        // Nothing there yet: nothing could stand in for the Service, so nothing is written and
+        // the plan says the workload must stay awake.
         let first = plan(&[]);
-        assert!(first.apply[0].endpoints.is_empty(), "{first:?}");
-        // One there naming a proxy: kept as it is, never emptied.
-        let mut had = first.apply[0].clone();
-        had.endpoints = one_slice(Some("http"), None).endpoints;
+        assert!(first.unguarded && first.apply.is_empty(), "{first:?}");
+        // One there naming a proxy (made while it was ready): kept as it is, never emptied.
+        let ready = [ProxyAddress {
+            ip: "10.0.0.7".into(),
+            ready: true,
+        }];
+        let while_ready = PlanFor {
+            proxies: &ready,
+            ..of
+        };
+        let seen = ServiceSeen {
+            name: "web",
+            service: Some(&web),
+            ports: &[],
+            present: &[],
+            own_ready: false,
+            contested: &BTreeSet::new(),
+        };
+        let had = plan_service(&while_ready, &seen, &mut BTreeSet::new()).apply[0].clone();
+        assert!(!had.endpoints.is_empty());
         let again = plan(std::slice::from_ref(&had));
-        assert!(again.remove.is_empty(), "{again:?}");
+        assert!(again.remove.is_empty() && !again.unguarded, "{again:?}");
         for s in &again.apply {
             assert_eq!(s.endpoints, had.endpoints, "{again:?}");
         }

@@ -505,3 +505,77 @@ async fn a_suspended_tdset_at_night_puts_nothing_in_front_of_its_running_workloa
     );
     ns.cleanup().await;
 }
+
+/// With no wake proxy pod ready (an outage, the proxy not yet started), nothing could stand
+/// in for a sleeping Service, so its workload is not put to sleep: it stays at its count,
+/// `Degraded` with `WakeProxyNotReady` and a Warning. Once a proxy pod is ready the slice is
+/// in place before the count goes to 0. (Before, the workload went to 0 behind a slice that
+/// named nobody, and nothing said so.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_proxy_ready_the_workload_is_kept_awake_and_says_why() {
+    let (client, ns) = setup("wake-slices-no-proxy").await;
+    let n = &ns.name;
+    let proxy = proxy_in(&client, n, (21030, 21039)).await;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), n);
+    let proxy_pods = |ready: bool| json!({"endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": ready}}]});
+    slices
+        .patch(
+            "proxy-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(proxy_pods(false)),
+        )
+        .await
+        .unwrap();
+    let _: Deployment = create_object(&client, n, app_deployment("web", 3)).await;
+    let _: Service = create_object(
+        &client,
+        n,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}}),
+    )
+    .await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
+    let spec = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "defaultReplica": 0,
+        "schedulingConfig": [],
+        "wakeOnRequest": {"services": [{"name": "web"}]}
+    });
+    create_tdset(&client, n, &tdset("web", spec)).await;
+    let message = degraded_for(&client, n, "web", "WakeProxyNotReady").await;
+    assert!(
+        message.contains("Service web") && message.contains("kept awake"),
+        "{message}"
+    );
+    wait_for_event(&client, n, "web", |(kind, reason, _)| {
+        kind == "Warning" && reason == "WakeProxyNotReady"
+    })
+    .await;
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(web.spec.and_then(|s| s.replicas), Some(3), "kept awake");
+    assert!(ours(&client, n).await.is_empty(), "no slice naming nobody");
+
+    slices
+        .patch(
+            "proxy-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(proxy_pods(true)),
+        )
+        .await
+        .unwrap();
+    let asleep = deployment_at(&client, n, "web", 0).await;
+    let ours = ours(&client, n).await;
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    let named: Vec<&String> = ours[0]
+        .endpoints
+        .iter()
+        .flat_map(|e| &e.addresses)
+        .collect();
+    assert_eq!(named, ["10.0.0.5"]);
+    assert!(
+        rv(&ours[0].metadata) < rv(&asleep.metadata),
+        "made before break"
+    );
+    ns.cleanup().await;
+}

@@ -16,9 +16,11 @@ pub(crate) async fn apply(
     ctx: &Context,
     ns: &str,
     resolved: &Resolved<'_>,
+    hold: bool,
     events: &mut Events,
 ) -> Result<Outcome> {
-    let write = if tdset.spec.is_suspended() {
+    // `hold`: this turn must leave the workload as it is (no wake proxy to stand in for it).
+    let write = if tdset.spec.is_suspended() || hold {
         Write::Never
     } else {
         Write::IfDifferent

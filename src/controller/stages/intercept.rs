@@ -27,12 +27,18 @@ use crate::workload::owned;
 /// How soon a TDSet whose slices wait for its workload's own endpoints is looked at again
 /// (an endpoint's readiness reaches its slice a moment after the pod's).
 const WAITING_RECHECK: Duration = Duration::from_secs(2);
+/// How soon a TDSet kept awake for want of a ready proxy is looked at again (a proxy pod
+/// that becomes ready rewrites the slices that exist; this TDSet has none yet).
+const UNGUARDED_RECHECK: Duration = Duration::from_secs(10);
 
 /// What the stage did, for the report.
 #[derive(Debug, Default)]
 pub(crate) struct Intercepted {
     /// Services that cannot be woken through, and why.
     pub refused: Vec<String>,
+    /// Services that would sleep with no proxy ready to stand in for them: the workload is
+    /// kept as it is this turn.
+    pub unguarded: Vec<String>,
     /// Look again this soon.
     pub recheck: Option<Duration>,
 }
@@ -40,12 +46,25 @@ pub(crate) struct Intercepted {
 impl Intercepted {
     /// A refusal, as Degraded says it (the schedule goes on).
     pub(crate) fn problem(&self) -> Option<Problem> {
+        if !self.unguarded.is_empty() {
+            return Some(Problem::NoWakeProxy(format!(
+                "wakeOnRequest: no wake proxy pod is ready to stand in for {}: the workload is \
+                 kept awake (asleep, no request could wake it) until one is; see the wake \
+                 proxy's pods and their readiness (the operator's wake endpoint must answer them)",
+                self.unguarded.join(", ")
+            )));
+        }
         (!self.refused.is_empty()).then(|| {
             Problem::WakeRefused(format!(
                 "wakeOnRequest: {}; requests to it do not wake the workload",
                 self.refused.join("; ")
             ))
         })
+    }
+
+    /// Whether this turn must leave the workload as it is (not put it to sleep).
+    pub(crate) fn holds(&self) -> bool {
+        !self.unguarded.is_empty()
     }
 }
 
@@ -226,6 +245,14 @@ async fn intercept_service(
     }
     if plan.waiting {
         done.recheck = Some(WAITING_RECHECK);
+    }
+    if plan.unguarded {
+        info!(service = %wanted.name, "no wake proxy pod ready: the workload is kept awake");
+        done.unguarded.push(format!("Service {}", wanted.name));
+        done.recheck = Some(
+            done.recheck
+                .map_or(UNGUARDED_RECHECK, |r| r.min(UNGUARDED_RECHECK)),
+        );
     }
     Ok(())
 }
