@@ -173,6 +173,12 @@ pub struct RunArgs {
     /// is given one.
     #[arg(long, env = "TDSET_WAKE_PROXY_PORTS", default_value = "20000-20255", value_parser = port_range)]
     pub wake_proxy_ports: (u16, u16),
+    /// The most of those ports the Services of one namespace may hold at once, so one
+    /// namespace cannot take the whole range; past it a Service is refused with reason
+    /// `WakeOnRequestRefused`, naming the namespace's share.
+    #[arg(long, env = "TDSET_WAKE_PROXY_PORTS_PER_NAMESPACE", default_value_t = 64,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub wake_proxy_ports_per_namespace: u16,
     /// Only the holder of a Lease reconciles (run several replicas for failover).
     #[arg(long, env = "TDSET_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
     pub leader_elect: bool,

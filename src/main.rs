@@ -248,6 +248,7 @@ fn wake_proxy_of(args: &RunArgs, lease_namespace: &str) -> Result<Option<WakePro
         namespace: namespace.to_string(),
         service: name.to_string(),
         ports: args.wake_proxy_ports,
+        per_namespace: args.wake_proxy_ports_per_namespace,
     }))
 }
 

@@ -43,8 +43,13 @@ pub enum Refusal {
     SelectsNone,
     /// No such Service in the TDSet's namespace.
     NotFound,
-    /// Every port of the proxy's range is taken.
-    RangeFull,
+    /// Every port of the proxy's range is taken; the namespace holding the most, and how many.
+    RangeFull(Option<(String, usize)>),
+    /// The namespace's Services already hold its share of the range.
+    NamespaceShare {
+        holds: usize,
+        share: usize,
+    },
 }
 
 impl fmt::Display for Refusal {
@@ -67,9 +72,20 @@ impl fmt::Display for Refusal {
                 f.write_str("selects none of the pods of the TDSet's workloads")
             }
             Refusal::NotFound => f.write_str("does not exist"),
-            Refusal::RangeFull => f.write_str(
-                "cannot be given a proxy port: every port of the wake proxy's range is taken \
-                 (widen --wake-proxy-ports on the operator and the proxy)",
+            Refusal::RangeFull(busiest) => {
+                f.write_str(
+                    "cannot be given a proxy port: every port of the wake proxy's range is taken",
+                )?;
+                if let Some((ns, n)) = busiest {
+                    write!(f, " (namespace {ns} holds {n}, the most)")?;
+                }
+                f.write_str(" (widen --wake-proxy-ports on the operator and the proxy)")
+            }
+            Refusal::NamespaceShare { holds, share } => write!(
+                f,
+                "cannot be given a proxy port: this namespace's Services hold {holds} of the \
+                 wake proxy's ports, and a namespace may hold {share} \
+                 (--wake-proxy-ports-per-namespace, the chart's wakeOnRequest.portsPerNamespace)"
             ),
         }
     }
@@ -429,6 +445,10 @@ pub struct ServiceSeen<'a> {
     pub own_ready: bool,
     /// Proxy ports its slices name that another Service's slice claims first (`contested`).
     pub contested: &'a BTreeSet<u16>,
+    /// Proxy ports the namespace's other Services hold.
+    pub namespace_holds: usize,
+    /// The namespace holding the most ports of the range, and how many (for a refusal).
+    pub busiest: Option<(String, usize)>,
 }
 
 /// What the reconcile does about one Service.
@@ -458,6 +478,8 @@ pub struct PlanFor<'a> {
     pub proxies: &'a [ProxyAddress],
     pub config: &'a ProxyConfig,
     pub range: (u16, u16),
+    /// The most ports the Services of one namespace may hold.
+    pub per_namespace: usize,
 }
 
 /// The slices one Service needs: in place while asleep (make before break) and until its own
@@ -504,6 +526,13 @@ pub fn plan_service(
         })
         .filter(|(_, p)| (of.range.0..=of.range.1).contains(p) && !seen.contested.contains(p))
         .collect();
+    let holds = seen.namespace_holds + ports.len();
+    if holds > of.per_namespace {
+        return remove_all(Some(Refusal::NamespaceShare {
+            holds,
+            share: of.per_namespace,
+        }));
+    }
     let mut given = Vec::new();
     for p in ports {
         let name = p.name.clone().unwrap_or_default();
@@ -513,7 +542,7 @@ pub fn plan_service(
                 let key = format!("{}/{}/{name}", of.namespace, seen.name);
                 match allocate(&key, of.range, used) {
                     Some(port) => port,
-                    None => return remove_all(Some(Refusal::RangeFull)),
+                    None => return remove_all(Some(Refusal::RangeFull(seen.busiest.clone()))),
                 }
             }
         };
@@ -895,6 +924,7 @@ mod tests {
             proxies: &none_ready,
             config: &config,
             range: (20000, 20009),
+            per_namespace: 64,
         };
         let plan = |present: &[EndpointSlice]| {
             let seen = ServiceSeen {
@@ -904,6 +934,8 @@ mod tests {
                 present,
                 own_ready: false,
                 contested: &BTreeSet::new(),
+                namespace_holds: 0,
+                busiest: None,
             };
             plan_service(&of, &seen, &mut BTreeSet::new())
         };
@@ -927,6 +959,8 @@ mod tests {
             present: &[],
             own_ready: false,
             contested: &BTreeSet::new(),
+            namespace_holds: 0,
+            busiest: None,
         };
         let had = plan_service(&while_ready, &seen, &mut BTreeSet::new()).apply[0].clone();
         assert!(!had.endpoints.is_empty());
@@ -935,6 +969,64 @@ mod tests {
         for s in &again.apply {
             assert_eq!(s.endpoints, had.endpoints, "{again:?}");
         }
+    }
+
+    /// Finding 6 of the wake proxy's review: one namespace could take the whole cluster-wide
+    /// range (a TDSet names up to 16 Services, each with any number of ports).
+    #[test]
+    fn a_namespace_past_its_share_of_the_range_is_refused_and_a_full_range_names_the_busiest() {
+        let two_ports = service(serde_json::json!({
+            "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 80}, {"name": "admin", "port": 81}]
+        }));
+        let config = ProxyConfig::default();
+        let proxies = [ProxyAddress {
+            ip: "10.0.0.5".into(),
+            ready: true,
+        }];
+        let of = PlanFor {
+            tdset: "t",
+            tdset_uid: "uid-t",
+            namespace: "ns",
+            asleep: true,
+            workload_labels: None,
+            proxies: &proxies,
+            config: &config,
+            range: (20000, 20003),
+            per_namespace: 3,
+        };
+        let plan = |holds: usize, used: &mut BTreeSet<u16>| {
+            let seen = ServiceSeen {
+                name: "web",
+                service: Some(&two_ports),
+                ports: &[],
+                present: &[],
+                own_ready: false,
+                contested: &BTreeSet::new(),
+                namespace_holds: holds,
+                busiest: Some(("greedy".into(), 3)),
+            };
+            plan_service(&of, &seen, used)
+        };
+        let within = plan(1, &mut BTreeSet::new());
+        assert!(
+            within.refused.is_none() && within.apply.len() == 1,
+            "{within:?}"
+        );
+        let past = plan(2, &mut BTreeSet::new());
+        assert_eq!(
+            past.refused,
+            Some(Refusal::NamespaceShare { holds: 4, share: 3 })
+        );
+        assert!(past.apply.is_empty());
+        let text = past.refused.unwrap().to_string();
+        assert!(
+            text.contains("hold 4") && text.contains("may hold 3"),
+            "{text}"
+        );
+        let full = plan(0, &mut BTreeSet::from([20000, 20001, 20002]));
+        let text = full.refused.expect("the range is full").to_string();
+        assert!(text.contains("namespace greedy holds 3"), "{text}");
     }
 
     #[test]
@@ -974,6 +1066,7 @@ mod tests {
             proxies: &proxies,
             config: &config,
             range: (20000, 20009),
+            per_namespace: 64,
         };
         let lost = BTreeSet::from([20001]);
         let kept = BTreeSet::new();
@@ -985,6 +1078,8 @@ mod tests {
                 present: &mine,
                 own_ready: false,
                 contested,
+                namespace_holds: 0,
+                busiest: None,
             };
             plan_service(&of, &seen, &mut BTreeSet::from([20001]))
         };

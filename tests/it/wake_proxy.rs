@@ -123,6 +123,7 @@ async fn proxied_world(
         namespace: n.to_string(),
         service: "proxy".into(),
         ports: (port, port),
+        per_namespace: 64,
     };
     let op = Operator::start_configured(client, n, clock, |o| o.wake_proxy = Some(proxy));
     let (addr, metrics) = endpoint_counted(client, n, clock).await;

@@ -59,6 +59,7 @@ async fn proxy_in(client: &Client, ns: &str, range: (u16, u16)) -> WakeProxyRef 
         namespace: ns.to_string(),
         service: "proxy".into(),
         ports: range,
+        per_namespace: 64,
     }
 }
 

@@ -113,9 +113,23 @@ pub(crate) async fn intercept(
         proxies: &proxies,
         config: &config,
         range: proxy.ports,
+        per_namespace: usize::from(proxy.per_namespace),
     };
     // The proxy ports every slice holds: a port kept is reused, a new one avoids them all.
     let mut used: BTreeSet<u16> = proxy_ports(all.iter().map(|s| &**s)).collect();
+    // What each namespace holds of the range: this one's share is capped, and a full range
+    // names the namespace holding the most.
+    let mut by_namespace: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
+    for s in all.iter() {
+        let held = by_namespace
+            .entry(s.namespace().unwrap_or_default())
+            .or_default();
+        held.extend(proxy_ports(std::iter::once(&**s)));
+    }
+    let busiest = (by_namespace.iter())
+        .max_by_key(|(_, ports)| ports.len())
+        .map(|(ns, ports)| (ns.clone(), ports.len()));
+    let mut here: BTreeSet<u16> = by_namespace.remove(ns).unwrap_or_default();
     let mut done = Intercepted::default();
     // Slices of Services no longer named go.
     let named: BTreeSet<&str> = spec.services.iter().map(|s| s.name.as_str()).collect();
@@ -134,12 +148,17 @@ pub(crate) async fn intercept(
         if !contested.is_empty() {
             info!(service = %wanted.name, ports = ?contested, "a proxy port is claimed first by another Service's slice; moving off it");
         }
+        // The ports the namespace's other Services hold (this one's own left out).
+        let own: BTreeSet<u16> = proxy_ports(mine.iter()).collect();
         let this = Named {
             wanted,
             mine: &mine,
             contested: &contested,
+            namespace_holds: here.difference(&own).count(),
+            busiest: busiest.clone(),
         };
-        intercept_service(ctx, &of, &this, &mut used, &mut done).await?;
+        let given = intercept_service(ctx, &of, &this, &mut used, &mut done).await?;
+        here = here.difference(&own).copied().chain(given).collect();
     }
     // Suspended while asleep, a slice left in place waits for a wake-up nothing will write:
     // looked at again at the TDSet's own interval, not every 2 s.
@@ -194,6 +213,8 @@ struct Named<'a> {
     mine: &'a [EndpointSlice],
     /// Ports of those that another Service's slice claims first.
     contested: &'a BTreeSet<u16>,
+    namespace_holds: usize,
+    busiest: Option<(String, usize)>,
 }
 
 /// One Service `wakeOnRequest` names: what is read of it, its plan (the port handed out with
@@ -204,7 +225,7 @@ async fn intercept_service(
     this: &Named<'_>,
     used: &mut BTreeSet<u16>,
     done: &mut Intercepted,
-) -> Result<()> {
+) -> Result<Vec<u16>> {
     let (ns, asleep) = (of.namespace, of.asleep);
     let (wanted, mine) = (this.wanted, this.mine);
     // Reads only what the decision needs: the Service while slices may be wanted, its own
@@ -223,6 +244,8 @@ async fn intercept_service(
         present: mine,
         own_ready,
         contested: this.contested,
+        namespace_holds: this.namespace_holds,
+        busiest: this.busiest.clone(),
     };
     let key = format!("{ns}/{}", wanted.name);
     let plan = ctx.ports_handed_out.plan(&key, |others| {
@@ -254,5 +277,16 @@ async fn intercept_service(
                 .map_or(UNGUARDED_RECHECK, |r| r.min(UNGUARDED_RECHECK)),
         );
     }
-    Ok(())
+    // The proxy ports the Service holds now: what was applied, else what is kept.
+    let kept = mine.iter().filter(|s| {
+        !plan
+            .remove
+            .iter()
+            .any(|r| Some(r) == s.metadata.name.as_ref())
+    });
+    Ok(if plan.apply.is_empty() {
+        proxy_ports(kept).collect()
+    } else {
+        proxy_ports(plan.apply.iter()).collect()
+    })
 }

@@ -135,6 +135,8 @@ pub struct WakeProxyRef {
     pub namespace: String,
     pub service: String,
     pub ports: (u16, u16),
+    /// The most of those ports the Services of one namespace may hold at once.
+    pub per_namespace: u16,
 }
 
 impl Context {

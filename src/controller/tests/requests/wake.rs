@@ -126,6 +126,7 @@ fn wake_proxy() -> Option<crate::controller::state::WakeProxyRef> {
         namespace: "tdset-system".into(),
         service: "wake-proxy".into(),
         ports: (20000, 20255),
+        per_namespace: 64,
     })
 }
 
@@ -418,6 +419,7 @@ async fn a_port_handed_out_is_not_given_again_before_the_cache_has_it() {
             namespace: "tdset-system".into(),
             service: "wake-proxy".into(),
             ports: (20999, 20999),
+            per_namespace: 64,
         }),
     );
     let mut given = Vec::new();
