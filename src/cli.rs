@@ -77,13 +77,19 @@ pub struct WakeProxyArgs {
     #[arg(long, env = "TDSET_WAKE_MAX_CONNECTIONS", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
-    /// Connections open at once from one client address (at most half of
-    /// --max-connections); past it a connection is closed at accept.
-    #[arg(long, env = "TDSET_WAKE_MAX_PER_SOURCE", default_value_t = 512,
+    /// Connections open at once through the Services of one namespace (at most half of
+    /// --max-connections); past it a connection is closed.
+    #[arg(long, env = "TDSET_WAKE_MAX_PER_NAMESPACE", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_per_namespace: u32,
+    /// Connections open at once from one client address to one Service (at most half of
+    /// --max-per-service): counted per Service, as an ingress controller's few addresses carry
+    /// every tenant's clients. Past it a connection is closed.
+    #[arg(long, env = "TDSET_WAKE_MAX_PER_SOURCE", default_value_t = 128,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_per_source: u32,
-    /// Connections open at once through one Service, read, held or relayed (at most half of
-    /// --max-connections); past it a connection is closed.
+    /// Connections open at once through one Service, read, held or relayed (at most
+    /// --max-per-namespace); past it a connection is closed.
     #[arg(long, env = "TDSET_WAKE_MAX_PER_SERVICE", default_value_t = 512,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_per_service: u32,

@@ -117,6 +117,7 @@ fn wake_proxy(args: WakeProxyArgs) -> Result<()> {
             },
             caps: tdset_operator::wake::caps::Caps {
                 connections: args.max_connections as usize,
+                per_namespace: args.max_per_namespace as usize,
                 per_source: args.max_per_source as usize,
                 per_service: args.max_per_service as usize,
                 held_per_service: args.max_held_per_service as usize,

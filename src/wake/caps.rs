@@ -1,7 +1,10 @@
-//! What one tenant may take of the proxy: connections in all, from one client address, through
-//! one Service (read, held or relayed), and held for one Service; and how long a relayed
-//! connection may sit idle. Every Service's and every source's share is at most half of the
-//! whole, so no one Service, and no one client, can take every connection the proxy has.
+//! What one tenant may take of the proxy: connections in all, through one namespace's Services,
+//! through one Service (read, held or relayed), from one client address to one Service, and
+//! held for one Service; and how long a relayed connection may sit idle. A namespace's share is
+//! at most half of the whole, a Service's at most its namespace's, a client's at most half a
+//! Service's: no one namespace, Service or client takes everything above it. A client is
+//! counted per Service, not in all: the clients of many tenants' Services share the few
+//! addresses of an ingress controller or of the nodes, and must not be one client.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -15,7 +18,9 @@ use crate::error::{Error, Result};
 pub struct Caps {
     /// Open at once, in all.
     pub connections: usize,
-    /// Open at once from one client address.
+    /// Open at once through the Services of one namespace.
+    pub per_namespace: usize,
+    /// Open at once from one client address to one Service.
     pub per_source: usize,
     /// Open at once through one Service: read, held or relayed.
     pub per_service: usize,
@@ -29,7 +34,8 @@ impl Default for Caps {
     fn default() -> Self {
         Caps {
             connections: 4096,
-            per_source: 512,
+            per_namespace: 1024,
+            per_source: 128,
             per_service: 512,
             held_per_service: 256,
             relay_idle: Duration::from_secs(120),
@@ -40,31 +46,48 @@ impl Default for Caps {
 impl Caps {
     /// Refuses caps that would let one Service or one client take the whole proxy.
     pub fn checked(self) -> Result<Caps> {
-        let half = self.connections / 2;
-        let bad = |what: &str, value: usize| {
+        let bad = |what: &str, value: usize, most: usize, of: &str| {
             Err(Error::Config(format!(
-                "--max-{what} is {value}: at most half of --max-connections ({half}), so that one \
-                 {} never takes every connection the proxy has",
-                if what == "per-source" {
-                    "client"
-                } else {
-                    "Service"
-                }
+                "--max-{what} is {value}: it must be at least 1 and at most {most} ({of}), so \
+                 that no one of them takes everything the proxy has"
             )))
         };
-        if self.per_source == 0 || self.per_source > half {
-            return bad("per-source", self.per_source);
+        let c = self;
+        if c.per_namespace == 0 || c.per_namespace > (c.connections / 2).max(1) {
+            let most = (c.connections / 2).max(1);
+            return bad(
+                "per-namespace",
+                c.per_namespace,
+                most,
+                "half of --max-connections",
+            );
         }
-        if self.per_service == 0 || self.per_service > half {
-            return bad("per-service", self.per_service);
+        if c.per_service == 0 || c.per_service > c.per_namespace {
+            return bad(
+                "per-service",
+                c.per_service,
+                c.per_namespace,
+                "--max-per-namespace",
+            );
         }
-        if self.held_per_service > self.per_service {
-            return Err(Error::Config(format!(
-                "--max-held-per-service is {}: at most --max-per-service ({})",
-                self.held_per_service, self.per_service
-            )));
+        if c.per_source == 0 || c.per_source > (c.per_service / 2).max(1) {
+            let most = (c.per_service / 2).max(1);
+            return bad(
+                "per-source",
+                c.per_source,
+                most,
+                "half of --max-per-service",
+            );
         }
-        if self.relay_idle.is_zero() {
+        if c.held_per_service == 0 || c.held_per_service > c.per_service {
+            return bad(
+                "held-per-service",
+                c.held_per_service,
+                c.per_service,
+                "--max-per-service",
+            );
+        }
+        if c.relay_idle.is_zero() {
             return Err(Error::Config(
                 "--relay-idle-seconds must be at least 1".into(),
             ));
@@ -143,37 +166,49 @@ mod tests {
     }
 
     #[test]
-    fn caps_that_let_one_service_or_client_take_the_whole_proxy_are_refused() {
+    fn caps_that_let_one_namespace_service_or_client_take_what_is_above_it_are_refused() {
         assert!(Caps::default().checked().is_ok());
-        let whole = Caps {
-            per_service: 4096,
-            ..Caps::default()
+        let refused = |c: Caps, flag: &str| {
+            let e = c.checked().unwrap_err().to_string();
+            assert!(e.contains(flag), "{e}");
         };
-        let e = whole.checked().unwrap_err().to_string();
-        assert!(e.contains("--max-per-service") && e.contains("2048"), "{e}");
-        let client = Caps {
-            connections: 8,
-            per_source: 5,
-            per_service: 4,
-            held_per_service: 4,
-            ..Caps::default()
-        };
-        assert!(
-            client
-                .checked()
-                .unwrap_err()
-                .to_string()
-                .contains("--max-per-source")
+        refused(
+            Caps {
+                per_namespace: 4096,
+                ..Caps::default()
+            },
+            "--max-per-namespace is 4096",
         );
-        let held = Caps {
-            held_per_service: 600,
+        refused(
+            Caps {
+                per_service: 2048,
+                ..Caps::default()
+            },
+            "--max-per-service",
+        );
+        refused(
+            Caps {
+                per_source: 512,
+                ..Caps::default()
+            },
+            "--max-per-source",
+        );
+        refused(
+            Caps {
+                held_per_service: 600,
+                ..Caps::default()
+            },
+            "--max-held-per-service",
+        );
+        // The smallest that holds: one connection in all.
+        let one = Caps {
+            connections: 1,
+            per_namespace: 1,
+            per_service: 1,
+            per_source: 1,
+            held_per_service: 1,
             ..Caps::default()
         };
-        assert!(
-            held.checked()
-                .unwrap_err()
-                .to_string()
-                .contains("--max-held-per-service")
-        );
+        assert!(one.checked().is_ok());
     }
 }

@@ -17,9 +17,9 @@ pub mod outcome {
     /// `hold` ran out first: 503 / UNAVAILABLE with Retry-After.
     pub const TIMED_OUT: &str = "timed-out";
     /// Past a Service's caps: past its held connections, answered at once as if timed out;
-    /// past its open connections, closed.
+    /// past its open connections (or its namespace's, or this client's to it), closed.
     pub const OVER_CAP: &str = "over-cap";
-    /// Closed at accept: the proxy's connections, or the client address's, at their cap.
+    /// Closed at accept: the proxy's connections at their cap.
     pub const REFUSED: &str = "refused";
     /// No endpoint of the woken workload could be reached: 502.
     pub const UNREACHABLE: &str = "unreachable";
@@ -44,6 +44,8 @@ pub mod outcome {
 pub struct ProxyMetrics {
     pub connections: IntCounterVec,
     pub held: IntGauge,
+    /// Connections open now within the caps: being read, held or relayed.
+    pub open: IntGauge,
     /// From a held connection's arrival to its first byte relayed.
     pub held_seconds: Histogram,
     /// Reports by result (`sent`, `retried`, `dropped`).
@@ -87,6 +89,11 @@ impl ProxyMetrics {
             "tdset_wake_proxy_operator_reachable",
             "1 while the operator's wake endpoint answers the proxy; 0: requests cannot wake anything, and the proxy is not ready",
         )?;
+        let open = IntGauge::new(
+            "tdset_wake_proxy_open",
+            "Connections open now within the wake proxy's caps: being read, held or relayed",
+        )?;
+        registry.register(Box::new(open.clone()))?;
         let own_slices = IntGauge::new(
             "tdset_wake_proxy_own_slices",
             "The Services' own EndpointSlices (of the trusted managers) the wake proxy keeps now, compacted to where each Service answers",
@@ -112,6 +119,7 @@ impl ProxyMetrics {
         Ok(ProxyMetrics {
             connections,
             held,
+            open,
             held_seconds,
             reports,
             operator_reachable,

@@ -51,8 +51,9 @@ struct Proxy {
     caps: Caps,
     connections: Arc<Semaphore>,
     /// What is open per client address, per Service, and held per Service.
-    sources: Counts<IpAddr>,
+    namespaces: Counts<String>,
     services: Counts<ServiceKey>,
+    sources: Counts<(IpAddr, ServiceKey)>,
     held: Counts<ServiceKey>,
 }
 
@@ -100,8 +101,9 @@ pub async fn listen(
         metrics,
         caps,
         connections: Arc::new(Semaphore::new(caps.connections)),
-        sources: Counts::default(),
+        namespaces: Counts::default(),
         services: Counts::default(),
+        sources: Counts::default(),
         held: Counts::default(),
     });
     let mut tasks = Vec::new();
@@ -133,23 +135,17 @@ pub async fn listen(
                 if let Ok(mut t) = proxy.last_accepted.lock() {
                     *t = Instant::now();
                 }
-                // Both caps at accept, before anything is read: one client (or every client
-                // together) past its share is closed at once and costs nothing more.
+                // The whole proxy's cap at accept, before anything is read; the shares of a
+                // namespace, a Service and a client once the port names the Service.
                 let Ok(permit) = proxy.connections.clone().try_acquire_owned() else {
                     debug!(port, "connection cap reached; closed");
-                    proxy.metrics.count(outcome::REFUSED);
-                    continue;
-                };
-                let source = peer.ip().to_canonical();
-                let Some(from) = proxy.sources.take(&source, proxy.caps.per_source) else {
-                    debug!(port, %source, "this client's connection cap reached; closed");
                     proxy.metrics.count(outcome::REFUSED);
                     continue;
                 };
                 let proxy = proxy.clone();
                 tokio::spawn(async move {
                     proxy.handle(conn, peer, port).await;
-                    drop((permit, from));
+                    drop(permit);
                 });
             }
         }));
@@ -175,12 +171,14 @@ impl Proxy {
                 return;
             }
         };
-        // Everything open through one Service, read, held or relayed, within its share.
-        let Some(_through) = self.services.take(&route.service, self.caps.per_service) else {
-            debug!(port, service = %route.service.name, "this Service's connection cap reached; closed");
+        // Everything open through one namespace, one Service, and from one client to it,
+        // read, held or relayed, within its share.
+        let Some(_shares) = self.shares(&route.service, peer.ip().to_canonical()) else {
+            debug!(port, service = %route.service.name, client = %peer.ip(), "a connection cap of this Service reached; closed");
             self.metrics.count(outcome::OVER_CAP);
             return;
         };
+        let _open = Held::new(&self.metrics.open);
         let hold = Duration::from_secs(route.config.hold_secs);
         let read = match read_head(&mut conn, hold).await {
             Ok(r) => r,
@@ -272,6 +270,20 @@ impl Proxy {
                 _ = tokio::time::sleep_until(deadline) => return None,
             }
         }
+    }
+
+    /// The namespace's, the Service's and the client's slots, or none if any is full.
+    #[allow(clippy::type_complexity)]
+    fn shares(
+        &self,
+        svc: &ServiceKey,
+        client: IpAddr,
+    ) -> Option<(Slot<String>, Slot<ServiceKey>, Slot<(IpAddr, ServiceKey)>)> {
+        let caps = self.caps;
+        let namespace = self.namespaces.take(&svc.namespace, caps.per_namespace)?;
+        let service = self.services.take(svc, caps.per_service)?;
+        let source = self.sources.take(&(client, svc.clone()), caps.per_source)?;
+        Some((namespace, service, source))
     }
 
     fn hold_slot(&self, svc: &ServiceKey) -> Option<Slot<ServiceKey>> {
@@ -511,7 +523,7 @@ impl tokio::io::AsyncWrite for Watched<'_> {
     }
 }
 
-/// One held connection in `tdset_wake_proxy_held`, for as long as it lives.
+/// One connection in a gauge (`tdset_wake_proxy_held`, `_open`), for as long as it lives.
 struct Held<'a>(&'a prometheus::IntGauge);
 
 impl<'a> Held<'a> {

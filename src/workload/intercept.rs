@@ -526,8 +526,10 @@ pub fn plan_service(
         })
         .filter(|(_, p)| (of.range.0..=of.range.1).contains(p) && !seen.contested.contains(p))
         .collect();
+    // The share is checked before a Service is first given ports, never against the ports
+    // it holds: refused then, its slices would go while its workload sleeps.
     let holds = seen.namespace_holds + ports.len();
-    if holds > of.per_namespace {
+    if seen.present.is_empty() && holds > of.per_namespace {
         return remove_all(Some(Refusal::NamespaceShare {
             holds,
             share: of.per_namespace,
@@ -1024,6 +1026,21 @@ mod tests {
             text.contains("hold 4") && text.contains("may hold 3"),
             "{text}"
         );
+        // A Service that already has its slices keeps them, whatever the namespace holds now
+        // (a share lowered, two TDSets given ports in the same instant).
+        let had = within.apply[0].clone();
+        let seen = ServiceSeen {
+            name: "web",
+            service: Some(&two_ports),
+            ports: &[],
+            present: std::slice::from_ref(&had),
+            own_ready: false,
+            contested: &BTreeSet::new(),
+            namespace_holds: 3,
+            busiest: None,
+        };
+        let kept = plan_service(&of, &seen, &mut BTreeSet::new());
+        assert!(kept.refused.is_none() && kept.remove.is_empty(), "{kept:?}");
         let full = plan(0, &mut BTreeSet::from([20000, 20001, 20002]));
         let text = full.refused.expect("the range is full").to_string();
         assert!(text.contains("namespace greedy holds 3"), "{text}");

@@ -357,12 +357,18 @@ async fn a_flood_of_requests_to_a_sleeping_service_is_held_wakes_it_once_and_eac
     // And one arriving late (kube-proxy elsewhere not yet caught up) is relayed too.
     let late = call(port, get("/late", "curl/8.5")).await;
     assert!(late.contains("hello from web"), "{late}");
-    // What the proxy counted: 40 held and woken, one relayed at once, none held now.
+    // What the proxy counted: 40 held and woken, one relayed at once, none held now. (A
+    // connection is counted once both of its directions are done, a moment after its client
+    // has read the answer: waited for, not read at once.)
     let connections = |o: &str| {
         proxy.metric(&format!(
             "tdset_wake_proxy_connections_total{{outcome=\"{o}\"}}"
         ))
     };
+    eventually(GUARD, "every connection counted", || async {
+        (connections("woken") + connections("relayed") >= 41.0).then_some(())
+    })
+    .await;
     assert_eq!(connections("woken"), 40.0);
     assert_eq!(connections("relayed"), 1.0);
     assert_eq!(proxy.metric("tdset_wake_proxy_held "), 0.0);
@@ -597,10 +603,10 @@ async fn closed_within(conn: &mut tokio::net::TcpStream, within: Duration) -> bo
 
 /// One tenant's long-lived connections cannot fill the proxy for everyone (before, a relayed
 /// connection held one of the 4096 global permits for its whole life, with no idle timeout
-/// and no cap per Service or per client): a client past its share is closed at accept, a
+/// and no cap per Service or per client): a client past its share of a Service is closed, the
 /// Service past its share is closed, and a relayed connection that moves nothing for
 /// `--relay-idle-seconds` is closed while one that talks stays open. Caps small so the test
-/// reaches them: 8 in all, 3 per client, 4 per Service, idle 3 s.
+/// reaches them: 16 in all, 8 a namespace, 4 a Service, 2 a client to a Service, idle 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_clients_or_one_services_connections_cannot_fill_the_proxy_and_idle_relays_close() {
     let (client, ns) = setup("wake-caps").await;
@@ -610,11 +616,13 @@ async fn one_clients_or_one_services_connections_cannot_fill_the_proxy_and_idle_
         "--namespace",
         n,
         "--max-connections",
+        "16",
+        "--max-per-namespace",
         "8",
-        "--max-per-source",
-        "3",
         "--max-per-service",
         "4",
+        "--max-per-source",
+        "2",
         "--max-held-per-service",
         "4",
         "--relay-idle-seconds",
@@ -631,35 +639,52 @@ async fn one_clients_or_one_services_connections_cannot_fill_the_proxy_and_idle_
         (proxy.metric("tdset_wake_proxy_own_slices ") == 1.0).then_some(())
     })
     .await;
-    let relayed = || proxy.metric("tdset_wake_proxy_connections_total{outcome=\"relayed\"}");
-    let _warm = call(port, get("/", "curl/8.5")).await;
-    assert_eq!(relayed(), 1.0, "the Service is awake behind the proxy");
-
-    let mut a = Vec::new();
-    for _ in 0..3 {
-        a.push(connect_from("127.0.0.2", port).await);
-    }
-    let mut fourth = connect_from("127.0.0.2", port).await;
-    assert!(
-        closed_within(&mut fourth, GUARD).await,
-        "a client past its share is closed"
-    );
-    let mut b = connect_from("127.0.0.3", port).await;
-    let mut over = connect_from("127.0.0.3", port).await;
-    assert!(
-        closed_within(&mut over, GUARD).await,
-        "a Service past its share is closed"
-    );
     let count = |o: &str| {
         proxy.metric(&format!(
             "tdset_wake_proxy_connections_total{{outcome=\"{o}\"}}"
         ))
     };
-    assert_eq!((count("refused"), count("over-cap")), (1.0, 1.0));
+    let _warm = call(port, get("/", "curl/8.5")).await;
+    assert_eq!(
+        count("relayed"),
+        1.0,
+        "the Service is awake behind the proxy"
+    );
+
+    // Each connection is counted in before the next is opened (`tdset_wake_proxy_open`: those
+    // within the caps), so which one is past a cap is known.
+    let opened = |from: &'static str, n: f64| {
+        let proxy = &proxy;
+        async move {
+            let conn = connect_from(from, port).await;
+            eventually(GUARD, "the connection counted in", || async {
+                (proxy.metric("tdset_wake_proxy_open") == n).then_some(())
+            })
+            .await;
+            conn
+        }
+    };
+    let mut open = vec![
+        opened("127.0.0.2", 1.0).await,
+        opened("127.0.0.2", 2.0).await,
+    ];
+    let mut third = connect_from("127.0.0.2", port).await;
+    assert!(
+        closed_within(&mut third, GUARD).await,
+        "a client past its share of the Service is closed"
+    );
+    open.push(opened("127.0.0.3", 3.0).await);
+    open.push(opened("127.0.0.3", 4.0).await);
+    let mut over = connect_from("127.0.0.4", port).await;
+    assert!(
+        closed_within(&mut over, GUARD).await,
+        "a Service past its share is closed"
+    );
+    assert_eq!((count("over-cap"), count("refused")), (2.0, 0.0));
 
     // The four within their shares were relayed; one keeps talking (a byte a second), the
     // others are silent: those are closed after the idle time, the talker is not.
-    let mut talker = a.pop().unwrap();
+    let mut talker = open.pop().unwrap();
     let talking = tokio::spawn(async move {
         for _ in 0..8 {
             if talker.write_all(b"x").await.is_err() {
@@ -669,7 +694,7 @@ async fn one_clients_or_one_services_connections_cannot_fill_the_proxy_and_idle_
         }
         true
     });
-    for conn in a.iter_mut().chain([&mut b]) {
+    for conn in open.iter_mut() {
         assert!(
             closed_within(conn, GUARD).await,
             "a silent relayed connection is closed after the idle time"
