@@ -546,7 +546,7 @@ async fn with_no_proxy_ready_the_workload_is_kept_awake_and_says_why() {
     create_tdset(&client, n, &tdset("web", spec)).await;
     let message = degraded_for(&client, n, "web", "WakeProxyNotReady").await;
     assert!(
-        message.contains("Service web") && message.contains("kept awake"),
+        message.contains("Service web") && message.contains("not put to sleep"),
         "{message}"
     );
     wait_for_event(&client, n, "web", |(kind, reason, _)| {

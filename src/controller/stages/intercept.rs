@@ -49,8 +49,9 @@ impl Intercepted {
         if !self.unguarded.is_empty() {
             return Some(Problem::NoWakeProxy(format!(
                 "wakeOnRequest: no wake proxy pod is ready to stand in for {}: the workload is \
-                 kept awake (asleep, no request could wake it) until one is; see the wake \
-                 proxy's pods and their readiness (the operator's wake endpoint must answer them)",
+                 left as it is, not put to sleep where no request could wake it, until one is; \
+                 see the wake proxy's pods and their readiness (the operator's wake endpoint \
+                 must answer them)",
                 self.unguarded.join(", ")
             )));
         }
@@ -270,7 +271,7 @@ async fn intercept_service(
         done.recheck = Some(WAITING_RECHECK);
     }
     if plan.unguarded {
-        info!(service = %wanted.name, "no wake proxy pod ready: the workload is kept awake");
+        info!(service = %wanted.name, "no wake proxy pod ready: the workload is left as it is, not put to sleep");
         done.unguarded.push(format!("Service {}", wanted.name));
         done.recheck = Some(
             done.recheck
