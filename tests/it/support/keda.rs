@@ -58,6 +58,29 @@ pub async fn install_keda_crds(client: &Client) {
     .await
     .expect("the ScaledObject CRD established")
     .expect("watching the ScaledObject CRD");
+    // Established is not yet served: the API server's discovery follows a moment later, and
+    // KEDA's webhooks, started before it does, exit ("no matches for kind ScaledObject"; a
+    // cold run's first KEDA test on a busy machine).
+    eventually(
+        GUARD,
+        "ScaledObject served in the API server's discovery",
+        || async {
+            let groups = client.list_api_groups().await.ok()?;
+            let listed = (groups.groups.iter())
+                .any(|g| g.name == "keda.sh" && g.versions.iter().any(|v| v.version == "v1alpha1"));
+            let resources = client
+                .list_api_group_resources("keda.sh/v1alpha1")
+                .await
+                .ok()?;
+            (listed
+                && resources
+                    .resources
+                    .iter()
+                    .any(|r| r.name == "scaledobjects"))
+            .then_some(())
+        },
+    )
+    .await;
 }
 
 /// KEDA's operator on the suite's control plane, watching one namespace (two operators on one
