@@ -2,10 +2,12 @@
 //! the routes; for each Service routed to, a watch of that Service's own slices gives where
 //! its workload answers. Only EndpointSlices are read.
 //!
-//! A route outlives its slice by `RETIRED_FOR`: the operator removes the slice once the
-//! workload's own endpoints are ready, but connections it held still wait for the proxy's
-//! own view of those endpoints, and kube-proxy on other nodes keeps sending new ones here
-//! for a moment; both are relayed, not dropped. Past that the Service is no longer watched.
+//! A slice the operator takes out of the path stays 90 s emptied before it goes (its ports
+//! not handed out meanwhile), and the proxy routes it all that time: connections it held
+//! still wait for the proxy's own view of the workload's endpoints, and kube-proxy on other
+//! nodes keeps sending new ones here for a moment; both are relayed, not dropped. A route
+//! also outlives its slice by `RETIRED_FOR`, for slices deleted at once (their TDSet deleted,
+//! the garbage collector removing them); a new route on its port replaces it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};

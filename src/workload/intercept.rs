@@ -7,7 +7,8 @@
 //!
 //! Make before break: the slices are wanted whenever what is written is 0, so the reconcile
 //! applies them before the write that takes the count to 0; waking, they stay until the
-//! workload's own endpoints are ready, then go, and nothing is in the path while awake.
+//! workload's own endpoints are ready, then leave the path (retired: emptied, and deleted
+//! later, `retire`), and nothing is in the path while awake.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -18,6 +19,9 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
 use crate::api::{ServicePort, WakeIgnore};
+
+mod retire;
+pub use retire::{Leaving, RETIRED_ANNOTATION, leave, retire_for, retired_at};
 
 /// `endpointslice.kubernetes.io/managed-by` on the operator's slices: the EndpointSlice
 /// controller leaves slices managed by another alone.
@@ -275,10 +279,15 @@ pub fn serves(endpoint: &Endpoint) -> bool {
 }
 
 /// A wake proxy pod's address, as its own Service's slices show it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ProxyAddress {
     pub ip: String,
     pub ready: bool,
+    /// The node the pod runs on: written on the operator's endpoints, so kube-proxy counts
+    /// them local there (a Service with a `Local` traffic policy reaches the proxy on the
+    /// nodes that run one, instead of dropping every request while asleep).
+    pub node: Option<String>,
+    pub zone: Option<String>,
 }
 
 /// Whether the operator's slices for a Service must be in place: while what is written is 0
@@ -373,10 +382,10 @@ pub fn slices(of: &SliceFor<'_>, proxies: &[ProxyAddress]) -> Vec<EndpointSlice>
         .iter()
         .map(|family| {
             let v6 = family == "IPv6";
-            let addresses: Vec<String> = ready
+            let addresses: Vec<&ProxyAddress> = ready
                 .iter()
                 .filter(|p| p.ip.contains(':') == v6)
-                .map(|p| p.ip.clone())
+                .copied()
                 .collect();
             EndpointSlice {
                 metadata: ObjectMeta {
@@ -401,13 +410,15 @@ pub fn slices(of: &SliceFor<'_>, proxies: &[ProxyAddress]) -> Vec<EndpointSlice>
                 address_type: family.clone(),
                 endpoints: addresses
                     .into_iter()
-                    .map(|ip| Endpoint {
-                        addresses: vec![ip],
+                    .map(|p| Endpoint {
+                        addresses: vec![p.ip.clone()],
                         conditions: Some(EndpointConditions {
                             ready: Some(true),
                             serving: Some(true),
                             terminating: Some(false),
                         }),
+                        node_name: p.node.clone(),
+                        zone: p.zone.clone(),
                         ..Default::default()
                     })
                     .collect(),
@@ -456,8 +467,10 @@ pub struct ServiceSeen<'a> {
 pub struct ServicePlan {
     /// Slices to apply: differing from what is present (nothing when they are the same).
     pub apply: Vec<EndpointSlice>,
-    /// Slices of the operator's to delete (by name).
+    /// Slices of the operator's to delete (by name): retired long enough.
     pub remove: Vec<String>,
+    /// Retired slices kept: look again this soon.
+    pub retiring: Option<std::time::Duration>,
     pub refused: Option<Refusal>,
     /// In the path and waiting for the workload's own endpoints: look again soon.
     pub waiting: bool,
@@ -480,41 +493,35 @@ pub struct PlanFor<'a> {
     pub range: (u16, u16),
     /// The most ports the Services of one namespace may hold.
     pub per_namespace: usize,
+    pub now: chrono::DateTime<chrono::Utc>,
 }
 
 /// The slices one Service needs: in place while asleep (make before break) and until its own
 /// endpoints are ready, with the proxy ports it had (a port keeps its number while it is in
-/// use), else removed. A Service that cannot be woken through is refused, and any slice of
-/// the operator's for it removed. `used`: proxy ports taken by other Services' slices; a port
+/// use), else retired (`retire`). A Service that cannot be woken through is refused, and any
+/// slice of the operator's for it retired. `used`: proxy ports taken by other Services' slices; a port
 /// given here is added.
 pub fn plan_service(
     of: &PlanFor<'_>,
     seen: &ServiceSeen<'_>,
     used: &mut BTreeSet<u16>,
 ) -> ServicePlan {
-    let present: Vec<String> = seen
-        .present
-        .iter()
-        .filter_map(|s| s.metadata.name.clone())
-        .collect();
-    let remove_all = |refused| ServicePlan {
-        remove: present.clone(),
+    let leave_all = |refused| ServicePlan {
         refused,
-        ..ServicePlan::default()
+        ..leaving(seen.present.iter(), of.now)
     };
-    if !wanted(
-        if of.asleep { 0 } else { 1 },
-        !present.is_empty(),
-        seen.own_ready,
-    ) {
-        return remove_all(None);
+    // A retired slice is out of the path: the workload's endpoints going unready while awake
+    // do not bring the proxy back.
+    let in_path = seen.present.iter().any(|s| retired_at(s).is_none());
+    if !wanted(if of.asleep { 0 } else { 1 }, in_path, seen.own_ready) {
+        return leave_all(None);
     }
     let Some(service) = seen.service else {
-        return remove_all(Some(Refusal::NotFound));
+        return leave_all(Some(Refusal::NotFound));
     };
     let ports = match intercepted(service, seen.ports, of.workload_labels) {
         Ok(p) => p,
-        Err(r) => return remove_all(Some(r)),
+        Err(r) => return leave_all(Some(r)),
     };
     let had: BTreeMap<String, u16> = (seen.present.iter())
         .flat_map(|s| s.ports.iter().flatten())
@@ -530,7 +537,7 @@ pub fn plan_service(
     // it holds: refused then, its slices would go while its workload sleeps.
     let holds = seen.namespace_holds + ports.len();
     if seen.present.is_empty() && holds > of.per_namespace {
-        return remove_all(Some(Refusal::NamespaceShare {
+        return leave_all(Some(Refusal::NamespaceShare {
             holds,
             share: of.per_namespace,
         }));
@@ -544,7 +551,7 @@ pub fn plan_service(
                 let key = format!("{}/{}/{name}", of.namespace, seen.name);
                 match allocate(&key, of.range, used) {
                     Some(port) => port,
-                    None => return remove_all(Some(Refusal::RangeFull(seen.busiest.clone()))),
+                    None => return leave_all(Some(Refusal::RangeFull(seen.busiest.clone()))),
                 }
             }
         };
@@ -569,17 +576,33 @@ pub fn plan_service(
         .iter()
         .filter_map(|s| s.metadata.name.clone())
         .collect();
-    ServicePlan {
-        apply: desired
-            .into_iter()
-            .filter(|d| !seen.present.iter().any(|p| same(p, d)))
-            .collect(),
-        // A family the Service no longer has.
-        remove: present.into_iter().filter(|n| !names.contains(n)).collect(),
-        refused: None,
-        waiting: !of.asleep,
-        unguarded: false,
+    // A family the Service no longer has.
+    let gone = (seen.present.iter())
+        .filter(|p| !p.metadata.name.as_ref().is_some_and(|n| names.contains(n)));
+    let mut plan = leaving(gone, of.now);
+    // The slices in the path first (make before break).
+    let entering = (desired.into_iter()).filter(|d| !seen.present.iter().any(|p| same(p, d)));
+    plan.apply = entering.chain(plan.apply).collect();
+    plan.waiting = !of.asleep;
+    plan
+}
+
+/// The slices `slices` leaving the path: retired, kept, or removed (`retire`).
+pub fn leaving<'a>(
+    slices: impl Iterator<Item = &'a EndpointSlice>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> ServicePlan {
+    let mut plan = ServicePlan::default();
+    for slice in slices {
+        match leave(slice, now) {
+            Leaving::Retire(r) => plan.apply.push(*r),
+            Leaving::Remove(name) => plan.remove.push(name),
+            Leaving::Wait(left) => {
+                plan.retiring = Some(plan.retiring.map_or(left, |r| r.min(left)));
+            }
+        }
     }
+    plan
 }
 
 /// With no proxy ready (an outage, a restart) a slice keeps the proxies it names rather than
@@ -618,7 +641,12 @@ fn same(present: &EndpointSlice, desired: &EndpointSlice) -> bool {
 
 /// The annotations the operator writes on its slices, each present or not as the TDSet says
 /// (an `ignore` taken out of the spec must leave the slice too).
-const OWN_ANNOTATIONS: [&str; 3] = [HOLD_ANNOTATION, IGNORE_ANNOTATION, READY_ANNOTATION];
+const OWN_ANNOTATIONS: [&str; 4] = [
+    HOLD_ANNOTATION,
+    IGNORE_ANNOTATION,
+    READY_ANNOTATION,
+    RETIRED_ANNOTATION,
+];
 
 #[cfg(test)]
 mod tests {
@@ -753,6 +781,7 @@ mod tests {
         let proxy = [ProxyAddress {
             ip: "10.0.0.7".into(),
             ready: true,
+            ..Default::default()
         }];
         slices(&of, &proxy).remove(0)
     }
@@ -827,14 +856,18 @@ mod tests {
             ProxyAddress {
                 ip: "10.0.0.7".into(),
                 ready: true,
+                node: Some("node-a".into()),
+                zone: Some("z1".into()),
             },
             ProxyAddress {
                 ip: "10.0.0.8".into(),
                 ready: false,
+                ..Default::default()
             },
             ProxyAddress {
                 ip: "fd00::7".into(),
                 ready: true,
+                ..Default::default()
             },
         ];
         let s = slices(&of, &proxies);
@@ -844,6 +877,9 @@ mod tests {
         assert_eq!(v4.address_type, "IPv4");
         assert_eq!(v4.endpoints.len(), 1, "only ready proxies");
         assert_eq!(v4.endpoints[0].addresses, ["10.0.0.7"]);
+        // Local where the proxy pod runs (a `Local` traffic policy drops endpoints without).
+        assert_eq!(v4.endpoints[0].node_name.as_deref(), Some("node-a"));
+        assert_eq!(v4.endpoints[0].zone.as_deref(), Some("z1"));
         assert_eq!(
             v4.endpoints[0].conditions.as_ref().unwrap().ready,
             Some(true)
@@ -916,6 +952,7 @@ mod tests {
         let none_ready = [ProxyAddress {
             ip: "10.0.0.7".into(),
             ready: false,
+            ..Default::default()
         }];
         let of = PlanFor {
             tdset: "t",
@@ -927,6 +964,7 @@ mod tests {
             config: &config,
             range: (20000, 20009),
             per_namespace: 64,
+            now: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
         };
         let plan = |present: &[EndpointSlice]| {
             let seen = ServiceSeen {
@@ -949,6 +987,7 @@ mod tests {
         let ready = [ProxyAddress {
             ip: "10.0.0.7".into(),
             ready: true,
+            ..Default::default()
         }];
         let while_ready = PlanFor {
             proxies: &ready,
@@ -973,6 +1012,79 @@ mod tests {
         }
     }
 
+    /// Finding 3 of the wake proxy's review: a woken Service's slice was deleted at once, its
+    /// port free to the next Service while the proxy still routed it to the first. Now it
+    /// leaves the path emptied and keeps its port until it goes, 90 s later; going back to
+    /// sleep in between takes the same port again, and the workload's endpoints turning
+    /// unready while awake do not bring the proxy back.
+    #[test]
+    fn a_woken_services_slice_is_emptied_keeps_its_port_and_goes_only_after_its_retirement() {
+        let web = service(serde_json::json!({
+            "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 80}]
+        }));
+        let config = ProxyConfig::default();
+        let proxies = [ProxyAddress {
+            ip: "10.0.0.5".into(),
+            ready: true,
+            ..Default::default()
+        }];
+        let t0 = chrono::DateTime::parse_from_rfc3339("2026-12-02T03:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let plan = |asleep: bool, present: &[EndpointSlice], own_ready: bool, secs: i64| {
+            let of = PlanFor {
+                tdset: "t",
+                tdset_uid: "uid-t",
+                namespace: "ns",
+                asleep,
+                workload_labels: None,
+                proxies: &proxies,
+                config: &config,
+                range: (20000, 20009),
+                per_namespace: 64,
+                now: t0 + chrono::Duration::seconds(secs),
+            };
+            let seen = ServiceSeen {
+                name: "web",
+                service: Some(&web),
+                ports: &[],
+                present,
+                own_ready,
+                contested: &BTreeSet::new(),
+                namespace_holds: 0,
+                busiest: None,
+            };
+            plan_service(&of, &seen, &mut BTreeSet::new())
+        };
+        let port = |s: &EndpointSlice| s.ports.as_ref().unwrap()[0].port;
+        let asleep = plan(true, &[], false, 0).apply.remove(0);
+        // Awake, its own endpoints ready: emptied, not deleted, the port still named.
+        let out = plan(false, std::slice::from_ref(&asleep), true, 0);
+        assert!(out.remove.is_empty(), "{out:?}");
+        let retired = out.apply[0].clone();
+        assert!(retired.endpoints.is_empty());
+        assert_eq!(port(&retired), port(&asleep));
+        assert_eq!(retired_at(&retired), Some(t0));
+        // Awake, its own endpoints unready a moment: the proxy stays out; looked at again when
+        // the retirement ends.
+        let later = plan(false, std::slice::from_ref(&retired), false, 60);
+        assert!(
+            later.apply.is_empty() && later.remove.is_empty(),
+            "{later:?}"
+        );
+        assert_eq!(later.retiring, Some(std::time::Duration::from_secs(30)));
+        // Asleep again before it went: in the path again on the same port.
+        let again = plan(true, std::slice::from_ref(&retired), false, 60);
+        assert_eq!(port(&again.apply[0]), port(&asleep));
+        assert!(!again.apply[0].endpoints.is_empty());
+        assert_eq!(retired_at(&again.apply[0]), None);
+        // Retired 90 s: deleted, and only now is its port free.
+        let gone = plan(false, std::slice::from_ref(&retired), true, 90);
+        assert_eq!(gone.remove, [slice_name("web", "IPv4")]);
+        assert!(gone.apply.is_empty());
+    }
+
     /// Finding 6 of the wake proxy's review: one namespace could take the whole cluster-wide
     /// range (a TDSet names up to 16 Services, each with any number of ports).
     #[test]
@@ -985,6 +1097,7 @@ mod tests {
         let proxies = [ProxyAddress {
             ip: "10.0.0.5".into(),
             ready: true,
+            ..Default::default()
         }];
         let of = PlanFor {
             tdset: "t",
@@ -996,6 +1109,7 @@ mod tests {
             config: &config,
             range: (20000, 20003),
             per_namespace: 3,
+            now: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
         };
         let plan = |holds: usize, used: &mut BTreeSet<u16>| {
             let seen = ServiceSeen {
@@ -1073,6 +1187,7 @@ mod tests {
         let proxies = [ProxyAddress {
             ip: "10.0.0.5".into(),
             ready: true,
+            ..Default::default()
         }];
         let of = PlanFor {
             tdset: "shop",
@@ -1084,6 +1199,7 @@ mod tests {
             config: &config,
             range: (20000, 20009),
             per_namespace: 64,
+            now: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
         };
         let lost = BTreeSet::from([20001]);
         let kept = BTreeSet::new();

@@ -19,7 +19,7 @@ use crate::support::node::*;
 use crate::support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tdset_operator::api::TDSet;
@@ -821,6 +821,7 @@ async fn wake_on_real_pods(client: &kube::Client, apps: &str, dir: &Path) {
         a_websocket_through_a_wake_up(client, apps, dir),
         a_crowd_wakes_it_once(client, apps, dir),
         held_past_hold_and_ignored(client, apps, dir),
+        a_local_traffic_policy_reaches_the_proxy_on_its_node(client, apps, dir),
         a_steady_load_through_sleep_wake_and_hand_over(client, apps, dir),
     );
 }
@@ -855,10 +856,12 @@ async fn woken_twice(client: &kube::Client, apps: &str, dir: &Path) {
             "{woke:?}"
         );
         assert_eq!(s.request_wake_ups().await, round);
-        // While awake the proxy is out of the path: the operator's slice is gone.
-        eventually(GUARD, "the operator's slice removed once awake", || async {
-            s.ours().await?.is_empty().then_some(())
-        })
+        // While awake the proxy is out of the path: the operator's slice names nobody.
+        eventually(
+            GUARD,
+            "the operator's slice out of the path once awake",
+            || async { out_of_the_path(&s.ours().await?).then_some(()) },
+        )
         .await;
     }
 }
@@ -1007,6 +1010,39 @@ async fn held_past_hold_and_ignored(client: &kube::Client, apps: &str, dir: &Pat
     assert!(took >= Duration::from_secs(2), "answered after {took:?}");
     // It was woken all the same: the count is up, its pod starting.
     deployment_at(client, apps, "sleeper-slow", 1).await;
+}
+
+/// A Service with `internalTrafficPolicy: Local` sends a node's clients only to endpoints on
+/// that node: asleep, the operator's endpoints carry the proxy pods' nodes, so kube-proxy on
+/// the node that runs a proxy sends the ClusterIP to it (without them it dropped every
+/// request while asleep), and a request wakes the workload.
+async fn a_local_traffic_policy_reaches_the_proxy_on_its_node(
+    client: &kube::Client,
+    apps: &str,
+    dir: &Path,
+) {
+    let s = Sleeper::new(
+        client,
+        apps,
+        probed_web("sleeper-local", 1),
+        json!({"wakeFor": "5m", "hold": "45s"}),
+    )
+    .await;
+    Api::<Service>::namespaced(client.clone(), apps)
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"internalTrafficPolicy": "Local"}})),
+        )
+        .await
+        .expect("internalTrafficPolicy: Local");
+    s.asleep_with_the_proxy_in_its_path(dir).await;
+    let body = curl_on_node(dir, &s.url, &[]).expect("curl through the ClusterIP");
+    assert_eq!(
+        body, "ok\n",
+        "the application's own answer, not the proxy's"
+    );
+    assert!(s.status().await.request_wake.is_some(), "a request woke it");
 }
 
 /// A real ingress controller in front (Traefik, its Kubernetes Ingress provider): routing by
@@ -1295,7 +1331,7 @@ async fn the_operator_killed_mid_wake_up(client: &kube::Client, apps: &str, dir:
         t.elapsed().as_secs_f64()
     );
     eventually(GUARD, "the proxy out of the path", || async {
-        s.ours().await?.is_empty().then_some(())
+        out_of_the_path(&s.ours().await?).then_some(())
     })
     .await;
     deployment_at(client, apps, "sleeper-op", 1).await;

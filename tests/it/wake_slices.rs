@@ -214,33 +214,25 @@ async fn the_proxy_is_in_the_path_before_the_count_goes_to_0_and_out_of_it_once_
     // Still in the path: the workload's own endpoints are not ready yet.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert_eq!(ours(&client, n).await.len(), 1, "kept while waking");
-    let _: EndpointSlice = create_object(
-        &client,
-        n,
-        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-               "metadata": {"name": "web-abcde",
-                            "labels": {"kubernetes.io/service-name": "web",
-                                       "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
-               "addressType": "IPv4",
-               "endpoints": [{"addresses": ["10.0.1.7"], "conditions": {"ready": true},
-                              "targetRef": {"kind": "Pod", "namespace": n, "name": "web-1"}}],
-               "ports": [{"name": "http", "port": 80}]}),
-    )
-    .await;
+    own_endpoint_ready(&client, n, "web").await;
     eventually(
         GUARD,
-        "the operator's slice gone once web's own endpoint is ready",
-        || async { ours(&client, n).await.is_empty().then_some(()) },
+        "the operator's slice out of the path once web's own endpoint is ready",
+        || async { out_of_the_path(&ours(&client, n).await).then_some(()) },
     )
     .await;
     ns.cleanup().await;
 }
 
-/// A TDSet deleted while its workload sleeps behind the proxy: its slice goes with it (nothing
-/// of the operator's is left in the Service's path) and, with `onDelete: Restore`, the
-/// workload gets its own count back.
+/// A TDSet deleted while its workload sleeps behind the proxy, with `onDelete: Restore`: the
+/// workload gets its own count back, and the TDSet (and the slice that goes with it) stays
+/// until the Service's own endpoints are ready, so the Service is never left with no endpoint
+/// (finding 8 of the wake proxy's review: the finalizer went at once, and the garbage
+/// collector removed the slice while the woken pods were not ready); then nothing of the
+/// operator's is left in the Service's path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tdset_deleted_while_asleep_takes_its_slice_and_gives_the_count_back() {
+async fn a_tdset_deleted_while_asleep_gives_the_count_back_and_its_slice_goes_once_the_service_answers()
+ {
     let (client, ns) = setup("wake-slices-deleted").await;
     let n = &ns.name;
     let proxy = proxy_in(&client, n, (21010, 21019)).await;
@@ -265,12 +257,22 @@ async fn a_tdset_deleted_while_asleep_takes_its_slice_and_gives_the_count_back()
     deployment_at(&client, n, "web", 0).await;
     assert_eq!(ours(&client, n).await.len(), 1, "the proxy in the path");
 
-    Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), n)
-        .delete("web", &Default::default())
-        .await
-        .unwrap();
-    tdset_gone(&client, n, "web").await;
+    let tdsets = Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), n);
+    tdsets.delete("web", &Default::default()).await.unwrap();
     deployment_at(&client, n, "web", 3).await;
+    // Its pods not ready yet: the TDSet waits, its slice still standing in for the Service.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        tdsets.get_opt("web").await.unwrap().is_some(),
+        "the TDSet went while its Service had no endpoint of its own"
+    );
+    let slices = ours(&client, n).await;
+    assert!(
+        slices.len() == 1 && !slices[0].endpoints.is_empty(),
+        "{slices:?}"
+    );
+    own_endpoint_ready(&client, n, "web").await;
+    tdset_gone(&client, n, "web").await;
     eventually(
         GUARD,
         "the operator's slice gone with its TDSet",
@@ -278,6 +280,139 @@ async fn a_tdset_deleted_while_asleep_takes_its_slice_and_gives_the_count_back()
     )
     .await;
     ns.cleanup().await;
+}
+
+/// Finding 3 of the wake proxy's review: a woken Service gave its proxy port up at once,
+/// while the proxy still routed the port to it for 90 s, so the next Service given the port
+/// got the first one's late requests. Now its slice leaves the path emptied and the port stays
+/// taken until the slice goes (90 s later): only then is it another Service's. With one port
+/// in the range: `api` is refused while `web`'s retired slice holds it, then given it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_services_proxy_port_is_given_to_another_only_once_its_slice_has_gone() {
+    let (client, ns) = setup("wake-slices-retire").await;
+    let n = &ns.name;
+    const PORT: i32 = 21090;
+    let proxy = proxy_in(&client, n, (21090, 21090)).await;
+    app_behind_its_service(&client, n, "web").await;
+    app_behind_its_service(&client, n, "api").await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
+    let of = |slices: Vec<EndpointSlice>, svc: &str| -> Vec<EndpointSlice> {
+        (slices.into_iter())
+            .filter(|s| {
+                s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("kubernetes.io/service-name"))
+                    .map(String::as_str)
+                    == Some(svc)
+            })
+            .collect()
+    };
+    let holds_the_port = |slices: &[EndpointSlice]| {
+        (slices.iter())
+            .flat_map(|s| s.ports.iter().flatten())
+            .any(|p| p.port == Some(PORT))
+    };
+    create_tdset(&client, n, &tdset("web", by_day_over("web"))).await;
+    deployment_at(&client, n, "web", 0).await;
+    assert!(holds_the_port(&of(ours(&client, n).await, "web")));
+    // api, asleep too, finds the one port taken.
+    create_tdset(&client, n, &tdset("api", by_day_over("api"))).await;
+    tdset_with_reason(&client, n, "api", "Degraded", "WakeOnRequestRefused").await;
+
+    // web awake all night from now on, its own endpoint ready: out of the path, the port
+    // still its own.
+    let tdsets = Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), n);
+    let merge = |spec: serde_json::Value| {
+        let tdsets = tdsets.clone();
+        async move {
+            tdsets
+                .patch(
+                    "web",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(spec),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    merge(json!({"spec": {"defaultReplica": 2}})).await;
+    deployment_at(&client, n, "web", 2).await;
+    own_endpoint_ready(&client, n, "web").await;
+    eventually(GUARD, "web's slice retired, its port kept", || async {
+        let web = of(ours(&client, n).await, "web");
+        (!web.is_empty() && out_of_the_path(&web) && holds_the_port(&web)).then_some(())
+    })
+    .await;
+
+    // api reconciled again (its spec changed) while web's slice is there: still refused.
+    tdsets
+        .patch(
+            "api",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"wakeOnRequest": {"hold": "20s"}}})),
+        )
+        .await
+        .unwrap();
+    let api: tdset_operator::api::TDSet = object_where(
+        &client,
+        n,
+        "api",
+        "api reconciled at generation 2",
+        |t: &tdset_operator::api::TDSet| {
+            t.status.as_ref().and_then(|s| s.observed_generation) == Some(2)
+        },
+    )
+    .await;
+    // Read after api's status: if web's slice is still there, it was there when api was
+    // reconciled (a loaded machine may have taken the 90 s meanwhile).
+    let now = ours(&client, n).await;
+    if holds_the_port(&of(now.clone(), "web")) {
+        assert!(
+            of(now, "api").is_empty(),
+            "api given a port web's retired slice holds"
+        );
+        let degraded = condition(&api, "Degraded").expect("api Degraded");
+        assert!(
+            degraded
+                .message
+                .contains("every port of the wake proxy's range is taken"),
+            "{}",
+            degraded.message
+        );
+    }
+
+    // web's slice gone (90 s after it left the path): api is given the port, looked at again
+    // without a change of its own.
+    eventually(
+        GUARD * 3,
+        "api given the port once web's slice has gone",
+        || async {
+            let now = ours(&client, n).await;
+            (of(now.clone(), "web").is_empty() && holds_the_port(&of(now, "api"))).then_some(())
+        },
+    )
+    .await;
+    ns.cleanup().await;
+}
+
+/// The Service's own slice with one ready endpoint, as the EndpointSlice controller writes it
+/// once a pod is ready.
+async fn own_endpoint_ready(client: &Client, n: &str, service: &str) {
+    let _: EndpointSlice = create_object(
+        client,
+        n,
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": format!("{service}-abcde"),
+                            "labels": {"kubernetes.io/service-name": service,
+                                       "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": ["10.0.1.7"], "conditions": {"ready": true},
+                              "targetRef": {"kind": "Pod", "namespace": n, "name": format!("{service}-1")}}],
+               "ports": [{"name": "http", "port": 80}]}),
+    )
+    .await;
 }
 
 /// Deployment `app` (at 2) and its Service (port `http`, selecting its pods).

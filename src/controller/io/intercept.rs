@@ -138,6 +138,8 @@ pub(crate) async fn proxies(client: &Client, ns: &str, service: &str) -> Result<
             out.extend(e.addresses.iter().map(|ip| ProxyAddress {
                 ip: ip.clone(),
                 ready,
+                node: e.node_name.clone(),
+                zone: e.zone.clone(),
             }));
         }
         false

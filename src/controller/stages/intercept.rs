@@ -20,7 +20,8 @@ use crate::error::Result;
 use crate::schedule::wake;
 use crate::status::Problem;
 use crate::workload::intercept::{
-    PlanFor, ProxyConfig, SERVICE_NAME_LABEL, ServiceSeen, TDSET_LABEL, contested, plan_service,
+    PlanFor, ProxyConfig, Refusal, SERVICE_NAME_LABEL, ServicePlan, ServiceSeen, TDSET_LABEL,
+    contested, leaving, plan_service, retired_at,
 };
 use crate::workload::owned;
 
@@ -30,6 +31,9 @@ const WAITING_RECHECK: Duration = Duration::from_secs(2);
 /// How soon a TDSet kept awake for want of a ready proxy is looked at again (a proxy pod
 /// that becomes ready rewrites the slices that exist; this TDSet has none yet).
 const UNGUARDED_RECHECK: Duration = Duration::from_secs(10);
+/// How soon a TDSet refused a proxy port (the range or its namespace's share full) is looked
+/// at again.
+const PORTS_RECHECK: Duration = Duration::from_secs(30);
 
 /// What the stage did, for the report.
 #[derive(Debug, Default)]
@@ -41,6 +45,8 @@ pub(crate) struct Intercepted {
     pub unguarded: Vec<String>,
     /// Look again this soon.
     pub recheck: Option<Duration>,
+    /// The soonest a retired slice is due to go.
+    pub retiring: Option<Duration>,
 }
 
 impl Intercepted {
@@ -84,12 +90,12 @@ pub(crate) async fn intercept(
         .filter(|s| s.labels().get(TDSET_LABEL) == Some(&name))
         .map(|s| (**s).clone())
         .collect();
+    let now = resolved.now;
     let (Some(spec), Some(proxy)) = (&tdset.spec.wake_on_request, &ctx.wake_proxy) else {
-        // Turned off (or the operator runs without the proxy): what is left goes.
-        for slice in &present {
-            io::remove(&ctx.client, ns, &slice.name_any()).await?;
-        }
-        return Ok(Intercepted::default());
+        // Turned off (or the operator runs without the proxy): what is left leaves the path.
+        let mut done = Intercepted::default();
+        write_leaving(ctx, ns, "", leaving(present.iter(), now), &mut done).await?;
+        return Ok(done);
     };
     // Asleep only if this turn writes the 0: suspended (or refused), the workload runs on,
     // and a slice in front of it would send every request through the proxy.
@@ -115,6 +121,7 @@ pub(crate) async fn intercept(
         config: &config,
         range: proxy.ports,
         per_namespace: usize::from(proxy.per_namespace),
+        now,
     };
     // The proxy ports every slice holds: a port kept is reused, a new one avoids them all.
     let mut used: BTreeSet<u16> = proxy_ports(all.iter().map(|s| &**s)).collect();
@@ -132,14 +139,13 @@ pub(crate) async fn intercept(
         .map(|(ns, ports)| (ns.clone(), ports.len()));
     let mut here: BTreeSet<u16> = by_namespace.remove(ns).unwrap_or_default();
     let mut done = Intercepted::default();
-    // Slices of Services no longer named go.
+    // Slices of Services no longer named leave the path.
     let named: BTreeSet<&str> = spec.services.iter().map(|s| s.name.as_str()).collect();
-    for slice in &present {
+    let unnamed = present.iter().filter(|slice| {
         let svc = slice.labels().get(SERVICE_NAME_LABEL).map(String::as_str);
-        if !svc.is_some_and(|s| named.contains(s)) {
-            io::remove(&ctx.client, ns, &slice.name_any()).await?;
-        }
-    }
+        !svc.is_some_and(|s| named.contains(s))
+    });
+    write_leaving(ctx, ns, "", leaving(unnamed, now), &mut done).await?;
     for wanted in &spec.services {
         let mine: Vec<EndpointSlice> = (present.iter())
             .filter(|s| s.labels().get(SERVICE_NAME_LABEL) == Some(&wanted.name))
@@ -166,7 +172,36 @@ pub(crate) async fn intercept(
     if !writes {
         done.recheck = None;
     }
+    done.recheck = soonest(done.recheck, done.retiring);
     Ok(done)
+}
+
+fn soonest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The writes of slices leaving the path (`leaving`): retired ones applied emptied, those
+/// retired long enough deleted; the soonest of those kept is remembered.
+async fn write_leaving(
+    ctx: &Context,
+    ns: &str,
+    service: &str,
+    plan: ServicePlan,
+    done: &mut Intercepted,
+) -> Result<()> {
+    for slice in &plan.apply {
+        io::apply(&ctx.client, slice).await?;
+        info!(service, slice = %slice.name_any(), "wake proxy out of the path: its slice retired, its ports kept a while");
+    }
+    for gone in &plan.remove {
+        io::remove(&ctx.client, ns, gone).await?;
+        info!(service, slice = %gone, "retired slice removed: its ports are free");
+    }
+    done.retiring = soonest(done.retiring, plan.retiring);
+    Ok(())
 }
 
 /// The pod labels of the TDSet's workload, where one read at most tells them: the Deployment
@@ -255,15 +290,29 @@ async fn intercept_service(
         let ports = proxy_ports(plan.apply.iter()).collect();
         (plan, ports)
     });
-    for slice in &plan.apply {
+    // New slices before old ones go (make before break).
+    let (retiring, entering): (Vec<_>, Vec<_>) =
+        (plan.apply.iter()).partition(|s| retired_at(s).is_some());
+    for slice in entering {
         io::apply(&ctx.client, slice).await?;
         info!(service = %wanted.name, slice = %slice.name_any(), endpoints = slice.endpoints.len(), "wake proxy in the path");
     }
-    for gone in &plan.remove {
-        io::remove(&ctx.client, ns, gone).await?;
-        info!(service = %wanted.name, slice = %gone, "wake proxy out of the path");
-    }
+    let leaving = ServicePlan {
+        apply: retiring.into_iter().cloned().collect(),
+        remove: plan.remove.clone(),
+        retiring: plan.retiring,
+        ..ServicePlan::default()
+    };
+    write_leaving(ctx, ns, &wanted.name, leaving, done).await?;
     if let Some(refused) = plan.refused {
+        // Ports free as other Services' retired slices go: looked at again soon, not at the
+        // TDSet's next change.
+        if matches!(
+            refused,
+            Refusal::RangeFull(_) | Refusal::NamespaceShare { .. }
+        ) {
+            done.recheck = soonest(done.recheck, Some(PORTS_RECHECK));
+        }
         done.refused
             .push(format!("Service {} {refused}", wanted.name));
     }

@@ -7,11 +7,14 @@
 //! it for a target that is gone or that the operator may not write: it says so in an Event
 //! and lets go.
 
+use std::collections::BTreeSet;
+
 use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::forms::{claims, group, hpa_floor, owned, scaled_object, target};
+use crate::controller::io::intercept;
 use crate::controller::io::target as scale;
 use crate::controller::io::tdset::{RESTORE_FINALIZER, set_finalizer};
 use crate::controller::lane::{EventType, Events, note};
@@ -19,6 +22,7 @@ use crate::controller::state::{Answer, Context};
 use crate::error::Result;
 use crate::status::Problem;
 use crate::workload::Source;
+use crate::workload::intercept::{SERVICE_NAME_LABEL, TDSET_LABEL, retired_at};
 
 fn wants_finalizer(tdset: &TDSet) -> bool {
     tdset.spec.scale_target_selector.is_some()
@@ -156,7 +160,61 @@ pub(crate) async fn on_delete(
         }
         None => {}
     }
+    if let Some(wait) = woken_behind_slices(tdset, ctx, ns, events).await? {
+        return Ok(Some(wait));
+    }
     set_finalizer(tdset, ctx, ns, false).await?;
+    Ok(None)
+}
+
+/// How long a deleted TDSet waits at most, its slices in the path, for the workload it woke
+/// on the way out to have ready endpoints of its own.
+const SLICES_WAIT_AT_MOST: std::time::Duration = std::time::Duration::from_secs(120);
+/// How often it looks meanwhile (an endpoint's readiness reaches its slice a moment after the
+/// pod's).
+const SLICES_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A TDSet deleted while asleep behind the wake proxy, its workload woken on the way out: the
+/// garbage collector takes its slices with it, so the finalizer stays while a Service they
+/// stand in for has no ready endpoint of its own yet (else it would have none at all), for
+/// `SLICES_WAIT_AT_MOST` at most (a workload given back 0 never has one). How soon to look
+/// again, or `None`: let go.
+async fn woken_behind_slices(
+    tdset: &TDSet,
+    ctx: &Context,
+    ns: &str,
+    events: &mut Events,
+) -> Result<Option<std::time::Duration>> {
+    let name = tdset.name_any();
+    let services: BTreeSet<String> = (ctx.wake_slices.state().iter())
+        .filter(|s| s.namespace().as_deref() == Some(ns))
+        .filter(|s| s.labels().get(TDSET_LABEL) == Some(&name))
+        .filter(|s| !s.endpoints.is_empty() && retired_at(s).is_none())
+        .filter_map(|s| s.labels().get(SERVICE_NAME_LABEL).cloned())
+        .collect();
+    let key = format!("{ns}/{name}/deleted-behind-slices");
+    if services.is_empty() {
+        return Ok(None);
+    }
+    let waited = ctx.contest(&key, |c| c.seen_for(tokio::time::Instant::now()));
+    for service in &services {
+        if intercept::own_ready(&ctx.client, ns, service).await? {
+            continue;
+        }
+        if waited < SLICES_WAIT_AT_MOST {
+            return Ok(Some(SLICES_RECHECK));
+        }
+        events.push(note(
+            tdset,
+            EventType::Warning,
+            "WakeSlicesReleased",
+            format!(
+                "Service {service} has no ready endpoint of its own {}s after the TDSet's                  deletion; its wake-proxy slice goes with the TDSet all the same",
+                SLICES_WAIT_AT_MOST.as_secs()
+            ),
+        ));
+    }
+    ctx.contest(&key, |c| c.unseen());
     Ok(None)
 }
 

@@ -361,7 +361,8 @@ pub fn kube_proxy_targets(dir: &Path, ip: &str) -> Vec<String> {
         .lines()
         .filter(|l| l.starts_with("-A KUBE-SERVICES ") && l.contains(&format!("-d {ip}/32")))
         .filter_map(jump)
-        .filter(|c| c.starts_with("KUBE-SVC-"))
+        // KUBE-SVL-: a Service whose traffic policy is `Local` (its node's endpoints only).
+        .filter(|c| c.starts_with("KUBE-SVC-") || c.starts_with("KUBE-SVL-"))
         .collect();
     let endpoints: BTreeSet<String> = rules
         .lines()

@@ -286,3 +286,15 @@ impl RefuseScale {
         .await;
     }
 }
+
+/// Whether the operator's slices for a Service put nothing in its path: none left, or each
+/// retired (emptied, and kept a while so that its proxy ports are not handed out again while
+/// the proxy may still route them).
+pub fn out_of_the_path(slices: &[k8s_openapi::api::discovery::v1::EndpointSlice]) -> bool {
+    slices.iter().all(|s| {
+        s.endpoints.is_empty()
+            && s.metadata.annotations.as_ref().is_some_and(|a| {
+                a.contains_key(tdset_operator::workload::intercept::RETIRED_ANNOTATION)
+            })
+    })
+}

@@ -317,9 +317,10 @@ async fn a_slice_for_an_unnamed_port_is_not_written_again_once_stored() {
 }
 
 /// Awake again (a window), the operator's slice stays while the Service's own endpoints are
-/// not ready, and is deleted once one is: nothing of the operator's is in the path.
+/// not ready; once one is it leaves the path (applied with no endpoint, retired now), and is
+/// deleted 90 s later: only then are its proxy ports free.
 #[tokio::test(start_paused = true)]
-async fn woken_the_slice_goes_once_the_services_own_endpoint_is_ready() {
+async fn woken_the_slice_is_retired_once_the_services_own_endpoint_is_ready_and_goes_90_s_later() {
     let (server, t) = intercepted(json!({"defaultReplica": 3}), &[("10.0.9.1", true)]);
     server.on("PATCH", &format!("{DEPLOYMENTS}/web/scale"), |_| {
         (200, scale(3, "12"))
@@ -344,7 +345,7 @@ async fn woken_the_slice_goes_once_the_services_own_endpoint_is_ready() {
         "ports": [{"name": "http", "port": 20000, "protocol": "TCP"}],
     });
     let mut operator = Operator::with_wake_proxy(&server, NOW, wake_proxy());
-    operator.wake_slices(vec![ours]);
+    operator.wake_slices(vec![ours.clone()]);
     operator.deployments(vec![web(3)]);
 
     // Its own endpoint not ready yet: kept.
@@ -360,7 +361,7 @@ async fn woken_the_slice_goes_once_the_services_own_endpoint_is_ready() {
         server.requests()
     );
 
-    // Ready: the slice goes.
+    // Ready: out of the path, retired now, not deleted.
     server.first(
         "GET",
         SLICES,
@@ -368,11 +369,39 @@ async fn woken_the_slice_goes_once_the_services_own_endpoint_is_ready() {
     );
     server.clear();
     operator.reconcile(&t).await.unwrap();
+    let retire = (server.sent().into_iter())
+        .rfind(|s| s.method == "PATCH" && s.path.ends_with("/endpointslices/web-tdset-wake-ipv4"))
+        .expect("the slice applied retired");
+    assert_eq!(retire.body["endpoints"], json!([]), "{:#}", retire.body);
+    assert_eq!(
+        retire.body["metadata"]["annotations"]["schedule.rs/wake-retired-at"],
+        json!("2026-11-26T10:00:00+00:00")
+    );
+    assert_eq!(
+        retire.body["ports"][0]["port"],
+        json!(20000),
+        "its port still taken"
+    );
     assert!(
-        server.requests().contains(
-            &"DELETE /apis/discovery.k8s.io/v1/namespaces/ns/endpointslices/web-tdset-wake-ipv4"
-                .to_string()
-        ),
+        !server.requests().iter().any(|r| r.starts_with("DELETE")),
+        "{:#?}",
+        server.requests()
+    );
+
+    // Retired 90 s ago (as the cache shows it): deleted, nothing else written for it.
+    let mut retired = retire.body.clone();
+    retired["metadata"]["resourceVersion"] = json!("43");
+    retired["metadata"]["annotations"]["schedule.rs/wake-retired-at"] =
+        json!("2026-11-26T09:58:30+00:00");
+    operator.wake_slices(vec![retired]);
+    server.clear();
+    operator.reconcile(&t).await.unwrap();
+    let slice_writes: Vec<String> = (server.requests().into_iter())
+        .filter(|r| r.contains("/endpointslices/web-tdset-wake"))
+        .collect();
+    assert_eq!(
+        slice_writes,
+        ["DELETE /apis/discovery.k8s.io/v1/namespaces/ns/endpointslices/web-tdset-wake-ipv4"],
         "{:#?}",
         server.requests()
     );
