@@ -185,6 +185,16 @@ pub struct RunArgs {
     #[arg(long, env = "TDSET_WAKE_PROXY_PORTS_PER_NAMESPACE", default_value_t = 64,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub wake_proxy_ports_per_namespace: u16,
+    /// The managers whose EndpointSlices are a Service's own (the proxy's
+    /// `--trust-endpoints-managed-by`): only their ready endpoints take the proxy out of a
+    /// Service's path, as only theirs are where the proxy relays to.
+    #[arg(
+        long,
+        env = "TDSET_WAKE_TRUSTED_ENDPOINT_MANAGERS",
+        value_delimiter = ',',
+        default_value = "endpointslice-controller.k8s.io"
+    )]
+    pub wake_trust_endpoints_managed_by: Vec<String>,
     /// Only the holder of a Lease reconciles (run several replicas for failover).
     #[arg(long, env = "TDSET_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
     pub leader_elect: bool,

@@ -250,6 +250,7 @@ fn wake_proxy_of(args: &RunArgs, lease_namespace: &str) -> Result<Option<WakePro
         service: name.to_string(),
         ports: args.wake_proxy_ports,
         per_namespace: args.wake_proxy_ports_per_namespace,
+        trusted: args.wake_trust_endpoints_managed_by.clone(),
     }))
 }
 

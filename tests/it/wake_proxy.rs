@@ -124,6 +124,8 @@ async fn proxied_world(
         service: "proxy".into(),
         ports: (port, port),
         per_namespace: 64,
+        // As the proxy is told (`own_slice`'s manager).
+        trusted: vec!["test.example".into()],
     };
     let op = Operator::start_configured(client, n, clock, |o| o.wake_proxy = Some(proxy));
     let (addr, metrics) = endpoint_counted(client, n, clock).await;

@@ -60,6 +60,7 @@ async fn proxy_in(client: &Client, ns: &str, range: (u16, u16)) -> WakeProxyRef 
         service: "proxy".into(),
         ports: range,
         per_namespace: 64,
+        trusted: vec!["endpointslice-controller.k8s.io".into()],
     }
 }
 

@@ -69,14 +69,28 @@ enum Visited {
     Capped,
 }
 
-/// Whether Service `name`'s own slices (not the operator's) have a ready endpoint.
-pub(crate) async fn own_ready(client: &Client, ns: &str, name: &str) -> Result<bool> {
-    let labels = format!("{SERVICE_NAME_LABEL}={name}");
+/// Whether Service `name`'s own slices have a ready endpoint: those of the managers the proxy
+/// trusts (`trusted`), asked for by label, so a slice anyone else writes for the Service is
+/// never read (it could neither take the proxy out of the path nor fill the operator).
+pub(crate) async fn own_ready(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    trusted: &[String],
+) -> Result<bool> {
+    // The operator's own slices are never the Service's, whatever the flag says.
+    let trusted: Vec<&str> = (trusted.iter().map(String::as_str))
+        .filter(|m| *m != MANAGED_BY && !m.is_empty())
+        .collect();
+    if trusted.is_empty() {
+        return Ok(false);
+    }
+    let labels = format!(
+        "{SERVICE_NAME_LABEL}={name},{MANAGED_BY_LABEL} in ({})",
+        trusted.join(",")
+    );
     let visited = visit_slices(client, ns, &labels, |page| {
-        page.iter()
-            .filter(|s| s.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY))
-            .flat_map(|s| &s.endpoints)
-            .any(serves)
+        page.iter().flat_map(|s| &s.endpoints).any(serves)
     })
     .await?;
     if visited == Visited::Capped {

@@ -95,6 +95,7 @@ pub(crate) async fn intercept(
         // Turned off (or the operator runs without the proxy): what is left leaves the path.
         let mut done = Intercepted::default();
         write_leaving(ctx, ns, "", leaving(present.iter(), now), &mut done).await?;
+        done.recheck = done.retiring;
         return Ok(done);
     };
     // Asleep only if this turn writes the 0: suspended (or refused), the workload runs on,
@@ -271,8 +272,15 @@ async fn intercept_service(
     } else {
         None
     };
-    let own_ready =
-        !asleep && !mine.is_empty() && io::own_ready(&ctx.client, ns, &wanted.name).await?;
+    let own_ready = !asleep
+        && !mine.is_empty()
+        && io::own_ready(
+            &ctx.client,
+            ns,
+            &wanted.name,
+            ctx.trusted_endpoint_managers(),
+        )
+        .await?;
     let seen = ServiceSeen {
         name: &wanted.name,
         service: service.as_ref(),

@@ -198,7 +198,8 @@ async fn woken_behind_slices(
     }
     let waited = ctx.contest(&key, |c| c.seen_for(tokio::time::Instant::now()));
     for service in &services {
-        if intercept::own_ready(&ctx.client, ns, service).await? {
+        let trusted = ctx.trusted_endpoint_managers();
+        if intercept::own_ready(&ctx.client, ns, service, trusted).await? {
             continue;
         }
         if waited < SLICES_WAIT_AT_MOST {
@@ -209,12 +210,14 @@ async fn woken_behind_slices(
             EventType::Warning,
             "WakeSlicesReleased",
             format!(
-                "Service {service} has no ready endpoint of its own {}s after the TDSet's                  deletion; its wake-proxy slice goes with the TDSet all the same",
+                "Service {service} has no ready endpoint of its own {}s after the TDSet's \
+                 deletion; its wake-proxy slice goes with the TDSet all the same",
                 SLICES_WAIT_AT_MOST.as_secs()
             ),
         ));
     }
-    ctx.contest(&key, |c| c.unseen());
+    // The wait's memory goes with the TDSet (`Context::forget`); kept if the finalizer's
+    // removal fails, so the bound is not started again.
     Ok(None)
 }
 

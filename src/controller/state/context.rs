@@ -137,9 +137,18 @@ pub struct WakeProxyRef {
     pub ports: (u16, u16),
     /// The most of those ports the Services of one namespace may hold at once.
     pub per_namespace: u16,
+    /// The managers whose slices are a Service's own (as the proxy trusts them).
+    pub trusted: Vec<String>,
 }
 
 impl Context {
+    /// The managers whose slices are a Service's own, as the wake proxy trusts them.
+    pub(crate) fn trusted_endpoint_managers(&self) -> &[String] {
+        self.wake_proxy
+            .as_ref()
+            .map_or(&[], |p| p.trusted.as_slice())
+    }
+
     /// Runs `f` on the TDSet's record of its writes against other writers.
     pub(crate) fn contest<T>(&self, key: &str, f: impl FnOnce(&mut Contest) -> T) -> T {
         match self.contests.lock() {

@@ -51,6 +51,9 @@ pub enum Leaving {
 pub fn leave(slice: &EndpointSlice, now: DateTime<Utc>) -> Leaving {
     let name = slice.metadata.name.clone().unwrap_or_default();
     match retired_at(slice) {
+        // Retired "later than now" (a replica's clock ahead, a fake clock): retired again now,
+        // so a slice never holds its ports for longer than `retire_for`.
+        Some(at) if at > now => Leaving::Retire(Box::new(retired(slice, now))),
         Some(at) => {
             let left = (at + retire_for()) - now;
             match left.to_std() {
@@ -151,6 +154,11 @@ mod tests {
         assert_eq!(
             leave(&retired, at("2026-12-02T03:01:30Z")),
             Leaving::Remove("web-tdset-wake-ipv4".into())
+        );
+        let early = at("2026-12-02T02:59:00Z");
+        assert!(
+            matches!(leave(&retired, early), Leaving::Retire(r) if retired_at(&r) == Some(early)),
+            "retired in the future: retired again now"
         );
         assert_eq!(
             leave(

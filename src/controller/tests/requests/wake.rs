@@ -127,6 +127,7 @@ fn wake_proxy() -> Option<crate::controller::state::WakeProxyRef> {
         service: "wake-proxy".into(),
         ports: (20000, 20255),
         per_namespace: 64,
+        trusted: vec!["endpointslice-controller.k8s.io".into()],
     })
 }
 
@@ -360,6 +361,20 @@ async fn woken_the_slice_is_retired_once_the_services_own_endpoint_is_ready_and_
         "{:#?}",
         server.requests()
     );
+    // Only the slices of the managers the proxy trusts are asked for: a slice anyone else
+    // writes for the Service (ready or not) never takes the proxy out of its path while the
+    // proxy could relay nowhere (finding 9 of the wake proxy's review).
+    let own: Vec<String> = (server.sent().into_iter())
+        .filter(|s| s.method == "GET" && s.path == SLICES)
+        .map(|s| s.query)
+        .collect();
+    assert!(
+        !own.is_empty()
+            && own.iter().all(|q| q.contains(
+                "kubernetes.io/service-name=web,endpointslice.kubernetes.io/managed-by in (endpointslice-controller.k8s.io)"
+            )),
+        "{own:#?}"
+    );
 
     // Ready: out of the path, retired now, not deleted.
     server.first(
@@ -449,6 +464,7 @@ async fn a_port_handed_out_is_not_given_again_before_the_cache_has_it() {
             service: "wake-proxy".into(),
             ports: (20999, 20999),
             per_namespace: 64,
+            trusted: vec!["endpointslice-controller.k8s.io".into()],
         }),
     );
     let mut given = Vec::new();
