@@ -315,10 +315,13 @@ async fn intercept_service(
     if let Some(refused) = plan.refused {
         // Ports free as other Services' retired slices go: looked at again soon, not at the
         // TDSet's next change.
-        if matches!(
-            refused,
-            Refusal::RangeFull(_) | Refusal::NamespaceShare { .. }
-        ) {
+        // A Service whose own ports alone are past the share waits for a change of its own.
+        let may_clear = match refused {
+            Refusal::RangeFull(_) => true,
+            Refusal::NamespaceShare { holds, share } => holds - this.namespace_holds <= share,
+            _ => false,
+        };
+        if may_clear {
             done.recheck = soonest(done.recheck, Some(PORTS_RECHECK));
         }
         done.refused
