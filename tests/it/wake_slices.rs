@@ -237,14 +237,7 @@ async fn a_tdset_deleted_while_asleep_gives_the_count_back_and_its_slice_goes_on
     let (client, ns) = setup("wake-slices-deleted").await;
     let n = &ns.name;
     let proxy = proxy_in(&client, n, (21010, 21019)).await;
-    let _: Deployment = create_object(&client, n, app_deployment("web", 3)).await;
-    let _: Service = create_object(
-        &client,
-        n,
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-               "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}}),
-    )
-    .await;
+    app_behind_its_service(&client, n, "web", 3).await;
     let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
     let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
     let spec = json!({
@@ -294,8 +287,8 @@ async fn a_woken_services_proxy_port_is_given_to_another_only_once_its_slice_has
     let n = &ns.name;
     const PORT: i32 = 21090;
     let proxy = proxy_in(&client, n, (21090, 21090)).await;
-    app_behind_its_service(&client, n, "web").await;
-    app_behind_its_service(&client, n, "api").await;
+    app_behind_its_service(&client, n, "web", 2).await;
+    app_behind_its_service(&client, n, "api", 2).await;
     let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
     let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
     let of = |slices: Vec<EndpointSlice>, svc: &str| -> Vec<EndpointSlice> {
@@ -416,9 +409,9 @@ async fn own_endpoint_ready(client: &Client, n: &str, service: &str) {
     .await;
 }
 
-/// Deployment `app` (at 2) and its Service (port `http`, selecting its pods).
-async fn app_behind_its_service(client: &Client, n: &str, app: &str) {
-    let _: Deployment = create_object(client, n, app_deployment(app, 2)).await;
+/// Deployment `app` (at `replicas`) and its Service (port `http`, selecting its pods).
+async fn app_behind_its_service(client: &Client, n: &str, app: &str, replicas: i32) {
+    let _: Deployment = create_object(client, n, app_deployment(app, replicas)).await;
     let _: Service = create_object(
         client,
         n,
@@ -448,7 +441,7 @@ async fn proxy_pods_that_move_join_every_slice_before_the_old_ones_leave() {
     let n = &ns.name;
     let proxy = proxy_in(&client, n, (21020, 21029)).await;
     for app in ["web", "api"] {
-        app_behind_its_service(&client, n, app).await;
+        app_behind_its_service(&client, n, app, 2).await;
     }
     let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
     let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
@@ -528,7 +521,7 @@ async fn a_port_two_services_slices_name_stays_with_the_older_and_the_younger_mo
     let n = &ns.name;
     let proxy = proxy_in(&client, n, (21030, 21039)).await;
     for app in ["web", "api"] {
-        app_behind_its_service(&client, n, app).await;
+        app_behind_its_service(&client, n, app, 2).await;
     }
     let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
     let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
@@ -589,14 +582,7 @@ async fn a_suspended_tdset_at_night_puts_nothing_in_front_of_its_running_workloa
     let (client, ns) = setup("wake-slices-suspended").await;
     let n = &ns.name;
     let proxy = proxy_in(&client, n, (21020, 21029)).await;
-    let _: Deployment = create_object(&client, n, app_deployment("web", 3)).await;
-    let _: Service = create_object(
-        &client,
-        n,
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-               "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}}),
-    )
-    .await;
+    app_behind_its_service(&client, n, "web", 3).await;
     let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
     let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
     let spec = json!({
@@ -663,14 +649,7 @@ async fn with_no_proxy_ready_the_workload_is_kept_awake_and_says_why() {
         )
         .await
         .unwrap();
-    let _: Deployment = create_object(&client, n, app_deployment("web", 3)).await;
-    let _: Service = create_object(
-        &client,
-        n,
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-               "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}}),
-    )
-    .await;
+    app_behind_its_service(&client, n, "web", 3).await;
     let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
     let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
     let spec = json!({
