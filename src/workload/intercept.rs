@@ -660,6 +660,22 @@ mod tests {
         .unwrap()
     }
 
+    /// TDSet `t` in `ns`, asleep, over `proxies`: range 20000-20009, a share of 64.
+    fn plan_for<'a>(proxies: &'a [ProxyAddress], config: &'a ProxyConfig) -> PlanFor<'a> {
+        PlanFor {
+            tdset: "t",
+            tdset_uid: "uid-t",
+            namespace: "ns",
+            asleep: true,
+            workload_labels: None,
+            proxies,
+            config,
+            range: (20000, 20009),
+            per_namespace: 64,
+            now: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+        }
+    }
+
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
@@ -954,18 +970,7 @@ mod tests {
             ready: false,
             ..Default::default()
         }];
-        let of = PlanFor {
-            tdset: "t",
-            tdset_uid: "uid-t",
-            namespace: "ns",
-            asleep: true,
-            workload_labels: None,
-            proxies: &none_ready,
-            config: &config,
-            range: (20000, 20009),
-            per_namespace: 64,
-            now: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
-        };
+        let of = plan_for(&none_ready, &config);
         let plan = |present: &[EndpointSlice]| {
             let seen = ServiceSeen {
                 name: "web",
@@ -1034,16 +1039,9 @@ mod tests {
             .with_timezone(&chrono::Utc);
         let plan = |asleep: bool, present: &[EndpointSlice], own_ready: bool, secs: i64| {
             let of = PlanFor {
-                tdset: "t",
-                tdset_uid: "uid-t",
-                namespace: "ns",
                 asleep,
-                workload_labels: None,
-                proxies: &proxies,
-                config: &config,
-                range: (20000, 20009),
-                per_namespace: 64,
                 now: t0 + chrono::Duration::seconds(secs),
+                ..plan_for(&proxies, &config)
             };
             let seen = ServiceSeen {
                 name: "web",
@@ -1100,16 +1098,9 @@ mod tests {
             ..Default::default()
         }];
         let of = PlanFor {
-            tdset: "t",
-            tdset_uid: "uid-t",
-            namespace: "ns",
-            asleep: true,
-            workload_labels: None,
-            proxies: &proxies,
-            config: &config,
             range: (20000, 20003),
             per_namespace: 3,
-            now: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+            ..plan_for(&proxies, &config)
         };
         let plan = |holds: usize, used: &mut BTreeSet<u16>| {
             let seen = ServiceSeen {
@@ -1193,13 +1184,7 @@ mod tests {
             tdset: "shop",
             tdset_uid: "uid-shop",
             namespace: "b",
-            asleep: true,
-            workload_labels: None,
-            proxies: &proxies,
-            config: &config,
-            range: (20000, 20009),
-            per_namespace: 64,
-            now: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+            ..plan_for(&proxies, &config)
         };
         let lost = BTreeSet::from([20001]);
         let kept = BTreeSet::new();
