@@ -124,21 +124,11 @@ pub(crate) async fn intercept(
         per_namespace: usize::from(proxy.per_namespace),
         now,
     };
-    // The proxy ports every slice holds: a port kept is reused, a new one avoids them all.
-    let mut used: BTreeSet<u16> = proxy_ports(all.iter().map(|s| &**s)).collect();
-    // What each namespace holds of the range: this one's share is capped, and a full range
-    // names the namespace holding the most.
-    let mut by_namespace: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
-    for s in all.iter() {
-        let held = by_namespace
-            .entry(s.namespace().unwrap_or_default())
-            .or_default();
-        held.extend(proxy_ports(std::iter::once(&**s)));
-    }
-    let busiest = (by_namespace.iter())
-        .max_by_key(|(_, ports)| ports.len())
-        .map(|(ns, ports)| (ns.clone(), ports.len()));
-    let mut here: BTreeSet<u16> = by_namespace.remove(ns).unwrap_or_default();
+    let Holdings {
+        mut used,
+        busiest,
+        mut here,
+    } = holdings(all.iter().map(|s| &**s), ns);
     let mut done = Intercepted::default();
     // Slices of Services no longer named leave the path.
     let named: BTreeSet<&str> = spec.services.iter().map(|s| s.name.as_str()).collect();
@@ -233,6 +223,36 @@ fn proxy_config(spec: &crate::api::WakeOnRequest, resolved: &Resolved<'_>) -> Pr
             .as_ref()
             .map(|s| s.warm_up_samples().to_vec())
             .unwrap_or_default(),
+    }
+}
+
+/// What the operator's slices (retired ones too: a port is free only once its slice has gone)
+/// hold of the proxy's range.
+struct Holdings {
+    /// Every port held: a port kept is reused, a new one avoids them all.
+    used: BTreeSet<u16>,
+    /// The namespace holding the most, and how many (a full range names it).
+    busiest: Option<(String, usize)>,
+    /// What this namespace holds (its share is capped).
+    here: BTreeSet<u16>,
+}
+
+fn holdings<'a>(slices: impl Iterator<Item = &'a EndpointSlice>, ns: &str) -> Holdings {
+    let mut by_namespace: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
+    for s in slices {
+        let held = by_namespace
+            .entry(s.namespace().unwrap_or_default())
+            .or_default();
+        held.extend(proxy_ports(std::iter::once(s)));
+    }
+    let busiest = (by_namespace.iter())
+        .max_by_key(|(_, ports)| ports.len())
+        .map(|(ns, ports)| (ns.clone(), ports.len()));
+    let used = by_namespace.values().flatten().copied().collect();
+    Holdings {
+        used,
+        busiest,
+        here: by_namespace.remove(ns).unwrap_or_default(),
     }
 }
 
