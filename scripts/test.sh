@@ -256,7 +256,19 @@ if [[ -s "$state/lints.log" ]]; then
   echo "test.sh: the build warned (above): rustc's and clippy's warnings fail the run" >&2
   failed=1
 fi
-[[ "$tests_rc" -eq 0 && "$failed" -eq 0 ]] || keep_failed
+# The last lines say what failed: a CI that keeps only the tail of the output (the demos'
+# transcript comes after the suites) still names the failed tests.
+failure_summary() {
+  local log t
+  for log in "$state/tests/"*.log; do
+    [[ -e "$log" ]] || continue
+    while read -r t; do echo "test.sh: FAILED $(basename "$log" .log): $t" >&2; done \
+      < <(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$log")
+  done
+  [[ "$tests_rc" -eq 0 ]] || echo "test.sh: the tests failed (exit $tests_rc; each failed suite's output is above)" >&2
+  [[ "$failed" -eq 0 ]] || echo "test.sh: the demos or the lints failed (above)" >&2
+}
+[[ "$tests_rc" -eq 0 && "$failed" -eq 0 ]] || { keep_failed; failure_summary; }
 [[ "$tests_rc" -eq 0 ]] || exit "$tests_rc"
 [[ "$failed" -eq 0 ]] || exit 1
 phase "the tests (the demos beside the timed ones)"
