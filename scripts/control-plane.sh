@@ -30,6 +30,8 @@
 #   control-plane.sh traefik-dir             print the dir holding traefik (does not build)
 #   control-plane.sh monitoring-crds-dir     print the dir holding the ServiceMonitor and
 #                                            PrometheusRule CRDs (does not fetch)
+#   control-plane.sh istio-crds-dir          print the dir holding Istio's CRDs,
+#                                            istio-crds.yaml (does not fetch)
 #
 # TDSET_APISERVER_PORT=N makes `start` serve on that port instead of a free one it picks.
 # TDSET_KCM_QPS=N lets kube-controller-manager send N requests/s (burst 2N) instead of its
@@ -63,6 +65,10 @@ TRAEFIK_DIR="$CACHE_ROOT/traefik-${TRAEFIK_VERSION}"
 # the API server in the tests (from the prometheus-operator module's own CRD manifests).
 PROMOP_VERSION="v0.85.0"
 PROMOP_DIR="$CACHE_ROOT/prometheus-operator-${PROMOP_VERSION}"
+# Istio's CRDs (its PeerAuthentication, which the operator reads before a Service sleeps behind
+# the wake proxy), from the istio.io/api module's own generated manifest: nothing of Istio runs.
+ISTIO_API_VERSION="v1.32.0"
+ISTIO_DIR="$CACHE_ROOT/istio-api-${ISTIO_API_VERSION}"
 
 die() { echo "control-plane: $*" >&2; exit 1; }
 log() { echo "control-plane: $*" >&2; }
@@ -279,6 +285,12 @@ fetch_monitoring_crds() {
   done
 }
 
+fetch_istio_crds() {
+  local work="$1" src
+  src="$(go mod download -json "istio.io/api@${ISTIO_API_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  cp "$src/kubernetes/customresourcedefinitions.gen.yaml" "$work/out/istio-crds.yaml"
+}
+
 # Builds an optional component into DEST unless all its outputs are there.
 install_extra() {
   local name="$1" fn="$2" dest="$3"; shift 3
@@ -399,6 +411,8 @@ cmd_install() {
   install_extra monitoring-crds fetch_monitoring_crds "$PROMOP_DIR" \
     monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml &
   jobs+=("$!" monitoring-crds)
+  install_extra istio-crds fetch_istio_crds "$ISTIO_DIR" istio-crds.yaml &
+  jobs+=("$!" istio-crds)
   install_node_images &
   jobs+=("$!" node-images)
   install_go_parts core node kwok helm &
@@ -722,5 +736,6 @@ case "${1:-}" in
   keda-dir) echo "$KEDA_DIR" ;;
   traefik-dir) echo "$TRAEFIK_DIR" ;;
   monitoring-crds-dir) echo "$PROMOP_DIR" ;;
+  istio-crds-dir) echo "$ISTIO_DIR" ;;
   *) sed -n '2,33p' "$0" >&2; exit 2 ;;
 esac

@@ -31,6 +31,36 @@ pub struct Route {
     pub config: ProxyConfig,
     /// `config.ignore`, compiled once per slice seen, not per connection.
     pub ignore: Arc<Ignore>,
+    /// The port's protocol is one whose client speaks first (HTTP and its kin, TLS): a
+    /// connection that sends nothing is no client of it (a scanner, a probe's bare connect)
+    /// and wakes nothing.
+    pub client_first: bool,
+}
+
+/// Whether a client of the Service port named `name` (appProtocol `app_protocol`) speaks
+/// first: by its `appProtocol`, else by its name as `<protocol>[-<suffix>]` (the convention
+/// meshes read protocols by). Unknown: no (a protocol where the server speaks first, a
+/// database's greeting, must still wake its workload on a bare connect).
+pub fn client_speaks_first(name: &str, app_protocol: Option<&str>) -> bool {
+    const CLIENT_FIRST: &[&str] = &[
+        "http", "https", "http2", "h2c", "grpc", "grpc-web", "ws", "wss", "tls",
+    ];
+    let protocol = match app_protocol.filter(|a| !a.is_empty()) {
+        Some(a) => a
+            .strip_prefix("kubernetes.io/")
+            .unwrap_or(a)
+            .to_ascii_lowercase(),
+        None => {
+            let name = name.to_ascii_lowercase();
+            // `grpc-web` is a protocol of its own; any other suffix is a name's.
+            match name.strip_prefix("grpc-web") {
+                Some("") => return true,
+                Some(rest) if rest.starts_with('-') => return true,
+                _ => name.split('-').next().unwrap_or_default().to_string(),
+            }
+        }
+    };
+    CLIENT_FIRST.contains(&protocol.as_str())
 }
 
 /// A proxy port the slices of two Services name (the operator gives each port once; another
@@ -44,11 +74,15 @@ pub struct Contested {
 
 /// The route of every proxy port the operator's slices name. `slices` may hold any slices:
 /// only those managed by the operator, owned by the TDSet they name, with a Service named,
-/// count.
+/// count. `previous`: the routes before, whose compiled `ignore` is taken again where the
+/// spec of it is unchanged (the routes are rebuilt at every slice event; the regexes are
+/// compiled only when they change).
 pub fn routes<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    previous: &BTreeMap<u16, Route>,
 ) -> (BTreeMap<u16, Route>, Vec<Contested>) {
-    let mut claims: BTreeMap<u16, Vec<(ServiceKey, String, &EndpointSlice)>> = BTreeMap::new();
+    let mut claims: BTreeMap<u16, Vec<(ServiceKey, String, bool, &EndpointSlice)>> =
+        BTreeMap::new();
     // Oldest first: the first claim of a port is the one that keeps it.
     let mut slices: Vec<&EndpointSlice> = slices.into_iter().collect();
     slices.sort_by(|a, b| claim_cmp(a, b));
@@ -79,17 +113,18 @@ pub fn routes<'a>(
                 name: service.clone(),
             };
             let name = port.name.clone().unwrap_or_default();
+            let client_first = client_speaks_first(&name, port.app_protocol.as_deref());
             let list = claims.entry(proxy).or_default();
             // One Service's slices (a family each) name the same port: one claim.
-            if !list.iter().any(|(k, n, _)| *k == key && *n == name) {
-                list.push((key, name, slice));
+            if !list.iter().any(|(k, n, ..)| *k == key && *n == name) {
+                list.push((key, name, client_first, slice));
             }
         }
     }
     let mut routes = BTreeMap::new();
     let mut contested = Vec::new();
     for (port, list) in claims {
-        let Some((service, port_name, slice)) = list.first() else {
+        let Some((service, port_name, client_first, slice)) = list.first() else {
             continue;
         };
         if list.len() > 1 {
@@ -98,7 +133,10 @@ pub fn routes<'a>(
             contested.push(Contested { port, services });
         }
         let config = ProxyConfig::from_annotations(slice.metadata.annotations.as_ref());
-        let (ignore, _left_out) = Ignore::compile(config.ignore.as_ref());
+        let ignore = match previous.get(&port) {
+            Some(before) if before.config.ignore == config.ignore => before.ignore.clone(),
+            _ => Arc::new(Ignore::compile(config.ignore.as_ref()).0),
+        };
         let tdset = slice
             .metadata
             .labels
@@ -111,7 +149,8 @@ pub fn routes<'a>(
                 tdset: tdset.cloned().unwrap_or_default(),
                 port_name: port_name.clone(),
                 config,
-                ignore: Arc::new(ignore),
+                ignore,
+                client_first: *client_first,
             },
         );
     }
@@ -268,7 +307,7 @@ mod tests {
             ),
             ours("b", "api", "ipv4", json!([{"name": "grpc", "port": 20003}])),
         ];
-        let (routes, contested) = routes(&slices);
+        let (routes, contested) = routes(&slices, &BTreeMap::new());
         assert!(contested.is_empty());
         assert_eq!(routes.len(), 3);
         let web = &routes[&20001];
@@ -308,7 +347,7 @@ mod tests {
                 json!([{"name": "admin", "port": 20002}]),
             ),
         ];
-        let (routes, contested) = routes(&slices);
+        let (routes, contested) = routes(&slices, &BTreeMap::new());
         assert_eq!(
             routes[&20001].service.name, "web",
             "the older claim keeps it"
@@ -336,7 +375,7 @@ mod tests {
         // Labelled as the operator's, but not owned by the TDSet it names.
         let mut unowned = ours("a", "web", "ipv4", json!([{"port": 20003}]));
         unowned.metadata.owner_references = None;
-        let (routes, _) = routes(&[theirs, nameless, out_of_range, unowned]);
+        let (routes, _) = routes(&[theirs, nameless, out_of_range, unowned], &BTreeMap::new());
         assert!(routes.is_empty(), "{routes:?}");
     }
 
@@ -444,6 +483,65 @@ mod tests {
             keep(&mut own, "extra".into(), Some(Answering::default())),
             Kept::Kept
         );
+    }
+
+    #[test]
+    fn a_silent_client_is_no_client_of_a_port_whose_clients_speak_first() {
+        for (name, app) in [
+            ("http", None),
+            ("http-web", None),
+            ("HTTPS", None),
+            ("grpc", None),
+            ("grpc-web", None),
+            ("grpc-web-api", None),
+            ("h2c", None),
+            ("", Some("kubernetes.io/h2c")),
+            ("db", Some("kubernetes.io/wss")),
+            ("web", Some("http")),
+        ] {
+            assert!(client_speaks_first(name, app), "{name} {app:?}");
+        }
+        // The server speaks first, or nobody can tell: a bare connect wakes it.
+        for (name, app) in [
+            ("", None),
+            ("mysql", None),
+            ("smtp", None),
+            ("web", None),
+            ("httpish", None),
+            ("grpcweb", None),
+            ("http", Some("mysql")),
+        ] {
+            assert!(!client_speaks_first(name, app), "{name} {app:?}");
+        }
+    }
+
+    #[test]
+    fn a_route_knows_its_ports_protocol_and_keeps_its_compiled_ignore_while_unchanged() {
+        let slices = [ours(
+            "a",
+            "web",
+            "ipv4",
+            json!([{"name": "http", "port": 20001},
+                   {"name": "db", "port": 20002},
+                   {"name": "db-h2", "port": 20003, "appProtocol": "kubernetes.io/h2c"}]),
+        )];
+        let (first, _) = routes(&slices, &BTreeMap::new());
+        assert!(first[&20001].client_first);
+        assert!(!first[&20002].client_first);
+        assert!(first[&20003].client_first, "by its appProtocol");
+        // Rebuilt at the next slice event: the same compiled ignore, not compiled again.
+        let (again, _) = routes(&slices, &first);
+        assert!(Arc::ptr_eq(&first[&20001].ignore, &again[&20001].ignore));
+        // Its spec changed: compiled anew.
+        let mut changed = slices[0].clone();
+        (changed.metadata.annotations.as_mut().unwrap()).insert(
+            "schedule.rs/wake-ignore".into(),
+            "{\"paths\":[\"/ready\"]}".into(),
+        );
+        let (anew, _) = routes(&[changed], &first);
+        assert!(!Arc::ptr_eq(&first[&20001].ignore, &anew[&20001].ignore));
+        assert!(anew[&20001].ignore.ignores(Some("/ready"), None));
+        assert!(!anew[&20001].ignore.ignores(Some("/healthz"), None));
     }
 
     fn pod(ns: &str) -> serde_json::Value {

@@ -180,7 +180,7 @@ impl Proxy {
         };
         let _open = Held::new(&self.metrics.open);
         let hold = Duration::from_secs(route.config.hold_secs);
-        let read = match read_head(&mut conn, hold).await {
+        let read = match read_head(&mut conn, hold, route.client_first).await {
             Ok(r) => r,
             Err(answer) => {
                 self.metrics.count(outcome::BAD_HEAD);
@@ -194,9 +194,13 @@ impl Proxy {
             Head::Http(h) => Some(h.clone()),
             _ => None,
         };
-        let ignored = http
-            .as_ref()
-            .is_some_and(|h| route.ignore.ignores(Some(&h.path), h.user_agent.as_deref()));
+        // A connection that sent nothing to a port whose clients speak first is no client of
+        // it (a scanner's or a probe's bare connect): relayed if awake, never a wake-up.
+        let silent = read.bytes.is_empty() && route.client_first;
+        let ignored = silent
+            || http
+                .as_ref()
+                .is_some_and(|h| route.ignore.ignores(Some(&h.path), h.user_agent.as_deref()));
         let svc = &route.service;
         if !ignored {
             self.reporter.report(
@@ -231,7 +235,7 @@ impl Proxy {
             return;
         };
         let _held = Held::new(&self.metrics.held);
-        let mut changes = self.seen.changes();
+        let mut changes = self.seen.service_changes(svc);
         let deadline = tokio::time::Instant::from_std(started + hold);
         loop {
             let targets = self.seen.targets(svc, &route.port_name);
@@ -336,12 +340,18 @@ async fn answer_and_close(mut conn: TcpStream, answer: &[u8]) {
 async fn read_head(
     conn: &mut TcpStream,
     hold: Duration,
+    client_first: bool,
 ) -> std::result::Result<Read, Option<Vec<u8>>> {
     let mut bytes = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let deadline = tokio::time::Instant::now() + hold.min(HEAD_READ);
-    // Nothing in the first second: a protocol where the server speaks first.
-    match tokio::time::timeout(FIRST_BYTES, conn.read(&mut chunk)).await {
+    // Nothing in the first second: a protocol where the server speaks first, unless the
+    // port's clients speak first (then it is waited on as any head is).
+    let first = match client_first {
+        true => deadline,
+        false => tokio::time::Instant::now() + FIRST_BYTES,
+    };
+    match tokio::time::timeout_at(first, conn.read(&mut chunk)).await {
         Err(_) => {
             return Ok(Read {
                 head: Head::Opaque,

@@ -42,8 +42,12 @@ pub struct Seen {
     /// The `managed-by` values of the slices taken as a Service's own.
     trusted: Vec<String>,
     metrics: Arc<ProxyMetrics>,
-    /// Bumped at every change: held connections look again.
+    /// Bumped at every change of the routes: a connection waiting for its port's route
+    /// looks again.
     changed: watch::Sender<u64>,
+    /// Bumped at every change of one Service's own slices: the connections held for it look
+    /// again (and no others: a slice event anywhere does not wake every held connection).
+    own_changed: RwLock<HashMap<ServiceKey, watch::Sender<u64>>>,
     /// The operator's slices have been listed once.
     synced: std::sync::atomic::AtomicBool,
     /// The addresses the operator's slices name (proxy pods).
@@ -61,6 +65,7 @@ impl Seen {
             trusted,
             metrics,
             changed: watch::channel(0).0,
+            own_changed: RwLock::default(),
             synced: std::sync::atomic::AtomicBool::new(false),
             named: RwLock::default(),
         }
@@ -105,8 +110,32 @@ impl Seen {
         self.changed.subscribe()
     }
 
+    /// Changes of where `service` answers (see `targets`).
+    pub fn service_changes(&self, service: &ServiceKey) -> watch::Receiver<u64> {
+        match self.own_changed.write() {
+            Ok(mut senders) => (senders.entry(service.clone()))
+                .or_insert_with(|| watch::channel(0).0)
+                .subscribe(),
+            // (A writer panicked holding the lock: every change then, as a fallback.)
+            Err(_) => self.changes(),
+        }
+    }
+
     fn bump(&self) {
         self.changed.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    fn bump_service(&self, service: &ServiceKey) {
+        if let Ok(senders) = self.own_changed.read()
+            && let Some(sender) = senders.get(service)
+        {
+            sender.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
+
+    /// The routes now (live, not retired).
+    fn live_routes(&self) -> Arc<BTreeMap<u16, Route>> {
+        self.routes.read().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// The routes now; those gone are kept as retired.
@@ -128,6 +157,10 @@ impl Seen {
     /// Lets go of retired routes past `RETIRED_FOR`; the Services still routed to, live or
     /// retired.
     fn sweep(&self) -> BTreeSet<ServiceKey> {
+        if let Ok(mut senders) = self.own_changed.write() {
+            // Nobody waits on them any more.
+            senders.retain(|_, s| s.receiver_count() > 0);
+        }
         let mut services = BTreeSet::new();
         if let Ok(mut retired) = self.retired.write() {
             retired.retain(|_, (_, at)| at.elapsed() < RETIRED_FOR);
@@ -148,7 +181,7 @@ impl Seen {
             };
             self.count_own(&own);
         }
-        self.bump();
+        self.bump_service(service);
     }
 
     /// One of a Service's own slices changed (None: gone); whether it is kept.
@@ -161,7 +194,7 @@ impl Seen {
             }
             Err(_) => return Kept::Gone,
         };
-        self.bump();
+        self.bump_service(service);
         kept
     }
 
@@ -228,7 +261,7 @@ pub async fn follow(client: Client, seen: Arc<Seen>, namespace: Option<String>) 
                     .flat_map(|e| e.addresses.iter().cloned())
                     .collect();
             }
-            let (routes, contested) = routes::routes(slices.values());
+            let (routes, contested) = routes::routes(slices.values(), &seen.live_routes());
             for c in &contested {
                 warn!(port = c.port, services = ?c.services, "a proxy port the slices of two Services name: the older keeps it");
             }
@@ -339,4 +372,39 @@ fn own_selector(service: &str, trusted: &[String]) -> Option<String> {
 
 fn key_of(s: &EndpointSlice) -> (String, String) {
     (s.namespace().unwrap_or_default(), s.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ServiceKey {
+        ServiceKey {
+            namespace: "a".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_held_connection_is_woken_by_its_own_services_slices_and_no_others() {
+        let metrics = Arc::new(ProxyMetrics::register(&prometheus::Registry::new()).unwrap());
+        let seen = Seen::new(vec!["endpointslice-controller.k8s.io".into()], metrics);
+        let mut web = seen.service_changes(&key("web"));
+        // Another Service's slices change, again and again: web's waiters sleep on.
+        for i in 0..3 {
+            seen.own_slice(&key("api"), format!("api-{i}"), Some(Answering::default()));
+        }
+        seen.set_own(&key("api"), None);
+        assert!(!web.has_changed().unwrap());
+        // Its own do.
+        seen.own_slice(&key("web"), "web-1".into(), Some(Answering::default()));
+        assert!(web.has_changed().unwrap());
+        web.mark_unchanged();
+        seen.set_own(&key("web"), None);
+        assert!(web.has_changed().unwrap());
+        // Once nobody waits, its sender goes with the next sweep.
+        drop(web);
+        seen.sweep();
+        assert!(seen.own_changed.read().unwrap().is_empty());
+    }
 }

@@ -20,8 +20,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 
 use crate::api::{ServicePort, WakeIgnore};
 
+mod mesh;
 mod retire;
-pub use retire::{Leaving, RETIRED_ANNOTATION, leave, retire_for, retired_at};
+pub use mesh::{Marks, Mesh, MeshSeen, PeerAuthentication, black_hole, sidecar_injected};
+pub use retire::{Leaving, RETIRED_ANNOTATION, leave, ports_left, retire_for, retired_at};
 
 /// `endpointslice.kubernetes.io/managed-by` on the operator's slices: the EndpointSlice
 /// controller leaves slices managed by another alone.
@@ -54,6 +56,8 @@ pub enum Refusal {
         holds: usize,
         share: usize,
     },
+    /// A mesh would black-hole it asleep (`mesh`).
+    Mesh(Mesh),
 }
 
 impl fmt::Display for Refusal {
@@ -91,6 +95,7 @@ impl fmt::Display for Refusal {
                  wake proxy's ports, and a namespace may hold {share} \
                  (--wake-proxy-ports-per-namespace, the chart's wakeOnRequest.portsPerNamespace)"
             ),
+            Refusal::Mesh(mesh) => mesh.fmt(f),
         }
     }
 }
@@ -430,7 +435,11 @@ pub fn slices(of: &SliceFor<'_>, proxies: &[ProxyAddress]) -> Vec<EndpointSlice>
                             name: Some(p.name.clone().unwrap_or_default()),
                             port: Some(i32::from(*proxy)),
                             protocol: Some("TCP".into()),
-                            app_protocol: None,
+                            // As the Service says it (a gateway picks h2c by it; the proxy
+                            // tells by it whether a silent client is one of that protocol).
+                            app_protocol: (spec.ports.iter().flatten())
+                                .find(|sp| sp.name == p.name && sp.port == p.port)
+                                .and_then(|sp| sp.app_protocol.clone()),
                         })
                         .collect(),
                 ),
@@ -493,6 +502,8 @@ pub struct PlanFor<'a> {
     pub range: (u16, u16),
     /// The most ports the Services of one namespace may hold.
     pub per_namespace: usize,
+    /// A mesh that would black-hole the TDSet's Services asleep (`black_hole`).
+    pub mesh: Option<&'a Mesh>,
     pub now: chrono::DateTime<chrono::Utc>,
 }
 
@@ -523,6 +534,9 @@ pub fn plan_service(
         Ok(p) => p,
         Err(r) => return leave_all(Some(r)),
     };
+    if let Some(mesh) = of.mesh {
+        return leave_all(Some(Refusal::Mesh(mesh.clone())));
+    }
     let had: BTreeMap<String, u16> = (seen.present.iter())
         .flat_map(|s| s.ports.iter().flatten())
         .filter_map(|p| {
@@ -672,6 +686,7 @@ mod tests {
             config,
             range: (20000, 20009),
             per_namespace: 64,
+            mesh: None,
             now: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
         }
     }
@@ -1081,6 +1096,58 @@ mod tests {
         let gone = plan(false, std::slice::from_ref(&retired), true, 90);
         assert_eq!(gone.remove, [slice_name("web", "IPv4")]);
         assert!(gone.apply.is_empty());
+    }
+
+    /// A mesh that would black-hole the Service asleep: refused before it sleeps, and a slice
+    /// it had leaves the path; the port's appProtocol is the Service's on the slice.
+    #[test]
+    fn a_service_a_mesh_would_black_hole_is_refused_and_its_slice_leaves_the_path() {
+        let web = service(serde_json::json!({
+            "selector": {"app": "web"},
+            "ports": [{"name": "grpc", "port": 80, "appProtocol": "kubernetes.io/h2c"}]
+        }));
+        let config = ProxyConfig::default();
+        let proxies = [ProxyAddress {
+            ip: "10.0.0.5".into(),
+            ready: true,
+            ..Default::default()
+        }];
+        let ambient = Mesh::IstioAmbient { on: "namespace" };
+        let plan = |mesh: Option<&Mesh>, present: &[EndpointSlice]| {
+            let of = PlanFor {
+                mesh,
+                ..plan_for(&proxies, &config)
+            };
+            let seen = ServiceSeen {
+                name: "web",
+                service: Some(&web),
+                ports: &[],
+                present,
+                own_ready: false,
+                contested: &BTreeSet::new(),
+                namespace_holds: 0,
+                busiest: None,
+            };
+            plan_service(&of, &seen, &mut BTreeSet::new())
+        };
+        let refused = plan(Some(&ambient), &[]);
+        assert_eq!(refused.refused, Some(Refusal::Mesh(ambient.clone())));
+        assert!(refused.apply.is_empty(), "nothing put in the path");
+        let asleep = plan(None, &[]).apply.remove(0);
+        let port = &asleep.ports.as_ref().unwrap()[0];
+        assert_eq!(port.app_protocol.as_deref(), Some("kubernetes.io/h2c"));
+        // The mesh came while it slept behind the proxy: its slice retired.
+        let left = plan(Some(&ambient), std::slice::from_ref(&asleep));
+        assert!(
+            left.apply.iter().all(|s| s.endpoints.is_empty()),
+            "{left:?}"
+        );
+        assert!(retired_at(&left.apply[0]).is_some());
+        assert!(
+            Refusal::Mesh(ambient)
+                .to_string()
+                .contains("istio.io/dataplane-mode=none")
+        );
     }
 
     /// Finding 6 of the wake proxy's review: one namespace could take the whole cluster-wide

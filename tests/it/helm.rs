@@ -488,7 +488,7 @@ fn values_the_operator_cannot_take_are_refused_by_helm() {
 
 #[test]
 fn shards_render_one_operator_deployment_each_with_its_selector_and_lease() {
-    // The README's example values.
+    // docs/install.md's example values.
     let example = repo_root().join("examples/helm/shards.yaml");
     let yaml = render(
         "tdset-system",
@@ -1131,6 +1131,31 @@ async fn wake_proxy_installed_with_the_operator(
             slice_by("kcm", Some(kcm)),
         ),
     );
+    // Any other kube-system ServiceAccount that may write slices (a CNI's, a log agent's) may
+    // not forge one as the controller's (before, every kube-system ServiceAccount was excepted).
+    succeeded(
+        "binding the slices role to a log agent in kube-system",
+        kubectl_at(
+            kc,
+            &[
+                "-n",
+                t,
+                "create",
+                "rolebinding",
+                "slices-agent",
+                "--role=slices",
+                "--serviceaccount=kube-system:log-agent",
+            ],
+        ),
+    );
+    let agent = apply_as(
+        "system:serviceaccount:kube-system:log-agent",
+        slice_by("agent-kcm", Some(kcm)),
+    );
+    assert!(
+        String::from_utf8_lossy(&agent.stderr).contains("written by Kubernetes' controllers only"),
+        "{agent:?}"
+    );
     tenant.cleanup().await;
 }
 
@@ -1144,7 +1169,7 @@ async fn release_gone(kubeconfig: &Path, release: &str) {
         // Kubernetes' ClusterRole aggregation controller force-applies the aggregated rules
         // when a selected role (our -core) goes; if its cache still holds the aggregated role
         // Helm has just deleted, that apply creates it again (new uid, no labels, no rules),
-        // and the next install refuses to adopt it. The README tells users to delete it; so
+        // and the next install refuses to adopt it. docs/install.md tells users to delete it; so
         // does the test, and only that object.
         // Ours carries the release's labels; what Helm deleted and the controller recreated
         // carries none.

@@ -389,11 +389,24 @@ async fn hold_ends_in_a_503_with_retry_after_and_an_ignored_request_wakes_nothin
         assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
         assert!(answer.contains("does not wake it"), "{answer}");
     }
+    // A bare connect that sends nothing (a port scanner's, a probe's) to a port whose clients
+    // speak first (`http`): waited on as a head is, then closed, and it wakes nothing (before,
+    // after 1 s of silence it was taken for a protocol where the server speaks first).
+    let mut bare = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    assert!(
+        closed_within(&mut bare, GUARD).await,
+        "a silent connection is closed"
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let wake = tdset_status(&client, n, "web")
         .await
         .and_then(|s| s.request_wake);
-    assert_eq!(wake, None, "an ignored request reported nothing");
+    assert_eq!(
+        wake, None,
+        "an ignored request, or a silent connection, reported nothing"
+    );
 
     // A request held past `hold` (its Service has no endpoint of its own): 503, and a
     // Retry-After of what is left of the expected time to Ready (no samples yet: the hold
@@ -410,7 +423,7 @@ async fn hold_ends_in_a_503_with_retry_after_and_an_ignored_request_wakes_nothin
     };
     assert_eq!(
         (connections("ignored"), connections("timed-out")),
-        (2.0, 1.0)
+        (3.0, 1.0)
     );
     ns.cleanup().await;
 }
@@ -629,9 +642,9 @@ async fn one_clients_or_one_services_connections_cannot_fill_the_proxy_and_idle_
     ];
     let (port, _metrics, _op, proxy) =
         proxied_world(&client, n, wake, "wake-caps.log", &caps).await;
-    // Awake: a connection that sends nothing is taken, after 1 s, for a protocol where the
-    // server speaks first and relayed; the upstream waits for a head that never comes, so
-    // each stays open as long as the proxy lets it.
+    // Awake: a connection that sends nothing is relayed once its head's wait is over (it
+    // wakes nothing: `http`'s clients speak first); the upstream waits for a head that never
+    // comes, so each stays open as long as the proxy lets it.
     let (upstream_port, _heads) = upstream().await;
     own_slice(&client, n, "web", upstream_port).await;
     eventually(GUARD, "the proxy keeping web's own slice", || async {

@@ -286,34 +286,8 @@ async fn a_woken_services_proxy_port_is_given_to_another_only_once_its_slice_has
     let (client, ns) = setup("wake-slices-retire").await;
     let n = &ns.name;
     const PORT: i32 = 21090;
-    let proxy = proxy_in(&client, n, (21090, 21090)).await;
-    app_behind_its_service(&client, n, "web", 2).await;
-    app_behind_its_service(&client, n, "api", 2).await;
-    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
-    let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
-    let of = |slices: Vec<EndpointSlice>, svc: &str| -> Vec<EndpointSlice> {
-        (slices.into_iter())
-            .filter(|s| {
-                s.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("kubernetes.io/service-name"))
-                    .map(String::as_str)
-                    == Some(svc)
-            })
-            .collect()
-    };
-    let holds_the_port = |slices: &[EndpointSlice]| {
-        (slices.iter())
-            .flat_map(|s| s.ports.iter().flatten())
-            .any(|p| p.port == Some(PORT))
-    };
-    create_tdset(&client, n, &tdset("web", by_day_over("web"))).await;
-    deployment_at(&client, n, "web", 0).await;
-    assert!(holds_the_port(&of(ours(&client, n).await, "web")));
-    // api, asleep too, finds the one port taken.
-    create_tdset(&client, n, &tdset("api", by_day_over("api"))).await;
-    tdset_with_reason(&client, n, "api", "Degraded", "WakeOnRequestRefused").await;
+    let holds_the_port = |slices: &[EndpointSlice]| holds_port(slices, PORT);
+    let _op = web_holding_the_one_port(&client, n, PORT as u16).await;
 
     // web awake all night from now on, its own endpoint ready: out of the path, the port
     // still its own.
@@ -391,6 +365,143 @@ async fn a_woken_services_proxy_port_is_given_to_another_only_once_its_slice_has
     ns.cleanup().await;
 }
 
+/// The rest of finding 3: a TDSet deleted while its Service sleeps behind the proxy has no
+/// finalizer to wait on, so the garbage collector takes its slice at once, while the proxy
+/// routes the port to that Service for 90 s more. The port is not handed to another Service
+/// until then (before: at the other's next look, 30 s later at most, and kube-proxy's late
+/// connections for the deleted Service's clients reached the other namespace's pods).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_tdsets_proxy_port_is_given_to_another_only_90_s_after_its_slice_went() {
+    let (client, ns) = setup("wake-slices-deleted-port").await;
+    let n = &ns.name;
+    const PORT: i32 = 21091;
+    let holds_the_port = |slices: &[EndpointSlice]| holds_port(slices, PORT);
+    let _op = web_holding_the_one_port(&client, n, PORT as u16).await;
+
+    // web deleted (no finalizer: its target is kept as it is): its slice goes at once.
+    let deleted_at = chrono::Utc::now();
+    let tdsets = Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), n);
+    tdsets.delete("web", &Default::default()).await.unwrap();
+    let api_slice = eventually(
+        GUARD * 4,
+        "api given the port once the proxy has let web's route go",
+        || async {
+            let now = ours(&client, n).await;
+            let api = of(now.clone(), "api");
+            (of(now, "web").is_empty() && holds_the_port(&api)).then(|| api[0].clone())
+        },
+    )
+    .await;
+    // Not before the proxy's 90 s were over: the slice's deletion came after the TDSet's (both
+    // in whole seconds, as the API server keeps a creation time).
+    let created = api_slice.metadata.creation_timestamp.unwrap().0.as_second();
+    let deleted = deleted_at.timestamp();
+    assert!(
+        created >= deleted + 90,
+        "api given web's port {} s after web's deletion",
+        created - deleted
+    );
+    ns.cleanup().await;
+}
+
+/// Meshes that would black-hole a sleeping Service (the wake proxy's review), on the real API
+/// server with Istio's CRDs from its published module (nothing of Istio runs; the operator
+/// reads what a mesh marks): the namespace with Istio's sidecars and a STRICT
+/// PeerAuthentication, so the pods would refuse the proxy's plain connection. The Service is
+/// refused before it sleeps, Degraded naming the policy, and nothing is put in its path; the
+/// policy made PERMISSIVE, the proxy goes in front of it at the next look (30 s, nothing
+/// watches a mesh); the namespace then put in the ambient mesh, its slice leaves the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_a_mesh_would_black_hole_is_refused_before_it_sleeps() {
+    let (client, ns) = setup("wake-slices-mesh").await;
+    let n = &ns.name;
+    install_istio_crds(&client).await;
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    let label_namespace = |labels: serde_json::Value| {
+        let namespaces = namespaces.clone();
+        async move {
+            namespaces
+                .patch(
+                    n,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"metadata": {"labels": labels}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    label_namespace(json!({"istio-injection": "enabled"})).await;
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("security.istio.io", "v1", "PeerAuthentication"),
+        "peerauthentications",
+    );
+    let policies: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), n, &resource);
+    let policy = |mode: &str| -> kube::api::DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+            "metadata": {"name": "default"},
+            "spec": {"mtls": {"mode": mode}},
+        }))
+        .unwrap()
+    };
+    let apply_policy = |mode: &'static str| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .patch(
+                    "default",
+                    &kube::api::PatchParams::apply("tdset-tests").force(),
+                    &kube::api::Patch::Apply(policy(mode)),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    apply_policy("STRICT").await;
+
+    let proxy = proxy_in(&client, n, (21092, 21093)).await;
+    app_behind_its_service(&client, n, "web", 2).await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let _op = Operator::start_configured(&client, n, clock, |o| o.wake_proxy = Some(proxy));
+    create_tdset(&client, n, &tdset("web", by_day_over("web"))).await;
+    let message = degraded_for(&client, n, "web", "WakeOnRequestRefused").await;
+    assert!(
+        message.contains(&format!("STRICT mTLS (PeerAuthentication {n}/default)")),
+        "{message}"
+    );
+    assert!(ours(&client, n).await.is_empty(), "a slice in the path");
+
+    // PERMISSIVE: the proxy's connection is let in; in front of the Service at the next look.
+    apply_policy("PERMISSIVE").await;
+    eventually(GUARD * 2, "web's slice in the path", || async {
+        let slices = ours(&client, n).await;
+        (!slices.is_empty() && !out_of_the_path(&slices)).then_some(())
+    })
+    .await;
+
+    // Istio's ambient mode on the namespace: ztunnel would not read the slice. It leaves the
+    // path, and Degraded says why.
+    label_namespace(json!({"istio-injection": null, "istio.io/dataplane-mode": "ambient"})).await;
+    object_where(
+        &client,
+        n,
+        "web",
+        "Degraded for Istio's ambient mesh",
+        |t: &tdset_operator::api::TDSet| {
+            condition(t, "Degraded").is_some_and(|c| {
+                c.reason == "WakeOnRequestRefused" && c.message.contains("Istio's ambient mesh")
+            })
+        },
+    )
+    .await;
+    eventually(GUARD * 2, "web's slice out of the path", || async {
+        out_of_the_path(&ours(&client, n).await).then_some(())
+    })
+    .await;
+    ns.cleanup().await;
+}
+
 /// The Service's own slice with one ready endpoint, as the EndpointSlice controller writes it
 /// once a pod is ready.
 async fn own_endpoint_ready(client: &Client, n: &str, service: &str) {
@@ -407,6 +518,45 @@ async fn own_endpoint_ready(client: &Client, n: &str, service: &str) {
                "ports": [{"name": "http", "port": 80}]}),
     )
     .await;
+}
+
+/// A one-port range (`port`): TDSets `web` and `api` over Deployments behind Services of their
+/// names, both asleep at night; `web` holds the port, `api` is refused for want of one. The
+/// operator, to keep.
+async fn web_holding_the_one_port(client: &Client, n: &str, port: u16) -> Operator {
+    let proxy = proxy_in(client, n, (port, port)).await;
+    app_behind_its_service(client, n, "web", 2).await;
+    app_behind_its_service(client, n, "api", 2).await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T22:00:00Z"));
+    let op = Operator::start_configured(client, n, clock, |o| o.wake_proxy = Some(proxy));
+    create_tdset(client, n, &tdset("web", by_day_over("web"))).await;
+    deployment_at(client, n, "web", 0).await;
+    assert!(holds_port(
+        &of(ours(client, n).await, "web"),
+        i32::from(port)
+    ));
+    // api, asleep too, finds the one port taken.
+    create_tdset(client, n, &tdset("api", by_day_over("api"))).await;
+    tdset_with_reason(client, n, "api", "Degraded", "WakeOnRequestRefused").await;
+    op
+}
+
+/// Those of `slices` that are Service `svc`'s.
+fn of(slices: Vec<EndpointSlice>, svc: &str) -> Vec<EndpointSlice> {
+    (slices.into_iter())
+        .filter(|s| {
+            (s.metadata.labels.as_ref())
+                .and_then(|l| l.get("kubernetes.io/service-name"))
+                .is_some_and(|name| name == svc)
+        })
+        .collect()
+}
+
+/// Whether one of `slices` names proxy port `port`.
+fn holds_port(slices: &[EndpointSlice], port: i32) -> bool {
+    (slices.iter())
+        .flat_map(|s| s.ports.iter().flatten())
+        .any(|p| p.port == Some(port))
 }
 
 /// Deployment `app` (at `replicas`) and its Service (port `http`, selecting its pods).

@@ -7,16 +7,19 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
 use kube::{Client, ResourceExt};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::api::ScaleTargetRef;
 use crate::error::{Error, Result};
 use crate::workload::intercept::{
-    MANAGED_BY, MANAGED_BY_LABEL, ProxyAddress, SERVICE_NAME_LABEL, serves,
+    MANAGED_BY, MANAGED_BY_LABEL, PeerAuthentication, ProxyAddress, SERVICE_NAME_LABEL, serves,
 };
 
 use crate::workload::owned::FIELD_MANAGER;
@@ -104,13 +107,13 @@ pub(crate) async fn own_ready(
     Ok(visited == Visited::Found)
 }
 
-/// The pod template labels of the workload `target` names, when it is a Deployment,
-/// StatefulSet or ReplicaSet (`apps/v1`); `None` for another kind, or one not found.
-pub(crate) async fn template_labels(
+/// The pod template's metadata (labels and annotations) of the Deployment, StatefulSet or
+/// ReplicaSet `target` names; None for another kind, or one not found.
+pub(crate) async fn template_meta(
     client: &Client,
     ns: &str,
     target: &ScaleTargetRef,
-) -> Result<Option<BTreeMap<String, String>>> {
+) -> Result<Option<ObjectMeta>> {
     async fn template<K>(client: &Client, ns: &str, name: &str) -> Result<Option<K>>
     where
         K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
@@ -127,19 +130,106 @@ pub(crate) async fn template_labels(
         return Ok(None);
     }
     let name = target.name.as_str();
-    let labels = match target.kind.as_str() {
+    let meta = match target.kind.as_str() {
         "Deployment" => template::<Deployment>(client, ns, name)
             .await?
-            .and_then(|d| d.spec?.template.metadata?.labels),
+            .and_then(|d| d.spec?.template.metadata),
         "StatefulSet" => template::<StatefulSet>(client, ns, name)
             .await?
-            .and_then(|d| d.spec?.template.metadata?.labels),
+            .and_then(|d| d.spec?.template.metadata),
         "ReplicaSet" => template::<ReplicaSet>(client, ns, name)
             .await?
-            .and_then(|d| d.spec?.template?.metadata?.labels),
+            .and_then(|d| d.spec?.template?.metadata),
         _ => None,
     };
-    Ok(labels)
+    Ok(meta)
+}
+
+/// The namespace's metadata, as a mesh reads it (labels, annotations). None when it cannot be
+/// read (not granted: a mesh marked on the namespace is then not seen, and said in the log).
+pub(crate) async fn namespace_meta(client: &Client, ns: &str) -> Result<Option<ObjectMeta>> {
+    match Api::<Namespace>::all(client.clone()).get_opt(ns).await {
+        Ok(found) => Ok(found.map(|n| n.metadata)),
+        Err(e) if is_forbidden(&e) => {
+            debug!(
+                namespace = ns,
+                "the namespace cannot be read (get namespaces not granted): its mesh labels are not seen"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(Error::kube(format!("reading Namespace {ns}"))(e)),
+    }
+}
+
+/// Istio's root namespace, where a mesh-wide PeerAuthentication lives (Istio's default).
+pub(crate) const ISTIO_ROOT_NAMESPACE: &str = "istio-system";
+
+/// The Istio PeerAuthentications of `ns` and of Istio's root namespace; none where Istio's
+/// CRD is not served, or they may not be read (then a STRICT one is not seen, and said in the
+/// log).
+pub(crate) async fn peer_authentications(
+    client: &Client,
+    ns: &str,
+) -> Result<Vec<PeerAuthentication>> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("security.istio.io", "v1", "PeerAuthentication"),
+        "peerauthentications",
+    );
+    let mut out = Vec::new();
+    let mut places = vec![ns];
+    if ns != ISTIO_ROOT_NAMESPACE {
+        places.push(ISTIO_ROOT_NAMESPACE);
+    }
+    for place in places {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), place, &resource);
+        // At most one page: a namespace holds a handful of them.
+        let listed = match api.list(&ListParams::default().limit(100)).await {
+            Ok(l) => l,
+            Err(e) if is_not_served(&e) => return Ok(Vec::new()),
+            Err(e) if is_forbidden(&e) => {
+                debug!(
+                    namespace = place,
+                    "Istio's PeerAuthentications may not be read: a STRICT one there is not seen"
+                );
+                continue;
+            }
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "listing PeerAuthentications in {place}"
+                ))(e));
+            }
+        };
+        out.extend(listed.items.iter().map(|p| peer_authentication(p, place)));
+    }
+    Ok(out)
+}
+
+fn peer_authentication(p: &DynamicObject, place: &str) -> PeerAuthentication {
+    let spec = &p.data["spec"];
+    let selector: Option<BTreeMap<String, String>> =
+        spec["selector"]["matchLabels"].as_object().map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        });
+    let some_port_lenient = (spec["portLevelMtls"].as_object())
+        .is_some_and(|ports| ports.values().any(|m| m["mode"].as_str() != Some("STRICT")));
+    PeerAuthentication {
+        name: format!("{place}/{}", p.name_any()),
+        mesh_wide: place == ISTIO_ROOT_NAMESPACE,
+        selector,
+        mode: spec["mtls"]["mode"].as_str().map(String::from),
+        some_port_lenient,
+    }
+}
+
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.is_forbidden())
+}
+
+/// The kind is not served (no such CRD): a 404 on the list.
+fn is_not_served(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.is_not_found())
 }
 
 /// The wake proxy's pods, from its own Service's slices.

@@ -27,8 +27,8 @@ use super::driver::{error_policy, reconcile};
 use super::io::target::hpa_view;
 use super::lane;
 use super::state::{
-    CalendarIndex, Context, Discovery, GroupIndex, IcsSources, ShardOptions, Sharding, TargetIndex,
-    WakeProxyRef, Wakeups, api_backoff, fill_loop, let_go_loop,
+    CalendarIndex, Context, Discovery, GroupIndex, IcsSources, PortsHandedOut, ShardOptions,
+    Sharding, TargetIndex, WakeProxyRef, Wakeups, api_backoff, fill_loop, let_go_loop,
 };
 use crate::api::TDSet;
 use crate::cache::{Cached, TDSetRef};
@@ -240,8 +240,13 @@ pub(crate) async fn run_controller(
     let (services, svc_stream) =
         owned_watch::<Service>(api_for(&watch_client, &opts.namespace), stream);
     let (hpas, hpa_stream) = hpa_watch(api_for(&watch_client, &opts.namespace), stream);
-    let (wake_slices, wake_slice_stream) =
-        watches::wake_slice_watch(api_for(&watch_client, &opts.namespace), stream);
+    let ports_handed_out = Arc::new(PortsHandedOut::default());
+    let (wake_slices, wake_slice_stream) = watches::wake_slice_watch(
+        api_for(&watch_client, &opts.namespace),
+        stream,
+        ports_handed_out.clone(),
+        clock.clone(),
+    );
     let (calendar_store, calendar_stream) =
         calendars::calendar_watch(kube::Api::all(watch_client.clone()));
     metrics.set_tdset_store(Some(tdsets.clone()));
@@ -262,7 +267,7 @@ pub(crate) async fn run_controller(
         leading_since,
         wake_proxy: opts.wake_proxy.clone(),
         wake_slices: wake_slices.clone(),
-        ports_handed_out: Default::default(),
+        ports_handed_out,
         client: client.clone(),
         clock,
         lane: lane.clone(),

@@ -20,8 +20,10 @@ use tracing::{info, warn};
 
 use crate::api::TDSet;
 use crate::cache::{Cached, Prune, TDSetRef, tdset_ref, tdset_ref_named};
+use crate::clock::Clock;
 use crate::controller::state::{
-    CalendarIndex, GroupIndex, Sharding, TargetIndex, Wakeups, api_backoff, claim_of, claimed,
+    CalendarIndex, GroupIndex, PortsHandedOut, Sharding, TargetIndex, Wakeups, api_backoff,
+    claim_of, claimed,
 };
 use crate::memo::StatusMemo;
 use crate::workload::intercept;
@@ -340,6 +342,8 @@ pub(crate) fn hpa_watch(
 pub(crate) fn wake_slice_watch(
     api: Api<EndpointSlice>,
     stream: bool,
+    handed_out: Arc<PortsHandedOut>,
+    clock: Arc<dyn Clock>,
 ) -> (
     Store<EndpointSlice>,
     impl futures::Stream<Item = Result<EndpointSlice, watcher::Error>> + Send,
@@ -350,11 +354,77 @@ pub(crate) fn wake_slice_watch(
         intercept::MANAGED_BY_LABEL,
         intercept::MANAGED_BY
     ));
+    let mut left = PortsLeft {
+        before: reader.clone(),
+        handed_out,
+        clock,
+        relisted: None,
+    };
     let stream = watcher(api, ours)
         .backoff(api_backoff())
+        // Before the cache takes the event: it still holds the slice as it was.
+        .map_ok(move |event| {
+            left.saw(&event);
+            event
+        })
         .reflect(writer)
         .touched_objects();
     (reader, stream)
+}
+
+/// Ports the operator's slices let go of without retiring them (see
+/// `intercept::ports_left`), kept from other Services while the proxy may still route them:
+/// a slice deleted (its TDSet deleted) or narrowed (its Service's port renamed), seen in the
+/// watch, also across a relist (a slice gone while the watch was down).
+struct PortsLeft {
+    /// The cache, before it takes the event.
+    before: Store<EndpointSlice>,
+    handed_out: Arc<PortsHandedOut>,
+    clock: Arc<dyn Clock>,
+    /// During a relist: the slices it listed so far.
+    relisted: Option<HashSet<reflector::ObjectRef<EndpointSlice>>>,
+}
+
+impl PortsLeft {
+    fn saw(&mut self, event: &watcher::Event<EndpointSlice>) {
+        let now = self.clock.now();
+        let changed = |old: Option<&EndpointSlice>, new: Option<&EndpointSlice>| {
+            if let Some((service, ports, hold)) = intercept::ports_left(old, new, now) {
+                info!(%service, ?ports, hold_s = hold.as_secs(), "proxy ports let go of: kept from other Services while the proxy may still route them");
+                self.handed_out.left(&service, &ports, hold);
+            }
+        };
+        match event {
+            watcher::Event::Apply(s) => changed(
+                self.before
+                    .get(&reflector::ObjectRef::from_obj(s))
+                    .as_deref(),
+                Some(s),
+            ),
+            watcher::Event::Delete(s) => {
+                let old = self.before.get(&reflector::ObjectRef::from_obj(s));
+                changed(Some(old.as_deref().unwrap_or(s)), None)
+            }
+            watcher::Event::Init => self.relisted = Some(HashSet::new()),
+            watcher::Event::InitApply(s) => {
+                let at = reflector::ObjectRef::from_obj(s);
+                changed(self.before.get(&at).as_deref(), Some(s));
+                if let Some(listed) = self.relisted.as_mut() {
+                    listed.insert(at);
+                }
+            }
+            watcher::Event::InitDone => {
+                let Some(listed) = self.relisted.take() else {
+                    return;
+                };
+                for old in self.before.state() {
+                    if !listed.contains(&reflector::ObjectRef::from_obj(old.as_ref())) {
+                        changed(Some(old.as_ref()), None);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Changes of every object of a built-in scalable kind that the operator does not own,

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use tracing::info;
 
@@ -20,8 +21,9 @@ use crate::error::Result;
 use crate::schedule::wake;
 use crate::status::Problem;
 use crate::workload::intercept::{
-    PlanFor, ProxyConfig, Refusal, SERVICE_NAME_LABEL, ServicePlan, ServiceSeen, TDSET_LABEL,
-    contested, leaving, plan_service, retired_at,
+    Marks, Mesh, MeshSeen, PlanFor, ProxyConfig, Refusal, SERVICE_NAME_LABEL, ServicePlan,
+    ServiceSeen, TDSET_LABEL, black_hole, contested, leaving, plan_service, retired_at,
+    sidecar_injected,
 };
 use crate::workload::owned;
 
@@ -110,8 +112,15 @@ pub(crate) async fn intercept(
     let proxies = io::proxies(&ctx.client, &proxy.namespace, &proxy.service).await?;
     let config = proxy_config(spec, resolved);
     let uid = tdset.uid().unwrap_or_default();
-    let labels = workload_labels(tdset, ctx, ns).await?;
-    let labels: Option<Vec<&BTreeMap<String, String>>> = labels.as_ref().map(|l| vec![l]);
+    let template = workload_template(tdset, ctx, ns).await?;
+    let labels: Option<Vec<&BTreeMap<String, String>>> =
+        (template.as_ref()).and_then(|t| t.labels.as_ref().map(|l| vec![l]));
+    // Only before it sleeps: a mesh found then keeps the proxy out of a path it could not
+    // serve; waking, the slices leave as they would.
+    let mesh = match asleep {
+        true => mesh_around(ctx, ns, template.as_ref()).await?,
+        false => None,
+    };
     let of = PlanFor {
         tdset: &name,
         tdset_uid: &uid,
@@ -122,6 +131,7 @@ pub(crate) async fn intercept(
         config: &config,
         range: proxy.ports,
         per_namespace: usize::from(proxy.per_namespace),
+        mesh: mesh.as_ref(),
         now,
     };
     let Holdings {
@@ -195,22 +205,47 @@ async fn write_leaving(
     Ok(())
 }
 
-/// The pod labels of the TDSet's workload, where one read at most tells them: the Deployment
-/// it owns (from its spec), or the Deployment, StatefulSet or ReplicaSet it targets. A Service
-/// must select those pods (else its requests would wake a workload they never reach). A
-/// group's workloads are its own stage's reads: `None`, not checked.
-async fn workload_labels(
-    tdset: &TDSet,
-    ctx: &Context,
-    ns: &str,
-) -> Result<Option<BTreeMap<String, String>>> {
+/// The pod template's metadata of the TDSet's workload, where one read at most tells it: the
+/// Deployment it owns (from its spec), or the Deployment, StatefulSet or ReplicaSet it
+/// targets. A Service must select those pods (else its requests would wake a workload they
+/// never reach), and a mesh may be marked on them. None for a group (many workloads) or
+/// another kind.
+async fn workload_template(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<Option<ObjectMeta>> {
     if let Some(target) = &tdset.spec.scale_target_ref {
-        return io::template_labels(&ctx.client, ns, target).await;
+        return io::template_meta(&ctx.client, ns, target).await;
     }
     Ok(owned::desired_deployment(tdset, 0)
         .ok()
         .flatten()
-        .and_then(|d| d.spec?.template.metadata?.labels))
+        .and_then(|d| d.spec?.template.metadata))
+}
+
+/// The mesh that would black-hole the TDSet's Services asleep (`intercept::black_hole`), from
+/// the namespace's marks, the workload's pod template's, and Istio's PeerAuthentications.
+async fn mesh_around(
+    ctx: &Context,
+    ns: &str,
+    template: Option<&ObjectMeta>,
+) -> Result<Option<Mesh>> {
+    let namespace = io::namespace_meta(&ctx.client, ns).await?;
+    fn marks(m: &ObjectMeta) -> Marks<'_> {
+        Marks {
+            labels: m.labels.as_ref(),
+            annotations: m.annotations.as_ref(),
+        }
+    }
+    let mut seen = MeshSeen {
+        namespace: namespace.as_ref().map(marks).unwrap_or_default(),
+        pods: template.map(marks),
+        peer_authentications: &[],
+    };
+    // Istio's policies matter only to pods with its sidecar: read only for those.
+    let peer_authentications = match sidecar_injected(&seen) {
+        true => io::peer_authentications(&ctx.client, ns).await?,
+        false => Vec::new(),
+    };
+    seen.peer_authentications = &peer_authentications;
+    Ok(black_hole(&seen))
 }
 
 /// What the proxy is told for the TDSet's Services (as annotations of its slices).
@@ -336,8 +371,9 @@ async fn intercept_service(
         // Ports free as other Services' retired slices go: looked at again soon, not at the
         // TDSet's next change.
         // A Service whose own ports alone are past the share waits for a change of its own.
+        // So is a mesh's refusal: its labels and policies are watched by nobody.
         let may_clear = match refused {
-            Refusal::RangeFull(_) => true,
+            Refusal::RangeFull(_) | Refusal::Mesh(_) => true,
             Refusal::NamespaceShare { holds, share } => holds - this.namespace_holds <= share,
             _ => false,
         };

@@ -125,7 +125,7 @@ pub struct Context {
     /// The operator's own EndpointSlices (wake on request), cluster-wide.
     pub wake_slices: Store<EndpointSlice>,
     /// Proxy ports handed out and not yet, perhaps, in `wake_slices`.
-    pub ports_handed_out: super::PortsHandedOut,
+    pub ports_handed_out: Arc<super::PortsHandedOut>,
 }
 
 /// The wake proxy, as the operator finds it: its Service (whose slices list its pods) and the

@@ -95,9 +95,47 @@ fn retired(slice: &EndpointSlice, now: DateTime<Utc>) -> EndpointSlice {
     }
 }
 
+/// Proxy ports a change of one of the operator's slices let go of without retiring them: a
+/// slice deleted (its TDSet deleted, the garbage collector taking it; or a retired one past
+/// its time) or applied with fewer ports (its Service's port renamed or removed). The proxy
+/// routes a port for `retire_for` after its route went, so those ports are not handed to
+/// another Service for what is left of that: `retire_for` from now, or, for a slice retired
+/// at `t`, until `t + retire_for`. `old`: the slice before (None: not seen), `new`: after
+/// (None: deleted). The Service (`namespace/name`) they were its, the ports, and how long
+/// they stay taken; None: nothing let go of that the proxy may still route.
+pub fn ports_left(
+    old: Option<&EndpointSlice>,
+    new: Option<&EndpointSlice>,
+    now: DateTime<Utc>,
+) -> Option<(String, Vec<u16>, std::time::Duration)> {
+    let ports = |s: &EndpointSlice| -> Vec<u16> {
+        (s.ports.iter().flatten())
+            .filter_map(|p| p.port.and_then(|p| u16::try_from(p).ok()))
+            .collect()
+    };
+    let old = old?;
+    let kept = new.map(ports).unwrap_or_default();
+    let left: Vec<u16> = (ports(old).into_iter())
+        .filter(|p| !kept.contains(p))
+        .collect();
+    if left.is_empty() {
+        return None;
+    }
+    let until = match retired_at(old) {
+        Some(at) if at <= now => at + retire_for(),
+        _ => now + retire_for(),
+    };
+    let hold = (until - now).to_std().ok().filter(|d| !d.is_zero())?;
+    let labels = old.metadata.labels.as_ref();
+    let service = labels.and_then(|l| l.get(SERVICE_NAME_LABEL))?;
+    let namespace = old.metadata.namespace.as_ref()?;
+    Some((format!("{namespace}/{service}"), left, hold))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::discovery::v1::EndpointPort;
 
     fn slice(annotations: serde_json::Value) -> EndpointSlice {
         serde_json::from_value(serde_json::json!({
@@ -168,5 +206,44 @@ mod tests {
             Leaving::Remove("web-tdset-wake-ipv4".into()),
             "an instant that does not read: long ago"
         );
+    }
+
+    #[test]
+    fn ports_a_slice_lets_go_of_stay_taken_for_as_long_as_the_proxy_may_route_them() {
+        let now = at("2026-12-02T03:00:00Z");
+        let web = slice(serde_json::json!({}));
+        let ninety = std::time::Duration::from_secs(90);
+        // Deleted in the path (its TDSet deleted): 90 s from now.
+        assert_eq!(
+            ports_left(Some(&web), None, now),
+            Some(("ns/web".into(), vec![20001], ninety))
+        );
+        // Deleted once retired: what is left of its 90 s; none left, nothing.
+        let retired = slice(serde_json::json!({RETIRED_ANNOTATION: "2026-12-02T02:59:00Z"}));
+        assert_eq!(
+            ports_left(Some(&retired), None, now),
+            Some((
+                "ns/web".into(),
+                vec![20001],
+                std::time::Duration::from_secs(30)
+            ))
+        );
+        let long_ago = slice(serde_json::json!({RETIRED_ANNOTATION: "2026-12-02T02:58:00Z"}));
+        assert_eq!(ports_left(Some(&long_ago), None, now), None);
+        // Applied with a port dropped (its Service port renamed): that port.
+        let mut two = web.clone();
+        two.ports.as_mut().unwrap().push(EndpointPort {
+            name: Some("admin".into()),
+            port: Some(20002),
+            protocol: Some("TCP".into()),
+            app_protocol: None,
+        });
+        assert_eq!(
+            ports_left(Some(&two), Some(&web), now),
+            Some(("ns/web".into(), vec![20002], ninety))
+        );
+        // Unchanged, or never seen before: nothing.
+        assert_eq!(ports_left(Some(&web), Some(&web), now), None);
+        assert_eq!(ports_left(None, Some(&web), now), None);
     }
 }

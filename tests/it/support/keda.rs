@@ -26,61 +26,7 @@ pub fn scaled_objects(client: &Client, ns: &str) -> Api<kube::api::DynamicObject
 /// applies the same, so none takes another's schema away.
 pub async fn install_keda_crds(client: &Client) {
     let file = keda_dir().join("keda-crds.yaml");
-    assert!(
-        file.exists(),
-        "no KEDA CRDs at {}; run: scripts/control-plane.sh install",
-        file.display()
-    );
-    let file = file.to_string_lossy().to_string();
-    succeeded(
-        "applying KEDA's CRDs",
-        kubectl_at(
-            &control_plane().kubeconfig,
-            &[
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "--field-manager=tdset-tests",
-                "-f",
-                &file,
-            ],
-        ),
-    );
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    tokio::time::timeout(
-        GUARD,
-        await_condition(
-            api,
-            "scaledobjects.keda.sh",
-            conditions::is_crd_established(),
-        ),
-    )
-    .await
-    .expect("the ScaledObject CRD established")
-    .expect("watching the ScaledObject CRD");
-    // Established is not yet served: the API server's discovery follows a moment later, and
-    // KEDA's webhooks, started before it does, exit ("no matches for kind ScaledObject"; a
-    // cold run's first KEDA test on a busy machine).
-    eventually(
-        GUARD,
-        "ScaledObject served in the API server's discovery",
-        || async {
-            let groups = client.list_api_groups().await.ok()?;
-            let listed = (groups.groups.iter())
-                .any(|g| g.name == "keda.sh" && g.versions.iter().any(|v| v.version == "v1alpha1"));
-            let resources = client
-                .list_api_group_resources("keda.sh/v1alpha1")
-                .await
-                .ok()?;
-            (listed
-                && resources
-                    .resources
-                    .iter()
-                    .any(|r| r.name == "scaledobjects"))
-            .then_some(())
-        },
-    )
-    .await;
+    install_crds_from(client, &file, "scaledobjects.keda.sh", "keda.sh/v1alpha1").await;
 }
 
 /// KEDA's operator on the suite's control plane, watching one namespace (two operators on one

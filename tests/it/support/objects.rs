@@ -298,3 +298,73 @@ pub fn out_of_the_path(slices: &[k8s_openapi::api::discovery::v1::EndpointSlice]
             })
     })
 }
+
+/// The CRDs of `file` (cached by `scripts/control-plane.sh install`), applied server-side under
+/// one field manager (every test that needs them applies the same, so none takes another's
+/// schema away), once `crd` is established and its kind served in `group_version`.
+pub async fn install_crds_from(client: &Client, file: &Path, crd: &str, group_version: &str) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    assert!(
+        file.exists(),
+        "no CRDs at {}; run: scripts/control-plane.sh install",
+        file.display()
+    );
+    let path = file.to_string_lossy().to_string();
+    succeeded(
+        "applying CRDs",
+        kubectl_at(
+            &control_plane().kubeconfig,
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=tdset-tests",
+                "-f",
+                &path,
+            ],
+        ),
+    );
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    tokio::time::timeout(
+        GUARD,
+        kube::runtime::wait::await_condition(
+            api,
+            crd,
+            kube::runtime::wait::conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .expect("the CRD established")
+    .expect("watching the CRD");
+    // Established is not yet served: the API server's discovery follows a moment later, and a
+    // client started before it does fails ("no matches for kind": KEDA's webhooks, on a cold
+    // run's first KEDA test on a busy machine).
+    let (plural, group) = crd.split_once('.').expect("a CRD's name: plural.group");
+    let version = group_version.rsplit('/').next().unwrap_or_default();
+    eventually(GUARD, "the CRD's kind served in discovery", || async {
+        let groups = client.list_api_groups().await.ok()?;
+        let listed = (groups.groups.iter())
+            .any(|g| g.name == group && g.versions.iter().any(|v| v.version == version));
+        let resources = client.list_api_group_resources(group_version).await.ok()?;
+        (listed && resources.resources.iter().any(|r| r.name == plural)).then_some(())
+    })
+    .await;
+}
+
+/// Istio's CRDs (from the istio.io/api module's manifest, `scripts/control-plane.sh install`):
+/// its PeerAuthentication served, nothing of Istio running.
+pub async fn install_istio_crds(client: &Client) {
+    let out = Command::new(script())
+        .arg("istio-crds-dir")
+        .output()
+        .expect("running scripts/control-plane.sh istio-crds-dir");
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let file = dir.join("istio-crds.yaml");
+    install_crds_from(
+        client,
+        &file,
+        "peerauthentications.security.istio.io",
+        "security.istio.io/v1",
+    )
+    .await;
+}

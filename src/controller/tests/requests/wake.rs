@@ -166,6 +166,16 @@ fn intercepted(schedule: Value, proxies: &[(&str, bool)]) -> (ApiServer, TDSet) 
     intercepted_service(schedule, proxies, web_service())
 }
 
+/// Namespace `ns` with no mesh marked on it (read before a Service sleeps behind the proxy).
+fn namespace_without_mesh(server: &ApiServer) {
+    server.returns(
+        "GET",
+        "/api/v1/namespaces/ns",
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "ns", "labels": {"kubernetes.io/metadata.name": "ns"}}}),
+    );
+}
+
 /// `intercepted`, Service `web` being `service`.
 fn intercepted_service(
     schedule: Value,
@@ -185,6 +195,7 @@ fn intercepted_service(
         serde_json::to_value(&t).unwrap(),
     );
     server.returns("GET", "/api/v1/namespaces/ns/services/web", service);
+    namespace_without_mesh(&server);
     server.lists(
         PROXY_SLICES,
         "kubernetes.io/service-name=wake-proxy",
@@ -440,6 +451,7 @@ async fn a_port_handed_out_is_not_given_again_before_the_cache_has_it() {
             svc,
         );
     }
+    namespace_without_mesh(&server);
     server.lists(
         PROXY_SLICES,
         "kubernetes.io/service-name=wake-proxy",
@@ -492,4 +504,78 @@ async fn a_port_handed_out_is_not_given_again_before_the_cache_has_it() {
         );
     }
     assert_eq!(given, vec![("solo-a", json!(20999))], "{given:?}");
+}
+
+/// A Service in Istio's mesh under STRICT mTLS (the wake proxy's review: a mesh that would
+/// black-hole a sleeping Service): the namespace has Istio's sidecars injected and a
+/// mesh-wide PeerAuthentication is STRICT, so the pods would refuse the proxy's plain
+/// connection. Read before the Service sleeps: no slice is put in the path, and Degraded says
+/// why, naming the policy. Without a sidecar, no PeerAuthentication is read.
+#[tokio::test(start_paused = true)]
+async fn a_service_under_istios_strict_mtls_is_refused_before_it_sleeps() {
+    let (server, t, mut operator) = going_to_sleep(&[("10.0.9.1", true)], web_service());
+    server.first(
+        "GET",
+        "/api/v1/namespaces/ns",
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "ns", "labels": {"istio-injection": "enabled"}}}),
+    );
+    let list = |ns: &str, items: Value| {
+        json!({"apiVersion": "security.istio.io/v1", "kind": "PeerAuthenticationList",
+               "metadata": {"resourceVersion": "1"}, "items": items, "namespace": ns})
+    };
+    server.returns(
+        "GET",
+        "/apis/security.istio.io/v1/namespaces/ns/peerauthentications",
+        list("ns", json!([])),
+    );
+    server.returns(
+        "GET",
+        "/apis/security.istio.io/v1/namespaces/istio-system/peerauthentications",
+        list(
+            "istio-system",
+            json!([{"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+                    "metadata": {"name": "default", "namespace": "istio-system"},
+                    "spec": {"mtls": {"mode": "STRICT"}}}]),
+        ),
+    );
+
+    operator.reconcile(&t).await.unwrap();
+
+    let requests = server.requests();
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.contains("endpointslices/web-tdset-wake")),
+        "a slice put in the path: {requests:#?}"
+    );
+    let sent = server.sent();
+    let status = &(sent.iter())
+        .rfind(|r| r.path.ends_with("/tdsets/t/status"))
+        .expect("a status written")
+        .body["status"];
+    let degraded = (status["conditions"].as_array().unwrap().iter())
+        .find(|c| c["type"] == "Degraded")
+        .unwrap();
+    assert_eq!(degraded["reason"], "WakeOnRequestRefused", "{degraded:#}");
+    let message = degraded["message"].as_str().unwrap();
+    assert!(
+        message.contains("STRICT mTLS (PeerAuthentication istio-system/default)"),
+        "{message}"
+    );
+
+    // The same namespace without Istio's sidecar: its policies are not read at all.
+    let (server, t, mut operator) = going_to_sleep(&[("10.0.9.1", true)], web_service());
+    operator.reconcile(&t).await.unwrap();
+    let requests = server.requests();
+    assert!(
+        !requests.iter().any(|r| r.contains("peerauthentications")),
+        "{requests:#?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.contains("endpointslices/web-tdset-wake")),
+        "{requests:#?}"
+    );
 }
