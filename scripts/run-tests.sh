@@ -24,7 +24,7 @@ jobs="${TDSET_TEST_JOBS:-3}"
 threads="${TDSET_TEST_THREADS:-2}"
 mkdir -p "$logs"
 
-# The slowest binaries first (measured: README "Development notes"); the rest in any order.
+# The slowest binaries first (measured: docs/development.md, "Development notes"); the rest in any order.
 slow=(group real_node group_memory faults hardening history helm shards calendars hpa_ceilings workloads
   reconcile prometheus)
 # Tests that time a scale-up's readiness against its transition in real seconds (warmUp, tiers

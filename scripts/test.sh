@@ -28,7 +28,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 need cargo || { echo "test.sh: no Rust toolchain; install it with rustup (https://rustup.rs) and retry" >&2; exit 1; }
 
-# Each phase's wall time, for README "Development notes" (the table of phases), and how busy
+# Each phase's wall time, for docs/development.md, "Development notes" (the table of runs), and how busy
 # the machine's CPUs were meanwhile (from /proc/stat: whether a phase waits or works).
 cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat; }
 phase_start=$SECONDS

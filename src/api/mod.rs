@@ -181,7 +181,7 @@ pub struct TDSetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_up: Option<WarmUp>,
     /// While the schedule has the workloads asleep, a request to one of these Services wakes
-    /// them for a while (see the README, "Woken by a request").
+    /// them for a while (see docs/wake-on-request.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_on_request: Option<WakeOnRequest>,
     /// IANA time zone in which window times are wall-clock times. Default "UTC".
@@ -792,7 +792,7 @@ pub struct TDSetStatus {
     /// With `scaleTargetSelector`: the workloads held, and those not at their count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<GroupStatus>,
-    /// What the schedule saves now (see the README for each figure's baseline).
+    /// What the schedule saves now (see docs/resource.md, "Savings", for each figure's baseline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub savings: Option<SavingsStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

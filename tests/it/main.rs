@@ -13,6 +13,7 @@ mod control_plane;
 mod control_plane_errors;
 mod crd_drift;
 mod deploy;
+mod docs;
 mod examples;
 mod faults;
 mod gitops;

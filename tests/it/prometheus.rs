@@ -270,13 +270,13 @@ async fn prometheus_scrapes_the_operator_and_evaluates_the_alerts_on_it() {
     })
     .await;
 
-    // The README's PromQL answers are valid queries on this data.
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let block = readme
+    // The PromQL answers of docs/observability.md are valid queries on this data.
+    let page = std::fs::read_to_string(repo_root().join("docs/observability.md")).unwrap();
+    let block = page
         .split("```promql\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("a promql block in the README");
+        .expect("a promql block in docs/observability.md");
     let queries: Vec<&str> = block
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
@@ -287,7 +287,7 @@ async fn prometheus_scrapes_the_operator_and_evaluates_the_alerts_on_it() {
         assert_eq!(
             v.as_ref().map(|v| v["status"].clone()),
             Some(json!("success")),
-            "README query {q}: {v:?}"
+            "docs/observability.md query {q}: {v:?}"
         );
     }
     // "Which TDSets are degraded?": none here. "Is an instance leading?": this one.

@@ -1,5 +1,5 @@
 //! The operator as users run it: the image built from the repository's Dockerfile (its
-//! `prebuilt` target, with buildah; README "Build the image"), installed by the Helm chart on a
+//! `prebuilt` target, with buildah; docs/install.md, "Build the image"), installed by the Helm chart on a
 //! real node (containerd, runc, kubelet, kube-proxy; `control-plane.sh start --real-node`),
 //! beside a TDSet whose pods really run. Nothing here is simulated: the probes are real HTTP
 //! requests, the operator finds the API server through in-cluster configuration and the
@@ -85,7 +85,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
     eprintln!("real node Ready in {:.1}s", t.elapsed().as_secs_f64());
     let kc = cp.kubeconfig.clone();
 
-    // The image, as README "Build the image" says (buildah standing in for docker).
+    // The image, as docs/install.md, "Build the image" says (buildah standing in for docker).
     let t = Instant::now();
     operator_image_on_node(&dir);
     eprintln!(
@@ -449,7 +449,7 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
 
     // Uninstalled, the operator's pods really stop. (Not `--wait`: Kubernetes' ClusterRole
     // aggregation controller may recreate the deleted aggregated role, and Helm would wait for
-    // it; README "Uninstall" and tests/helm.rs cover that.)
+    // it; docs/install.md, "Install" and tests/helm.rs cover that.)
     succeeded(
         "helm uninstall",
         helm(&kc, &["uninstall", RELEASE, "--namespace", NS]),

@@ -847,7 +847,7 @@ async fn a_kind_the_operator_may_not_scale_is_reported_and_granted_by_aggregatio
         "{message}"
     );
 
-    // The README's grant: a small ClusterRole with the aggregation label.
+    // docs/trust-and-rbac.md's grant: a small ClusterRole with the aggregation label.
     let grant: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(json!({
         "metadata": {"name": "tdset-operator-widgets", "labels": {"schedule.rs/aggregate-to-tdset-operator": "true"}},
         "rules": [{"apiGroups": ["test.schedule.rs"], "resources": ["widgets/scale"], "verbs": ["get", "patch"]}]

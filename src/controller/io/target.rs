@@ -63,7 +63,7 @@ impl Request<'_> {
             return Ok(Err(Problem::Forbidden(format!(
                 "the operator may not {verb} {resource} (apiGroup {group}) in namespace {ns}: {msg}. \
                  Grant it with a ClusterRole labelled schedule.rs/aggregate-to-tdset-operator: \"true\" \
-                 (rules: apiGroups [{group}], resources [{resource}], verbs [get, patch]); see the README",
+                 (rules: apiGroups [{group}], resources [{resource}], verbs [get, patch]); see docs/trust-and-rbac.md",
                 verb = self.verb,
                 msg = status.message,
             ))));

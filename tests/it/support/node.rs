@@ -415,7 +415,7 @@ pub fn curl_in_background(dir: &Path, url: String) -> tokio::task::JoinHandle<Re
 }
 
 /// The operator's image (the Dockerfile's `prebuilt` target holding the binary under test,
-/// built with buildah as README "Build the image" says), loaded into `dir`'s node.
+/// built with buildah as docs/install.md, "Build the image" says), loaded into `dir`'s node.
 pub fn operator_image_on_node(dir: &Path) {
     let archive = dir.join("operator-image.tar");
     let tag = format!("{IMAGE_REPO}:{IMAGE_TAG}");

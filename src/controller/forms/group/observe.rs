@@ -180,7 +180,7 @@ pub(super) fn forbidden(verb: &str, res: &ApiResource, sub: &str, ns: &str, msg:
     Problem::Forbidden(format!(
         "the operator may not {verb} {}{sub} (apiGroup {group}) in namespace {ns}: {msg}. Grant it \
          with a ClusterRole labelled schedule.rs/aggregate-to-tdset-operator: \"true\" (verbs \
-         [get, list, watch, patch]); see the README",
+         [get, list, watch, patch]); see docs/trust-and-rbac.md",
         res.plural
     ))
 }
