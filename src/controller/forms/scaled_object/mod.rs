@@ -475,9 +475,14 @@ pub(crate) fn checked(
     };
     let still_for = seen_for(&unpause_key, found == Check::StillPaused);
     let missing_for = seen_for(&hpa_key, found == Check::HpaMissing);
+    // A pause not taken yet is waited on from the operator's last write of it; with none
+    // remembered (a restart, a new leader just after the pause was written) from when it is
+    // first seen not taken, so KEDA gets its grace either way. (`key`'s own wait, free.)
+    let not_paused_for = seen_for(&key, found == Check::NotPaused);
+    let pause_waited = since(&key).map_or(not_paused_for >= KEDA_GRACE, |d| d >= KEDA_GRACE);
     match found {
         Check::Taken => Checked::Fine(CHECK_EVERY),
-        Check::NotPaused if !waited => Checked::Fine(SOON),
+        Check::NotPaused if !pause_waited => Checked::Fine(SOON),
         Check::NotPaused => Checked::Said(
             Problem::KedaPauseNotApplied(format!(
                 "ScaledObject {} carries the schedule's pause (paused-replicas 0), but KEDA has \

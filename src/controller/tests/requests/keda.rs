@@ -811,3 +811,44 @@ async fn a_failed_read_back_is_said_and_the_group_s_reconcile_goes_on() {
         "{last}"
     );
 }
+
+/// The reason Degraded gives in the last status this reconcile sent, if it sent one.
+fn degraded_reason(server: &ApiServer) -> Option<String> {
+    let sent = server.sent();
+    let status = &(sent
+        .iter()
+        .rfind(|r| r.path.ends_with("/tdsets/t/status"))?)
+    .body["status"];
+    (status["conditions"].as_array()?.iter())
+        .find(|c| c["type"] == "Degraded" && c["status"] == "True")
+        .and_then(|c| c["reason"].as_str().map(String::from))
+}
+
+/// A leader that starts just after the night's pause was written (the one before stopped,
+/// KEDA not yet paused): it remembers no write of the pause, and gives KEDA its grace from
+/// when it first sees the pause not taken, instead of saying KedaPauseNotApplied at once (an
+/// open question of the wake proxy's review).
+#[tokio::test(start_paused = true)]
+async fn a_pause_written_before_a_restart_is_given_keda_s_grace_by_the_next_leader() {
+    let night =
+        json!({"autoscaling.keda.sh/paused-replicas": "0", "autoscaling.keda.sh/paused": "true"});
+    let (server, mut operator, t) =
+        over_scaled_object(0, scaled_object(night, "False"), 2, night_record());
+
+    operator.reconcile(&t).await.unwrap();
+    assert_eq!(
+        degraded_reason(&server),
+        None,
+        "KEDA given no grace: {:#?}",
+        server.sent()
+    );
+
+    // Past the grace, still not paused: said.
+    tokio::time::advance(Duration::from_secs(31)).await;
+    server.clear();
+    operator.reconcile(&t).await.unwrap();
+    assert_eq!(
+        degraded_reason(&server).as_deref(),
+        Some("KedaPauseNotApplied")
+    );
+}
