@@ -25,7 +25,8 @@ threads="${TDSET_TEST_THREADS:-2}"
 mkdir -p "$logs"
 
 # The slowest binaries first (measured: docs/development.md, "Development notes"); the rest in any order.
-slow=(group real_node group_memory faults hardening history helm shards calendars hpa_ceilings workloads
+slow=(group real_node group_holders group_memory group_release faults hardening history helm shards calendars
+  hpa_ceilings workloads group_kinds
   reconcile prometheus)
 # Tests that time a scale-up's readiness against its transition in real seconds (warmUp, tiers
 # of `order`): run last, on a machine no other suite loads, TDSET_TEST_QUIET_JOBS at once
