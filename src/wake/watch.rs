@@ -112,13 +112,11 @@ impl Seen {
 
     /// Changes of where `service` answers (see `targets`).
     pub fn service_changes(&self, service: &ServiceKey) -> watch::Receiver<u64> {
-        match self.own_changed.write() {
-            Ok(mut senders) => (senders.entry(service.clone()))
-                .or_insert_with(|| watch::channel(0).0)
-                .subscribe(),
-            // (A writer panicked holding the lock: every change then, as a fallback.)
-            Err(_) => self.changes(),
-        }
+        // (A writer that panicked holding the lock left the map whole: it is used as it is.)
+        let mut senders = self.own_changed.write().unwrap_or_else(|e| e.into_inner());
+        (senders.entry(service.clone()))
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
     }
 
     fn bump(&self) {
@@ -126,9 +124,8 @@ impl Seen {
     }
 
     fn bump_service(&self, service: &ServiceKey) {
-        if let Ok(senders) = self.own_changed.read()
-            && let Some(sender) = senders.get(service)
-        {
+        let senders = self.own_changed.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(sender) = senders.get(service) {
             sender.send_modify(|g| *g = g.wrapping_add(1));
         }
     }

@@ -1146,7 +1146,7 @@ mod tests {
         assert!(
             Refusal::Mesh(ambient)
                 .to_string()
-                .contains("istio.io/dataplane-mode=none")
+                .contains("cannot serve ambient clients")
         );
     }
 

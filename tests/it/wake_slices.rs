@@ -409,8 +409,8 @@ async fn a_deleted_tdsets_proxy_port_is_given_to_another_only_90_s_after_its_sli
 /// reads what a mesh marks): the namespace with Istio's sidecars and a STRICT
 /// PeerAuthentication, so the pods would refuse the proxy's plain connection. The Service is
 /// refused before it sleeps, Degraded naming the policy, and nothing is put in its path; the
-/// policy made PERMISSIVE, the proxy goes in front of it at the next look (30 s, nothing
-/// watches a mesh); the namespace then put in the ambient mesh, its slice leaves the path.
+/// policy made PERMISSIVE, the proxy goes in front of it at the next look; the namespace then
+/// put in the ambient mesh, its slice leaves the path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_a_mesh_would_black_hole_is_refused_before_it_sleeps() {
     let (client, ns) = setup("wake-slices-mesh").await;
@@ -472,8 +472,24 @@ async fn a_service_a_mesh_would_black_hole_is_refused_before_it_sleeps() {
     );
     assert!(ours(&client, n).await.is_empty(), "a slice in the path");
 
+    // A change of the TDSet's own: looked at again at once (a mesh's labels and policies are
+    // watched by nobody; a refused TDSet looks again every 5 minutes).
+    let touch = |interval: i32| {
+        let tdsets = Api::<tdset_operator::api::TDSet>::namespaced(client.clone(), n);
+        async move {
+            tdsets
+                .patch(
+                    "web",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"intervalMint": interval}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
     // PERMISSIVE: the proxy's connection is let in; in front of the Service at the next look.
     apply_policy("PERMISSIVE").await;
+    touch(7).await;
     eventually(GUARD * 2, "web's slice in the path", || async {
         let slices = ours(&client, n).await;
         (!slices.is_empty() && !out_of_the_path(&slices)).then_some(())
@@ -483,6 +499,7 @@ async fn a_service_a_mesh_would_black_hole_is_refused_before_it_sleeps() {
     // Istio's ambient mode on the namespace: ztunnel would not read the slice. It leaves the
     // path, and Degraded says why.
     label_namespace(json!({"istio-injection": null, "istio.io/dataplane-mode": "ambient"})).await;
+    touch(8).await;
     object_where(
         &client,
         n,

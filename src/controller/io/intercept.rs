@@ -164,44 +164,70 @@ pub(crate) async fn namespace_meta(client: &Client, ns: &str) -> Result<Option<O
 /// Istio's root namespace, where a mesh-wide PeerAuthentication lives (Istio's default).
 pub(crate) const ISTIO_ROOT_NAMESPACE: &str = "istio-system";
 
-/// The Istio PeerAuthentications of `ns` and of Istio's root namespace; none where Istio's
-/// CRD is not served, or they may not be read (then a STRICT one is not seen, and said in the
-/// log).
+/// How many pages of one namespace's PeerAuthentications are read (100 a page): past them the
+/// rest is taken as not read.
+const PEER_AUTHENTICATION_PAGES: usize = 10;
+
+/// The Istio PeerAuthentications of `ns` and of Istio's root namespace (`security.istio.io/v1`,
+/// or `v1beta1` where an older Istio serves only that; none where Istio's CRD is not served),
+/// and why some could not be read (not granted, more than `PEER_AUTHENTICATION_PAGES` pages):
+/// the decision takes those as unknown, never as absent.
 pub(crate) async fn peer_authentications(
     client: &Client,
     ns: &str,
-) -> Result<Vec<PeerAuthentication>> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("security.istio.io", "v1", "PeerAuthentication"),
-        "peerauthentications",
-    );
+) -> Result<(Vec<PeerAuthentication>, Option<String>)> {
     let mut out = Vec::new();
+    let mut unreadable = None;
     let mut places = vec![ns];
     if ns != ISTIO_ROOT_NAMESPACE {
         places.push(ISTIO_ROOT_NAMESPACE);
     }
-    for place in places {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), place, &resource);
-        // At most one page: a namespace holds a handful of them.
-        let listed = match api.list(&ListParams::default().limit(100)).await {
-            Ok(l) => l,
-            Err(e) if is_not_served(&e) => return Ok(Vec::new()),
-            Err(e) if is_forbidden(&e) => {
-                debug!(
-                    namespace = place,
-                    "Istio's PeerAuthentications may not be read: a STRICT one there is not seen"
-                );
-                continue;
+    'versions: for version in ["v1", "v1beta1"] {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("security.istio.io", version, "PeerAuthentication"),
+            "peerauthentications",
+        );
+        for place in &places {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), place, &resource);
+            let mut params = ListParams::default().limit(100);
+            for page in 0.. {
+                if page == PEER_AUTHENTICATION_PAGES {
+                    unreadable = Some(format!(
+                        "{place} holds more PeerAuthentications than are read"
+                    ));
+                    break;
+                }
+                let listed = match api.list(&params).await {
+                    Ok(l) => l,
+                    // This version is not served: the next, or none at all.
+                    Err(e) if is_not_served(&e) => continue 'versions,
+                    Err(e) if is_forbidden(&e) => {
+                        debug!(
+                            namespace = place,
+                            "Istio's PeerAuthentications may not be read"
+                        );
+                        unreadable = Some(format!(
+                            "its PeerAuthentications in {place} may not be read (grant the \
+                             operator list on peerauthentications.security.istio.io there)"
+                        ));
+                        break;
+                    }
+                    Err(e) => {
+                        return Err(Error::kube(format!(
+                            "listing PeerAuthentications in {place}"
+                        ))(e));
+                    }
+                };
+                out.extend(listed.items.iter().map(|p| peer_authentication(p, place)));
+                match listed.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(next) => params = params.continue_token(&next),
+                    None => break,
+                }
             }
-            Err(e) => {
-                return Err(Error::kube(format!(
-                    "listing PeerAuthentications in {place}"
-                ))(e));
-            }
-        };
-        out.extend(listed.items.iter().map(|p| peer_authentication(p, place)));
+        }
+        return Ok((out, unreadable));
     }
-    Ok(out)
+    Ok((Vec::new(), None))
 }
 
 fn peer_authentication(p: &DynamicObject, place: &str) -> PeerAuthentication {
@@ -212,8 +238,9 @@ fn peer_authentication(p: &DynamicObject, place: &str) -> PeerAuthentication {
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
                 .collect()
         });
-    let some_port_lenient = (spec["portLevelMtls"].as_object())
-        .is_some_and(|ports| ports.values().any(|m| m["mode"].as_str() != Some("STRICT")));
+    let some_port_lenient = (spec["portLevelMtls"].as_object()).is_some_and(|ports| {
+        (ports.values()).any(|m| matches!(m["mode"].as_str(), Some("PERMISSIVE" | "DISABLE")))
+    });
     PeerAuthentication {
         name: format!("{place}/{}", p.name_any()),
         mesh_wide: place == ISTIO_ROOT_NAMESPACE,

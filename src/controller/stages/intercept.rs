@@ -36,6 +36,9 @@ const UNGUARDED_RECHECK: Duration = Duration::from_secs(10);
 /// How soon a TDSet refused a proxy port (the range or its namespace's share full) is looked
 /// at again.
 const PORTS_RECHECK: Duration = Duration::from_secs(30);
+/// How soon a TDSet refused for a mesh is looked at again (each look reads its namespace and
+/// Istio's policies).
+const MESH_RECHECK: Duration = Duration::from_secs(300);
 
 /// What the stage did, for the report.
 #[derive(Debug, Default)]
@@ -238,13 +241,15 @@ async fn mesh_around(
         namespace: namespace.as_ref().map(marks).unwrap_or_default(),
         pods: template.map(marks),
         peer_authentications: &[],
+        unreadable: None,
     };
     // Istio's policies matter only to pods with its sidecar: read only for those.
-    let peer_authentications = match sidecar_injected(&seen) {
+    let (peer_authentications, unreadable) = match sidecar_injected(&seen) {
         true => io::peer_authentications(&ctx.client, ns).await?,
-        false => Vec::new(),
+        false => (Vec::new(), None),
     };
     seen.peer_authentications = &peer_authentications;
+    seen.unreadable = unreadable.as_deref();
     Ok(black_hole(&seen))
 }
 
@@ -371,14 +376,18 @@ async fn intercept_service(
         // Ports free as other Services' retired slices go: looked at again soon, not at the
         // TDSet's next change.
         // A Service whose own ports alone are past the share waits for a change of its own.
-        // So is a mesh's refusal: its labels and policies are watched by nobody.
         let may_clear = match refused {
-            Refusal::RangeFull(_) | Refusal::Mesh(_) => true,
+            Refusal::RangeFull(_) => true,
             Refusal::NamespaceShare { holds, share } => holds - this.namespace_holds <= share,
             _ => false,
         };
         if may_clear {
             done.recheck = soonest(done.recheck, Some(PORTS_RECHECK));
+        }
+        // A mesh's labels and policies are watched by nobody: looked at again now and then (a
+        // change of the TDSet's own is seen at once).
+        if matches!(refused, Refusal::Mesh(_)) {
+            done.recheck = soonest(done.recheck, Some(MESH_RECHECK));
         }
         done.refused
             .push(format!("Service {} {refused}", wanted.name));

@@ -43,13 +43,17 @@ impl PortsHandedOut {
     /// (`workload::intercept::ports_left`): taken for it `for_` more, for no other Service.
     pub fn left(&self, service: &str, ports: &[u16], for_: Duration) {
         let mut handed = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let until = Instant::now() + for_;
+        let now = Instant::now();
+        let until = now + for_;
         for port in ports {
             let entry = (handed.entry(*port)).or_insert((service.to_string(), until));
-            // Handed to another Service since: that one's (it holds it longer anyway).
             if entry.0 == service {
                 entry.1 = entry.1.max(until);
+            } else if entry.1 <= now {
+                // Another Service's, past its time (not yet swept): this one's now.
+                *entry = (service.to_string(), until);
             }
+            // Else handed to another Service since: that one's (it holds it longer anyway).
         }
     }
 }

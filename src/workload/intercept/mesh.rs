@@ -50,8 +50,9 @@ pub struct PeerAuthentication {
     pub selector: Option<BTreeMap<String, String>>,
     /// `spec.mtls.mode`: STRICT, PERMISSIVE, DISABLE, UNSET (or none: UNSET).
     pub mode: Option<String>,
-    /// Some port of `spec.portLevelMtls` is not STRICT: the proxy's connection may be let in
-    /// there (the operator cannot tell which port a Service's targetPort is on).
+    /// Some port of `spec.portLevelMtls` is PERMISSIVE or DISABLE: the proxy's connection may be
+    /// let in there (the operator does not tell which port a Service's targetPort is on).
+    /// Istio applies port-level settings only on a policy that selects workloads.
     pub some_port_lenient: bool,
 }
 
@@ -63,6 +64,8 @@ pub struct MeshSeen<'a> {
     pub pods: Option<Marks<'a>>,
     /// The PeerAuthentications of the TDSet's namespace and of Istio's root namespace.
     pub peer_authentications: &'a [PeerAuthentication],
+    /// Why those of Istio's root namespace could not be read (not granted), if so.
+    pub unreadable: Option<&'a str>,
 }
 
 /// A mesh that would black-hole the TDSet's Services asleep, and why.
@@ -74,6 +77,8 @@ pub enum Mesh {
     IstioStrict { by: String },
     /// Linkerd's proxies with this default inbound policy; where it was set.
     LinkerdAuthenticated { policy: String, on: &'static str },
+    /// Istio's sidecar, and the policies that would decide could not be read (why).
+    IstioUnknown { why: String },
 }
 
 impl fmt::Display for Mesh {
@@ -82,10 +87,16 @@ impl fmt::Display for Mesh {
             Mesh::IstioAmbient { on } => write!(
                 f,
                 "is in Istio's ambient mesh (istio.io/dataplane-mode=ambient on the {on}): \
-                 ztunnel builds its endpoints from pods, not EndpointSlices, so an ambient client \
-                 would never reach the wake proxy and the Service would answer nobody while \
-                 asleep. Label the workload's pods istio.io/dataplane-mode=none, or leave the \
-                 Service out of wakeOnRequest"
+                 ztunnel sends an ambient client to the Service's pods, never to the wake \
+                 proxy's addresses in its EndpointSlices, so its clients would reach nothing \
+                 while it sleeps. Wake on request cannot serve ambient clients: leave the \
+                 Service out of wakeOnRequest, or the namespace out of the ambient mesh"
+            ),
+            Mesh::IstioUnknown { why } => write!(
+                f,
+                "has Istio's sidecar, and {why}, so whether STRICT mTLS would refuse the wake \
+                 proxy's plain connection is not known: refused rather than risk a Service that \
+                 answers nobody while asleep"
             ),
             Mesh::IstioStrict { by } => write!(
                 f,
@@ -115,15 +126,17 @@ pub fn black_hole(seen: &MeshSeen<'_>) -> Option<Mesh> {
         .or_else(|| linkerd_authenticated(seen))
 }
 
+/// Ambient is the clients' affair: ztunnel sends an ambient client to the Service's pods, never
+/// to another address of its EndpointSlices. The namespace in the ambient mesh (its other pods,
+/// the Service's likeliest clients, are ambient whatever the workload's pods say) or the
+/// workload's pods in it: refused. Ambient clients in other namespaces are not seen here.
 fn istio_ambient(seen: &MeshSeen<'_>) -> Option<Mesh> {
     const MODE: &str = "istio.io/dataplane-mode";
-    match seen.pods.and_then(|p| p.label(MODE)) {
-        Some("ambient") => Some(Mesh::IstioAmbient { on: "pods" }),
-        // The pods opt out (or name another mode): the namespace's label does not hold.
-        Some(_) => None,
-        None => (seen.namespace.label(MODE) == Some("ambient"))
-            .then_some(Mesh::IstioAmbient { on: "namespace" }),
+    if seen.namespace.label(MODE) == Some("ambient") {
+        return Some(Mesh::IstioAmbient { on: "namespace" });
     }
+    (seen.pods.and_then(|p| p.label(MODE)) == Some("ambient"))
+        .then_some(Mesh::IstioAmbient { on: "pods" })
 }
 
 /// Whether Istio injects its sidecar into the workload's pods: by the pods' own mark, else by
@@ -139,44 +152,64 @@ pub fn sidecar_injected(seen: &MeshSeen<'_>) -> bool {
     }
 }
 
-/// The PeerAuthentication in force for the workload, as Istio picks it: one selecting the
-/// workload, else its namespace's, else the mesh's; one whose mode is UNSET gives way to the
-/// next. STRICT there, with no port let in otherwise, refuses the proxy.
+/// The mTLS mode in force for the workload, as Istio decides it: a policy selecting the
+/// workload, else its namespace's, else the mesh's (istio-system's); UNSET gives way to the
+/// next, and none at all is PERMISSIVE. STRICT refuses the proxy, unless the selecting policy
+/// lets some port in (`portLevelMtls`: that may be the Service's). Several at one tier: Istio
+/// takes the oldest; the operator does not order them, so a STRICT one counts.
 fn istio_strict(seen: &MeshSeen<'_>) -> Option<Mesh> {
     if !sidecar_injected(seen) {
         return None;
     }
-    let pod_labels = seen.pods.and_then(|p| p.labels);
-    let selects = |p: &PeerAuthentication| match &p.selector {
-        None => false,
-        // Without the pods' labels, a policy that selects some workloads may be theirs:
-        // taken, so a STRICT one is never missed.
-        Some(want) => {
-            pod_labels.is_none_or(|have| want.iter().all(|(k, v)| have.get(k) == Some(v)))
+    let all = seen.peer_authentications;
+    let set = |p: &&PeerAuthentication| !matches!(p.mode.as_deref(), None | Some("UNSET"));
+    let strict = |p: &&PeerAuthentication| p.mode.as_deref() == Some("STRICT");
+    let selecting: Vec<&PeerAuthentication> = match seen.pods.and_then(|p| p.labels) {
+        Some(have) => (all.iter())
+            .filter(|p| !p.mesh_wide)
+            .filter(|p| {
+                (p.selector.as_ref())
+                    .is_some_and(|want| want.iter().all(|(k, v)| have.get(k) == Some(v)))
+            })
+            .collect(),
+        // The pods' labels unknown (a group's many workloads): a selecting policy may be
+        // theirs. A STRICT one refuses; a lenient one decides nothing (it may be another
+        // workload's, and must not hide the namespace's STRICT).
+        None => {
+            if let Some(p) = all
+                .iter()
+                .find(|p| !p.mesh_wide && p.selector.is_some() && strict(p))
+            {
+                return Some(Mesh::IstioStrict { by: p.name.clone() });
+            }
+            Vec::new()
         }
     };
-    let all = seen.peer_authentications;
+    let ports_let_in = selecting.iter().any(|p| p.some_port_lenient);
+    let namespace = (all.iter()).filter(|p| !p.mesh_wide && p.selector.is_none());
+    let mesh = (all.iter()).filter(|p| p.mesh_wide && p.selector.is_none());
     let tiers: [Vec<&PeerAuthentication>; 3] = [
-        all.iter().filter(|p| !p.mesh_wide && selects(p)).collect(),
-        all.iter()
-            .filter(|p| !p.mesh_wide && p.selector.is_none())
-            .collect(),
-        all.iter()
-            .filter(|p| p.mesh_wide && p.selector.is_none())
-            .collect(),
+        selecting.into_iter().filter(set).collect(),
+        namespace.filter(set).collect(),
+        mesh.filter(set).collect(),
     ];
-    for tier in tiers {
-        let mut set: Vec<&&PeerAuthentication> = tier
-            .iter()
-            .filter(|p| !matches!(p.mode.as_deref(), None | Some("UNSET")))
-            .collect();
-        // Several at one tier: Istio takes the oldest; the operator cannot order them by age
-        // here, so any STRICT one counts (a refusal that names it beats a silent black hole).
-        set.sort_by_key(|p| p.mode.as_deref() != Some("STRICT"));
-        if let Some(p) = set.first() {
-            return (p.mode.as_deref() == Some("STRICT") && !p.some_port_lenient)
-                .then(|| Mesh::IstioStrict { by: p.name.clone() });
-        }
+    for (at, tier) in tiers.iter().enumerate() {
+        let Some(first) = tier.first() else {
+            // The mesh's tier not read: unknown, unless a port is let in.
+            if at == 2
+                && let Some(why) = seen.unreadable
+                && !ports_let_in
+            {
+                return Some(Mesh::IstioUnknown {
+                    why: why.to_string(),
+                });
+            }
+            continue;
+        };
+        let decides = tier.iter().find(|p| strict(p)).unwrap_or(first);
+        return (strict(decides) && !ports_let_in).then(|| Mesh::IstioStrict {
+            by: decides.name.clone(),
+        });
     }
     None
 }
@@ -243,6 +276,7 @@ mod tests {
                 },
                 pods: Some(pods),
                 peer_authentications: &[],
+                unreadable: None,
             })
         };
         assert_eq!(
@@ -253,7 +287,11 @@ mod tests {
             seen(None, &ambient),
             Some(Mesh::IstioAmbient { on: "pods" })
         );
-        assert_eq!(seen(Some(&ambient), &none), None, "the pods opt out");
+        // The namespace's other pods, the likeliest clients, are ambient whatever these say.
+        assert_eq!(
+            seen(Some(&ambient), &none),
+            Some(Mesh::IstioAmbient { on: "namespace" })
+        );
         assert_eq!(seen(None, &app), None);
     }
 
@@ -274,6 +312,7 @@ mod tests {
                     annotations: None,
                 }),
                 peer_authentications: pas,
+                unreadable: None,
             })
         };
         let mesh_strict = strict("istio-system/default", None, "STRICT");
@@ -344,6 +383,7 @@ mod tests {
                     annotations: Some(pods),
                 }),
                 peer_authentications: &[],
+                unreadable: None,
             })
         };
         let meshed = map(&[
@@ -375,5 +415,65 @@ mod tests {
                 on: "pods"
             })
         );
+    }
+
+    #[test]
+    fn port_level_mtls_and_unknown_labels_and_unread_policies_as_the_review_found_them() {
+        let injected = map(&[("istio-injection", "enabled")]);
+        let app = map(&[("app", "web")]);
+        let decide = |pods: Option<&BTreeMap<String, String>>,
+                      pas: &[PeerAuthentication],
+                      unreadable: Option<&str>| {
+            black_hole(&MeshSeen {
+                namespace: Marks {
+                    labels: Some(&injected),
+                    annotations: None,
+                },
+                pods: Some(Marks {
+                    labels: pods,
+                    annotations: None,
+                }),
+                peer_authentications: pas,
+                unreadable,
+            })
+        };
+        let mesh_strict = strict("istio-system/default", None, "STRICT");
+        // What the refusal tells users to write: a policy selecting the workload, its mode
+        // UNSET, one port PERMISSIVE. Let in.
+        let web_port = PeerAuthentication {
+            some_port_lenient: true,
+            ..strict("shop/web", Some(&[("app", "web")]), "UNSET")
+        };
+        assert_eq!(
+            decide(Some(&app), &[mesh_strict.clone(), web_port.clone()], None),
+            None
+        );
+        // Port-level settings on a policy that selects nothing: Istio ignores them.
+        let ns_ports = PeerAuthentication {
+            some_port_lenient: true,
+            ..strict("shop/default", None, "STRICT")
+        };
+        assert!(decide(Some(&app), &[ns_ports], None).is_some());
+        // The pods' labels unknown: another workload's PERMISSIVE does not hide the
+        // namespace's STRICT; a selecting STRICT may be theirs.
+        let ns_strict = strict("shop/default", None, "STRICT");
+        let api_permissive = strict("shop/api", Some(&[("app", "api")]), "PERMISSIVE");
+        assert_eq!(
+            decide(None, &[ns_strict, api_permissive.clone()], None),
+            Some(Mesh::IstioStrict {
+                by: "shop/default".into()
+            })
+        );
+        let api_strict = strict("shop/api", Some(&[("app", "api")]), "STRICT");
+        assert!(decide(None, &[api_strict], None).is_some());
+        assert_eq!(decide(None, &[api_permissive], None), None);
+        // istio-system's not read: unknown, refused, unless the namespace decides.
+        let unread = Some("istio-system's PeerAuthentications cannot be read");
+        assert!(matches!(
+            decide(Some(&app), &[], unread),
+            Some(Mesh::IstioUnknown { .. })
+        ));
+        let ns_permissive = strict("shop/default", None, "PERMISSIVE");
+        assert_eq!(decide(Some(&app), &[ns_permissive], unread), None);
     }
 }
