@@ -5,10 +5,16 @@
 //!   calendars' usage, Lease-based leader election);
 //! - `driver.rs`: one reconcile as a list of stage calls, and the error policy;
 //! - `stages/`: claim (the shard's claim), resolve (calendars, schedule, form, the change
-//!   due), release (deletion, retargets, changes of form, the finalizer), apply (the form's
-//!   turn), report (status, history, lag, the next wait);
-//! - `forms/`: what each form of workload observes and writes (owned, `scaleTargetRef`, HPA
-//!   floor, group), one writer per workload (`claims`), which Events a change makes;
+//!   due), release (deletion, retargets, changes of form, the finalizer), intercept (wake on
+//!   request's EndpointSlices, in place before a count goes to 0), apply (the form's turn),
+//!   report (status, history, lag, the next wait);
+//! - `forms/`: the forms that are more than one object held: the Deployment (and Service) a
+//!   TDSet owns, and the group (`scaleTargetSelector`);
+//! - `kinds/`: what the operator does to one object it writes and does not own, one room per
+//!   kind (`scale`: a kind with `/scale`; `hpa`: an HPA's floor and ceiling;
+//!   `scaled_object`: a KEDA ScaledObject, its check and its let-go), on the base they share:
+//!   one writer per object (`claims`), its record in status (`record`), which Events a change
+//!   makes (`events`), and the `Turn` every form and kind is handed;
 //! - `io/`: client calls only: guarded writes of owned objects, `/scale` and HPA reads and
 //!   writes, writes to the TDSet itself (durable and queued statuses, the finalizer);
 //! - `state/`: what is kept between reconciles: the context, what a form says it did
@@ -24,6 +30,7 @@
 mod driver;
 mod forms;
 mod io;
+mod kinds;
 mod lane;
 mod run;
 mod stages;

@@ -2,16 +2,18 @@
 //! round a circle. Read from the source's own `use` lines and paths (`crate::`, `super::`,
 //! `self::`, a child module's name), test modules left out.
 //!
-//! The layers, top first: the controller's wing (run → driver → stages → forms → io → state →
-//! lane), then the crate's modules around it (`CRATE_LAYERS`). A room may use rooms of its own
-//! layer or below; a new module must be given a layer here.
+//! The layers, top first: the controller's wing (run → driver → stages → forms → kinds → io →
+//! state → lane), then the crate's modules around it (`CRATE_LAYERS`). A room may use rooms of
+//! its own layer or below; a new module must be given a layer here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The controller's layers, top first (`src/controller/<layer>/…`, or `<layer>.rs`).
-const CONTROLLER_LAYERS: &[&str] = &["run", "driver", "stages", "forms", "io", "state", "lane"];
+const CONTROLLER_LAYERS: &[&str] = &[
+    "run", "driver", "stages", "forms", "kinds", "io", "state", "lane",
+];
 
 /// The crate's top-level modules by layer, top first. The edges (the `kubectl` plugin, the
 /// command line) use the operator; the operator uses the pure core; the core uses the API types.

@@ -8,11 +8,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::warn;
 
-use super::Turn;
-use super::events::record_deployment_change;
 use crate::api::{ScaleTargetRef, TDSet};
 use crate::controller::io::owned::{Change, delete_owned, ensure};
 use crate::controller::io::target::hpa_scaling;
+use crate::controller::kinds::Turn;
+use crate::controller::kinds::events::record_deployment_change;
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::{Context, Outcome, Scaled, Write};
 use crate::error::{Error, Result};

@@ -3,7 +3,8 @@
 
 use super::resolve::Resolved;
 use crate::api::TDSet;
-use crate::controller::forms::{Turn, group, hpa_floor, owned, scale_ref, scaled_object};
+use crate::controller::forms::{group, owned};
+use crate::controller::kinds::{Turn, hpa, scale, scaled_object};
 use crate::controller::lane::Events;
 use crate::controller::state::{Context, Outcome, Write};
 use crate::error::Result;
@@ -56,8 +57,8 @@ pub(crate) async fn apply(
             })
         }
         Source::Container(_) | Source::Template(_) => owned::reconcile(turn).await,
-        Source::Scale(target) => scale_ref::reconcile(turn, target).await,
-        Source::HpaFloor(hpa) => hpa_floor::reconcile(turn, hpa).await,
+        Source::Scale(target) => scale::reconcile(turn, target).await,
+        Source::HpaFloor(r) => hpa::reconcile(turn, r).await,
         Source::ScaledObject(so) => scaled_object::reconcile(turn, so).await,
         Source::Group(sel) => group::reconcile(turn, sel).await,
     }

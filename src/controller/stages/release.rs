@@ -13,10 +13,11 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
-use crate::controller::forms::{claims, group, hpa_floor, owned, scaled_object, target};
+use crate::controller::forms::{group, owned};
 use crate::controller::io::intercept;
 use crate::controller::io::target as scale;
 use crate::controller::io::tdset::{RESTORE_FINALIZER, set_finalizer};
+use crate::controller::kinds::{claims, hpa, record, scaled_object};
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::{Answer, Context};
 use crate::error::Result;
@@ -302,7 +303,7 @@ async fn let_go(
     let woke = match &recorded.asleep {
         Some(asleep) if r.is_hpa() => {
             let to = recorded.original_replicas.unwrap_or(1).max(1);
-            refused_on_delete(target::wake_asleep(ctx, ns, asleep, to).await, why)?
+            refused_on_delete(record::wake_asleep(ctx, ns, asleep, to).await, why)?
         }
         _ => Ok(None),
     };
@@ -334,7 +335,7 @@ async fn let_go(
         }
         _ if r.is_hpa() => {
             let restore = recorded.original_replicas.filter(|_| restores(tdset));
-            let released = hpa_floor::let_go(ctx, ns, &r, recorded, restore).await;
+            let released = hpa::let_go(ctx, ns, &r, recorded, restore).await;
             let result = refused_on_delete(released, why)?;
             match result {
                 // Restore without a record of the own floor: what could be done is, and the

@@ -50,7 +50,7 @@ macro_rules! contest_parts {
 }
 
 contest_parts! {
-    /// An HPA's ceiling, contested apart from its floor (see `hpa_floor`).
+    /// An HPA's ceiling, contested apart from its floor (see `kinds::hpa`).
     HpaCeiling => "maxReplicas",
     /// A ScaledObject's schedule writes (see `scaled_object`): its pause and floor.
     Keda => "keda",

@@ -10,9 +10,9 @@ use futures::StreamExt;
 use kube::ResourceExt;
 
 use crate::api::ScaleTargetRef;
-use crate::controller::forms::scaled_object::{self, Checked, SOON};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
+use crate::controller::kinds::scaled_object::{self, Checked, SOON};
 use crate::controller::lane::{EventNote, EventType, Events, note};
 use crate::controller::state::ContestPart;
 use crate::error::Result;
@@ -21,8 +21,8 @@ use crate::workload::contest::Verdict;
 use crate::workload::group::{self, Member, Value, Why};
 use crate::workload::keda;
 
+use super::found::{Group, SCALED_OBJECT_LOOK};
 use super::write::{Sent, apply_body};
-use super::{Group, SCALED_OBJECT_LOOK};
 
 /// The most ScaledObjects one reconcile reads back (two reads each: it and its workload), of
 /// those due: one read back waits its turn again, so the rest come next.

@@ -10,6 +10,7 @@
 //! - `order`: which writes wait for an earlier tier (`order`);
 //! - `release`: every workload given back (deletion, another form).
 
+mod found;
 mod keda;
 mod observe;
 mod order;
@@ -24,10 +25,10 @@ use futures::{FutureExt, StreamExt};
 use kube::ResourceExt;
 use tracing::{debug, info, warn};
 
-use super::Turn;
 use crate::api::{GroupKind, GroupStatus, ScaleTargetSelector, TDSet};
 use crate::controller::io::target::hpas_in;
 use crate::controller::io::tdset::write_group_now;
+use crate::controller::kinds::Turn;
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::{
     Context, Outcome, Scaled, Write as Mode, backoff_after, claim_of, jitter,
@@ -41,6 +42,7 @@ use crate::workload::group::{self, LeaveReason, Member, Place, Value, Why};
 use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Saved;
 
+use found::{Group, SCALED_OBJECT_LOOK};
 use observe::{
     Keep, Kind, is_floor_kind, is_hpa, is_scaled_object, kinds, observe, recorded_kinds,
 };
@@ -53,10 +55,6 @@ use write::{Sent, WRITES_IN_FLIGHT, send};
 const TIDY_RETRY: Duration = Duration::from_secs(1);
 /// How soon to look again after a write was refused because the workload changed meanwhile.
 const STALE_RETRY: Duration = Duration::from_secs(1);
-/// How often a group that has a ScaledObject on record looks again: nothing watches
-/// ScaledObjects (one pointed at another workload, or paused by its user, would otherwise wait
-/// for the next transition).
-const SCALED_OBJECT_LOOK: Duration = Duration::from_secs(60);
 
 /// What the TDSet holds, and the level applied to it.
 pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Result<Outcome> {
@@ -342,17 +340,6 @@ fn queries(kind: &Kind, q: &Queries) -> Vec<String> {
         out.push(String::new());
     }
     out
-}
-
-/// The group as one reconcile found it, for its writes.
-struct Group<'a> {
-    tdset: &'a TDSet,
-    ctx: &'a Context,
-    ns: &'a str,
-    uid: &'a str,
-    kinds: &'a [Kind],
-    listed: &'a [(usize, Listed)],
-    members: &'a [Member],
 }
 
 /// What the writes of one reconcile came to.

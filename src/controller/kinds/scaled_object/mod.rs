@@ -3,9 +3,12 @@
 //! the ScaledObject's status and does not watch the workload (see `workload::keda`).
 
 mod let_go;
+mod write;
 
 use let_go::forget_resume;
 pub(crate) use let_go::let_go;
+pub(crate) use write::{CHECK_EVERY, SOON};
+use write::{KEDA_GRACE, write_plan};
 
 use std::time::Duration;
 
@@ -14,14 +17,14 @@ use kube::ResourceExt;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::target::{
+use super::record::{
     Record, asleep_is, ensure_durable, problem_outcome, target_status, wake_left, wake_left_behind,
 };
 use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
 use crate::controller::lane::{EventType, note};
-use crate::controller::state::{Answer, ContestPart, Context, Outcome, Scaled, Write};
+use crate::controller::state::{ContestPart, Context, Outcome, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::contest::Verdict;
@@ -33,13 +36,6 @@ use crate::workload::target::ScaleView;
 
 /// The field recorded as the original count: the ScaledObject's own floor.
 const FIELD: &str = "spec.minReplicaCount";
-/// How long KEDA is given to answer a write before the TDSet says it has not.
-const KEDA_GRACE: Duration = Duration::from_secs(30);
-/// How often a settled ScaledObject is read again: no watch reports KEDA's status or a
-/// change of the workload's count while it is paused.
-pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(15);
-/// How soon to look again while KEDA is expected to act.
-pub(crate) const SOON: Duration = Duration::from_secs(3);
 
 /// The keys of the TDSet's contests (see `workload::contest`): the schedule's writes, the
 /// turns that make KEDA put a drifted count right, the unpause of a ScaledObject KEDA left
@@ -289,43 +285,6 @@ async fn apply(
             workload.cloned().unwrap_or_default(),
         )))
     })
-}
-
-/// The plan's writes: one merge patch, or two where the user's own pause is given back (under
-/// a field manager of its own, so it reads as the user's afterwards; the floor and the
-/// ceiling stay the operator's). A write of the pause is refused if the ScaledObject changed
-/// since it was read (the pause recorded from that read would be stale); floors and ceilings
-/// are not guarded (KEDA's status writes move its revision every polling interval). The
-/// revision the last write left.
-async fn write_plan(
-    ctx: &Context,
-    ns: &str,
-    r: &ScaleTargetRef,
-    so: &ScaledObjectRead,
-    plan: &Plan,
-) -> Answer<Option<String>> {
-    let fields = (plan.pause.as_ref(), plan.min, plan.max);
-    let read_at = plan.pause.as_ref().and(so.view.resource_version.as_deref());
-    if !plan.gives_pause_back() {
-        return io::write(ctx, ns, (r, so, read_at), FIELD_MANAGER, fields).await;
-    }
-    let manager = keda::GIVE_BACK_MANAGER;
-    let back = io::write(ctx, ns, (r, so, read_at), manager, (fields.0, None, None));
-    let given = match back.await? {
-        Ok(rv) => rv,
-        Err(p) => return Ok(Err(p)),
-    };
-    if plan.min.is_none() && plan.max.is_none() {
-        return Ok(Ok(given));
-    }
-    io::write(
-        ctx,
-        ns,
-        (r, so, None),
-        FIELD_MANAGER,
-        (None, plan.min, plan.max),
-    )
-    .await
 }
 
 /// The record's KEDA fields set from `originals`.

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::target::{Record, ensure_durable, problem_outcome, target_status};
+use super::record::{Record, ensure_durable, problem_outcome, target_status};
 use crate::api::ScaleTargetRef;
 use crate::controller::io::target::{hpas_in, resolve_and_read, write};
 use crate::controller::state::{Outcome, Resolved, Scaled, Write};

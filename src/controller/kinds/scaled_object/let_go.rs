@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::{KEDA_GRACE, SOON, write_plan};
+use super::write::{KEDA_GRACE, SOON, write_plan};
 use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
-use crate::controller::forms::target::{asleep_is, wake_asleep};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
+use crate::controller::kinds::record::{asleep_is, wake_asleep};
 use crate::controller::state::{Answer, ContestPart, Context};
 use crate::status::Problem;
 use crate::workload::keda::{self, Check, Originals, Plan};

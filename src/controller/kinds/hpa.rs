@@ -7,7 +7,7 @@ use tracing::debug;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::target::{
+use super::record::{
     Record, ensure_durable, problem_outcome, target_status, wake_left, wake_left_behind,
 };
 use crate::api::{Asleep, ScaleTargetRef, TargetStatus};

@@ -5,7 +5,7 @@
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::target::problem_outcome;
+use super::record::problem_outcome;
 use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::state::{Context, Outcome};
 use crate::error::Result;
