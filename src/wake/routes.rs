@@ -35,32 +35,43 @@ pub struct Route {
     /// connection that sends nothing is no client of it (a scanner, a probe's bare connect)
     /// and wakes nothing.
     pub client_first: bool,
+    /// The port speaks HTTP in the clear: first bytes that are no HTTP request wake nothing.
+    pub cleartext_http: bool,
 }
 
-/// Whether a client of the Service port named `name` (appProtocol `app_protocol`) speaks
-/// first: by its `appProtocol`, else by its name as `<protocol>[-<suffix>]` (the convention
-/// meshes read protocols by). Unknown: no (a protocol where the server speaks first, a
-/// database's greeting, must still wake its workload on a bare connect).
+/// The protocol of the Service port named `name` (appProtocol `app_protocol`): its
+/// `appProtocol` (`kubernetes.io/` left off), else its name as `<protocol>[-<suffix>]` (the
+/// convention meshes read protocols by; `grpc-web` is one of its own), lower case.
+fn protocol_of(name: &str, app_protocol: Option<&str>) -> String {
+    if let Some(a) = app_protocol.filter(|a| !a.is_empty()) {
+        return a
+            .strip_prefix("kubernetes.io/")
+            .unwrap_or(a)
+            .to_ascii_lowercase();
+    }
+    let name = name.to_ascii_lowercase();
+    match name.strip_prefix("grpc-web") {
+        Some(rest) if rest.is_empty() || rest.starts_with('-') => "grpc-web".to_string(),
+        _ => name.split('-').next().unwrap_or_default().to_string(),
+    }
+}
+
+/// Whether a client of that port speaks first (HTTP and its kin, TLS). Unknown: no (a
+/// protocol where the server speaks first, a database's greeting, must still wake its workload
+/// on a bare connect).
 pub fn client_speaks_first(name: &str, app_protocol: Option<&str>) -> bool {
     const CLIENT_FIRST: &[&str] = &[
         "http", "https", "http2", "h2c", "grpc", "grpc-web", "ws", "wss", "tls",
     ];
-    let protocol = match app_protocol.filter(|a| !a.is_empty()) {
-        Some(a) => a
-            .strip_prefix("kubernetes.io/")
-            .unwrap_or(a)
-            .to_ascii_lowercase(),
-        None => {
-            let name = name.to_ascii_lowercase();
-            // `grpc-web` is a protocol of its own; any other suffix is a name's.
-            match name.strip_prefix("grpc-web") {
-                Some("") => return true,
-                Some(rest) if rest.starts_with('-') => return true,
-                _ => name.split('-').next().unwrap_or_default().to_string(),
-            }
-        }
-    };
-    CLIENT_FIRST.contains(&protocol.as_str())
+    CLIENT_FIRST.contains(&protocol_of(name, app_protocol).as_str())
+}
+
+/// Whether that port speaks HTTP in the clear (HTTP/1, h2c, gRPC, WebSocket): there bytes that
+/// are no HTTP request (a scanner's probe) are no client of it, and wake nothing. TLS ports
+/// (`https`, `wss`, `tls`) are not: their first bytes are a handshake, relayed as they come.
+pub fn speaks_cleartext_http(name: &str, app_protocol: Option<&str>) -> bool {
+    const CLEARTEXT: &[&str] = &["http", "http2", "h2c", "grpc", "grpc-web", "ws"];
+    CLEARTEXT.contains(&protocol_of(name, app_protocol).as_str())
 }
 
 /// A proxy port the slices of two Services name (the operator gives each port once; another
@@ -72,6 +83,10 @@ pub struct Contested {
     pub services: Vec<ServiceKey>,
 }
 
+/// One Service's claim of a proxy port: the Service, its port's name, whether that port's
+/// clients speak first and whether it speaks HTTP in the clear, and the slice that names it.
+type Claim<'a> = (ServiceKey, String, (bool, bool), &'a EndpointSlice);
+
 /// The route of every proxy port the operator's slices name. `slices` may hold any slices:
 /// only those managed by the operator, owned by the TDSet they name, with a Service named,
 /// count. `previous`: the routes before, whose compiled `ignore` is taken again where the
@@ -81,8 +96,7 @@ pub fn routes<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
     previous: &BTreeMap<u16, Route>,
 ) -> (BTreeMap<u16, Route>, Vec<Contested>) {
-    let mut claims: BTreeMap<u16, Vec<(ServiceKey, String, bool, &EndpointSlice)>> =
-        BTreeMap::new();
+    let mut claims: BTreeMap<u16, Vec<Claim<'_>>> = BTreeMap::new();
     // Oldest first: the first claim of a port is the one that keeps it.
     let mut slices: Vec<&EndpointSlice> = slices.into_iter().collect();
     slices.sort_by(|a, b| claim_cmp(a, b));
@@ -113,18 +127,22 @@ pub fn routes<'a>(
                 name: service.clone(),
             };
             let name = port.name.clone().unwrap_or_default();
-            let client_first = client_speaks_first(&name, port.app_protocol.as_deref());
+            let app = port.app_protocol.as_deref();
+            let speaks = (
+                client_speaks_first(&name, app),
+                speaks_cleartext_http(&name, app),
+            );
             let list = claims.entry(proxy).or_default();
             // One Service's slices (a family each) name the same port: one claim.
             if !list.iter().any(|(k, n, ..)| *k == key && *n == name) {
-                list.push((key, name, client_first, slice));
+                list.push((key, name, speaks, slice));
             }
         }
     }
     let mut routes = BTreeMap::new();
     let mut contested = Vec::new();
     for (port, list) in claims {
-        let Some((service, port_name, client_first, slice)) = list.first() else {
+        let Some((service, port_name, (client_first, cleartext_http), slice)) = list.first() else {
             continue;
         };
         if list.len() > 1 {
@@ -151,6 +169,7 @@ pub fn routes<'a>(
                 config,
                 ignore,
                 client_first: *client_first,
+                cleartext_http: *cleartext_http,
             },
         );
     }
@@ -501,6 +520,13 @@ mod tests {
         ] {
             assert!(client_speaks_first(name, app), "{name} {app:?}");
         }
+        // Of those, the cleartext HTTP ones: not a TLS handshake.
+        assert!(speaks_cleartext_http("http-web", None));
+        assert!(speaks_cleartext_http("", Some("kubernetes.io/h2c")));
+        assert!(speaks_cleartext_http("grpc-web-api", None));
+        assert!(!speaks_cleartext_http("https", None));
+        assert!(!speaks_cleartext_http("db", Some("kubernetes.io/wss")));
+        assert!(!speaks_cleartext_http("mysql", None));
         // The server speaks first, or nobody can tell: a bare connect wakes it.
         for (name, app) in [
             ("", None),

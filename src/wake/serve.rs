@@ -197,7 +197,11 @@ impl Proxy {
         // A connection that sent nothing to a port whose clients speak first is no client of
         // it (a scanner's or a probe's bare connect): relayed if awake, never a wake-up.
         let silent = read.bytes.is_empty() && route.client_first;
+        // Nor are bytes that are no HTTP request on a port that speaks HTTP in the clear (a
+        // scanner's probe): relayed if awake, never a wake-up.
+        let not_http = route.cleartext_http && read.head == Head::Opaque;
         let ignored = silent
+            || not_http
             || http
                 .as_ref()
                 .is_some_and(|h| route.ignore.ignores(Some(&h.path), h.user_agent.as_deref()));

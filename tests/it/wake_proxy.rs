@@ -399,13 +399,22 @@ async fn hold_ends_in_a_503_with_retry_after_and_an_ignored_request_wakes_nothin
         closed_within(&mut bare, GUARD).await,
         "a silent connection is closed"
     );
+    // Nor does a probe whose bytes are no HTTP request (a TLS hello sent to `http`).
+    let mut probe = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    probe.write_all(b"\x16\x03\x01\x00\x05hello").await.unwrap();
+    assert!(
+        closed_within(&mut probe, GUARD).await,
+        "a probe that is no HTTP request is closed"
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let wake = tdset_status(&client, n, "web")
         .await
         .and_then(|s| s.request_wake);
     assert_eq!(
         wake, None,
-        "an ignored request, or a silent connection, reported nothing"
+        "an ignored request, a silent connection or a probe reported nothing"
     );
 
     // A request held past `hold` (its Service has no endpoint of its own): 503, and a
@@ -423,7 +432,7 @@ async fn hold_ends_in_a_503_with_retry_after_and_an_ignored_request_wakes_nothin
     };
     assert_eq!(
         (connections("ignored"), connections("timed-out")),
-        (3.0, 1.0)
+        (4.0, 1.0)
     );
     ns.cleanup().await;
 }
