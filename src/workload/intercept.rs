@@ -674,6 +674,28 @@ mod tests {
         .unwrap()
     }
 
+    /// No port contested.
+    static UNCONTESTED: BTreeSet<u16> = BTreeSet::new();
+
+    /// Service `web` as the stage sees it: every port intercepted, the operator's slices
+    /// `present`, none contested, nothing else held in the namespace.
+    fn seen_web<'a>(
+        web: &'a Service,
+        present: &'a [EndpointSlice],
+        own_ready: bool,
+    ) -> ServiceSeen<'a> {
+        ServiceSeen {
+            name: "web",
+            service: Some(web),
+            ports: &[],
+            present,
+            own_ready,
+            contested: &UNCONTESTED,
+            namespace_holds: 0,
+            busiest: None,
+        }
+    }
+
     /// TDSet `t` in `ns`, asleep, over `proxies`: range 20000-20009, a share of 64.
     fn plan_for<'a>(proxies: &'a [ProxyAddress], config: &'a ProxyConfig) -> PlanFor<'a> {
         PlanFor {
@@ -987,16 +1009,7 @@ mod tests {
         }];
         let of = plan_for(&none_ready, &config);
         let plan = |present: &[EndpointSlice]| {
-            let seen = ServiceSeen {
-                name: "web",
-                service: Some(&web),
-                ports: &[],
-                present,
-                own_ready: false,
-                contested: &BTreeSet::new(),
-                namespace_holds: 0,
-                busiest: None,
-            };
+            let seen = seen_web(&web, present, false);
             plan_service(&of, &seen, &mut BTreeSet::new())
         };
         // Nothing there yet: nothing could stand in for the Service, so nothing is written and
@@ -1058,16 +1071,7 @@ mod tests {
                 now: t0 + chrono::Duration::seconds(secs),
                 ..plan_for(&proxies, &config)
             };
-            let seen = ServiceSeen {
-                name: "web",
-                service: Some(&web),
-                ports: &[],
-                present,
-                own_ready,
-                contested: &BTreeSet::new(),
-                namespace_holds: 0,
-                busiest: None,
-            };
+            let seen = seen_web(&web, present, own_ready);
             plan_service(&of, &seen, &mut BTreeSet::new())
         };
         let port = |s: &EndpointSlice| s.ports.as_ref().unwrap()[0].port;
@@ -1118,16 +1122,7 @@ mod tests {
                 mesh,
                 ..plan_for(&proxies, &config)
             };
-            let seen = ServiceSeen {
-                name: "web",
-                service: Some(&web),
-                ports: &[],
-                present,
-                own_ready: false,
-                contested: &BTreeSet::new(),
-                namespace_holds: 0,
-                busiest: None,
-            };
+            let seen = seen_web(&web, present, false);
             plan_service(&of, &seen, &mut BTreeSet::new())
         };
         let refused = plan(Some(&ambient), &[]);
