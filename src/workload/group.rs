@@ -733,13 +733,82 @@ fn keda_resumed<'a>(m: &Member, mut floors: impl Iterator<Item = &'a Member>) ->
         && floors.all(|f| !f.is_floor_of(m) || !matches!(f.value, Value::Keda { paused: true, .. }))
 }
 
+/// Where letting go of a group (the TDSet deleted, or another form) leaves a workload that
+/// KEDA scales and that sleeps on this TDSet's record: its ScaledObject's pause is given back
+/// (in the same round, or before), and KEDA is waited for, bounded, as the `scaleTargetRef`
+/// form waits (a ScaledObject KEDA leaves paused, keda#6982, or a KEDA that is down, would hold
+/// the workload at 0 with the record that wakes it gone with the TDSet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KedaRelease {
+    /// KEDA runs it again, or its floor is 0 (KEDA may keep it at 0): the record goes, the
+    /// count is KEDA's.
+    Resumed,
+    /// Not yet: the record stays, and the TDSet (its finalizer) with it.
+    Wait,
+    /// Not within `bound`, or not known (the ScaledObjects could not all be read): the record's
+    /// own count is written directly, as a workload no ScaledObject scales gets it.
+    Wake,
+}
+
+/// `so`: the value of the ScaledObject that scales `m` (`None`: not known, not listed whole);
+/// `waited`: since when the TDSet has waited for KEDA.
+pub fn keda_release(
+    m: &Member,
+    so: Option<Value>,
+    waited: std::time::Duration,
+    bound: std::time::Duration,
+) -> KedaRelease {
+    match so {
+        Some(Value::Keda {
+            paused: false,
+            floor,
+        }) if m.value.replicas() > 0 || floor == 0 => KedaRelease::Resumed,
+        _ if waited >= bound => KedaRelease::Wake,
+        _ => KedaRelease::Wait,
+    }
+}
+
+/// The writes that give workload `m` back when TDSet `me` lets go of its group; `keda`, where
+/// a ScaledObject scales it and it sleeps on record, what `keda_release` decided.
+pub fn released(me: &str, m: &Member, keda: Option<KedaRelease>) -> Vec<Write> {
+    let why = Why::Left(LeaveReason::Released);
+    let writes = match keda {
+        Some(KedaRelease::Wait) => return Vec::new(),
+        // Its count is KEDA's: only the record goes.
+        Some(KedaRelease::Resumed) => {
+            return vec![Write {
+                member: 0,
+                from: m.value,
+                to: m.value,
+                record: None,
+                why,
+            }];
+        }
+        Some(KedaRelease::Wake) => {
+            let direct = Member {
+                keda: false,
+                ..m.clone()
+            };
+            plan(me, Count::Own, std::slice::from_ref(&direct)).writes
+        }
+        None => plan(me, Count::Own, std::slice::from_ref(m)).writes,
+    };
+    (writes.into_iter())
+        .map(|w| Write {
+            why: why.clone(),
+            ..w
+        })
+        .collect()
+}
+
+/// Whether `m` sleeps on `me`'s record (what the TDSet's letting go must give back).
+pub fn asleep_on_record(me: &str, m: &Member) -> bool {
+    (m.record.as_ref()).is_some_and(|r| r.holder == me && r.scheduled == Value::Replicas(0))
+}
+
 /// Whether the workload ScaledObject `so` scales carries this TDSet's record of its sleep.
 fn recorded_asleep(me: &str, so: &Member, members: &[Member]) -> bool {
-    members.iter().any(|w| {
-        so.is_floor_of(w)
-            && (w.record.as_ref())
-                .is_some_and(|r| r.holder == me && r.scheduled == Value::Replicas(0))
-    })
+    (members.iter()).any(|w| so.is_floor_of(w) && asleep_on_record(me, w))
 }
 
 /// Marks the workloads whose write failed as not at their count (the first `MAX_LISTED`).

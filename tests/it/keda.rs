@@ -349,6 +349,29 @@ async fn a_tdset_deleted_while_its_scaled_object_sleeps_gives_it_back_to_keda() 
     ns.cleanup().await;
 }
 
+/// TDSet sched deleted (KEDA's operator down): once the ScaledObject is as `what` says, the
+/// TDSet is still there, waiting for KEDA, and Deployment web still asleep.
+async fn deleted_while_keda_is_down(
+    client: &Client,
+    n: &str,
+    what: &str,
+    so: impl Fn(&Value) -> bool,
+) -> Api<TDSet> {
+    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), n);
+    tdsets
+        .delete("sched", &Default::default())
+        .await
+        .expect("deleting the TDSet");
+    scaled_object_where(client, n, what, so).await;
+    assert!(
+        tdsets.get_opt("sched").await.unwrap().is_some(),
+        "the TDSet is kept while KEDA is waited for"
+    );
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(replicas(&web), Some(0), "still asleep");
+    tdsets
+}
+
 /// The same with KEDA's operator down: nothing would take the workload off 0 (KEDA restores
 /// nothing while it is not running). The TDSet is kept while KEDA is waited for (the pause
 /// off, then `paused: "false"` as KEDA's documentation allows), then goes all the same, having
@@ -361,21 +384,10 @@ async fn a_tdset_deleted_while_keda_is_down_wakes_its_workload_itself_then_goes(
     let (keda, op) = asleep_through_keda(&client, n).await;
     drop(keda);
 
-    let tdsets: Api<TDSet> = Api::namespaced(client.clone(), n);
-    tdsets
-        .delete("sched", &Default::default())
-        .await
-        .expect("deleting the TDSet");
-    scaled_object_where(&client, n, "KEDA's documented unpause", |o| {
+    deleted_while_keda_is_down(&client, n, "KEDA's documented unpause", |o| {
         annotation(o, PAUSED_REPLICAS).is_none() && annotation(o, PAUSED) == Some("false")
     })
     .await;
-    assert!(
-        tdsets.get_opt("sched").await.unwrap().is_some(),
-        "the TDSet is kept while KEDA is waited for"
-    );
-    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
-    assert_eq!(web.spec.and_then(|s| s.replicas), Some(0), "still asleep");
     tdset_gone(&client, n, "sched").await;
     deployment_at(&client, n, "web", 2).await;
     wait_for_event(&client, n, "sched", |(_, reason, note)| {
@@ -685,6 +697,88 @@ async fn a_scaled_object_deleted_while_a_group_holds_it_asleep_leaves_its_worklo
     own["defaultReplica"] = Value::Null;
     set_spec(&client, n, own).await;
     deployment_at(&client, n, "web", 2).await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// Nothing of the operator's on a workload: no annotation or label under `schedule.rs/`.
+fn unmarked(d: &Deployment) -> bool {
+    let keys = (d.metadata.annotations.iter().flat_map(|a| a.keys()))
+        .chain(d.metadata.labels.iter().flat_map(|l| l.keys()));
+    !keys.into_iter().any(|k| k.starts_with("schedule.rs/"))
+}
+
+/// Deployment web (2, `env: dev`) under ScaledObject web (floor 2) put to sleep by group
+/// sched through KEDA's pause, KEDA's HPA gone.
+async fn group_asleep_through_keda(client: &Client, n: &str) -> (KedaOperator, Operator) {
+    let keda = KedaOperator::start(client, n).await;
+    dev_web_under_keda(client, n).await;
+    let op = Operator::start(client, n, noon(), None, "test");
+    create_tdset(client, n, &tdset("sched", over_dev(json!([])))).await;
+    scaled_object_where(client, n, "paused by the group, and by KEDA", |o| {
+        annotation(o, PAUSED_REPLICAS) == Some("0") && paused(o) == Some(true)
+    })
+    .await;
+    deployment_at(client, n, "web", 0).await;
+    keda_hpa_gone(client, n).await;
+    (keda, op)
+}
+
+/// A group deleted at night gives its ScaledObject's pause back, and goes only once KEDA runs
+/// the workload again: the workload's record of the night (what wakes it should KEDA not) is
+/// taken off then, not left behind on a workload at 0 (keda#6982: a ScaledObject KEDA leaves
+/// paused with no pause on it, and nobody left to see it).
+#[tokio::test]
+async fn a_group_deleted_at_night_goes_once_keda_runs_its_workload_again() {
+    let (client, ns) = setup("keda-group-delete").await;
+    let n = &ns.name;
+    let (_keda, op) = group_asleep_through_keda(&client, n).await;
+
+    delete_tdset_and_wait(&client, n, "sched").await;
+    // Already so when the TDSet is gone: read once, not waited for.
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(
+        replicas(&web),
+        Some(2),
+        "KEDA ran it again before the TDSet went"
+    );
+    assert!(unmarked(&web), "no record left behind: {:?}", web.metadata);
+    let so = serde_json::to_value(scaled_objects(&client, n).get("web").await.unwrap()).unwrap();
+    assert_eq!(paused(&so), Some(false), "{so:#}");
+    op.stop().await;
+    ns.cleanup().await;
+}
+
+/// The same with KEDA's operator down: the pause is given back, the TDSet kept while KEDA is
+/// waited for (bounded), then the operator gives the workload its own count itself, says so in
+/// a Warning, and the TDSet goes.
+#[tokio::test]
+async fn a_group_deleted_at_night_while_keda_is_down_wakes_its_workload_itself_then_goes() {
+    let (client, ns) = setup("keda-group-down").await;
+    let n = &ns.name;
+    let (keda, op) = group_asleep_through_keda(&client, n).await;
+    drop(keda);
+
+    let tdsets = deleted_while_keda_is_down(&client, n, "the pause given back", |o| {
+        annotation(o, PAUSED_REPLICAS).is_none() && annotation(o, PAUSED).is_none()
+    })
+    .await;
+    // KEDA is waited for twice its grace (60 s) before the operator wakes the workload itself.
+    eventually(GUARD * 2, "TDSet sched gone, KEDA waited for", || async {
+        matches!(tdsets.get_opt("sched").await, Ok(None)).then_some(())
+    })
+    .await;
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(
+        replicas(&web),
+        Some(2),
+        "woken to its own count before the TDSet went"
+    );
+    assert!(unmarked(&web), "no record left behind: {:?}", web.metadata);
+    wait_for_event(&client, n, "sched", |(_, reason, note)| {
+        reason == "KedaNotResumed" && note.contains("Deployment web (2 replicas)")
+    })
+    .await;
     op.stop().await;
     ns.cleanup().await;
 }

@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 
 use kube::ResourceExt;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::forms::{group, owned};
@@ -68,6 +68,15 @@ async fn release_group(
         ));
     }
     Ok(release)
+}
+
+/// Whether KEDA runs again every workload of the group it scales and the TDSet put to sleep
+/// (else the TDSet is kept, bounded: see `group::keda_release`).
+fn keda_waited(release: &group::Release) -> bool {
+    if !release.waiting.is_empty() {
+        debug!(workloads = ?release.waiting, "waiting for KEDA to run them again");
+    }
+    release.waiting.is_empty()
 }
 
 fn restores(tdset: &TDSet) -> bool {
@@ -140,8 +149,10 @@ pub(crate) async fn on_delete(
         // Owned objects go with the garbage collector; a target is kept as it is.
         return Ok(None);
     }
-    if held_group(tdset, ctx) {
-        release_group(tdset, ctx, ns, "deleted", events).await?;
+    if held_group(tdset, ctx)
+        && !keda_waited(&release_group(tdset, ctx, ns, "deleted", events).await?)
+    {
+        return Ok(Some(scaled_object::SOON));
     }
     match ctx.statuses.current(tdset).and_then(|s| s.target) {
         Some(recorded) => {
@@ -243,6 +254,13 @@ async fn release_previous(
         // could not be listed (not granted): until then its workloads may sleep on. A kind
         // whose CRD is gone does not keep it (its records went with its objects).
         let release = release_group(tdset, ctx, ns, "given another form", events).await?;
+        if !keda_waited(&release) {
+            // The status keeps the group (nothing else is written) until KEDA has.
+            return Ok(Previous {
+                unreleased: None,
+                wait: Some(scaled_object::SOON),
+            });
+        }
         if release.stuck
             && let Some(first) = release.problems.into_iter().next()
         {

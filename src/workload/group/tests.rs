@@ -923,3 +923,70 @@ fn a_keda_workload_taken_over_at_night_keeps_the_own_count_on_record() {
     let r = night.writes[0].record.as_ref().unwrap();
     assert_eq!((r.holder.as_str(), r.own), ("g", Value::Replicas(4)));
 }
+
+/// Letting go of a workload asleep on record under KEDA: the record goes once KEDA runs it
+/// (or may keep it at 0), is kept while the pause is on or KEDA has not acted, and past the
+/// bound (or where the ScaledObject is not known) the own count is written directly.
+#[test]
+fn a_group_let_go_of_waits_for_keda_to_run_what_it_put_to_sleep_then_wakes_it_itself() {
+    let secs = std::time::Duration::from_secs;
+    let mut web = deployment("web", 0);
+    web.record = Some(Record {
+        holder: "g".into(),
+        own: Value::Replicas(2),
+        scheduled: Value::Replicas(0),
+        previous: None,
+    });
+    assert!(asleep_on_record("g", &web));
+    assert!(!asleep_on_record("other", &web));
+    let keda = |floor, paused| Some(Value::Keda { floor, paused });
+    let bound = secs(60);
+    assert_eq!(
+        keda_release(&web, keda(2, true), secs(0), bound),
+        KedaRelease::Wait
+    );
+    assert_eq!(
+        keda_release(&web, keda(2, false), secs(59), bound),
+        KedaRelease::Wait
+    );
+    assert_eq!(
+        keda_release(&web, keda(2, false), secs(60), bound),
+        KedaRelease::Wake
+    );
+    assert_eq!(keda_release(&web, None, secs(10), bound), KedaRelease::Wait);
+    assert_eq!(keda_release(&web, None, secs(60), bound), KedaRelease::Wake);
+    // KEDA's floor of 0: it may keep the workload at 0, and that is KEDA's to decide.
+    assert_eq!(
+        keda_release(&web, keda(0, false), secs(0), bound),
+        KedaRelease::Resumed
+    );
+    assert_eq!(
+        keda_release(&web, keda(0, true), secs(0), bound),
+        KedaRelease::Wait
+    );
+    web.keda = true;
+    assert!(released("g", &web, Some(KedaRelease::Wait)).is_empty());
+    let woken = released("g", &web, Some(KedaRelease::Wake));
+    let two = Value::Replicas(2);
+    assert_eq!(
+        (woken.len(), woken[0].to, &woken[0].record),
+        (1, two, &None),
+        "its own count, directly"
+    );
+    web.value = two;
+    assert_eq!(
+        keda_release(&web, keda(2, false), secs(0), bound),
+        KedaRelease::Resumed
+    );
+    let resumed = released("g", &web, Some(KedaRelease::Resumed));
+    assert_eq!(
+        (resumed[0].to, &resumed[0].record),
+        (two, &None),
+        "KEDA's count, left"
+    );
+    // Still paused (by the operator) while it runs: not KEDA's doing yet.
+    assert_eq!(
+        keda_release(&web, keda(2, true), secs(0), bound),
+        KedaRelease::Wait
+    );
+}

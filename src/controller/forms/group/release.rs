@@ -3,17 +3,20 @@
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use kube::ResourceExt;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::api::{ScaleTargetSelector, TDSet};
+use crate::controller::kinds::scaled_object::KEDA_GRACE;
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::Context;
 use crate::error::{Error, Result};
-use crate::schedule::Count;
 use crate::status::Problem;
-use crate::workload::group::{self, LeaveReason, Place, Why};
+use crate::workload::group::{self, KedaRelease, Place, Value};
+use crate::workload::keda;
 
-use super::observe::{Keep, Kind, kinds, member_of, observe, recorded_kinds};
+use super::observe::{
+    Keep, Kind, is_floor_kind, is_scaled_object, kinds, member_of, observe, recorded_kinds,
+};
 use super::place::{handed_to, keda_targets};
 use super::write::{Sent, WRITES_IN_FLIGHT, send};
 
@@ -25,6 +28,9 @@ pub(crate) struct Release {
     /// webhook, a permission), or a kind that may carry records could not be listed: the
     /// group is not done with.
     pub(crate) stuck: bool,
+    /// Workloads KEDA scales, asleep on this TDSet's record, that KEDA has not run again yet
+    /// since their ScaledObject's pause was given back: the TDSet is kept (bounded) until it has.
+    pub(crate) waiting: Vec<String>,
 }
 
 /// Gives every workload carrying this TDSet's record its own count back (deletion, or the
@@ -53,6 +59,10 @@ pub(crate) async fn release_all(
     // "given back" again and again, and must not keep the loop going).
     let mut given_back = std::collections::HashSet::new();
     let mut round = 0;
+    // What KEDA is waited for (see `group::keda_release`), since when, and what it was not
+    // waited for any longer.
+    let wait_key = format!("{ns}/{name}/keda-release");
+    let (mut waiting, mut woken) = (Vec::new(), Vec::new());
     loop {
         round += 1;
         attempt += 1;
@@ -68,19 +78,32 @@ pub(crate) async fn release_all(
         let unlisted_kind = listed.iter().any(|l| !l);
         let mut writes = Vec::new();
         let keda = keda_targets(&kinds, &found);
-        for (k, o, value) in found {
+        let members: Vec<(usize, group::Member)> = (found.into_iter())
+            .map(|(k, o, value)| {
+                let kind = &kinds[k];
+                let mut m = member_of(kind, &o, value, Place::Outside);
+                m.handed_to = handed_to(ctx, ns, kind, &o, &m);
+                // Scaled through a ScaledObject it gives back now: its record goes, its count
+                // is KEDA's to set.
+                m.keda = keda.contains(&target_of(kind, &m));
+                (k, m)
+            })
+            .collect();
+        let kedas = kedas_of_asleep(ctx, ns, &name, &kinds, &members).await?;
+        waiting.clear();
+        woken.clear();
+        for (k, m) in members {
             let kind = &kinds[k];
-            let mut m = member_of(kind, &o, value, Place::Outside);
-            m.handed_to = handed_to(ctx, ns, kind, &o, &m);
-            // Asleep through a ScaledObject it gives back now: its record goes, its count is
-            // KEDA's to set.
-            m.keda = keda.contains(&(
-                kind.resource.group.clone(),
-                kind.resource.kind.clone(),
-                m.name.clone(),
-            ));
-            for mut w in group::plan(&name, Count::Own, std::slice::from_ref(&m)).writes {
-                w.why = Why::Left(LeaveReason::Released);
+            let keda = kedas.as_ref().and_then(|s| s.scaling(kind, &m)).map(|so| {
+                let waited = ctx.contest(&wait_key, |c| c.seen_for(tokio::time::Instant::now()));
+                group::keda_release(&m, so, waited, KEDA_GRACE * 2)
+            });
+            match keda {
+                Some(KedaRelease::Wait) => waiting.push(format!("{} {}", m.kind, m.name)),
+                Some(KedaRelease::Wake) => woken.push(m.uid.clone()),
+                _ => {}
+            }
+            for w in group::released(&name, &m, keda) {
                 writes.push((kind, m.clone(), w));
             }
         }
@@ -101,12 +124,16 @@ pub(crate) async fn release_all(
             .collect()
             .await;
         let mut released = Vec::new();
+        let mut woke = Vec::new();
         let mut progress = false;
         let mut failed = None;
         for (what, workload_uid, w, result) in sent {
             match result {
                 Ok(Sent::Done) => {
                     info!(workload = %what, to = %w.to, "released");
+                    if woken.contains(&workload_uid) {
+                        woke.push(format!("{what} ({})", w.to));
+                    }
                     released.push(format!("{what} ({})", w.to));
                     progress |= given_back.insert(workload_uid);
                 }
@@ -135,6 +162,21 @@ pub(crate) async fn release_all(
                 ),
             ));
         }
+        if !woke.is_empty() {
+            warn!(workloads = ?woke, "KEDA did not run them again; woken directly");
+            events.push(note(
+                tdset,
+                EventType::Warning,
+                "KedaNotResumed",
+                format!(
+                    "KEDA did not run {} again within {}s of their ScaledObjects' pause given \
+                     back; the operator woke them to their own count itself. Is KEDA's operator \
+                     running? `kubectl describe scaledobjects -n {ns}`",
+                    woke.join(", "),
+                    (KEDA_GRACE * 2).as_secs()
+                ),
+            ));
+        }
         // Those that landed are said; the first that failed outright fails the reconcile.
         if let Some(e) = failed {
             return Err(e);
@@ -151,9 +193,14 @@ pub(crate) async fn release_all(
                     problems.push(left_past_reads(ctx, ns, uid));
                 }
                 refused.extend(problems);
+                if waiting.is_empty() {
+                    // Over: a later release starts its bound afresh.
+                    ctx.forget_contest(&wait_key);
+                }
                 return Ok(Release {
                     problems: refused,
                     stuck,
+                    waiting,
                 });
             }
         }
@@ -172,6 +219,78 @@ fn left_past_reads(ctx: &Context, ns: &str, uid: &str) -> Problem {
          back; those past them were not read. Find them with: kubectl get \
          deployments,statefulsets,cronjobs,hpa -n {ns} -l {label}"
     ))
+}
+
+/// A workload's kind, as a ScaledObject names its target: group, kind, name.
+type Target = (String, String, String);
+
+fn target_of(kind: &Kind, m: &group::Member) -> Target {
+    let r = &kind.resource;
+    (r.group.clone(), r.kind.clone(), m.name.clone())
+}
+
+/// The namespace's ScaledObjects, read where a workload sleeps on this TDSet's record (its
+/// ScaledObject may no longer carry the TDSet's label: given back in an earlier round or
+/// reconcile).
+struct Kedas {
+    /// The uids of the workloads asleep on record.
+    asleep: Vec<String>,
+    /// Each ScaledObject's target and value; `None`: not listed whole.
+    scaled: Option<Vec<(Target, Value)>>,
+}
+
+impl Kedas {
+    /// For a workload asleep on record that a ScaledObject scales, that ScaledObject's value
+    /// (`Some(None)`: whether one does is not known).
+    fn scaling(&self, kind: &Kind, m: &group::Member) -> Option<Option<Value>> {
+        if !self.asleep.contains(&m.uid) {
+            return None;
+        }
+        let target = target_of(kind, m);
+        match &self.scaled {
+            None => Some(None),
+            Some(scaled) => (scaled.iter())
+                .find(|(t, _)| *t == target)
+                .map(|(_, v)| Some(*v)),
+        }
+    }
+}
+
+/// `None` where KEDA is not installed or nothing sleeps on this TDSet's record.
+async fn kedas_of_asleep(
+    ctx: &Context,
+    ns: &str,
+    me: &str,
+    kinds: &[Kind],
+    members: &[(usize, group::Member)],
+) -> Result<Option<Kedas>> {
+    let Some(k) = kinds.iter().position(is_scaled_object) else {
+        return Ok(None);
+    };
+    let asleep: Vec<String> = (members.iter())
+        .filter(|(kind, m)| !is_floor_kind(&kinds[*kind]) && group::asleep_on_record(me, m))
+        .map(|(_, m)| m.uid.clone())
+        .collect();
+    if asleep.is_empty() {
+        return Ok(None);
+    }
+    let keep = Keep::new(ctx, ns, me, None, Vec::new());
+    let everything = |kind: &Kind| match is_scaled_object(kind) {
+        true => vec![String::new()],
+        false => Vec::new(),
+    };
+    let mut problems = Vec::new();
+    let (found, listed) = observe(ctx, ns, kinds, everything, &keep, &mut problems).await?;
+    let scaled = listed[k].then(|| {
+        (found.iter())
+            .filter(|(kind, ..)| *kind == k)
+            .map(|(_, o, v)| {
+                let t = keda::target_of(&o.data);
+                ((t.group().to_string(), t.kind.clone(), t.name), *v)
+            })
+            .collect()
+    });
+    Ok(Some(Kedas { asleep, scaled }))
 }
 
 /// One release sent: the workload (in words, and its uid), the write, what it came to.

@@ -7,8 +7,8 @@ mod write;
 
 use let_go::forget_resume;
 pub(crate) use let_go::let_go;
-pub(crate) use write::{CHECK_EVERY, SOON};
-use write::{KEDA_GRACE, write_plan};
+use write::write_plan;
+pub(crate) use write::{CHECK_EVERY, KEDA_GRACE, SOON};
 
 use std::time::Duration;
 

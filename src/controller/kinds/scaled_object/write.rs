@@ -9,8 +9,9 @@ use crate::controller::state::{Answer, Context};
 use crate::workload::keda::{self, Plan};
 use crate::workload::owned::FIELD_MANAGER;
 
-/// How long KEDA is given to answer a write before the TDSet says it has not.
-pub(super) const KEDA_GRACE: Duration = Duration::from_secs(30);
+/// How long KEDA is given to answer a write before the TDSet says it has not (letting go waits
+/// twice as long before it wakes a workload KEDA left at 0 itself).
+pub(crate) const KEDA_GRACE: Duration = Duration::from_secs(30);
 /// How often a settled ScaledObject is read again: no watch reports KEDA's status or a
 /// change of the workload's count while it is paused.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(15);
