@@ -7,9 +7,8 @@ use tracing::debug;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::record::{
-    Record, ensure_durable, problem_outcome, target_status, wake_left, wake_left_behind,
-};
+use super::hold::Held;
+use super::record::{Record, ensure_durable, problem_outcome, wake_left, wake_left_behind};
 use crate::api::{Asleep, ScaleTargetRef, TargetStatus};
 use crate::controller::io::target::{
     HpaRead, read_hpa, resolve_and_read, write, write_if_unchanged, write_max_replicas,
@@ -41,89 +40,99 @@ struct HpaTarget {
     requests: Requests,
 }
 
-/// `scaleTargetRef` to an HPA: the schedule is its floor (see `workload::hpa`).
-pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
-    let Turn {
-        tdset,
-        ctx,
-        ns,
-        eval,
-        write: _,
-        events: _,
-    } = turn;
-    if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
-        return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
+/// An HPA (`hold::<Hpa>`): the schedule is its floor (see `workload::hpa`).
+pub(crate) struct Hpa;
+
+impl Held for Hpa {
+    const FIELD: &'static str = FIELD;
+    type Read = HpaRead;
+
+    async fn read(turn: &Turn<'_>, r: &ScaleTargetRef) -> Answer<HpaRead> {
+        read_hpa(turn.ctx, turn.ns, r).await
     }
-    let (hpa, uid, max_setter) = match read_hpa(ctx, ns, r).await? {
-        Ok(found) => found,
-        Err(p) => {
-            let recorded = target_status(tdset, ctx, ns, r, FIELD, None).await?;
-            return Ok(problem_outcome(p, r, recorded.status));
-        }
-    };
-    // A group's floor on it is not its own (see `group::own_floor`), nor another TDSet's.
-    let own = claims::own_count(tdset, ctx, ns, r, uid.as_deref(), hpa.min(), hpa.own_min);
-    let observed = Some((own, uid.as_deref()));
-    let record = target_status(tdset, ctx, ns, r, FIELD, observed).await?;
-    // KEDA makes this HPA and keeps its floor at its ScaledObject's minReplicaCount: a floor
-    // written here would be put back at once, again and again. Refused, nothing written to it;
-    // a workload this TDSet put to sleep through it before KEDA took it is woken first (an HPA
-    // does not scale up from 0, and nobody else would).
-    if let Some(owner) = &hpa.scaled_object {
+
+    fn observed(
+        turn: &Turn<'_>,
+        r: &ScaleTargetRef,
+        (hpa, uid, _): &HpaRead,
+    ) -> (i32, Option<String>) {
+        // A group's floor on it is not its own (see `group::own_floor`), nor another TDSet's.
+        let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
+        let own = claims::own_count(tdset, ctx, ns, r, uid.as_deref(), hpa.min(), hpa.own_min);
+        (own, uid.clone())
+    }
+
+    /// KEDA makes this HPA and keeps its floor at its ScaledObject's minReplicaCount: a floor
+    /// written here would be put back at once, again and again. Refused, nothing written to
+    /// it; a workload this TDSet put to sleep through it before KEDA took it is woken first
+    /// (an HPA does not scale up from 0, and nobody else would).
+    async fn refused(
+        turn: &mut Turn<'_>,
+        r: &ScaleTargetRef,
+        (hpa, ..): &HpaRead,
+        record: &Record,
+    ) -> Result<Option<Outcome>> {
+        let Some(owner) = &hpa.scaled_object else {
+            return Ok(None);
+        };
         if let Some(left) = &record.status.asleep {
             let to = record.status.original_replicas.unwrap_or(1).max(1);
             let why = format!(
                 "ScaledObject {owner} manages HorizontalPodAutoscaler {}",
                 r.name
             );
-            wake_left(&mut turn, left, to, why).await?;
+            wake_left(turn, left, to, why).await?;
         }
-        return Ok(claims::held_outcome(
-            tdset,
-            ctx,
-            managed_by_keda(r, owner),
-            r,
-        ));
+        let p = managed_by_keda(r, owner);
+        Ok(Some(claims::held_outcome(turn.tdset, turn.ctx, p, r)))
     }
-    let target = read_target(ctx, ns, hpa.target.clone()).await?;
-    // The HPA points at another workload than the one this TDSet put to sleep through it (or
-    // that one was replaced): it is woken to the HPA's own floor first, suspended or not
-    // (letting go is not scheduling); nobody else would.
-    let mut record = record;
-    let why = format!("HorizontalPodAutoscaler {} no longer scales it", r.name);
-    let now = (&target.reference, target.uid.as_deref());
-    wake_left_behind(&mut turn, &mut record, now, why).await?;
-    // The HPA's own ceiling: as recorded; or, while the ceiling on the HPA is one this
-    // operator wrote, as the TDSet that set it records it (a younger claim that held the HPA
-    // until this one came; its record says nothing once the owner set another since); else
-    // the one it has.
-    let own = record
-        .status
-        .original_max_replicas
-        .or_else(|| {
-            hpa.max_by_operator
-                .then(|| claims::own_max_elsewhere(tdset, ctx, ns, r, uid.as_deref()))
-                .flatten()
-        })
-        .unwrap_or(hpa.max_replicas);
-    let ceiling = Ceiling {
-        in_force: hpa::ceiling_in_force(eval.ceiling, eval.ahead_of.map(|t| t.ceiling), own),
-        own,
-    };
-    let mut plan = hpa::plan(
-        eval.replicas,
-        ceiling.in_force,
-        Some(own),
-        &hpa,
-        target.replicas,
-    );
-    if turn.write == Write::Never {
-        plan.min_replicas = None;
-        plan.max_replicas = None;
-        plan.scale_target = None;
+
+    async fn apply(
+        turn: &mut Turn<'_>,
+        r: &ScaleTargetRef,
+        read: HpaRead,
+        mut record: Record,
+    ) -> Result<Outcome> {
+        let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
+        let hpa = &read.0;
+        let target = read_target(ctx, ns, hpa.target.clone()).await?;
+        // The HPA points at another workload than the one this TDSet put to sleep through it
+        // (or that one was replaced): it is woken to the HPA's own floor first, suspended or
+        // not (letting go is not scheduling); nobody else would.
+        let why = format!("HorizontalPodAutoscaler {} no longer scales it", r.name);
+        let now = (&target.reference, target.uid.as_deref());
+        wake_left_behind(turn, &mut record, now, why).await?;
+        // The HPA's own ceiling: as recorded; or, while the ceiling on the HPA is one this
+        // operator wrote, as the TDSet that set it records it (a younger claim that held the
+        // HPA until this one came; its record says nothing once the owner set another since);
+        // else the one it has.
+        let uid = read.1.as_deref();
+        let own = (record.status.original_max_replicas)
+            .or_else(|| {
+                (hpa.max_by_operator)
+                    .then(|| claims::own_max_elsewhere(tdset, ctx, ns, r, uid))
+                    .flatten()
+            })
+            .unwrap_or(hpa.max_replicas);
+        let ahead = eval.ahead_of.map(|t| t.ceiling);
+        let ceiling = Ceiling {
+            in_force: hpa::ceiling_in_force(eval.ceiling, ahead, own),
+            own,
+        };
+        let mut plan = hpa::plan(
+            eval.replicas,
+            ceiling.in_force,
+            Some(own),
+            hpa,
+            target.replicas,
+        );
+        if turn.write == Write::Never {
+            plan.min_replicas = None;
+            plan.max_replicas = None;
+            plan.scale_target = None;
+        }
+        apply(turn, r, read, record, target, plan, ceiling).await
     }
-    let read = (hpa, uid, max_setter);
-    apply(&mut turn, r, read, record, target, plan, ceiling).await
 }
 
 /// The workload the HPA scales, as read now (or why it cannot be read).

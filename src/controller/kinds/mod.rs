@@ -2,6 +2,7 @@
 //! the objects a group holds), one room per kind: a pure plan (in `crate::workload`) plus the
 //! writes it needs, through `io`.
 //!
+//! - `hold`: the protocol every kind is held by, written once (`Held`: what each says);
 //! - `scale`: a kind with `/scale`;
 //! - `hpa`: an HPA, the schedule as its floor (and ceiling);
 //! - `scaled_object`: a KEDA ScaledObject: paused, floored, checked, let go of;
@@ -11,6 +12,7 @@
 
 pub(crate) mod claims;
 pub(crate) mod events;
+pub(crate) mod hold;
 pub(crate) mod hpa;
 pub(crate) mod record;
 pub(crate) mod scale;

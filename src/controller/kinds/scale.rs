@@ -10,10 +10,11 @@ use kube::ResourceExt;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::record::{Record, ensure_durable, problem_outcome, target_status};
+use super::hold::Held;
+use super::record::{Record, ensure_durable, problem_outcome};
 use crate::api::ScaleTargetRef;
 use crate::controller::io::target::{hpas_in, resolve_and_read, write};
-use crate::controller::state::{Outcome, Resolved, Scaled, Write};
+use crate::controller::state::{Answer, Outcome, Resolved, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Missing, Observed, Problem, reason};
 use crate::workload::contest::Verdict;
@@ -22,69 +23,83 @@ use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Saved;
 use crate::workload::target::{self, ScaleView};
 
-/// `scaleTargetRef` to a kind with `/scale`: replicas follow the schedule, unless an HPA
-/// scales the same object (then nothing is written: the two would fight).
-pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
-    let Turn {
-        tdset,
-        ctx,
-        ns,
-        eval,
-        write: _,
-        events: _,
-    } = turn;
-    if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
-        return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
-    }
-    if ctx.hpas.wait_until_ready().now_or_never().is_none() {
+/// A kind with `/scale` (`hold::<Scale>`): replicas follow the schedule, unless an HPA scales
+/// the same object (then nothing is written: the two would fight).
+pub(crate) struct Scale;
+
+impl Held for Scale {
+    const FIELD: &'static str = FIELD;
+    type Read = (Resolved, ScaleView);
+
+    fn not_yet(turn: &Turn<'_>) -> Option<(Missing, Duration)> {
         // Until the HPA cache holds a full list, a conflicting HPA could be missed: write
         // nothing yet and look again in a moment.
-        return Ok(Outcome {
-            // Keep what status remembers (the original count), as every other path does.
-            target: Some(target_status(tdset, ctx, ns, r, FIELD, None).await?.status),
-            retry: Some(Duration::from_secs(1)),
-            ..Outcome::missing(
-                Missing {
+        turn.ctx
+            .hpas
+            .wait_until_ready()
+            .now_or_never()
+            .is_none()
+            .then(|| {
+                let missing = Missing {
                     reason: reason::TARGET_MISSING,
                     message: "waiting for the HorizontalPodAutoscaler cache to sync".into(),
-                },
-                None,
-            )
-        });
+                };
+                (missing, Duration::from_secs(1))
+            })
     }
-    let (res, view) = match resolve_and_read(ctx, ns, r).await? {
-        Ok(found) => found,
-        Err(p) => {
-            let recorded = target_status(tdset, ctx, ns, r, FIELD, None).await?;
-            return Ok(problem_outcome(p, r, recorded.status));
-        }
-    };
-    if let Some(p) = claims::held_by_group(tdset, ctx, ns, r, &view.labels) {
-        return Ok(claims::held_outcome(tdset, ctx, p, r));
+
+    async fn read(turn: &Turn<'_>, r: &ScaleTargetRef) -> Answer<Self::Read> {
+        resolve_and_read(turn.ctx, turn.ns, r).await
     }
-    let uid = view.uid.as_deref();
-    let own = claims::own_count(
-        tdset,
-        ctx,
-        ns,
-        r,
-        uid,
-        view.spec_replicas,
-        view.own_replicas,
-    );
-    let record = target_status(tdset, ctx, ns, r, FIELD, Some((own, uid))).await?;
-    if let Some(h) = target::conflicting_hpa(r, &hpas_in(ctx, ns)) {
+
+    fn held_by_group(
+        turn: &Turn<'_>,
+        r: &ScaleTargetRef,
+        (_, view): &Self::Read,
+    ) -> Option<Problem> {
+        claims::held_by_group(turn.tdset, turn.ctx, turn.ns, r, &view.labels)
+    }
+
+    fn observed(
+        turn: &Turn<'_>,
+        r: &ScaleTargetRef,
+        (_, view): &Self::Read,
+    ) -> (i32, Option<String>) {
+        let uid = view.uid.as_deref();
+        let (spec, own) = (view.spec_replicas, view.own_replicas);
+        let count = claims::own_count(turn.tdset, turn.ctx, turn.ns, r, uid, spec, own);
+        (count, view.uid.clone())
+    }
+
+    async fn refused(
+        turn: &mut Turn<'_>,
+        r: &ScaleTargetRef,
+        (_, view): &Self::Read,
+        record: &Record,
+    ) -> Result<Option<Outcome>> {
+        let hpas = hpas_in(turn.ctx, turn.ns);
+        let Some(h) = target::conflicting_hpa(r, &hpas) else {
+            return Ok(None);
+        };
         let p = Problem::ConflictingAutoscaler(format!(
             "HorizontalPodAutoscaler {} also scales {r}; the operator writes nothing rather than fight it. \
              Set spec.scaleTargetRef to {{apiVersion: autoscaling/v2, kind: HorizontalPodAutoscaler, name: {}}} \
              to make the schedule the HPA's floor",
             h.name, h.name
         ));
-        let mut out = problem_outcome(p, r, record.status);
-        out.workload = Ok(Observed::scale(&r.kind, &r.name, &view, eval.replicas));
-        return Ok(out);
+        let mut out = problem_outcome(p, r, record.status.clone());
+        out.workload = Ok(Observed::scale(&r.kind, &r.name, view, turn.eval.replicas));
+        Ok(Some(out))
     }
-    apply(&mut turn, r, &res, view, record).await
+
+    async fn apply(
+        turn: &mut Turn<'_>,
+        r: &ScaleTargetRef,
+        (res, view): Self::Read,
+        record: Record,
+    ) -> Result<Outcome> {
+        apply(turn, r, &res, view, record).await
+    }
 }
 
 /// The field this form sets.

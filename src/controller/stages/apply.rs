@@ -4,7 +4,7 @@
 use super::resolve::Resolved;
 use crate::api::TDSet;
 use crate::controller::forms::{group, owned};
-use crate::controller::kinds::{Turn, hpa, scale, scaled_object};
+use crate::controller::kinds::{Turn, hold as kind, hpa, scale, scaled_object};
 use crate::controller::lane::Events;
 use crate::controller::state::{Context, Outcome, Write};
 use crate::error::Result;
@@ -57,9 +57,9 @@ pub(crate) async fn apply(
             })
         }
         Source::Container(_) | Source::Template(_) => owned::reconcile(turn).await,
-        Source::Scale(target) => scale::reconcile(turn, target).await,
-        Source::HpaFloor(r) => hpa::reconcile(turn, r).await,
-        Source::ScaledObject(so) => scaled_object::reconcile(turn, so).await,
+        Source::Scale(target) => kind::hold::<scale::Scale>(turn, target).await,
+        Source::HpaFloor(r) => kind::hold::<hpa::Hpa>(turn, r).await,
+        Source::ScaledObject(so) => kind::hold::<scaled_object::ScaledObject>(turn, so).await,
         Source::Group(sel) => group::reconcile(turn, sel).await,
     }
 }

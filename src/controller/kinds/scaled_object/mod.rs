@@ -15,16 +15,16 @@ use std::time::Duration;
 use kube::ResourceExt;
 
 use super::Turn;
-use super::claims;
 use super::events::record_scale;
+use super::hold::Held;
 use super::record::{
-    Record, asleep_is, ensure_durable, problem_outcome, target_status, wake_left, wake_left_behind,
+    Record, asleep_is, ensure_durable, problem_outcome, wake_left, wake_left_behind,
 };
 use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
 use crate::controller::lane::{EventType, note};
-use crate::controller::state::{ContestPart, Context, Outcome, Scaled, Write};
+use crate::controller::state::{Answer, ContestPart, Context, Outcome, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::contest::Verdict;
@@ -50,107 +50,133 @@ pub(crate) fn keys(tdset_key: &str) -> [String; 4] {
     .map(|part| part.key(tdset_key))
 }
 
-pub(crate) async fn reconcile(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
-    let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
-    // Scheduled again (a retarget undone before it was over): no let-go is in progress.
-    forget_resume(ctx, &format!("{ns}/{}", tdset.name_any()));
-    if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
-        return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
+/// A KEDA ScaledObject (`hold::<ScaledObject>`): paused at night, floored by day, checked.
+pub(crate) struct ScaledObject;
+
+impl Held for ScaledObject {
+    const FIELD: &'static str = FIELD;
+    type Read = ScaledObjectRead;
+
+    /// Scheduled again (a retarget undone before it was over): no let-go is in progress.
+    fn scheduled(turn: &Turn<'_>) {
+        forget_resume(turn.ctx, &format!("{}/{}", turn.ns, turn.tdset.name_any()));
     }
-    let mut so = match io::read(ctx, ns, r).await? {
-        Ok(found) => found,
-        Err(p) => {
-            let mut recorded = target_status(tdset, ctx, ns, r, FIELD, None).await?;
-            // Gone (KEDA's finalizer leaves the workload at the paused count): the workload
-            // this TDSet put to sleep through it is woken, since nobody else would.
-            if let (Problem::TargetNotFound(_), Some(left)) = (&p, recorded.status.asleep.clone()) {
-                let to = recorded.status.original_replicas.unwrap_or(1).max(1);
-                let why = format!("ScaledObject {} is gone", r.name);
-                if wake_left(&mut turn, &left, to, why).await? {
-                    recorded.status.asleep = None;
-                }
+
+    async fn read(turn: &Turn<'_>, r: &ScaleTargetRef) -> Answer<ScaledObjectRead> {
+        io::read(turn.ctx, turn.ns, r).await
+    }
+
+    /// Gone (KEDA's finalizer leaves the workload at the paused count): the workload this
+    /// TDSet put to sleep through it is woken, since nobody else would.
+    async fn unread(
+        turn: &mut Turn<'_>,
+        r: &ScaleTargetRef,
+        p: &Problem,
+        recorded: &mut Record,
+    ) -> Result<()> {
+        if let (Problem::TargetNotFound(_), Some(left)) = (p, recorded.status.asleep.clone()) {
+            let to = recorded.status.original_replicas.unwrap_or(1).max(1);
+            let why = format!("ScaledObject {} is gone", r.name);
+            if wake_left(turn, &left, to, why).await? {
+                recorded.status.asleep = None;
             }
-            return Ok(problem_outcome(p, r, recorded.status));
         }
-    };
-    let uid = so.view.uid.clone();
-    let mut record = target_status(
-        tdset,
-        ctx,
-        ns,
-        r,
-        FIELD,
-        Some((so.view.min(), uid.as_deref())),
-    )
-    .await?;
-    // The workload is read for the checks and the record of a pause at the current count; the
-    // schedule's writes do not wait for it (a give-back in the morning least of all).
-    let workload = resolve_and_read(ctx, ns, &so.view.target)
-        .await?
-        .map(|(_, view)| view)
-        .map_err(|p| {
-            Problem::TargetNotFound(format!(
-                "the workload of ScaledObject {}: {}",
-                r.name,
-                p.message()
-            ))
-        });
-    // Pointed at another workload than the one this TDSet put to sleep through it (or that one
-    // was replaced): that one is woken to the own floor it was put to sleep from.
-    let workload_uid = workload.as_ref().ok().and_then(|w| w.uid.as_deref());
-    let why = format!("ScaledObject {} no longer scales it", r.name);
-    wake_left_behind(&mut turn, &mut record, (&so.view.target, workload_uid), why).await?;
+        Ok(())
+    }
+
+    fn observed(_: &Turn<'_>, _: &ScaleTargetRef, so: &ScaledObjectRead) -> (i32, Option<String>) {
+        (so.view.min(), so.view.uid.clone())
+    }
+
+    /// The workload read beside it (for the checks and the record of a pause at the current
+    /// count; the schedule's writes do not wait for it, a give-back in the morning least of
+    /// all), the plan written, KEDA checked.
+    async fn apply(
+        turn: &mut Turn<'_>,
+        r: &ScaleTargetRef,
+        mut so: ScaledObjectRead,
+        mut record: Record,
+    ) -> Result<Outcome> {
+        let workload = resolve_and_read(turn.ctx, turn.ns, &so.view.target)
+            .await?
+            .map(|(_, view)| view)
+            .map_err(|p| {
+                Problem::TargetNotFound(format!(
+                    "the workload of ScaledObject {}: {}",
+                    r.name,
+                    p.message()
+                ))
+            });
+        // Pointed at another workload than the one this TDSet put to sleep through it (or
+        // that one was replaced): that one is woken to the own floor it was put to sleep from.
+        let workload_uid = workload.as_ref().ok().and_then(|w| w.uid.as_deref());
+        let why = format!("ScaledObject {} no longer scales it", r.name);
+        wake_left_behind(turn, &mut record, (&so.view.target, workload_uid), why).await?;
+        let replicas = workload.as_ref().ok().map(|w| w.spec_replicas);
+        let (plan, ceiling) = match planned(turn, r, &so, &record, replicas) {
+            Ok(planned) => planned,
+            Err(p) => return Ok(problem_outcome(p, r, record.status)),
+        };
+        let workload = match workload {
+            Ok(w) => w,
+            Err(p) => {
+                // Written as planned; reported, and looked at again, until the workload can
+                // be read.
+                let mut out = apply(turn, r, &mut so, record, plan, None).await?;
+                let target = out.target.take().unwrap_or_default();
+                return Ok(Outcome {
+                    scaled: out.scaled,
+                    ..problem_outcome(p, r, target)
+                });
+            }
+        };
+        let mut out = apply(turn, r, &mut so, record, plan, Some(&workload)).await?;
+        out.ceiling = ceiling.map(|c| c.max(turn.eval.replicas).max(1));
+        if out.problem.is_none() && turn.write == Write::IfDifferent {
+            let (problem, retry) = check(turn, r, &so, &workload).await?;
+            out.problem = problem;
+            out.retry = out.retry.min(Some(retry)).or(Some(retry));
+        }
+        Ok(out)
+    }
+}
+
+/// The schedule's plan for the ScaledObject (nothing written where the turn may not write),
+/// and the ceiling in force; refused where the user's own pause, to be recorded, is too long
+/// to record.
+fn planned(
+    turn: &Turn<'_>,
+    r: &ScaleTargetRef,
+    so: &ScaledObjectRead,
+    record: &Record,
+    replicas: Option<i32>,
+) -> std::result::Result<(Plan, Option<i32>), Problem> {
     let recorded = Originals::of(&record.status);
     let eval = turn.eval;
     let own_max = recorded.max.unwrap_or(so.view.max());
     // While a rise is written ahead of its window (`warmUp`), the higher of the two ceilings.
     let ceiling = hpa::ceiling_in_force(eval.ceiling, eval.ahead_of.map(|t| t.ceiling), own_max);
-    let replicas = workload.as_ref().ok().map(|w| w.spec_replicas);
-    let mut plan = keda::plan(eval.replicas, ceiling, &recorded, &so.view, replicas);
-    let records_pause = plan
-        .record
-        .as_ref()
-        .is_some_and(|r| r.pause != recorded.pause);
+    let plan = keda::plan(eval.replicas, ceiling, &recorded, &so.view, replicas);
+    let records_pause = (plan.record.as_ref()).is_some_and(|r| r.pause != recorded.pause);
     if records_pause && so.view.pause.too_long() {
-        return Ok(problem_outcome(
-            Problem::InvalidSpec(format!(
-                "ScaledObject {} has a pause annotation longer than {} characters; the operator \
-                 records the user's own pause to give it back, and writes nothing over one it \
-                 cannot record",
-                r.name,
-                keda::MAX_RECORDED
-            )),
-            r,
-            record.status,
-        ));
+        return Err(Problem::InvalidSpec(format!(
+            "ScaledObject {} has a pause annotation longer than {} characters; the operator \
+             records the user's own pause to give it back, and writes nothing over one it \
+             cannot record",
+            r.name,
+            keda::MAX_RECORDED
+        )));
     }
     if turn.write == Write::Never {
-        plan = Plan {
-            floor: plan.floor,
+        let floor = plan.floor;
+        let masked = Plan {
+            floor,
             after: recorded,
             ..Plan::default()
         };
+        return Ok((masked, ceiling));
     }
-    let workload = match workload {
-        Ok(w) => w,
-        Err(p) => {
-            // Written as planned; reported, and looked at again, until the workload can be read.
-            let mut out = apply(&mut turn, r, &mut so, record, plan, None).await?;
-            let target = out.target.take().unwrap_or_default();
-            return Ok(Outcome {
-                scaled: out.scaled,
-                ..problem_outcome(p, r, target)
-            });
-        }
-    };
-    let mut out = apply(&mut turn, r, &mut so, record, plan, Some(&workload)).await?;
-    out.ceiling = ceiling.map(|c| c.max(eval.replicas).max(1));
-    if out.problem.is_none() && turn.write == Write::IfDifferent {
-        let (problem, retry) = check(&mut turn, r, &so, &workload).await?;
-        out.problem = problem;
-        out.retry = out.retry.min(Some(retry)).or(Some(retry));
-    }
-    Ok(out)
+    Ok((plan, ceiling))
 }
 
 /// Writes what the plan asks for, its record made durable first.

@@ -1,0 +1,111 @@
+//! The protocol every kind a `scaleTargetRef` names is held by, written once: one writer per
+//! object (`claims`), one read, the record of its own count (`record`), the reasons it is not
+//! written, then the kind's own writes (its pure plan, the durable record first, its contests,
+//! its checks). A kind says only what differs (`Held`).
+
+use std::time::Duration;
+
+use super::Turn;
+use super::claims;
+use super::record::{Record, problem_outcome, target_status};
+use crate::api::ScaleTargetRef;
+use crate::controller::state::{Answer, Outcome};
+use crate::error::Result;
+use crate::status::{Missing, Problem};
+
+/// A kind of object a `scaleTargetRef` holds: what `hold` asks of it, step by step.
+pub(crate) trait Held {
+    /// The field whose own value is recorded (`status.target.field`).
+    const FIELD: &'static str;
+    /// What one read of the object (and what it needs beside it) gave.
+    type Read;
+
+    /// The TDSet schedules the object (again): what a let-go in progress kept is over.
+    fn scheduled(_turn: &Turn<'_>) {}
+
+    /// Not to be read yet (a cache the kind decides from is not synced): why, and when to look
+    /// again. Nothing is written meanwhile; the record is kept.
+    fn not_yet(_turn: &Turn<'_>) -> Option<(Missing, Duration)> {
+        None
+    }
+
+    /// Reads it; `Err`: why it cannot be held now (gone, forbidden, not served).
+    async fn read(turn: &Turn<'_>, r: &ScaleTargetRef) -> Answer<Self::Read>;
+
+    /// It could not be read (`p`): what is owed all the same (a workload left asleep through
+    /// an object that is gone is woken), with the record as it will be reported.
+    async fn unread(
+        _turn: &mut Turn<'_>,
+        _r: &ScaleTargetRef,
+        _p: &Problem,
+        _record: &mut Record,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// A group holds the object (its record on it): left to the group, nothing recorded.
+    fn held_by_group(_turn: &Turn<'_>, _r: &ScaleTargetRef, _read: &Self::Read) -> Option<Problem> {
+        None
+    }
+
+    /// Its own value now and its uid, for the record.
+    fn observed(turn: &Turn<'_>, r: &ScaleTargetRef, read: &Self::Read) -> (i32, Option<String>);
+
+    /// Why it is not written, decided with the record at hand (another autoscaler on it):
+    /// the outcome then, nothing of the kind's written.
+    async fn refused(
+        _turn: &mut Turn<'_>,
+        _r: &ScaleTargetRef,
+        _read: &Self::Read,
+        _record: &Record,
+    ) -> Result<Option<Outcome>> {
+        Ok(None)
+    }
+
+    /// The kind's own part: its plan, written (the record made durable first), checked.
+    async fn apply(
+        turn: &mut Turn<'_>,
+        r: &ScaleTargetRef,
+        read: Self::Read,
+        record: Record,
+    ) -> Result<Outcome>;
+}
+
+/// Holds `r` as kind `K` for one reconcile.
+pub(crate) async fn hold<K: Held>(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
+    let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
+    K::scheduled(&turn);
+    if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
+        return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
+    }
+    if let Some((missing, retry)) = K::not_yet(&turn) {
+        return Ok(Outcome {
+            // Keep what status remembers (the original count), as every other path does.
+            target: Some(
+                target_status(tdset, ctx, ns, r, K::FIELD, None)
+                    .await?
+                    .status,
+            ),
+            retry: Some(retry),
+            ..Outcome::missing(missing, None)
+        });
+    }
+    let read = match K::read(&turn, r).await? {
+        Ok(read) => read,
+        Err(p) => {
+            let mut recorded = target_status(tdset, ctx, ns, r, K::FIELD, None).await?;
+            K::unread(&mut turn, r, &p, &mut recorded).await?;
+            return Ok(problem_outcome(p, r, recorded.status));
+        }
+    };
+    if let Some(p) = K::held_by_group(&turn, r, &read) {
+        return Ok(claims::held_outcome(tdset, ctx, p, r));
+    }
+    let (own, uid) = K::observed(&turn, r, &read);
+    let observed = Some((own, uid.as_deref()));
+    let record = target_status(tdset, ctx, ns, r, K::FIELD, observed).await?;
+    if let Some(out) = K::refused(&mut turn, r, &read, &record).await? {
+        return Ok(out);
+    }
+    K::apply(&mut turn, r, read, record).await
+}
