@@ -54,7 +54,19 @@ async fn seed_manifest_is_accepted_unchanged() {
     // The seed names its namespace (`temp`); create it so the manifest applies as written.
     let _ = kubectl(&["create", "namespace", "temp"]);
     let path = repo_root().join("examples/tdset_helloworld.yaml");
-    let out = kubectl(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()]);
+    // Server-side: one request whether or not the seed exists. `reconcile` and `examples`
+    // create and delete it in `temp` beside this suite, and a client-side apply (a read, then
+    // a create) raced one of them once ("AlreadyExists" on a dry run).
+    let file = path.to_str().unwrap();
+    let args = [
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--dry-run=server",
+        "-f",
+        file,
+    ];
+    let out = kubectl(&args);
     assert!(
         out.status.success(),
         "{}",
