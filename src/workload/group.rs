@@ -740,31 +740,62 @@ fn keda_resumed<'a>(m: &Member, mut floors: impl Iterator<Item = &'a Member>) ->
 /// the workload at 0 with the record that wakes it gone with the TDSet).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KedaRelease {
-    /// KEDA runs it again, or its floor is 0 (KEDA may keep it at 0): the record goes, the
-    /// count is KEDA's.
+    /// KEDA runs it again, may keep it at 0 (a floor of 0, an `idleReplicaCount`), or someone
+    /// else holds it now: the record goes, the count is theirs.
     Resumed,
     /// Not yet: the record stays, and the TDSet (its finalizer) with it.
     Wait,
-    /// Not within `bound`, or not known (the ScaledObjects could not all be read): the record's
-    /// own count is written directly, as a workload no ScaledObject scales gets it.
+    /// Not within the bound: the record's own count is written directly, as a workload no
+    /// ScaledObject scales gets it.
     Wake,
 }
 
-/// `so`: the value of the ScaledObject that scales `m` (`None`: not known, not listed whole);
-/// `waited`: since when the TDSet has waited for KEDA.
-pub fn keda_release(
-    m: &Member,
-    so: Option<Value>,
-    waited: std::time::Duration,
-    bound: std::time::Duration,
-) -> KedaRelease {
-    match so {
-        Some(Value::Keda {
-            paused: false,
-            floor,
-        }) if m.value.replicas() > 0 || floor == 0 => KedaRelease::Resumed,
-        _ if waited >= bound => KedaRelease::Wake,
+/// What a release reads of the ScaledObject that scales a workload asleep on record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KedaSeen {
+    pub value: Value,
+    /// The holder its record names (this TDSet's while its pause is not given back yet).
+    pub holder: Option<String>,
+    /// KEDA says it is paused (its `Paused` condition).
+    pub keda_paused: bool,
+    /// It has an `idleReplicaCount`.
+    pub idle: bool,
+}
+
+/// How long a release has waited for KEDA: since its first wait, and since it first saw the
+/// ScaledObject's pause given back (`None`: not yet).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KedaWaited {
+    pub since_first: std::time::Duration,
+    pub since_unpaused: Option<std::time::Duration>,
+}
+
+/// KEDA is given this long after the pause reads back off (twice the form's grace).
+pub const KEDA_RESUME_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+/// A pause that cannot be given back (refused, failing) holds the release no longer than this.
+pub const KEDA_RELEASE_AT_MOST: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The decision for workload `m`, asleep on `me`'s record, scaled through `so`.
+pub fn keda_release(me: &str, m: &Member, so: &KedaSeen, waited: KedaWaited) -> KedaRelease {
+    let past = |bound| match waited.since_unpaused {
+        Some(d) if d >= bound => KedaRelease::Wake,
+        _ if waited.since_first >= KEDA_RELEASE_AT_MOST => KedaRelease::Wake,
         _ => KedaRelease::Wait,
+    };
+    let ours = so.holder.as_deref() == Some(me);
+    match so.value {
+        // Held by another now (a TDSet's claim, the ScaledObject's record another's): only
+        // this TDSet's record goes.
+        _ if m.handed_to.is_some() || (so.holder.is_some() && !ours) => KedaRelease::Resumed,
+        // This TDSet's pause, not given back yet.
+        Value::Keda { paused: true, .. } if ours => past(KEDA_RELEASE_AT_MOST),
+        // A night pause that is someone else's keeps it; theirs to wake.
+        Value::Keda { paused: true, .. } => KedaRelease::Resumed,
+        _ if so.keda_paused => past(KEDA_RESUME_BOUND),
+        Value::Keda { floor, .. } if floor == 0 || so.idle || m.value.replicas() > 0 => {
+            KedaRelease::Resumed
+        }
+        _ => past(KEDA_RESUME_BOUND),
     }
 }
 

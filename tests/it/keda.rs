@@ -349,6 +349,39 @@ async fn a_tdset_deleted_while_its_scaled_object_sleeps_gives_it_back_to_keda() 
     ns.cleanup().await;
 }
 
+/// A group given another form at night lets go of its workloads as a deletion does: the
+/// ScaledObject's pause given back, and its workload's record of the night taken off once KEDA
+/// runs it again, before the new form writes anything.
+#[tokio::test]
+async fn a_group_given_another_form_at_night_leaves_its_keda_workload_to_keda() {
+    let (client, ns) = setup("keda-group-form").await;
+    let n = &ns.name;
+    let (_keda, op) = group_asleep_through_keda(&client, n).await;
+    let _: Deployment = create_object(&client, n, app_deployment("api", 1)).await;
+
+    set_spec(
+        &client,
+        n,
+        json!({
+            "scaleTargetSelector": null,
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+            "schedulingConfig": [], "defaultReplica": 0,
+        }),
+    )
+    .await;
+    deployment_at(&client, n, "api", 0).await;
+    // Already so once the new form writes: read once, not waited for.
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(replicas(&web), Some(2), "KEDA ran it again first");
+    assert!(unmarked(&web), "no record left behind: {:?}", web.metadata);
+    object_where(&client, n, "sched", "no group in status", |t: &TDSet| {
+        t.status.as_ref().is_some_and(|s| s.group.is_none())
+    })
+    .await;
+    op.stop().await;
+    ns.cleanup().await;
+}
+
 /// TDSet sched deleted (KEDA's operator down): once the ScaledObject is as `what` says, the
 /// TDSet is still there, waiting for KEDA, and Deployment web still asleep.
 async fn deleted_while_keda_is_down(
@@ -745,6 +778,19 @@ async fn a_group_deleted_at_night_goes_once_keda_runs_its_workload_again() {
     assert!(unmarked(&web), "no record left behind: {:?}", web.metadata);
     let so = serde_json::to_value(scaled_objects(&client, n).get("web").await.unwrap()).unwrap();
     assert_eq!(paused(&so), Some(false), "{so:#}");
+    // KEDA's doing, not the operator's: its record given back with no Warning that it was woken
+    // directly (that Warning is sent before the release it belongs to).
+    wait_for_event(&client, n, "sched", |(_, reason, note)| {
+        reason == "Released" && note.contains("Deployment web")
+    })
+    .await;
+    let events = events_for(&client, n, "sched").await;
+    assert!(
+        !events
+            .iter()
+            .any(|(_, reason, _)| reason == "KedaNotResumed"),
+        "{events:?}"
+    );
     op.stop().await;
     ns.cleanup().await;
 }
@@ -763,6 +809,14 @@ async fn a_group_deleted_at_night_while_keda_is_down_wakes_its_workload_itself_t
         annotation(o, PAUSED_REPLICAS).is_none() && annotation(o, PAUSED).is_none()
     })
     .await;
+    // KEDA is given 60 s from then: 20 s on, still waited for.
+    tokio::time::sleep(std::time::Duration::from_secs(20)).await;
+    assert!(
+        tdsets.get_opt("sched").await.unwrap().is_some(),
+        "still kept"
+    );
+    let web: Deployment = Api::namespaced(client.clone(), n).get("web").await.unwrap();
+    assert_eq!(replicas(&web), Some(0), "still asleep");
     // KEDA is waited for twice its grace (60 s) before the operator wakes the workload itself.
     eventually(GUARD * 2, "TDSet sched gone, KEDA waited for", || async {
         matches!(tdsets.get_opt("sched").await, Ok(None)).then_some(())

@@ -55,7 +55,13 @@ async fn release_group(
 ) -> Result<group::Release> {
     let sel = tdset.spec.scale_target_selector.as_ref();
     let release = group::release_all(tdset, ctx, ns, sel, events).await?;
-    for p in &release.problems {
+    // Tried again every few seconds while KEDA is waited for: said once.
+    let said = if release.repeated {
+        &[][..]
+    } else {
+        &release.problems[..]
+    };
+    for p in said {
         warn!(problem = %p.message(), why, "could not give a workload its own count back");
         events.push(note(
             tdset,

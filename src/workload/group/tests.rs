@@ -925,8 +925,8 @@ fn a_keda_workload_taken_over_at_night_keeps_the_own_count_on_record() {
 }
 
 /// Letting go of a workload asleep on record under KEDA: the record goes once KEDA runs it
-/// (or may keep it at 0), is kept while the pause is on or KEDA has not acted, and past the
-/// bound (or where the ScaledObject is not known) the own count is written directly.
+/// (or may keep it at 0, or another holds it), is kept while the pause is on or KEDA has not
+/// acted, and past the bound the own count is written directly.
 #[test]
 fn a_group_let_go_of_waits_for_keda_to_run_what_it_put_to_sleep_then_wakes_it_itself() {
     let secs = std::time::Duration::from_secs;
@@ -939,34 +939,55 @@ fn a_group_let_go_of_waits_for_keda_to_run_what_it_put_to_sleep_then_wakes_it_it
     });
     assert!(asleep_on_record("g", &web));
     assert!(!asleep_on_record("other", &web));
-    let keda = |floor, paused| Some(Value::Keda { floor, paused });
-    let bound = secs(60);
+    let so = |floor, paused, holder: Option<&str>| KedaSeen {
+        value: Value::Keda { floor, paused },
+        holder: holder.map(String::from),
+        keda_paused: false,
+        idle: false,
+    };
+    let waited = |first, unpaused: Option<u64>| KedaWaited {
+        since_first: secs(first),
+        since_unpaused: unpaused.map(secs),
+    };
+    let decide = |m: &Member, so: &KedaSeen, w| keda_release("g", m, so, w);
+    use KedaRelease::{Resumed, Wait, Wake};
+    // Its pause not given back yet: waited for, at most 5 min.
+    let ours = so(2, true, Some("g"));
+    assert_eq!(decide(&web, &ours, waited(299, None)), Wait);
+    assert_eq!(decide(&web, &ours, waited(300, None)), Wake);
+    // Given back: KEDA has 60 s from then.
+    let back = so(2, false, None);
+    assert_eq!(decide(&web, &back, waited(100, Some(59))), Wait);
+    assert_eq!(decide(&web, &back, waited(100, Some(60))), Wake);
+    // KEDA's floor of 0, or an idle count: KEDA may keep it at 0, and that is KEDA's to decide.
     assert_eq!(
-        keda_release(&web, keda(2, true), secs(0), bound),
-        KedaRelease::Wait
+        decide(&web, &so(0, false, None), waited(0, Some(0))),
+        Resumed
     );
+    let idle = KedaSeen {
+        idle: true,
+        ..back.clone()
+    };
+    assert_eq!(decide(&web, &idle, waited(0, Some(0))), Resumed);
+    // KEDA says Paused with no pause left (keda#6982): not resumed, whatever its floor.
+    let stuck = KedaSeen {
+        keda_paused: true,
+        ..so(0, false, None)
+    };
+    assert_eq!(decide(&web, &stuck, waited(10, Some(10))), Wait);
+    assert_eq!(decide(&web, &stuck, waited(70, Some(60))), Wake);
+    // Someone else's: another TDSet's record, or a night pause not this TDSet's.
     assert_eq!(
-        keda_release(&web, keda(2, false), secs(59), bound),
-        KedaRelease::Wait
+        decide(&web, &so(2, true, Some("other")), waited(0, None)),
+        Resumed
     );
-    assert_eq!(
-        keda_release(&web, keda(2, false), secs(60), bound),
-        KedaRelease::Wake
-    );
-    assert_eq!(keda_release(&web, None, secs(10), bound), KedaRelease::Wait);
-    assert_eq!(keda_release(&web, None, secs(60), bound), KedaRelease::Wake);
-    // KEDA's floor of 0: it may keep the workload at 0, and that is KEDA's to decide.
-    assert_eq!(
-        keda_release(&web, keda(0, false), secs(0), bound),
-        KedaRelease::Resumed
-    );
-    assert_eq!(
-        keda_release(&web, keda(0, true), secs(0), bound),
-        KedaRelease::Wait
-    );
+    assert_eq!(decide(&web, &so(2, true, None), waited(0, None)), Resumed);
+    let mut handed = web.clone();
+    handed.handed_to = Some("other".into());
+    assert_eq!(decide(&handed, &back, waited(0, Some(0))), Resumed);
     web.keda = true;
-    assert!(released("g", &web, Some(KedaRelease::Wait)).is_empty());
-    let woken = released("g", &web, Some(KedaRelease::Wake));
+    assert!(released("g", &web, Some(Wait)).is_empty());
+    let woken = released("g", &web, Some(Wake));
     let two = Value::Replicas(2);
     assert_eq!(
         (woken.len(), woken[0].to, &woken[0].record),
@@ -974,19 +995,11 @@ fn a_group_let_go_of_waits_for_keda_to_run_what_it_put_to_sleep_then_wakes_it_it
         "its own count, directly"
     );
     web.value = two;
-    assert_eq!(
-        keda_release(&web, keda(2, false), secs(0), bound),
-        KedaRelease::Resumed
-    );
-    let resumed = released("g", &web, Some(KedaRelease::Resumed));
+    assert_eq!(decide(&web, &back, waited(0, Some(0))), Resumed);
+    let resumed = released("g", &web, Some(Resumed));
     assert_eq!(
         (resumed[0].to, &resumed[0].record),
         (two, &None),
         "KEDA's count, left"
-    );
-    // Still paused (by the operator) while it runs: not KEDA's doing yet.
-    assert_eq!(
-        keda_release(&web, keda(2, true), secs(0), bound),
-        KedaRelease::Wait
     );
 }

@@ -66,6 +66,9 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         write: mode,
         events,
     } = turn;
+    // Held again (another form left and come back before KEDA was waited for): no release is
+    // in progress.
+    release::forget_keda_wait(ctx, ns, &tdset.name_any());
     let (selector, tiers) = selectors(sel)?;
     let placing = Placing {
         tdset,

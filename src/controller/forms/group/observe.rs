@@ -729,6 +729,9 @@ struct LeanSpec {
     min_replica_count: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_replica_count: Option<i64>,
+    /// A ScaledObject's: KEDA keeps the workload at it (0) while no trigger is active.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idle_replica_count: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     scale_target_ref: Option<LeanRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -790,6 +793,33 @@ struct LeanStatus {
         skip_serializing_if = "std::ops::Not::not"
     )]
     observed: bool,
+    /// Read only for whether KEDA says a ScaledObject is paused (`kedaPaused`), then dropped.
+    #[serde(default, skip_serializing)]
+    conditions: Vec<LeanCondition>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    keda_paused: bool,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct LeanCondition {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    status: String,
+}
+
+/// Whether KEDA says the listed ScaledObject is paused (its `Paused` condition): a pause given
+/// back that KEDA did not take (keda#6982).
+pub(super) fn keda_paused(o: &DynamicObject) -> bool {
+    o.data
+        .pointer("/status/kedaPaused")
+        .and_then(serde_json::Value::as_bool)
+        == Some(true)
+}
+
+/// A listed ScaledObject's `idleReplicaCount` is set: KEDA may keep its workload at 0.
+pub(super) fn keda_idle(o: &DynamicObject) -> bool {
+    o.data.pointer("/spec/idleReplicaCount").is_some()
 }
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<bool, D::Error> {
@@ -897,6 +927,9 @@ impl Lean {
             .and_then(|t| serde_json::to_value(t).ok())
             .map(|t| Requests::of_template(&t))
             .unwrap_or_default();
+        let conditions = std::mem::take(&mut self.status.conditions);
+        self.status.keda_paused =
+            (conditions.iter()).any(|c| c.kind == "Paused" && c.status == "True");
         let clamp = |n: i128| i64::try_from(n).unwrap_or(i64::MAX);
         let data = serde_json::json!({
             "spec": self.spec,

@@ -6,7 +6,6 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::api::{ScaleTargetSelector, TDSet};
-use crate::controller::kinds::scaled_object::KEDA_GRACE;
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::Context;
 use crate::error::{Error, Result};
@@ -15,7 +14,8 @@ use crate::workload::group::{self, KedaRelease, Place, Value};
 use crate::workload::keda;
 
 use super::observe::{
-    Keep, Kind, is_floor_kind, is_scaled_object, kinds, member_of, observe, recorded_kinds,
+    Keep, Kind, is_floor_kind, is_scaled_object, keda_idle, keda_paused, kinds, member_of, observe,
+    recorded_kinds,
 };
 use super::place::{handed_to, keda_targets};
 use super::write::{Sent, WRITES_IN_FLIGHT, send};
@@ -31,6 +31,37 @@ pub(crate) struct Release {
     /// Workloads KEDA scales, asleep on this TDSet's record, that KEDA has not run again yet
     /// since their ScaledObject's pause was given back: the TDSet is kept (bounded) until it has.
     pub(crate) waiting: Vec<String>,
+    /// Tried again while KEDA is waited for: what it could not do was said already.
+    pub(crate) repeated: bool,
+}
+
+/// What a release's wait for KEDA keeps: since its first wait, since it first saw a pause
+/// given back.
+fn keda_wait_key(ns: &str, name: &str) -> [String; 2] {
+    ["keda-release", "keda-release-unpaused"].map(|part| format!("{ns}/{name}/{part}"))
+}
+
+/// Forgets a release's wait for KEDA: over, or the TDSet holds its group again.
+pub(crate) fn forget_keda_wait(ctx: &Context, ns: &str, name: &str) {
+    for key in keda_wait_key(ns, name) {
+        ctx.forget_contest(&key);
+    }
+}
+
+/// How long the release has waited for KEDA, `so` as read now (its timers start here).
+fn waited(
+    ctx: &Context,
+    [first, unpaused]: &[String; 2],
+    so: &group::KedaSeen,
+) -> group::KedaWaited {
+    let now = tokio::time::Instant::now();
+    let since_first = ctx.contest(first, |c| c.seen_for(now));
+    let given_back = !matches!(so.value, Value::Keda { paused: true, .. });
+    let since_unpaused = given_back.then(|| ctx.contest(unpaused, |c| c.seen_for(now)));
+    group::KedaWaited {
+        since_first,
+        since_unpaused,
+    }
 }
 
 /// Gives every workload carrying this TDSet's record its own count back (deletion, or the
@@ -61,7 +92,8 @@ pub(crate) async fn release_all(
     let mut round = 0;
     // What KEDA is waited for (see `group::keda_release`), since when, and what it was not
     // waited for any longer.
-    let wait_key = format!("{ns}/{name}/keda-release");
+    let wait_key = keda_wait_key(ns, &name);
+    let repeated = ctx.contest(&wait_key[0], |c| c.waits());
     let (mut waiting, mut woken) = (Vec::new(), Vec::new());
     loop {
         round += 1;
@@ -92,17 +124,24 @@ pub(crate) async fn release_all(
         let kedas = kedas_of_asleep(ctx, ns, &name, &kinds, &members).await?;
         waiting.clear();
         woken.clear();
-        for (k, m) in members {
+        for (k, mut m) in members {
             let kind = &kinds[k];
-            let keda = kedas.as_ref().and_then(|s| s.scaling(kind, &m)).map(|so| {
-                let waited = ctx.contest(&wait_key, |c| c.seen_for(tokio::time::Instant::now()));
-                group::keda_release(&m, so, waited, KEDA_GRACE * 2)
-            });
-            match keda {
-                Some(KedaRelease::Wait) => waiting.push(format!("{} {}", m.kind, m.name)),
-                Some(KedaRelease::Wake) => woken.push(m.uid.clone()),
-                _ => {}
-            }
+            let keda = match kedas.as_ref().and_then(|s| s.scaling(kind, &m)) {
+                None => None,
+                // Whether KEDA scales it is not known: woken directly, at once (a count KEDA
+                // then sets over is no harm; one left at 0 with nobody watching is).
+                Some(None) => Some(KedaRelease::Wake),
+                Some(Some(so)) => {
+                    let decided = group::keda_release(&name, &m, so, waited(ctx, &wait_key, so));
+                    match decided {
+                        KedaRelease::Wait => waiting.push(format!("{} {}", m.kind, m.name)),
+                        KedaRelease::Wake => woken.push(m.uid.clone()),
+                        // Its count is KEDA's (or its holder's): the record goes, nothing else.
+                        KedaRelease::Resumed => m.keda = true,
+                    }
+                    Some(decided)
+                }
+            };
             for w in group::released(&name, &m, keda) {
                 writes.push((kind, m.clone(), w));
             }
@@ -145,6 +184,24 @@ pub(crate) async fn release_all(
                 }
             }
         }
+        // Said before the release it is part of (an Event that follows is sent after it).
+        if !woke.is_empty() {
+            warn!(workloads = ?woke, "KEDA did not run them again; woken directly");
+            events.push(note(
+                tdset,
+                EventType::Warning,
+                "KedaNotResumed",
+                format!(
+                    "KEDA did not run {} again within {}s of their ScaledObjects' pause read \
+                     back off (or the pause could not be given back within {}s); the operator \
+                     woke them to their own count itself. Is KEDA's operator running? \
+                     `kubectl describe scaledobjects -n {ns}`",
+                    woke.join(", "),
+                    group::KEDA_RESUME_BOUND.as_secs(),
+                    group::KEDA_RELEASE_AT_MOST.as_secs()
+                ),
+            ));
+        }
         if !released.is_empty() {
             let shown: Vec<&str> = released.iter().take(5).map(String::as_str).collect();
             let more = match released.len() - shown.len() {
@@ -159,21 +216,6 @@ pub(crate) async fn release_all(
                     "{} workloads got their own count back: {}{more}: the TDSet let go of its group",
                     released.len(),
                     shown.join(", ")
-                ),
-            ));
-        }
-        if !woke.is_empty() {
-            warn!(workloads = ?woke, "KEDA did not run them again; woken directly");
-            events.push(note(
-                tdset,
-                EventType::Warning,
-                "KedaNotResumed",
-                format!(
-                    "KEDA did not run {} again within {}s of their ScaledObjects' pause given \
-                     back; the operator woke them to their own count itself. Is KEDA's operator \
-                     running? `kubectl describe scaledobjects -n {ns}`",
-                    woke.join(", "),
-                    (KEDA_GRACE * 2).as_secs()
                 ),
             ));
         }
@@ -195,12 +237,13 @@ pub(crate) async fn release_all(
                 refused.extend(problems);
                 if waiting.is_empty() {
                     // Over: a later release starts its bound afresh.
-                    ctx.forget_contest(&wait_key);
+                    forget_keda_wait(ctx, ns, &name);
                 }
                 return Ok(Release {
                     problems: refused,
                     stuck,
                     waiting,
+                    repeated,
                 });
             }
         }
@@ -235,14 +278,14 @@ fn target_of(kind: &Kind, m: &group::Member) -> Target {
 struct Kedas {
     /// The uids of the workloads asleep on record.
     asleep: Vec<String>,
-    /// Each ScaledObject's target and value; `None`: not listed whole.
-    scaled: Option<Vec<(Target, Value)>>,
+    /// Each ScaledObject's target and what a release reads of it; `None`: not listed whole.
+    scaled: Option<Vec<(Target, group::KedaSeen)>>,
 }
 
 impl Kedas {
-    /// For a workload asleep on record that a ScaledObject scales, that ScaledObject's value
+    /// For a workload asleep on record that a ScaledObject scales, that ScaledObject
     /// (`Some(None)`: whether one does is not known).
-    fn scaling(&self, kind: &Kind, m: &group::Member) -> Option<Option<Value>> {
+    fn scaling(&self, kind: &Kind, m: &group::Member) -> Option<Option<&group::KedaSeen>> {
         if !self.asleep.contains(&m.uid) {
             return None;
         }
@@ -251,7 +294,7 @@ impl Kedas {
             None => Some(None),
             Some(scaled) => (scaled.iter())
                 .find(|(t, _)| *t == target)
-                .map(|(_, v)| Some(*v)),
+                .map(|(_, so)| Some(so)),
         }
     }
 }
@@ -284,9 +327,15 @@ async fn kedas_of_asleep(
     let scaled = listed[k].then(|| {
         (found.iter())
             .filter(|(kind, ..)| *kind == k)
-            .map(|(_, o, v)| {
+            .map(|(_, o, value)| {
                 let t = keda::target_of(&o.data);
-                ((t.group().to_string(), t.kind.clone(), t.name), *v)
+                let seen = group::KedaSeen {
+                    value: *value,
+                    holder: group::Record::read(o.annotations(), *value).map(|r| r.holder),
+                    keda_paused: keda_paused(o),
+                    idle: keda_idle(o),
+                };
+                ((t.group().to_string(), t.kind.clone(), t.name), seen)
             })
             .collect()
     });
