@@ -20,14 +20,6 @@ use crate::workload::owned::FIELD_MANAGER;
 use crate::workload::savings::Requests;
 use crate::workload::target::{self, ScaleView};
 
-/// Kinds whose changes a watch reports within seconds; other kinds are re-read at
-/// `intervalMint`, or sooner while they are missing.
-pub(crate) fn is_watched(r: &ScaleTargetRef) -> bool {
-    r.is_hpa()
-        || (r.group() == "apps"
-            && matches!(r.kind.as_str(), "Deployment" | "StatefulSet" | "ReplicaSet"))
-}
-
 /// What a request about a target came to: its value, a problem the TDSet reports and waits
 /// out (the object is gone, or RBAC forbids `verb` on `resource` + `subresource`), or an error
 /// the reconcile returns (retried with backoff).

@@ -8,8 +8,9 @@ use std::time::Duration;
 use super::Turn;
 use super::claims;
 use super::record::{Record, problem_outcome, target_status};
-use crate::api::ScaleTargetRef;
-use crate::controller::state::{Answer, Outcome};
+use super::{hpa::Hpa, scale::Scale, scaled_object::ScaledObject};
+use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
+use crate::controller::state::{Answer, Context, Outcome};
 use crate::error::Result;
 use crate::status::{Missing, Problem};
 
@@ -69,6 +70,80 @@ pub(crate) trait Held {
         read: Self::Read,
         record: Record,
     ) -> Result<Outcome>;
+
+    /// Lets go of `r` as `recorded` says (the TDSet deleted, or no longer naming it), only on
+    /// the object it was recorded from.
+    async fn let_go(letting: &Letting<'_>, r: &ScaleTargetRef) -> Answer<LetGo>;
+}
+
+/// A target let go of: by which TDSet, as its status recorded it, and how.
+pub(crate) struct Letting<'a> {
+    pub tdset: &'a TDSet,
+    pub ctx: &'a Context,
+    pub ns: &'a str,
+    pub recorded: &'a TargetStatus,
+    /// `onDelete: Restore`: the own count written back.
+    pub restore: bool,
+    /// The TDSet is deleted: a refusal (a policy, a webhook) is a problem to say, never a
+    /// retry that holds the deletion.
+    pub deleting: bool,
+}
+
+impl Letting<'_> {
+    /// A refusal while deleting becomes the problem to say; otherwise it is retried.
+    pub(crate) fn refused<T>(&self, result: Answer<T>) -> Answer<T> {
+        match result {
+            Err(e) if e.is_refused() && self.deleting => Ok(Err(Problem::ApiError(format!(
+                "the API server refused it: {e}"
+            )))),
+            other => other,
+        }
+    }
+}
+
+/// What letting go of a target came to.
+#[derive(Debug, Default)]
+pub(crate) struct LetGo {
+    /// What was done, if anything.
+    pub(crate) done: Option<String>,
+    /// Not over yet (KEDA not yet running the workload again): look again after this; the
+    /// TDSet is kept until then.
+    pub(crate) wait: Option<Duration>,
+    /// What KEDA did not do within its bound (the TDSet goes all the same).
+    pub(crate) not_resumed: Option<String>,
+}
+
+impl LetGo {
+    pub(crate) fn done(done: Option<String>) -> LetGo {
+        LetGo {
+            done,
+            ..LetGo::default()
+        }
+    }
+}
+
+/// Whether letting go of `r` may write (a finalizer then holds the TDSet's deletion for it):
+/// always for an HPA or a ScaledObject (what the schedule set there is given back), for
+/// another kind only with `onDelete: Restore`.
+pub(crate) fn let_go_writes(r: &ScaleTargetRef, restore: bool) -> bool {
+    r.is_hpa() || r.is_scaled_object() || restore
+}
+
+/// Lets go of the target `letting.recorded` names, as its kind does.
+pub(crate) async fn let_go(letting: &Letting<'_>) -> Answer<LetGo> {
+    let recorded = letting.recorded;
+    let r = ScaleTargetRef {
+        api_version: recorded.api_version.clone(),
+        kind: recorded.kind.clone(),
+        name: recorded.name.clone(),
+    };
+    if r.is_scaled_object() {
+        ScaledObject::let_go(letting, &r).await
+    } else if r.is_hpa() {
+        Hpa::let_go(letting, &r).await
+    } else {
+        Scale::let_go(letting, &r).await
+    }
 }
 
 /// Holds `r` as kind `K` for one reconcile.

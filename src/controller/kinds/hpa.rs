@@ -7,8 +7,10 @@ use tracing::debug;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::hold::Held;
-use super::record::{Record, ensure_durable, problem_outcome, wake_left, wake_left_behind};
+use super::hold::{Held, LetGo, Letting};
+use super::record::{
+    Record, ensure_durable, problem_outcome, wake_asleep, wake_left, wake_left_behind,
+};
 use crate::api::{Asleep, ScaleTargetRef, TargetStatus};
 use crate::controller::io::target::{
     HpaRead, read_hpa, resolve_and_read, write, write_if_unchanged, write_max_replicas,
@@ -132,6 +134,51 @@ impl Held for Hpa {
             plan.scale_target = None;
         }
         apply(turn, r, read, record, target, plan, ceiling).await
+    }
+
+    /// A workload put to sleep through the HPA is woken first, to the HPA's own floor,
+    /// whatever became of the HPA since (deleted, pointed at another workload); then its own
+    /// ceiling (and with `restore` its own floor) is given back.
+    async fn let_go(letting: &Letting<'_>, r: &ScaleTargetRef) -> Answer<LetGo> {
+        let (ctx, ns, recorded) = (letting.ctx, letting.ns, letting.recorded);
+        let woke = match &recorded.asleep {
+            Some(asleep) => {
+                let to = recorded.original_replicas.unwrap_or(1).max(1);
+                letting.refused(wake_asleep(ctx, ns, asleep, to).await)?
+            }
+            None => Ok(None),
+        };
+        let restore = recorded.original_replicas.filter(|_| letting.restore);
+        let result = match letting.refused(give_back(ctx, ns, r, recorded, restore).await)? {
+            // Restore without a record of the own floor: what could be done is, and the
+            // floor's is said to have failed.
+            Ok(done) if letting.restore && restore.is_none() => {
+                Err(Problem::TargetNotFound(format!(
+                    "no original count of {r} was recorded{}",
+                    done.map_or_else(String::new, |d| format!(" ({d})"))
+                )))
+            }
+            result => result,
+        };
+        Ok(with_asleep_woken(woke, result, r).map(LetGo::done))
+    }
+}
+
+/// What letting go of an HPA came to, with the workload asleep through it woken first: an HPA
+/// that is gone leaves nothing more to do once that workload is awake.
+fn with_asleep_woken(
+    woke: std::result::Result<Option<String>, Problem>,
+    result: std::result::Result<Option<String>, Problem>,
+    r: &ScaleTargetRef,
+) -> std::result::Result<Option<String>, Problem> {
+    match (woke, result) {
+        (Ok(None), result) => result,
+        (Ok(Some(woke)), Err(Problem::TargetNotFound(_))) => {
+            Ok(Some(format!("{woke} ({r} is gone)")))
+        }
+        (Ok(Some(woke)), Ok(Some(done))) => Ok(Some(format!("{woke}; {done}"))),
+        (Ok(Some(woke)), Ok(None)) => Ok(Some(woke)),
+        (Ok(Some(_)), Err(p)) | (Err(p), _) => Err(p),
     }
 }
 
@@ -474,7 +521,7 @@ fn outcome(
 /// floor recorded) its floor put back; both in the order the API server accepts (see
 /// `hpa::released`); and a target the schedule put to 0 woken to the floor that stays, the
 /// HPA would not wake it. What was done, if anything.
-pub(crate) async fn let_go(
+async fn give_back(
     ctx: &Context,
     ns: &str,
     r: &ScaleTargetRef,

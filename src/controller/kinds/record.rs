@@ -9,7 +9,7 @@ use tracing::debug;
 
 use super::Turn;
 use crate::api::{Asleep, ScaleTargetRef, TDSet, TargetStatus};
-use crate::controller::io::target::{is_watched, resolve_and_read, write_if_unchanged};
+use crate::controller::io::target::{resolve_and_read, write_if_unchanged};
 use crate::controller::io::tdset::write_target_now;
 use crate::controller::lane::{EventType, note};
 use crate::controller::state::{Answer, Context, Outcome, Write};
@@ -250,6 +250,14 @@ pub(crate) async fn ensure_durable(
         record.durable = true;
     }
     Ok(())
+}
+
+/// Kinds whose changes a watch reports within seconds; other kinds are re-read at
+/// `intervalMint`, or sooner while they are missing.
+pub(crate) fn is_watched(r: &ScaleTargetRef) -> bool {
+    r.is_hpa()
+        || (r.group() == "apps"
+            && matches!(r.kind.as_str(), "Deployment" | "StatefulSet" | "ReplicaSet"))
 }
 
 /// A target that cannot be read or scaled: the problem reported, what status records of it

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use kube::ResourceExt;
+use tracing::info;
 
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
-use super::hold::Held;
+use super::hold::{Held, LetGo, Letting};
 use super::record::{Record, ensure_durable, problem_outcome};
 use crate::api::ScaleTargetRef;
 use crate::controller::io::target::{hpas_in, resolve_and_read, write};
@@ -100,6 +101,66 @@ impl Held for Scale {
     ) -> Result<Outcome> {
         apply(turn, r, &res, view, record).await
     }
+
+    /// `onDelete: Restore` puts the recorded count back; otherwise the count is left.
+    async fn let_go(letting: &Letting<'_>, r: &ScaleTargetRef) -> Answer<LetGo> {
+        if !letting.restore {
+            return Ok(Ok(LetGo::default()));
+        }
+        let Some(original) = letting.recorded.original_replicas else {
+            let none = format!("no original count of {r} was recorded");
+            return Ok(Err(Problem::TargetNotFound(none)));
+        };
+        let restored = letting.refused(restore(letting, r, original).await)?;
+        Ok(restored.map(LetGo::done))
+    }
+}
+
+/// Whether `seen` is the object whose count was recorded (`recorded`: its uid then).
+fn same_object(
+    r: &ScaleTargetRef,
+    recorded: Option<&str>,
+    seen: Option<&str>,
+) -> std::result::Result<(), Problem> {
+    match (recorded, seen) {
+        (Some(a), Some(b)) if a != b => Err(Problem::TargetNotFound(format!(
+            "{r} was deleted and created again since its count was recorded; the new object is left as it is"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Puts a target back to `original`, only onto the object it was recorded from (its uid then).
+/// `Ok(Err)` says why it could not be done (gone, replaced, forbidden): the caller then lets
+/// go rather than block.
+async fn restore(
+    letting: &Letting<'_>,
+    r: &ScaleTargetRef,
+    original: i32,
+) -> Answer<Option<String>> {
+    let (tdset, ctx, ns) = (letting.tdset, letting.ctx, letting.ns);
+    let (res, view) = match resolve_and_read(ctx, ns, r).await? {
+        Ok(found) => found,
+        Err(p) => return Ok(Err(p)),
+    };
+    if let Err(p) = same_object(r, letting.recorded.uid.as_deref(), view.uid.as_deref()) {
+        return Ok(Err(p));
+    }
+    // An older group took it over while this TDSet waited, and its record on the object says
+    // the same own count: it is the group's to write, and the group gives it back.
+    if view.own_replicas == original
+        && view.own_replicas != view.spec_replicas
+        && let Some(p) = claims::held_by_group(tdset, ctx, ns, r, &view.labels)
+    {
+        info!(problem = %p.message(), "left the target to its holder");
+        return Ok(Ok(None));
+    }
+    if view.spec_replicas != original
+        && let Err(p) = write(ctx, ns, r, &res, original).await?
+    {
+        return Ok(Err(p));
+    }
+    Ok(Ok(Some(format!("restored {r} to {original} replicas"))))
 }
 
 /// The field this form sets.

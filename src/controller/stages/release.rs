@@ -15,11 +15,11 @@ use tracing::{debug, info, warn};
 use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::forms::{group, owned};
 use crate::controller::io::intercept;
-use crate::controller::io::target as scale;
 use crate::controller::io::tdset::{RESTORE_FINALIZER, set_finalizer};
-use crate::controller::kinds::{claims, hpa, record, scaled_object};
+use crate::controller::kinds::claims;
+use crate::controller::kinds::hold::{self, Letting};
 use crate::controller::lane::{EventType, Events, note};
-use crate::controller::state::{Answer, Context};
+use crate::controller::state::Context;
 use crate::error::Result;
 use crate::status::Problem;
 use crate::workload::Source;
@@ -31,7 +31,7 @@ fn wants_finalizer(tdset: &TDSet) -> bool {
             .spec
             .scale_target_ref
             .as_ref()
-            .is_some_and(|r| r.is_hpa() || r.is_scaled_object() || restores(tdset))
+            .is_some_and(|r| hold::let_go_writes(r, restores(tdset)))
 }
 
 /// Whether the TDSet held a group (its status says so) and may have left records on workloads.
@@ -76,13 +76,13 @@ async fn release_group(
     Ok(release)
 }
 
-/// Whether KEDA runs again every workload of the group it scales and the TDSet put to sleep
-/// (else the TDSet is kept, bounded: see `group::keda_release`).
-fn keda_waited(release: &group::Release) -> bool {
+/// How soon to look again where a workload of the group is not let go of yet (its
+/// autoscaler not yet running it again): the TDSet is kept, bounded, until then.
+fn not_over(release: &group::Release) -> Option<std::time::Duration> {
     if !release.waiting.is_empty() {
-        debug!(workloads = ?release.waiting, "waiting for KEDA to run them again");
+        debug!(workloads = ?release.waiting, "waiting for their autoscaler to run them again");
     }
-    release.waiting.is_empty()
+    release.wait
 }
 
 fn restores(tdset: &TDSet) -> bool {
@@ -156,9 +156,9 @@ pub(crate) async fn on_delete(
         return Ok(None);
     }
     if held_group(tdset, ctx)
-        && !keda_waited(&release_group(tdset, ctx, ns, "deleted", events).await?)
+        && let Some(wait) = not_over(&release_group(tdset, ctx, ns, "deleted", events).await?)
     {
-        return Ok(Some(scaled_object::SOON));
+        return Ok(Some(wait));
     }
     match ctx.statuses.current(tdset).and_then(|s| s.target) {
         Some(recorded) => {
@@ -260,11 +260,11 @@ async fn release_previous(
         // could not be listed (not granted): until then its workloads may sleep on. A kind
         // whose CRD is gone does not keep it (its records went with its objects).
         let release = release_group(tdset, ctx, ns, "given another form", events).await?;
-        if !keda_waited(&release) {
-            // The status keeps the group (nothing else is written) until KEDA has.
+        if let Some(wait) = not_over(&release) {
+            // The status keeps the group (nothing else is written) until it is over.
             return Ok(Previous {
                 unreleased: None,
-                wait: Some(scaled_object::SOON),
+                wait: Some(wait),
             });
         }
         if release.stuck
@@ -288,9 +288,10 @@ async fn release_previous(
     Ok(Previous { unreleased, wait })
 }
 
-/// Puts `recorded` back as `onDelete` asks (and wakes an HPA's sleeping target), reporting
-/// what was done, or why not, in an Event. Returns how soon to look again where letting go is
-/// not over yet (a ScaledObject KEDA does not run again yet): the TDSet is kept until then.
+/// Puts `recorded` back as `onDelete` asks (and wakes what the schedule left asleep through
+/// it), reporting what was done, or why not, in an Event. Returns how soon to look again where
+/// letting go is not over yet (a ScaledObject KEDA does not run again yet): the TDSet is kept
+/// until then.
 async fn let_go(
     tdset: &TDSet,
     ctx: &Context,
@@ -304,7 +305,6 @@ async fn let_go(
         kind: recorded.kind.clone(),
         name: recorded.name.clone(),
     };
-    let uid = recorded.uid.as_deref();
     // Held by another TDSet now (an older claim took it over while this one waited) that
     // recorded the same own count (and ceiling): its count is that one's to write, and it
     // gives the own count back when it lets go.
@@ -314,7 +314,7 @@ async fn let_go(
             ctx,
             ns,
             &r,
-            uid,
+            recorded.uid.as_deref(),
             original,
             recorded.original_max_replicas,
         )
@@ -322,86 +322,39 @@ async fn let_go(
         info!(%holder, why, "left the target to its holder");
         return Ok(None);
     }
-    // A workload put to sleep through the HPA is woken first, to the HPA's own floor,
-    // whatever became of the HPA since (deleted, pointed at another workload).
-    let woke = match &recorded.asleep {
-        Some(asleep) if r.is_hpa() => {
-            let to = recorded.original_replicas.unwrap_or(1).max(1);
-            refused_on_delete(record::wake_asleep(ctx, ns, asleep, to).await, why)?
-        }
-        _ => Ok(None),
+    let letting = Letting {
+        tdset,
+        ctx,
+        ns,
+        recorded,
+        restore: restores(tdset),
+        deleting: why == "deleted",
     };
-    let mut wait = None;
-    let (verb, result) = match recorded.original_replicas {
-        // The pause and the own ceiling are given back whatever onDelete says (a pause left
-        // behind would keep the workload asleep for good).
-        _ if r.is_scaled_object() => {
-            let key = format!("{ns}/{}", tdset.name_any());
-            let released = scaled_object::let_go(ctx, ns, &key, &r, recorded, restores(tdset));
-            let released = match released.await {
-                Ok(Ok(go)) => {
-                    wait = go.wait;
-                    if let Some(what) = go.not_resumed {
-                        warn!(%what, why, "KEDA did not run the workload again");
-                        events.push(note(tdset, EventType::Warning, "KedaNotResumed", what));
-                    }
-                    Ok(Ok(go.done))
-                }
-                Ok(Err(p)) => Ok(Err(p)),
-                Err(e) => Err(e),
-            };
-            let verb = if restores(tdset) {
-                "restore"
-            } else {
-                "let go of"
-            };
-            (verb, refused_on_delete(released, why)?)
-        }
-        _ if r.is_hpa() => {
-            let restore = recorded.original_replicas.filter(|_| restores(tdset));
-            let released = hpa::let_go(ctx, ns, &r, recorded, restore).await;
-            let result = refused_on_delete(released, why)?;
-            match result {
-                // Restore without a record of the own floor: what could be done is, and the
-                // floor's is said to have failed.
-                Ok(done) if restores(tdset) && restore.is_none() => (
-                    "restore",
-                    Err(Problem::TargetNotFound(format!(
-                        "no original count of {r} was recorded{}",
-                        done.map_or_else(String::new, |d| format!(" ({d})"))
-                    ))),
-                ),
-                result if restores(tdset) => ("restore", result),
-                result => ("let go of", result),
+    let verb = if letting.restore {
+        "restore"
+    } else {
+        "let go of"
+    };
+    match hold::let_go(&letting).await? {
+        Ok(go) => {
+            if let Some(what) = go.not_resumed {
+                warn!(%what, why, "KEDA did not run the workload again");
+                events.push(note(tdset, EventType::Warning, "KedaNotResumed", what));
             }
+            if let Some(done) = go.done {
+                info!(%done, why, "let go of the target");
+                events.push(note(
+                    tdset,
+                    EventType::Normal,
+                    "Restored",
+                    format!(
+                        "{done} (the TDSet was {why}; onDelete: {})",
+                        on_delete_name(tdset)
+                    ),
+                ));
+            }
+            Ok(go.wait)
         }
-        Some(original) if restores(tdset) => {
-            let restored = restore(tdset, ctx, ns, &r, original, uid).await;
-            ("restore", refused_on_delete(restored, why)?)
-        }
-        None if restores(tdset) => (
-            "restore",
-            Err(Problem::TargetNotFound(format!(
-                "no original count of {r} was recorded"
-            ))),
-        ),
-        _ => return Ok(None),
-    };
-    let result = with_asleep_woken(woke, result, &r);
-    match result {
-        Ok(Some(done)) => {
-            info!(%done, why, "let go of the target");
-            events.push(note(
-                tdset,
-                EventType::Normal,
-                "Restored",
-                format!(
-                    "{done} (the TDSet was {why}; onDelete: {})",
-                    on_delete_name(tdset)
-                ),
-            ));
-        }
-        Ok(None) => {}
         Err(p) => {
             warn!(problem = %p.message(), why, "could not let go of the target as asked");
             events.push(note(
@@ -413,90 +366,11 @@ async fn let_go(
                     p.message()
                 ),
             ));
+            Ok(None)
         }
-    }
-    Ok(wait)
-}
-
-/// What letting go of an HPA came to, with the workload asleep through it woken first: an HPA
-/// that is gone leaves nothing more to do once that workload is awake.
-fn with_asleep_woken(
-    woke: std::result::Result<Option<String>, Problem>,
-    result: std::result::Result<Option<String>, Problem>,
-    r: &ScaleTargetRef,
-) -> std::result::Result<Option<String>, Problem> {
-    match (woke, result) {
-        (Ok(None), result) => result,
-        (Ok(Some(woke)), Err(Problem::TargetNotFound(_))) => {
-            Ok(Some(format!("{woke} ({r} is gone)")))
-        }
-        (Ok(Some(woke)), Ok(Some(done))) => Ok(Some(format!("{woke}; {done}"))),
-        (Ok(Some(woke)), Ok(None)) => Ok(Some(woke)),
-        (Ok(Some(_)), Err(p)) | (Err(p), _) => Err(p),
-    }
-}
-
-/// A deletion is never held up by a refusal (an admission policy, a floor above the HPA's
-/// maximum): it becomes a problem, said in an Event. A retarget retries with backoff, keeping
-/// its claim, so nobody takes the old target over at this TDSet's count.
-fn refused_on_delete(result: Answer<Option<String>>, why: &str) -> Answer<Option<String>> {
-    match result {
-        Err(e) if e.is_refused() && why == "deleted" => Ok(Err(Problem::ApiError(format!(
-            "the API server refused it: {e}"
-        )))),
-        other => other,
     }
 }
 
 fn on_delete_name(tdset: &TDSet) -> &'static str {
     if restores(tdset) { "Restore" } else { "Keep" }
-}
-
-/// Whether `seen` is the object whose count was recorded (`recorded`: its uid then).
-fn same_object(
-    r: &ScaleTargetRef,
-    recorded: Option<&str>,
-    seen: Option<&str>,
-) -> Result<(), Problem> {
-    match (recorded, seen) {
-        (Some(a), Some(b)) if a != b => Err(Problem::TargetNotFound(format!(
-            "{r} was deleted and created again since its count was recorded; the new object is left as it is"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Puts a target back to `original`, only onto the object it was recorded from (`uid`).
-/// `Ok(Err)` says why it could not be done (gone, replaced, forbidden): the caller then lets
-/// go rather than block.
-async fn restore(
-    tdset: &TDSet,
-    ctx: &Context,
-    ns: &str,
-    r: &ScaleTargetRef,
-    original: i32,
-    uid: Option<&str>,
-) -> Answer<Option<String>> {
-    let (res, view) = match scale::resolve_and_read(ctx, ns, r).await? {
-        Ok(found) => found,
-        Err(p) => return Ok(Err(p)),
-    };
-    if let Err(p) = same_object(r, uid, view.uid.as_deref()) {
-        return Ok(Err(p));
-    }
-    // An older group took it over while this TDSet waited, and its record on the object says
-    // the same own count: it is the group's to write, and the group gives it back.
-    if view.own_replicas == original
-        && view.own_replicas != view.spec_replicas
-        && let Some(p) = claims::held_by_group(tdset, ctx, ns, r, &view.labels)
-    {
-        info!(problem = %p.message(), "left the target to its holder");
-        return Ok(Ok(None));
-    }
-    if view.spec_replicas != original
-        && let Err(p) = scale::write(ctx, ns, r, &res, original).await?
-    {
-        return Ok(Err(p));
-    }
-    Ok(Ok(Some(format!("restored {r} to {original} replicas"))))
 }

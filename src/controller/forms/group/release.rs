@@ -6,6 +6,7 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::api::{ScaleTargetSelector, TDSet};
+use crate::controller::kinds::scaled_object::SOON;
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::Context;
 use crate::error::{Error, Result};
@@ -33,6 +34,8 @@ pub(crate) struct Release {
     pub(crate) waiting: Vec<String>,
     /// Tried again while KEDA is waited for: what it could not do was said already.
     pub(crate) repeated: bool,
+    /// How soon to look again while some are `waiting`.
+    pub(crate) wait: Option<std::time::Duration>,
 }
 
 /// What a release's wait for KEDA keeps: since its first wait, since it first saw a pause
@@ -242,6 +245,7 @@ pub(crate) async fn release_all(
                 return Ok(Release {
                     problems: refused,
                     stuck,
+                    wait: (!waiting.is_empty()).then_some(SOON),
                     waiting,
                     repeated,
                 });

@@ -2,40 +2,18 @@
 //! wrote given back once, then KEDA waited for, within a bound, until it runs the workload
 //! again (the pure decision is `keda::resume`); past the bound the workload is woken directly.
 
-use std::time::Duration;
-
 use tracing::debug;
 
 use super::write::{KEDA_GRACE, SOON, write_plan};
 use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
+use crate::controller::kinds::hold::LetGo;
 use crate::controller::kinds::record::{asleep_is, wake_asleep};
 use crate::controller::state::{Answer, ContestPart, Context};
 use crate::status::Problem;
 use crate::workload::keda::{self, Check, Originals, Plan};
 use crate::workload::owned::FIELD_MANAGER;
-
-/// What letting go of a ScaledObject came to.
-#[derive(Debug, Default)]
-pub(crate) struct LetGo {
-    /// What was done, if anything.
-    pub(crate) done: Option<String>,
-    /// KEDA does not run the workload again yet: the TDSet is looked at again after this,
-    /// and kept until then.
-    pub(crate) wait: Option<Duration>,
-    /// What KEDA did not do within the bound (the TDSet goes all the same).
-    pub(crate) not_resumed: Option<String>,
-}
-
-impl LetGo {
-    fn done(done: Option<String>) -> LetGo {
-        LetGo {
-            done,
-            ..LetGo::default()
-        }
-    }
-}
 
 /// Lets go of a ScaledObject as its status records it, only on the object it was recorded
 /// from: the user's pause given back (or the operator's taken off), the own ceiling given back,

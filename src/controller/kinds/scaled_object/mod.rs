@@ -6,7 +6,6 @@ mod let_go;
 mod write;
 
 use let_go::forget_resume;
-pub(crate) use let_go::let_go;
 use write::write_plan;
 pub(crate) use write::{CHECK_EVERY, KEDA_GRACE, SOON};
 
@@ -16,7 +15,7 @@ use kube::ResourceExt;
 
 use super::Turn;
 use super::events::record_scale;
-use super::hold::Held;
+use super::hold::{Held, LetGo, Letting};
 use super::record::{
     Record, asleep_is, ensure_durable, problem_outcome, wake_left, wake_left_behind,
 };
@@ -138,6 +137,14 @@ impl Held for ScaledObject {
             out.retry = out.retry.min(Some(retry)).or(Some(retry));
         }
         Ok(out)
+    }
+
+    /// What the schedule wrote given back once, then KEDA waited for (see `let_go`).
+    async fn let_go(letting: &Letting<'_>, r: &ScaleTargetRef) -> Answer<LetGo> {
+        let (ctx, ns) = (letting.ctx, letting.ns);
+        let key = format!("{ns}/{}", letting.tdset.name_any());
+        let released = let_go::let_go(ctx, ns, &key, r, letting.recorded, letting.restore);
+        letting.refused(released.await)
     }
 }
 
