@@ -97,140 +97,31 @@ pub(crate) async fn release_all(
     // waited for any longer.
     let wait_key = keda_wait_key(ns, &name);
     let repeated = ctx.contest(&wait_key[0], |c| c.waits());
-    let (mut waiting, mut woken) = (Vec::new(), Vec::new());
     loop {
         round += 1;
         attempt += 1;
-        let mut changed = None;
         // Each round's own: a kind that cannot be listed is said once, not once a round.
         let mut problems = unlisted.clone();
-        let mut refused = Vec::new();
         let keep = Keep::new(ctx, ns, &name, None, Vec::new());
         let (found, listed) = observe(ctx, ns, &kinds, mine, &keep, &mut problems).await?;
         // A kind that exists but could not be listed (not granted, the API server failing)
         // may still hold records: the group is not done with. One whose CRD is gone is not
         // among `kinds`, and its records went with its objects.
         let unlisted_kind = listed.iter().any(|l| !l);
-        let mut writes = Vec::new();
-        let keda = keda_targets(&kinds, &found);
-        let members: Vec<(usize, group::Member)> = (found.into_iter())
-            .map(|(k, o, value)| {
-                let kind = &kinds[k];
-                let mut m = member_of(kind, &o, value, Place::Outside);
-                m.handed_to = handed_to(ctx, ns, kind, &o, &m);
-                // Scaled through a ScaledObject it gives back now: its record goes, its count
-                // is KEDA's to set.
-                m.keda = keda.contains(&target_of(kind, &m));
-                (k, m)
-            })
-            .collect();
-        let kedas = kedas_of_asleep(ctx, ns, &name, &kinds, &members).await?;
-        waiting.clear();
-        woken.clear();
-        for (k, mut m) in members {
-            let kind = &kinds[k];
-            let keda = match kedas.as_ref().and_then(|s| s.scaling(kind, &m)) {
-                None => None,
-                // Whether KEDA scales it is not known: woken directly, at once (a count KEDA
-                // then sets over is no harm; one left at 0 with nobody watching is).
-                Some(None) => Some(KedaRelease::Wake),
-                Some(Some(so)) => {
-                    let decided = group::keda_release(&name, &m, so, waited(ctx, &wait_key, so));
-                    match decided {
-                        KedaRelease::Wait => waiting.push(format!("{} {}", m.kind, m.name)),
-                        KedaRelease::Wake => woken.push(m.uid.clone()),
-                        // Its count is KEDA's (or its holder's): the record goes, nothing else.
-                        KedaRelease::Resumed => m.keda = true,
-                    }
-                    Some(decided)
-                }
-            };
-            for w in group::released(&name, &m, keda) {
-                writes.push((kind, m.clone(), w));
-            }
-        }
-        // As a boundary's writes: a few at a time, each awaited whatever the others came to.
+        let planned = planned(ctx, ns, &name, &kinds, found, &wait_key).await?;
         let uid = uid.as_str();
-        let sends: Vec<BoxFuture<'_, Released>> = (writes.iter())
-            .map(|(kind, m, w)| {
-                async move {
-                    let what = format!("{} {}", m.kind, m.name);
-                    let result = send(ctx, ns, kind, m, w, uid).await;
-                    (what, m.uid.clone(), w.clone(), result)
-                }
-                .boxed()
-            })
-            .collect();
-        let sent: Vec<_> = futures::stream::iter(sends)
-            .buffer_unordered(WRITES_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut released = Vec::new();
-        let mut woke = Vec::new();
-        let mut progress = false;
-        let mut failed = None;
-        for (what, workload_uid, w, result) in sent {
-            match result {
-                Ok(Sent::Done) => {
-                    info!(workload = %what, to = %w.to, "released");
-                    if woken.contains(&workload_uid) {
-                        woke.push(format!("{what} ({})", w.to));
-                    }
-                    released.push(format!("{what} ({})", w.to));
-                    progress |= given_back.insert(workload_uid);
-                }
-                Ok(Sent::Stale(why)) => changed = Some(why),
-                Ok(Sent::Gone(_)) => {}
-                Ok(Sent::Problem(p)) => refused.push(p),
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
-            }
-        }
-        // Said before the release it is part of (an Event that follows is sent after it).
-        if !woke.is_empty() {
-            warn!(workloads = ?woke, "KEDA did not run them again; woken directly");
-            events.push(note(
-                tdset,
-                EventType::Warning,
-                "KedaNotResumed",
-                format!(
-                    "KEDA did not run {} again within {}s of their ScaledObjects' pause read \
-                     back off (or the pause could not be given back within {}s); the operator \
-                     woke them to their own count itself. Is KEDA's operator running? \
-                     `kubectl describe scaledobjects -n {ns}`",
-                    woke.join(", "),
-                    group::KEDA_RESUME_BOUND.as_secs(),
-                    group::KEDA_RELEASE_AT_MOST.as_secs()
-                ),
-            ));
-        }
-        if !released.is_empty() {
-            let shown: Vec<&str> = released.iter().take(5).map(String::as_str).collect();
-            let more = match released.len() - shown.len() {
-                0 => String::new(),
-                n => format!(" and {n} more"),
-            };
-            events.push(note(
-                tdset,
-                EventType::Normal,
-                "Released",
-                format!(
-                    "{} workloads got their own count back: {}{more}: the TDSet let go of its group",
-                    released.len(),
-                    shown.join(", ")
-                ),
-            ));
-        }
+        let sends = send_round(ctx, ns, uid, &planned, &mut given_back).await;
+        say(tdset, ns, &sends, events);
+        let (waiting, mut refused) = (planned.waiting, sends.refused);
         // Those that landed are said; the first that failed outright fails the reconcile.
-        if let Some(e) = failed {
+        if let Some(e) = sends.failed {
             return Err(e);
         }
         let past_cap = (problems.iter()).any(|p| matches!(p, Problem::TooManyWorkloads(_)));
-        match changed {
+        match sends.changed {
             Some(why) if attempt >= RELEASE_ATTEMPTS => return Err(Error::Contended(why)),
             Some(_) => {}
-            None if past_cap && progress && round < RELEASE_ROUNDS => attempt = 0,
+            None if past_cap && sends.progress && round < RELEASE_ROUNDS => attempt = 0,
             None => {
                 let stuck = !refused.is_empty() || unlisted_kind;
                 if past_cap {
@@ -251,6 +142,169 @@ pub(crate) async fn release_all(
                 });
             }
         }
+    }
+}
+
+/// One round's plan: the writes that give back what was listed, and where KEDA is waited for.
+struct Planned<'k> {
+    writes: Vec<(&'k Kind, group::Member, group::Write)>,
+    /// Workloads KEDA has not run again yet (see `Release::waiting`).
+    waiting: Vec<String>,
+    /// The uids of those woken directly, KEDA not waited for any longer.
+    woken: Vec<String>,
+}
+
+/// Plans the release of what one round listed (`found`): each workload's own count back, a
+/// workload KEDA scales and that sleeps on this TDSet's record as `group::keda_release` says.
+async fn planned<'k>(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    kinds: &'k [Kind],
+    found: Vec<(usize, kube::api::DynamicObject, Value)>,
+    wait_key: &[String; 2],
+) -> Result<Planned<'k>> {
+    let keda = keda_targets(kinds, &found);
+    let members: Vec<(usize, group::Member)> = (found.into_iter())
+        .map(|(k, o, value)| {
+            let kind = &kinds[k];
+            let mut m = member_of(kind, &o, value, Place::Outside);
+            m.handed_to = handed_to(ctx, ns, kind, &o, &m);
+            // Scaled through a ScaledObject it gives back now: its record goes, its count is
+            // KEDA's to set.
+            m.keda = keda.contains(&target_of(kind, &m));
+            (k, m)
+        })
+        .collect();
+    let kedas = kedas_of_asleep(ctx, ns, name, kinds, &members).await?;
+    let mut out = Planned {
+        writes: Vec::new(),
+        waiting: Vec::new(),
+        woken: Vec::new(),
+    };
+    for (k, mut m) in members {
+        let kind = &kinds[k];
+        let keda = match kedas.as_ref().and_then(|s| s.scaling(kind, &m)) {
+            None => None,
+            // Whether KEDA scales it is not known: woken directly, at once (a count KEDA then
+            // sets over is no harm; one left at 0 with nobody watching is).
+            Some(None) => Some(KedaRelease::Wake),
+            Some(Some(so)) => {
+                let decided = group::keda_release(name, &m, so, waited(ctx, wait_key, so));
+                match decided {
+                    KedaRelease::Wait => out.waiting.push(format!("{} {}", m.kind, m.name)),
+                    KedaRelease::Wake => out.woken.push(m.uid.clone()),
+                    // Its count is KEDA's (or its holder's): the record goes, nothing else.
+                    KedaRelease::Resumed => m.keda = true,
+                }
+                Some(decided)
+            }
+        };
+        for w in group::released(name, &m, keda) {
+            out.writes.push((kind, m.clone(), w));
+        }
+    }
+    Ok(out)
+}
+
+/// What one round's writes came to.
+#[derive(Default)]
+struct Sends {
+    /// Each workload given back, in words with its count.
+    released: Vec<String>,
+    /// Those of them woken directly, KEDA not waited for any longer.
+    woke: Vec<String>,
+    /// A workload was given back for the first time.
+    progress: bool,
+    /// A workload changed between the list and the write (409): listed and planned again.
+    changed: Option<String>,
+    refused: Vec<Problem>,
+    failed: Option<Error>,
+}
+
+/// Sends a round's writes as a boundary's are: a few at a time, each awaited whatever the
+/// others came to. `given_back`: the workloads given back in earlier rounds (a round counts
+/// as progress only for a workload given back for the first time).
+async fn send_round(
+    ctx: &Context,
+    ns: &str,
+    uid: &str,
+    planned: &Planned<'_>,
+    given_back: &mut std::collections::HashSet<String>,
+) -> Sends {
+    let sends: Vec<BoxFuture<'_, Released>> = (planned.writes.iter())
+        .map(|(kind, m, w)| {
+            async move {
+                let what = format!("{} {}", m.kind, m.name);
+                let result = send(ctx, ns, kind, m, w, uid).await;
+                (what, m.uid.clone(), w.clone(), result)
+            }
+            .boxed()
+        })
+        .collect();
+    let sent: Vec<_> = futures::stream::iter(sends)
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut out = Sends::default();
+    for (what, workload_uid, w, result) in sent {
+        match result {
+            Ok(Sent::Done) => {
+                info!(workload = %what, to = %w.to, "released");
+                if planned.woken.contains(&workload_uid) {
+                    out.woke.push(format!("{what} ({})", w.to));
+                }
+                out.released.push(format!("{what} ({})", w.to));
+                out.progress |= given_back.insert(workload_uid);
+            }
+            Ok(Sent::Stale(why)) => out.changed = Some(why),
+            Ok(Sent::Gone(_)) => {}
+            Ok(Sent::Problem(p)) => out.refused.push(p),
+            Err(e) => {
+                out.failed.get_or_insert(e);
+            }
+        }
+    }
+    out
+}
+
+/// The Events of a round's writes: those woken directly (said before the release they are
+/// part of: an Event that follows is sent after it), and those given back.
+fn say(tdset: &TDSet, ns: &str, sends: &Sends, events: &mut Events) {
+    if !sends.woke.is_empty() {
+        warn!(workloads = ?sends.woke, "KEDA did not run them again; woken directly");
+        events.push(note(
+            tdset,
+            EventType::Warning,
+            "KedaNotResumed",
+            format!(
+                "KEDA did not run {} again within {}s of their ScaledObjects' pause read back \
+                 off (or the pause could not be given back within {}s); the operator woke them \
+                 to their own count itself. Is KEDA's operator running? `kubectl describe \
+                 scaledobjects -n {ns}`",
+                sends.woke.join(", "),
+                group::KEDA_RESUME_BOUND.as_secs(),
+                group::KEDA_RELEASE_AT_MOST.as_secs()
+            ),
+        ));
+    }
+    let released = &sends.released;
+    if !released.is_empty() {
+        let shown: Vec<&str> = released.iter().take(5).map(String::as_str).collect();
+        let more = match released.len() - shown.len() {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        events.push(note(
+            tdset,
+            EventType::Normal,
+            "Released",
+            format!(
+                "{} workloads got their own count back: {}{more}: the TDSet let go of its group",
+                released.len(),
+                shown.join(", ")
+            ),
+        ));
     }
 }
 

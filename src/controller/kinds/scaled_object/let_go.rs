@@ -14,6 +14,7 @@ use crate::controller::state::{Answer, ContestPart, Context};
 use crate::status::Problem;
 use crate::workload::keda::{self, Check, Originals, Plan};
 use crate::workload::owned::FIELD_MANAGER;
+use crate::workload::target::ScaleView;
 
 /// Lets go of a ScaledObject as its status records it, only on the object it was recorded
 /// from: the user's pause given back (or the operator's taken off), the own ceiling given back,
@@ -202,47 +203,59 @@ async fn resumed(
             ctx.contest(&unpause_key, |c| c.wrote(1, now));
             wait("KEDA still said Paused: wrote paused: \"false\"")
         }
-        keda::Resume::GiveUp(found) => {
-            let what = match found {
-                Check::StillPaused => "still says it is paused with no pause annotation left \
-                     (keda#6982), after autoscaling.keda.sh/paused: \"false\" too"
-                    .to_string(),
-                Check::HpaMissing => format!(
-                    "says it is not paused, but its HorizontalPodAutoscaler {} does not exist",
-                    so.view.hpa()
-                ),
-                _ => format!("has not scaled {} up from 0", so.view.target),
-            };
-            // The workload this TDSet put to sleep; or, put to sleep before a morning KEDA did
-            // not take, the one the ScaledObject scales, where KEDA would run it above 0.
-            let idle = so.view.min() == 0 || so.view.idle_replica_count.is_some();
-            let left = recorded.asleep.clone().or_else(|| {
-                (!idle).then(|| Asleep {
-                    target: so.view.target.clone(),
-                    uid: workload.as_ref().and_then(|w| w.uid.clone()),
-                })
-            });
-            let woke = match &left {
-                Some(left) => match wake_asleep(ctx, ns, left, so.view.min().max(1)).await {
-                    Ok(Ok(Some(woke))) => format!("; the operator {woke} itself"),
-                    Ok(Ok(None)) => String::new(),
-                    Ok(Err(p)) => format!("; waking it failed: {}", p.message()),
-                    Err(e) => format!("; waking it failed: {e}"),
-                },
-                None => String::new(),
-            };
-            Ok(Ok(LetGo {
-                not_resumed: Some(format!(
-                    "KEDA {what} {}s after ScaledObject {} was let go of{woke}. Is KEDA's \
-                     operator running? `kubectl describe scaledobject {}`",
-                    (KEDA_GRACE * 2).as_secs(),
-                    r.name,
-                    r.name
-                )),
-                ..LetGo::default()
-            }))
-        }
+        keda::Resume::GiveUp(found) => gave_up(ctx, ns, r, so, recorded, workload, found).await,
     }
+}
+
+/// KEDA has not run the workload again within twice its grace: the TDSet goes all the same,
+/// saying what KEDA did not do, and the workload left at 0 is woken directly.
+async fn gave_up(
+    ctx: &Context,
+    ns: &str,
+    r: &ScaleTargetRef,
+    so: &ScaledObjectRead,
+    recorded: &TargetStatus,
+    workload: Option<ScaleView>,
+    found: Check,
+) -> Answer<LetGo> {
+    let what = match found {
+        Check::StillPaused => "still says it is paused with no pause annotation left \
+             (keda#6982), after autoscaling.keda.sh/paused: \"false\" too"
+            .to_string(),
+        Check::HpaMissing => format!(
+            "says it is not paused, but its HorizontalPodAutoscaler {} does not exist",
+            so.view.hpa()
+        ),
+        _ => format!("has not scaled {} up from 0", so.view.target),
+    };
+    // The workload this TDSet put to sleep; or, put to sleep before a morning KEDA did not
+    // take, the one the ScaledObject scales, where KEDA would run it above 0.
+    let idle = so.view.min() == 0 || so.view.idle_replica_count.is_some();
+    let left = recorded.asleep.clone().or_else(|| {
+        (!idle).then(|| Asleep {
+            target: so.view.target.clone(),
+            uid: workload.and_then(|w| w.uid),
+        })
+    });
+    let woke = match &left {
+        Some(left) => match wake_asleep(ctx, ns, left, so.view.min().max(1)).await {
+            Ok(Ok(Some(woke))) => format!("; the operator {woke} itself"),
+            Ok(Ok(None)) => String::new(),
+            Ok(Err(p)) => format!("; waking it failed: {}", p.message()),
+            Err(e) => format!("; waking it failed: {e}"),
+        },
+        None => String::new(),
+    };
+    Ok(Ok(LetGo {
+        not_resumed: Some(format!(
+            "KEDA {what} {}s after ScaledObject {} was let go of{woke}. Is KEDA's operator \
+             running? `kubectl describe scaledobject {}`",
+            (KEDA_GRACE * 2).as_secs(),
+            r.name,
+            r.name
+        )),
+        ..LetGo::default()
+    }))
 }
 
 /// Letting go of a ScaledObject that is gone (or was replaced), `problem`: the workload this

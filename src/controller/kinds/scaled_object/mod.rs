@@ -195,58 +195,18 @@ async fn apply(
     mut plan: Plan,
     workload: Option<&ScaleView>,
 ) -> Result<Outcome> {
-    let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
-    let tdset_key = format!("{ns}/{}", tdset.name_any());
+    let tdset_key = format!("{}/{}", turn.ns, turn.tdset.name_any());
     let [key, ..] = keys(&tdset_key);
     let ceiling_key = ContestPart::KedaCeiling.key(&tdset_key);
     let now = tokio::time::Instant::now();
-    let mut retry = None;
+    let (held, retry) = contested(turn.ctx, (&key, &ceiling_key), &record, so, &mut plan, now);
     let mut scaled = None;
-    // Someone keeps setting it back: the schedule goes back later, not now. The pause and the
-    // floor are one contest, the ceiling another (a tool that sets only `maxReplicaCount` back
-    // holds back only the ceiling, and is named for it).
-    let floor_writes = plan.pause.is_some() || plan.min.is_some();
-    let verdict = match floor_writes {
-        true => ctx.contest(&key, |c| c.decide(plan.floor, now)),
-        false => Verdict::Write,
-    };
-    if let Verdict::Wait(until) = verdict {
-        retry = Some(until.duration_since(now));
-    }
-    if let Some(max) = plan.max
-        && let Verdict::Wait(until) = ctx.contest(&ceiling_key, |c| c.decide(max, now))
-    {
-        let later = until.duration_since(now);
-        retry = Some(retry.map_or(later, |r: Duration| r.min(later)));
-        let recorded = Originals::of(&record.status);
-        plan = plan.without_ceiling(&recorded, &so.view);
-    }
-    let held = verdict != Verdict::Write;
     if plan.writes() && !held {
-        if let Some(rec) = &plan.record {
-            set_record(&mut record.status, rec);
-            record.durable = false;
+        if let Err(p) = write(turn, r, so, &mut record, &plan, workload).await? {
+            return Ok(problem_outcome(p, r, record.status));
         }
-        if plan.pause.as_ref().is_some_and(KedaPause::is_night) {
-            // Whatever becomes of the ScaledObject (deleted, pointed elsewhere), the workload
-            // it puts to sleep is known, to be woken.
-            let asleep = Some(Asleep {
-                target: so.view.target.clone(),
-                uid: workload.and_then(|w| w.uid.clone()),
-            });
-            if record.status.asleep != asleep {
-                record.status.asleep = asleep;
-                record.durable = false;
-            }
-            warn_if_old(turn, r, &so.view);
-        }
-        ensure_durable(tdset, ctx, &mut record, eval.replicas).await?;
-        match write_plan(ctx, ns, r, so, &plan).await? {
-            // The checks that follow in this reconcile write from this revision.
-            Ok(rv) => so.view.resource_version = rv.or(so.view.resource_version.take()),
-            Err(p) => return Ok(problem_outcome(p, r, record.status)),
-        }
-        if floor_writes {
+        let ctx = turn.ctx;
+        if plan.pause.is_some() || plan.min.is_some() {
             ctx.contest(&key, |c| c.wrote(plan.floor, now));
         }
         if let Some(max) = plan.max {
@@ -264,38 +224,9 @@ async fn apply(
     } else if !held {
         set_record(&mut record.status, &plan.after);
     }
-    // The operator's own night pause holds whatever the ScaledObject targets now at 0 (after a
-    // retarget, a workload replaced, a pause written by an older version): that one is on
-    // record, to be woken if the ScaledObject goes. Once KEDA runs it again (or the user's own
-    // pause does), nothing of this TDSet's keeps it at 0.
-    let ours_at_night = so.view.pause.is_night() && so.view.pause_ours;
-    if ours_at_night && !held {
-        let asleep = Asleep {
-            target: so.view.target.clone(),
-            uid: workload.and_then(|w| w.uid.clone()),
-        };
-        let known = (record.status.asleep.as_ref())
-            .is_some_and(|a| asleep_is(a, &asleep.target, asleep.uid.as_deref()));
-        if !known {
-            record.status.asleep = Some(asleep);
-        }
-    } else if plan.floor > 0 && !ours_at_night {
-        record.status.asleep = None;
-    }
-    let problem = ctx.contest(&key, |c| {
-        c.saw(so.min_setter.clone());
-        c.fight(now)
-            .map(|_| conflicting_writer(r, c.setter(), false))
-    });
-    let problem = problem.or_else(|| {
-        ctx.contest(&ceiling_key, |c| {
-            c.saw(so.max_setter.clone());
-            c.fight(now)
-                .map(|_| conflicting_writer(r, c.setter(), true))
-        })
-    });
-    let notices = plan
-        .clamped_from
+    asleep_on_record(&mut record, so, &plan, held, workload);
+    let problem = fought(turn.ctx, (&key, &ceiling_key), r, so, now);
+    let notices = (plan.clamped_from)
         .map(|asked| Notice::Clamped {
             what: format!("ScaledObject {}", r.name),
             field: "spec.maxReplicaCount",
@@ -317,6 +248,121 @@ async fn apply(
             plan.floor,
             workload.cloned().unwrap_or_default(),
         )))
+    })
+}
+
+/// Someone keeps setting it back: the schedule goes back later, not now. The pause and the
+/// floor are one contest, the ceiling another (a tool that sets only `maxReplicaCount` back
+/// holds back only the ceiling, and is named for it). Whether the floor's writes are held
+/// back (then nothing is written), and how soon to look again; a ceiling held back is taken
+/// out of `plan`.
+fn contested(
+    ctx: &Context,
+    (key, ceiling_key): (&str, &str),
+    record: &Record,
+    so: &ScaledObjectRead,
+    plan: &mut Plan,
+    now: tokio::time::Instant,
+) -> (bool, Option<Duration>) {
+    let mut retry = None;
+    let floor_writes = plan.pause.is_some() || plan.min.is_some();
+    let verdict = match floor_writes {
+        true => ctx.contest(key, |c| c.decide(plan.floor, now)),
+        false => Verdict::Write,
+    };
+    if let Verdict::Wait(until) = verdict {
+        retry = Some(until.duration_since(now));
+    }
+    if let Some(max) = plan.max
+        && let Verdict::Wait(until) = ctx.contest(ceiling_key, |c| c.decide(max, now))
+    {
+        let later = until.duration_since(now);
+        retry = Some(retry.map_or(later, |r: Duration| r.min(later)));
+        let recorded = Originals::of(&record.status);
+        *plan = std::mem::take(plan).without_ceiling(&recorded, &so.view);
+    }
+    (verdict != Verdict::Write, retry)
+}
+
+/// The plan's writes, the record made durable first (with the workload it puts to sleep, to
+/// be woken whatever becomes of the ScaledObject). The checks that follow in this reconcile
+/// write from the revision this leaves.
+async fn write(
+    turn: &mut Turn<'_>,
+    r: &ScaleTargetRef,
+    so: &mut ScaledObjectRead,
+    record: &mut Record,
+    plan: &Plan,
+    workload: Option<&ScaleView>,
+) -> Answer<()> {
+    let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
+    if let Some(rec) = &plan.record {
+        set_record(&mut record.status, rec);
+        record.durable = false;
+    }
+    if plan.pause.as_ref().is_some_and(KedaPause::is_night) {
+        let asleep = Some(Asleep {
+            target: so.view.target.clone(),
+            uid: workload.and_then(|w| w.uid.clone()),
+        });
+        if record.status.asleep != asleep {
+            record.status.asleep = asleep;
+            record.durable = false;
+        }
+        warn_if_old(turn, r, &so.view);
+    }
+    ensure_durable(tdset, ctx, record, eval.replicas).await?;
+    Ok(write_plan(ctx, ns, r, so, plan).await?.map(|rv| {
+        so.view.resource_version = rv.or(so.view.resource_version.take());
+    }))
+}
+
+/// The operator's own night pause holds whatever the ScaledObject targets now at 0 (after a
+/// retarget, a workload replaced, a pause written by an older version): that one is on
+/// record, to be woken if the ScaledObject goes. Once KEDA runs it again (or the user's own
+/// pause does), nothing of this TDSet's keeps it at 0.
+fn asleep_on_record(
+    record: &mut Record,
+    so: &ScaledObjectRead,
+    plan: &Plan,
+    held: bool,
+    workload: Option<&ScaleView>,
+) {
+    let ours_at_night = so.view.pause.is_night() && so.view.pause_ours;
+    if ours_at_night && !held {
+        let asleep = Asleep {
+            target: so.view.target.clone(),
+            uid: workload.and_then(|w| w.uid.clone()),
+        };
+        let known = (record.status.asleep.as_ref())
+            .is_some_and(|a| asleep_is(a, &asleep.target, asleep.uid.as_deref()));
+        if !known {
+            record.status.asleep = Some(asleep);
+        }
+    } else if plan.floor > 0 && !ours_at_night {
+        record.status.asleep = None;
+    }
+}
+
+/// Another writer keeps setting the floor (or the pause), else the ceiling, back: named.
+fn fought(
+    ctx: &Context,
+    (key, ceiling_key): (&str, &str),
+    r: &ScaleTargetRef,
+    so: &ScaledObjectRead,
+    now: tokio::time::Instant,
+) -> Option<Problem> {
+    let floor = ctx.contest(key, |c| {
+        c.saw(so.min_setter.clone());
+        c.fight(now)
+            .map(|_| conflicting_writer(r, c.setter(), false))
+    });
+    floor.or_else(|| {
+        ctx.contest(ceiling_key, |c| {
+            c.saw(so.max_setter.clone());
+            c.fight(now)
+                .map(|_| conflicting_writer(r, c.setter(), true))
+        })
     })
 }
 
