@@ -4,6 +4,7 @@
 use kube::ResourceExt;
 use tracing::debug;
 
+use super::Part;
 use super::Turn;
 use super::claims;
 use super::events::record_scale;
@@ -17,7 +18,7 @@ use crate::controller::io::target::{
     write_min_replicas,
 };
 use crate::controller::lane::{EventType, note};
-use crate::controller::state::{Answer, ContestPart, Context, Outcome, Resolved, Scaled, Write};
+use crate::controller::state::{Answer, Context, Outcome, Resolved, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::contest::Verdict;
@@ -28,6 +29,9 @@ use crate::workload::savings::{Requests, Saved};
 
 /// The field this form sets.
 const FIELD: &str = "spec.minReplicas";
+
+/// An HPA's ceiling, contested apart from its floor.
+pub(crate) const CEILING: Part = Part("maxReplicas");
 
 /// The HPA's own target, as read for its count: a floor of 0 is the target asleep.
 struct HpaTarget {
@@ -233,7 +237,7 @@ async fn apply(
     let (tdset, ctx, ns, eval) = (turn.tdset, turn.ctx, turn.ns, turn.eval);
     // Someone keeps setting maxReplicas back (a GitOps tool's self-heal): the ceiling is put
     // back less and less often, as a count is, rather than at watch speed.
-    let key = ContestPart::HpaCeiling.key(&format!("{ns}/{}", tdset.name_any()));
+    let key = CEILING.key(&format!("{ns}/{}", tdset.name_any()));
     let now = tokio::time::Instant::now();
     let mut retry = None;
     if let Some(max) = plan.max_replicas

@@ -3,6 +3,7 @@
 //! writes it needs, through `io`.
 //!
 //! - `hold`: the protocol every kind is held by, written once (`Held`: what each says);
+//! - `let_go`: letting go of a target, its kind picked from the record;
 //! - `scale`: a kind with `/scale`;
 //! - `hpa`: an HPA, the schedule as its floor (and ceiling);
 //! - `scaled_object`: a KEDA ScaledObject: paused, floored, checked, let go of;
@@ -14,6 +15,7 @@ pub(crate) mod claims;
 pub(crate) mod events;
 pub(crate) mod hold;
 pub(crate) mod hpa;
+pub(crate) mod let_go;
 pub(crate) mod record;
 pub(crate) mod scale;
 pub(crate) mod scaled_object;
@@ -32,4 +34,29 @@ pub(crate) struct Turn<'a> {
     pub eval: &'a Evaluation,
     pub write: Write,
     pub events: &'a mut Events,
+}
+
+/// A contest a TDSet keeps beside its own for what a kind writes (see `workload::contest`),
+/// under `<namespace>/<name>/<part>`: `Context::forget` drops it with the TDSet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Part(&'static str);
+
+impl Part {
+    /// The contest's key for the TDSet `tdset_key` (`<namespace>/<name>`).
+    pub(crate) fn key(self, tdset_key: &str) -> String {
+        format!("{tdset_key}/{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_contest_part_has_a_key_of_its_own() {
+        let parts = [&[super::hpa::CEILING][..], &super::scaled_object::PARTS[..]].concat();
+        let mut keys: Vec<String> = parts.iter().map(|p| p.key("ns/t")).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), parts.len());
+        assert!(keys.contains(&"ns/t/maxReplicas".to_string()));
+    }
 }

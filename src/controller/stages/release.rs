@@ -16,8 +16,10 @@ use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::forms::{group, owned};
 use crate::controller::io::intercept;
 use crate::controller::io::tdset::{RESTORE_FINALIZER, set_finalizer};
+use crate::controller::kinds;
 use crate::controller::kinds::claims;
-use crate::controller::kinds::hold::{self, Letting};
+use crate::controller::kinds::hold::Letting;
+use crate::controller::kinds::let_go::let_go_writes;
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::Context;
 use crate::error::Result;
@@ -31,7 +33,7 @@ fn wants_finalizer(tdset: &TDSet) -> bool {
             .spec
             .scale_target_ref
             .as_ref()
-            .is_some_and(|r| hold::let_go_writes(r, restores(tdset)))
+            .is_some_and(|r| let_go_writes(r, restores(tdset)))
 }
 
 /// Whether the TDSet held a group (its status says so) and may have left records on workloads.
@@ -335,7 +337,7 @@ async fn let_go(
     } else {
         "let go of"
     };
-    match hold::let_go(&letting).await? {
+    match kinds::let_go::let_go(&letting).await? {
         Ok(go) => {
             if let Some(what) = go.not_resumed {
                 warn!(%what, why, "KEDA did not run the workload again");

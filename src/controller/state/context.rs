@@ -22,55 +22,6 @@ use crate::telemetry::Metrics;
 use crate::workload::AllowedIn;
 use crate::workload::contest::Contest;
 
-/// Declares `ContestPart` and its `ALL` from one list, so a part cannot be left out of what
-/// `Context::forget` drops.
-macro_rules! contest_parts {
-    ($($(#[$doc:meta])* $part:ident => $key:literal,)*) => {
-        /// The contests a TDSet keeps beside its own (see `workload::contest`), each under
-        /// `<namespace>/<name>/<part>`.
-        #[derive(Clone, Copy)]
-        pub(crate) enum ContestPart {
-            $($(#[$doc])* $part,)*
-        }
-
-        impl ContestPart {
-            /// Every part (each has a key of its own, tested).
-            #[cfg(test)]
-            const ALL: &'static [ContestPart] = &[$(ContestPart::$part,)*];
-
-            /// The contest's key for the TDSet `tdset_key` (`<namespace>/<name>`).
-            pub(crate) fn key(self, tdset_key: &str) -> String {
-                let part = match self {
-                    $(ContestPart::$part => $key,)*
-                };
-                format!("{tdset_key}/{part}")
-            }
-        }
-    };
-}
-
-contest_parts! {
-    /// An HPA's ceiling, contested apart from its floor (see `kinds::hpa`).
-    HpaCeiling => "maxReplicas",
-    /// A ScaledObject's schedule writes (see `scaled_object`): its pause and floor.
-    Keda => "keda",
-    /// A ScaledObject's ceiling, contested apart from its floor.
-    KedaCeiling => "keda-max",
-    /// The turns that make KEDA put a drifted count right.
-    KedaDrift => "keda-drift",
-    /// The unpause of a ScaledObject KEDA left paused.
-    KedaUnpause => "keda-unpause",
-    /// When a group next reads back a ScaledObject it holds (`Contest::looked`).
-    KedaLook => "keda-look",
-    /// How long KEDA's HPA has been seen missing.
-    KedaHpa => "keda-hpa",
-    /// Letting go of a ScaledObject: its writes made (once), and since when KEDA has been
-    /// seen not running its workload again.
-    KedaResume => "keda-resume",
-    /// Letting go of a ScaledObject: KEDA's documented unpause written (once).
-    KedaResumeUnpause => "keda-resume-unpause",
-}
-
 /// Everything a reconcile needs, shared by all of them.
 pub struct Context {
     pub client: Client,
@@ -185,19 +136,5 @@ impl Context {
             f.remove(key);
         }
         self.metrics.forget_saved(key);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ContestPart;
-
-    #[test]
-    fn each_contest_part_has_a_key_of_its_own() {
-        let mut keys: Vec<String> = ContestPart::ALL.iter().map(|p| p.key("ns/t")).collect();
-        keys.sort();
-        keys.dedup();
-        assert_eq!(keys.len(), ContestPart::ALL.len());
-        assert!(keys.contains(&"ns/t/maxReplicas".to_string()));
     }
 }

@@ -18,7 +18,6 @@ mod wakeups;
 
 pub(crate) use backoff::{after as backoff_after, api_backoff, jitter};
 pub use calendar_index::CalendarIndex;
-pub(crate) use context::ContestPart;
 pub use context::{Context, WakeProxyRef};
 pub(crate) use discovery::{Discovery, Resolved};
 pub(crate) use group_index::{Claim, GroupEntry, GroupIndex, claim_of};

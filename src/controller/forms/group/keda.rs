@@ -12,9 +12,9 @@ use kube::ResourceExt;
 use crate::api::ScaleTargetRef;
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
-use crate::controller::kinds::scaled_object::{self, Checked, SOON};
+use crate::controller::kinds::scaled_object::{self, Checked, SOON, part};
 use crate::controller::lane::{EventNote, EventType, Events, note};
-use crate::controller::state::ContestPart;
+use crate::controller::state::Context;
 use crate::error::Result;
 use crate::status::Problem;
 use crate::workload::contest::Verdict;
@@ -22,6 +22,9 @@ use crate::workload::group::{self, Member, Value, Why};
 use crate::workload::keda;
 
 use super::found::{Group, SCALED_OBJECT_LOOK};
+use super::observe::{
+    Keep, Kind, is_floor_kind, is_scaled_object, keda_idle, keda_paused, observe,
+};
 use super::write::{Sent, apply_body};
 
 /// The most ScaledObjects one reconcile reads back (two reads each: it and its workload), of
@@ -97,9 +100,9 @@ pub(super) async fn check_all(
         let written = done.iter().any(|w| w.member == i);
         // KEDA is given its grace from the group's own write, as from the form's.
         if written {
-            (g.ctx).contest(&ContestPart::Keda.key(&key_base), |c| c.wrote(0, now));
+            (g.ctx).contest(&part::SCHEDULE.key(&key_base), |c| c.wrote(0, now));
         }
-        let look = ContestPart::KedaLook.key(&key_base);
+        let look = part::LOOK.key(&key_base);
         if written || off_course(g.members, i) || g.ctx.contest(&look, |c| c.look_due(now)) {
             due.push((i, key_base));
         } else {
@@ -130,7 +133,7 @@ pub(super) async fn check_all(
             (Some(p), SCALED_OBJECT_LOOK, None)
         });
         let wait = pace(wait);
-        let look = ContestPart::KedaLook.key(&key_base);
+        let look = part::LOOK.key(&key_base);
         g.ctx.contest(&look, |c| c.looked(wait, now));
         out.problems.extend(problem);
         out.retry_in(wait);
@@ -217,7 +220,7 @@ async fn drift(
     key_base: &str,
 ) -> Result<(Option<Problem>, Duration, Option<EventNote>)> {
     let m = &g.members[i];
-    let drift_key = ContestPart::KedaDrift.key(key_base);
+    let drift_key = part::DRIFT.key(key_base);
     let now = tokio::time::Instant::now();
     let what = format!("{} (KEDA scales it)", so.view.target);
     if let Verdict::Wait(until) = g.ctx.contest(&drift_key, |c| c.decide(0, now)) {
@@ -272,4 +275,117 @@ async fn drift(
         ),
     );
     Ok((None, SOON, Some(said)))
+}
+
+// Letting go of the group (see `release`): where KEDA is waited for.
+
+/// What a release's wait for KEDA keeps: since its first wait, since it first saw a pause
+/// given back.
+pub(super) fn wait_key(ns: &str, name: &str) -> [String; 2] {
+    ["keda-release", "keda-release-unpaused"].map(|part| format!("{ns}/{name}/{part}"))
+}
+
+/// Forgets a release's wait for KEDA: over, or the TDSet holds its group again.
+pub(super) fn forget_keda_wait(ctx: &Context, ns: &str, name: &str) {
+    for key in wait_key(ns, name) {
+        ctx.forget_contest(&key);
+    }
+}
+
+/// How long the release has waited for KEDA, `so` as read now (its timers start here).
+pub(super) fn waited(
+    ctx: &Context,
+    [first, unpaused]: &[String; 2],
+    so: &group::KedaSeen,
+) -> group::KedaWaited {
+    let now = tokio::time::Instant::now();
+    let since_first = ctx.contest(first, |c| c.seen_for(now));
+    let given_back = !matches!(so.value, Value::Keda { paused: true, .. });
+    let since_unpaused = given_back.then(|| ctx.contest(unpaused, |c| c.seen_for(now)));
+    group::KedaWaited {
+        since_first,
+        since_unpaused,
+    }
+}
+
+/// A workload's kind, as a ScaledObject names its target: group, kind, name.
+pub(super) type Target = (String, String, String);
+
+pub(super) fn target_of(kind: &Kind, m: &group::Member) -> Target {
+    let r = &kind.resource;
+    (r.group.clone(), r.kind.clone(), m.name.clone())
+}
+
+/// The namespace's ScaledObjects, read where a workload sleeps on this TDSet's record (its
+/// ScaledObject may no longer carry the TDSet's label: given back in an earlier round or
+/// reconcile).
+pub(super) struct Kedas {
+    /// The uids of the workloads asleep on record.
+    asleep: Vec<String>,
+    /// Each ScaledObject's target and what a release reads of it; `None`: not listed whole.
+    scaled: Option<Vec<(Target, group::KedaSeen)>>,
+}
+
+impl Kedas {
+    /// For a workload asleep on record that a ScaledObject scales, that ScaledObject
+    /// (`Some(None)`: whether one does is not known).
+    pub(super) fn scaling(
+        &self,
+        kind: &Kind,
+        m: &group::Member,
+    ) -> Option<Option<&group::KedaSeen>> {
+        if !self.asleep.contains(&m.uid) {
+            return None;
+        }
+        let target = target_of(kind, m);
+        match &self.scaled {
+            None => Some(None),
+            Some(scaled) => (scaled.iter())
+                .find(|(t, _)| *t == target)
+                .map(|(_, so)| Some(so)),
+        }
+    }
+}
+
+/// `None` where KEDA is not installed or nothing sleeps on this TDSet's record.
+pub(super) async fn kedas_of_asleep(
+    ctx: &Context,
+    ns: &str,
+    me: &str,
+    kinds: &[Kind],
+    members: &[(usize, group::Member)],
+) -> Result<Option<Kedas>> {
+    let Some(k) = kinds.iter().position(is_scaled_object) else {
+        return Ok(None);
+    };
+    let asleep: Vec<String> = (members.iter())
+        .filter(|(kind, m)| !is_floor_kind(&kinds[*kind]) && group::asleep_on_record(me, m))
+        .map(|(_, m)| m.uid.clone())
+        .collect();
+    if asleep.is_empty() {
+        return Ok(None);
+    }
+    let keep = Keep::new(ctx, ns, me, None, Vec::new());
+    let everything = |kind: &Kind| match is_scaled_object(kind) {
+        true => vec![String::new()],
+        false => Vec::new(),
+    };
+    let mut problems = Vec::new();
+    let (found, listed) = observe(ctx, ns, kinds, everything, &keep, &mut problems).await?;
+    let scaled = listed[k].then(|| {
+        (found.iter())
+            .filter(|(kind, ..)| *kind == k)
+            .map(|(_, o, value)| {
+                let t = keda::target_of(&o.data);
+                let seen = group::KedaSeen {
+                    value: *value,
+                    holder: group::Record::read(o.annotations(), *value).map(|r| r.holder),
+                    keda_paused: keda_paused(o),
+                    idle: keda_idle(o),
+                };
+                ((t.group().to_string(), t.kind.clone(), t.name), seen)
+            })
+            .collect()
+    });
+    Ok(Some(Kedas { asleep, scaled }))
 }

@@ -68,7 +68,7 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     } = turn;
     // Held again (another form left and come back before KEDA was waited for): no release is
     // in progress.
-    release::forget_keda_wait(ctx, ns, &tdset.name_any());
+    keda::forget_keda_wait(ctx, ns, &tdset.name_any());
     let (selector, tiers) = selectors(sel)?;
     let placing = Placing {
         tdset,

@@ -12,12 +12,9 @@ use crate::controller::state::Context;
 use crate::error::{Error, Result};
 use crate::status::Problem;
 use crate::workload::group::{self, KedaRelease, Place, Value};
-use crate::workload::keda;
 
-use super::observe::{
-    Keep, Kind, is_floor_kind, is_scaled_object, keda_idle, keda_paused, kinds, member_of, observe,
-    recorded_kinds,
-};
+use super::keda::{forget_keda_wait, kedas_of_asleep, target_of, wait_key, waited};
+use super::observe::{Keep, Kind, kinds, member_of, observe, recorded_kinds};
 use super::place::{handed_to, keda_targets};
 use super::write::{Sent, WRITES_IN_FLIGHT, send};
 
@@ -36,35 +33,6 @@ pub(crate) struct Release {
     pub(crate) repeated: bool,
     /// How soon to look again while some are `waiting`.
     pub(crate) wait: Option<std::time::Duration>,
-}
-
-/// What a release's wait for KEDA keeps: since its first wait, since it first saw a pause
-/// given back.
-fn keda_wait_key(ns: &str, name: &str) -> [String; 2] {
-    ["keda-release", "keda-release-unpaused"].map(|part| format!("{ns}/{name}/{part}"))
-}
-
-/// Forgets a release's wait for KEDA: over, or the TDSet holds its group again.
-pub(crate) fn forget_keda_wait(ctx: &Context, ns: &str, name: &str) {
-    for key in keda_wait_key(ns, name) {
-        ctx.forget_contest(&key);
-    }
-}
-
-/// How long the release has waited for KEDA, `so` as read now (its timers start here).
-fn waited(
-    ctx: &Context,
-    [first, unpaused]: &[String; 2],
-    so: &group::KedaSeen,
-) -> group::KedaWaited {
-    let now = tokio::time::Instant::now();
-    let since_first = ctx.contest(first, |c| c.seen_for(now));
-    let given_back = !matches!(so.value, Value::Keda { paused: true, .. });
-    let since_unpaused = given_back.then(|| ctx.contest(unpaused, |c| c.seen_for(now)));
-    group::KedaWaited {
-        since_first,
-        since_unpaused,
-    }
 }
 
 /// Gives every workload carrying this TDSet's record its own count back (deletion, or the
@@ -95,7 +63,7 @@ pub(crate) async fn release_all(
     let mut round = 0;
     // What KEDA is waited for (see `group::keda_release`), since when, and what it was not
     // waited for any longer.
-    let wait_key = keda_wait_key(ns, &name);
+    let wait_key = wait_key(ns, &name);
     let repeated = ctx.contest(&wait_key[0], |c| c.waits());
     loop {
         round += 1;
@@ -320,84 +288,6 @@ fn left_past_reads(ctx: &Context, ns: &str, uid: &str) -> Problem {
          back; those past them were not read. Find them with: kubectl get \
          deployments,statefulsets,cronjobs,hpa -n {ns} -l {label}"
     ))
-}
-
-/// A workload's kind, as a ScaledObject names its target: group, kind, name.
-type Target = (String, String, String);
-
-fn target_of(kind: &Kind, m: &group::Member) -> Target {
-    let r = &kind.resource;
-    (r.group.clone(), r.kind.clone(), m.name.clone())
-}
-
-/// The namespace's ScaledObjects, read where a workload sleeps on this TDSet's record (its
-/// ScaledObject may no longer carry the TDSet's label: given back in an earlier round or
-/// reconcile).
-struct Kedas {
-    /// The uids of the workloads asleep on record.
-    asleep: Vec<String>,
-    /// Each ScaledObject's target and what a release reads of it; `None`: not listed whole.
-    scaled: Option<Vec<(Target, group::KedaSeen)>>,
-}
-
-impl Kedas {
-    /// For a workload asleep on record that a ScaledObject scales, that ScaledObject
-    /// (`Some(None)`: whether one does is not known).
-    fn scaling(&self, kind: &Kind, m: &group::Member) -> Option<Option<&group::KedaSeen>> {
-        if !self.asleep.contains(&m.uid) {
-            return None;
-        }
-        let target = target_of(kind, m);
-        match &self.scaled {
-            None => Some(None),
-            Some(scaled) => (scaled.iter())
-                .find(|(t, _)| *t == target)
-                .map(|(_, so)| Some(so)),
-        }
-    }
-}
-
-/// `None` where KEDA is not installed or nothing sleeps on this TDSet's record.
-async fn kedas_of_asleep(
-    ctx: &Context,
-    ns: &str,
-    me: &str,
-    kinds: &[Kind],
-    members: &[(usize, group::Member)],
-) -> Result<Option<Kedas>> {
-    let Some(k) = kinds.iter().position(is_scaled_object) else {
-        return Ok(None);
-    };
-    let asleep: Vec<String> = (members.iter())
-        .filter(|(kind, m)| !is_floor_kind(&kinds[*kind]) && group::asleep_on_record(me, m))
-        .map(|(_, m)| m.uid.clone())
-        .collect();
-    if asleep.is_empty() {
-        return Ok(None);
-    }
-    let keep = Keep::new(ctx, ns, me, None, Vec::new());
-    let everything = |kind: &Kind| match is_scaled_object(kind) {
-        true => vec![String::new()],
-        false => Vec::new(),
-    };
-    let mut problems = Vec::new();
-    let (found, listed) = observe(ctx, ns, kinds, everything, &keep, &mut problems).await?;
-    let scaled = listed[k].then(|| {
-        (found.iter())
-            .filter(|(kind, ..)| *kind == k)
-            .map(|(_, o, value)| {
-                let t = keda::target_of(&o.data);
-                let seen = group::KedaSeen {
-                    value: *value,
-                    holder: group::Record::read(o.annotations(), *value).map(|r| r.holder),
-                    keda_paused: keda_paused(o),
-                    idle: keda_idle(o),
-                };
-                ((t.group().to_string(), t.kind.clone(), t.name), seen)
-            })
-            .collect()
-    });
-    Ok(Some(Kedas { asleep, scaled }))
 }
 
 /// One release sent: the workload (in words, and its uid), the write, what it came to.

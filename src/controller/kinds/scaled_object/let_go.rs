@@ -4,13 +4,13 @@
 
 use tracing::debug;
 
-use super::write::{KEDA_GRACE, SOON, write_plan};
+use super::write::{KEDA_GRACE, SOON, part, write_plan};
 use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
 use crate::controller::kinds::hold::LetGo;
 use crate::controller::kinds::record::{asleep_is, wake_asleep};
-use crate::controller::state::{Answer, ContestPart, Context};
+use crate::controller::state::{Answer, Context};
 use crate::status::Problem;
 use crate::workload::keda::{self, Check, Originals, Plan};
 use crate::workload::owned::FIELD_MANAGER;
@@ -38,7 +38,7 @@ pub(crate) async fn let_go(
 
 /// What a let-go in progress keeps in memory (its writes made once, since when it waits).
 fn resume_keys(tdset_key: &str) -> [String; 2] {
-    [ContestPart::KedaResume, ContestPart::KedaResumeUnpause].map(|p| p.key(tdset_key))
+    [part::RESUME, part::RESUME_UNPAUSE].map(|p| p.key(tdset_key))
 }
 
 /// Forgets a let-go in progress: it is over, or the TDSet schedules the ScaledObject again.

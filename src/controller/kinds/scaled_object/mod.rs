@@ -6,8 +6,10 @@ mod let_go;
 mod write;
 
 use let_go::forget_resume;
+#[cfg(test)]
+pub(crate) use write::PARTS;
 use write::write_plan;
-pub(crate) use write::{CHECK_EVERY, KEDA_GRACE, SOON};
+pub(crate) use write::{CHECK_EVERY, KEDA_GRACE, SOON, part};
 
 use std::time::Duration;
 
@@ -23,7 +25,7 @@ use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
 use crate::controller::lane::{EventType, note};
-use crate::controller::state::{Answer, ContestPart, Context, Outcome, Scaled, Write};
+use crate::controller::state::{Answer, Context, Outcome, Scaled, Write};
 use crate::error::Result;
 use crate::status::{Notice, Observed, Problem};
 use crate::workload::contest::Verdict;
@@ -40,13 +42,7 @@ const FIELD: &str = "spec.minReplicaCount";
 /// turns that make KEDA put a drifted count right, the unpause of a ScaledObject KEDA left
 /// paused, how long KEDA's HPA has been seen missing.
 pub(crate) fn keys(tdset_key: &str) -> [String; 4] {
-    [
-        ContestPart::Keda,
-        ContestPart::KedaDrift,
-        ContestPart::KedaUnpause,
-        ContestPart::KedaHpa,
-    ]
-    .map(|part| part.key(tdset_key))
+    [part::SCHEDULE, part::DRIFT, part::UNPAUSE, part::HPA].map(|p| p.key(tdset_key))
 }
 
 /// A KEDA ScaledObject (`hold::<ScaledObject>`): paused at night, floored by day, checked.
@@ -197,7 +193,7 @@ async fn apply(
 ) -> Result<Outcome> {
     let tdset_key = format!("{}/{}", turn.ns, turn.tdset.name_any());
     let [key, ..] = keys(&tdset_key);
-    let ceiling_key = ContestPart::KedaCeiling.key(&tdset_key);
+    let ceiling_key = part::CEILING.key(&tdset_key);
     let now = tokio::time::Instant::now();
     let (held, retry) = contested(turn.ctx, (&key, &ceiling_key), &record, so, &mut plan, now);
     let mut scaled = None;

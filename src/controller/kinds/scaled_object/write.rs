@@ -54,3 +54,39 @@ pub(super) async fn write_plan(
     )
     .await
 }
+
+/// The contests a TDSet keeps for a ScaledObject.
+pub(crate) mod part {
+    use crate::controller::kinds::Part;
+
+    /// The schedule's writes: its pause and floor.
+    pub(crate) const SCHEDULE: Part = Part("keda");
+    /// Its ceiling, contested apart from its floor.
+    pub(crate) const CEILING: Part = Part("keda-max");
+    /// The turns that make KEDA put a drifted count right.
+    pub(crate) const DRIFT: Part = Part("keda-drift");
+    /// The unpause of a ScaledObject KEDA left paused.
+    pub(crate) const UNPAUSE: Part = Part("keda-unpause");
+    /// When a group next reads back a ScaledObject it holds (`Contest::looked`).
+    pub(crate) const LOOK: Part = Part("keda-look");
+    /// How long KEDA's HPA has been seen missing.
+    pub(crate) const HPA: Part = Part("keda-hpa");
+    /// Letting go: its writes made (once), and since when KEDA has been seen not running its
+    /// workload again.
+    pub(crate) const RESUME: Part = Part("keda-resume");
+    /// Letting go: KEDA's documented unpause written (once).
+    pub(crate) const RESUME_UNPAUSE: Part = Part("keda-resume-unpause");
+}
+
+/// Every part (each has a key of its own, tested).
+#[cfg(test)]
+pub(crate) const PARTS: [crate::controller::kinds::Part; 8] = [
+    part::SCHEDULE,
+    part::CEILING,
+    part::DRIFT,
+    part::UNPAUSE,
+    part::LOOK,
+    part::HPA,
+    part::RESUME,
+    part::RESUME_UNPAUSE,
+];
