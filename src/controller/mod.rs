@@ -12,9 +12,12 @@
 //!   TDSet owns, and the group (`scaleTargetSelector`);
 //! - `kinds/`: what the operator does to one object it writes and does not own, one room per
 //!   kind (`scale`: a kind with `/scale`; `hpa`: an HPA's floor and ceiling;
-//!   `scaled_object`: a KEDA ScaledObject, its check and its let-go), on the base they share:
-//!   one writer per object (`claims`), its record in status (`record`), which Events a change
-//!   makes (`events`), and the `Turn` every form and kind is handed;
+//!   `scaled_object`: a KEDA ScaledObject, its check and its let-go), each saying what it
+//!   does at each step of one protocol written once (`hold`: the trait `Held` and `hold()`;
+//!   `let_go`: letting go, the kind picked from the record), on the base they share: one
+//!   writer per object (`claims`), its record in status (`record`), which Events a change
+//!   makes (`events`), the `Turn` every form and kind is handed, and the contests a kind
+//!   keeps (`Part`);
 //! - `io/`: client calls only: guarded writes of owned objects, `/scale` and HPA reads and
 //!   writes, writes to the TDSet itself (durable and queued statuses, the finalizer);
 //! - `state/`: what is kept between reconciles: the context, what a form says it did
