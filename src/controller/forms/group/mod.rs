@@ -69,6 +69,170 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
     // Held again (another form left and come back before KEDA was waited for): no release is
     // in progress.
     keda::forget_keda_wait(ctx, ns, &tdset.name_any());
+    let found = look(tdset, ctx, ns, sel).await?;
+    let (kinds, all_listed, listed, members) = (
+        &found.kinds,
+        &found.all_listed,
+        &found.listed,
+        &found.members,
+    );
+    let (name, uid) = (tdset.name_any(), tdset.uid().unwrap_or_default());
+    let level = eval.count();
+    // A rise written ahead (warmUp) moves the workloads' counts, not a CronJob's suspend.
+    let scheduled = eval.scheduled_count();
+    let plan = group::plan_within(&name, level, scheduled, members, ctx.group_max_workloads);
+    let previous = ctx.statuses.current(tdset);
+    let group = Group {
+        tdset,
+        ctx,
+        ns,
+        uid: &uid,
+        kinds,
+        listed,
+        members,
+    };
+    // Suspended, nothing is scheduled, so nothing is ordered.
+    let ordered = (mode != Mode::Never).then(|| gate(&group, sel, previous.as_ref(), &plan, level));
+    let written = written_and_checked(&group, &plan, mode, ordered.as_ref(), events).await?;
+    let previous_level = previous.and_then(|p| p.group.is_some().then_some(p.desired_replicas));
+    let done = &written.done;
+    said(&group, eval, previous_level, ordered.as_ref(), done, events);
+    let (looked, plan) = ((&found.recorded[..], &found.problems[..]), &plan);
+    Ok(outcome_of(
+        &group,
+        all_listed,
+        looked,
+        plan,
+        &written,
+        ordered.as_ref(),
+        mode,
+    ))
+}
+
+/// What the round came to, for the report: the group's status, its problems, its change for
+/// `status.history`, when to look again, the target kept on record.
+fn outcome_of(
+    group: &Group<'_>,
+    all_listed: &[bool],
+    (recorded, problems): (&[String], &[Problem]),
+    plan: &group::Plan,
+    written: &Written,
+    ordered: Option<&order::Ordered>,
+    mode: Mode,
+) -> Outcome {
+    let (tdset, name, members) = (group.tdset, group.tdset.name_any(), group.members);
+    let problems = with_write_problems(problems.to_vec(), written, members);
+    let done = &written.done;
+    let held_kinds = still_held(
+        &name,
+        group.kinds,
+        all_listed,
+        recorded,
+        group.listed,
+        plan,
+        done,
+    );
+    let status = group_status(plan, members, written, ordered, held_kinds);
+    let continuing = ordered.is_some_and(|o| o.gate.continuing);
+    let unreached = (mode != Mode::Never)
+        .then(|| unreached(members, &written.failed))
+        .flatten();
+    let mut out = outcome(
+        tdset,
+        group.listed,
+        members,
+        done,
+        status,
+        problems,
+        written.retry,
+    );
+    // A later tier of an ordered change is the same change: one history entry, from the
+    // group's total before the first tier to its total after the last.
+    out.scaled = scaled(members, &plan.writes, done, unreached)
+        .filter(|s| !continuing || s.failed.is_some());
+    out.failed = written.first_error.is_some();
+    looked_again(group, all_listed, done, ordered, &mut out);
+    out
+}
+
+/// The plan written (in tiers where `order` asks), then what KEDA made of the ScaledObjects
+/// the group holds, checked (not while suspended: nothing is written then).
+async fn written_and_checked(
+    group: &Group<'_>,
+    plan: &group::Plan,
+    mode: Mode,
+    ordered: Option<&order::Ordered>,
+    events: &mut Events,
+) -> Result<Written> {
+    let mut written = write_planned(group, plan, mode, ordered).await?;
+    if mode == Mode::IfDifferent {
+        let checks = keda::check_all(group, &written.done, events).await?;
+        written.problems.extend(checks.problems);
+        if let Some(after) = checks.retry {
+            written.retry_in(after);
+        }
+    }
+    Ok(written)
+}
+
+/// The Events of the round: an ordered change's tiers, and each workload's change. The level
+/// unchanged since the last status (`previous_level`, where it held a group): a write of it is
+/// a workload joining (unless it is a later tier of an ordered change).
+fn said(
+    group: &Group<'_>,
+    eval: &crate::schedule::Evaluation,
+    previous_level: Option<Option<i32>>,
+    ordered: Option<&order::Ordered>,
+    done: &[group::Write],
+    events: &mut Events,
+) {
+    let (tdset, ctx) = (group.tdset, group.ctx);
+    let continuing = ordered.is_some_and(|o| o.gate.continuing);
+    if let Some(o) = ordered {
+        o.report(tdset, ctx, events);
+    }
+    let joining = !continuing && previous_level == Some(eval.count().replicas());
+    report(tdset, ctx, eval, group.members, done, joining, events);
+}
+
+/// When to look again (an ordered change's next tier; a ScaledObject on record, which nothing
+/// watches), and the target the TDSet keeps on record.
+fn looked_again(
+    group: &Group<'_>,
+    all_listed: &[bool],
+    done: &[group::Write],
+    ordered: Option<&order::Ordered>,
+    out: &mut Outcome,
+) {
+    let sooner = |out: &mut Outcome, wait: Duration| {
+        out.retry = Some(out.retry.map_or(wait, |r| r.min(wait)));
+    };
+    if let Some(retry) = ordered.and_then(|o| o.retry()) {
+        sooner(out, retry);
+    }
+    let name = group.tdset.name_any();
+    if !keda::watched(&name, group.members, done).is_empty() {
+        sooner(out, SCALED_OBJECT_LOOK);
+    }
+    let (tdset, ctx) = (group.tdset, group.ctx);
+    let kinds = (group.kinds, all_listed);
+    out.target = left_target(tdset, ctx, kinds, group.listed, group.members, done);
+}
+
+/// What one reconcile found of the group: the kinds it looks at (and whether each was listed
+/// whole), the workloads listed and placed for the plan, the kinds the last status recorded,
+/// and what could not be looked at.
+struct Looked {
+    kinds: Vec<Kind>,
+    all_listed: Vec<bool>,
+    listed: Vec<(usize, place::Listed)>,
+    members: Vec<group::Member>,
+    recorded: Vec<String>,
+    problems: Vec<Problem>,
+}
+
+/// Lists what the group selects and holds, and places each for the plan.
+async fn look(tdset: &TDSet, ctx: &Context, ns: &str, sel: &ScaleTargetSelector) -> Result<Looked> {
     let (selector, tiers) = selectors(sel)?;
     let placing = Placing {
         tdset,
@@ -94,88 +258,14 @@ pub(crate) async fn reconcile(turn: Turn<'_>, sel: &ScaleTargetSelector) -> Resu
         scaled_objects: whole(is_scaled_object),
     };
     let (listed, members) = place::all(&placing, &kinds, observed, whole);
-    let level = eval.count();
-    // A rise written ahead (warmUp) moves the workloads' counts, not a CronJob's suspend.
-    let scheduled = eval.scheduled_count();
-    let plan = group::plan_within(&name, level, scheduled, &members, ctx.group_max_workloads);
-    let previous = ctx.statuses.current(tdset);
-    let group = Group {
-        tdset,
-        ctx,
-        ns,
-        uid: &uid,
-        kinds: &kinds,
-        listed: &listed,
-        members: &members,
-    };
-    // Suspended, nothing is scheduled, so nothing is ordered.
-    let ordered = (mode != Mode::Never).then(|| gate(&group, sel, previous.as_ref(), &plan, level));
-    let mut written = write_planned(&group, &plan, mode, ordered.as_ref()).await?;
-    if mode == Mode::IfDifferent {
-        let checks = keda::check_all(&group, &written.done, events).await?;
-        written.problems.extend(checks.problems);
-        if let Some(after) = checks.retry {
-            written.retry_in(after);
-        }
-    }
-    let writes_failed = written.first_error.is_some();
-    let problems = with_write_problems(problems, &written, &members);
-    let held_kinds = still_held(
-        &name,
-        &kinds,
-        &all_listed,
-        &recorded,
-        &listed,
-        &plan,
-        &written.done,
-    );
-    let status = group_status(&plan, &members, &written, ordered.as_ref(), held_kinds);
-    let continuing = ordered.as_ref().is_some_and(|o| o.gate.continuing);
-    if let Some(o) = &ordered {
-        o.report(tdset, ctx, events);
-    }
-    // The level has not changed since the last status: a write of it is a workload joining
-    // (unless it is a later tier of an ordered change).
-    let joining = !continuing
-        && previous
-            .as_ref()
-            .is_some_and(|p| p.group.is_some() && p.desired_replicas == level.replicas());
-    report(tdset, ctx, eval, &members, &written.done, joining, events);
-    let unreached = (mode != Mode::Never)
-        .then(|| unreached(&members, &written.failed))
-        .flatten();
-    let mut out = outcome(
-        tdset,
-        &listed,
-        &members,
-        &written.done,
-        status,
+    Ok(Looked {
+        kinds,
+        all_listed,
+        listed,
+        members,
+        recorded,
         problems,
-        written.retry,
-    );
-    // A later tier of an ordered change is the same change: one history entry, from the
-    // group's total before the first tier to its total after the last.
-    out.scaled = scaled(&members, &plan.writes, &written.done, unreached)
-        .filter(|s| !continuing || s.failed.is_some());
-    if let Some(retry) = ordered.as_ref().and_then(|o| o.retry()) {
-        out.retry = Some(out.retry.map_or(retry, |r| r.min(retry)));
-    }
-    out.failed = writes_failed;
-    if !keda::watched(&name, &members, &written.done).is_empty() {
-        out.retry = Some(
-            out.retry
-                .map_or(SCALED_OBJECT_LOOK, |r| r.min(SCALED_OBJECT_LOOK)),
-        );
-    }
-    out.target = left_target(
-        tdset,
-        ctx,
-        (&kinds, &all_listed),
-        &listed,
-        &members,
-        &written.done,
-    );
-    Ok(out)
+    })
 }
 
 /// The group's selector and `order`'s tiers, compiled; one the API server would not parse is
