@@ -14,18 +14,13 @@ pub(crate) fn let_go_writes(r: &ScaleTargetRef, restore: bool) -> bool {
 }
 
 /// Lets go of the target `letting.recorded` names, as its kind does.
-pub(crate) async fn let_go(letting: &Letting<'_>) -> Answer<LetGo> {
-    let recorded = letting.recorded;
-    let r = ScaleTargetRef {
-        api_version: recorded.api_version.clone(),
-        kind: recorded.kind.clone(),
-        name: recorded.name.clone(),
-    };
+/// `r`: the target `letting.recorded` names.
+pub(crate) async fn let_go(letting: &Letting<'_>, r: &ScaleTargetRef) -> Answer<LetGo> {
     if r.is_scaled_object() {
-        ScaledObject::let_go(letting, &r).await
+        ScaledObject::let_go(letting, r).await
     } else if r.is_hpa() {
-        Hpa::let_go(letting, &r).await
+        Hpa::let_go(letting, r).await
     } else {
-        Scale::let_go(letting, &r).await
+        Scale::let_go(letting, r).await
     }
 }

@@ -337,7 +337,7 @@ async fn let_go(
     } else {
         "let go of"
     };
-    match kinds::let_go::let_go(&letting).await? {
+    match kinds::let_go::let_go(&letting, &r).await? {
         Ok(go) => {
             if let Some(what) = go.not_resumed {
                 warn!(%what, why, "KEDA did not run the workload again");

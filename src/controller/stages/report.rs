@@ -223,7 +223,7 @@ pub(crate) fn keep_intercepted(outcome: &mut Outcome, intercepted: &super::inter
         outcome.problem.get_or_insert(problem);
     }
     if let Some(recheck) = intercepted.recheck {
-        outcome.retry = Some(outcome.retry.map_or(recheck, |r| r.min(recheck)));
+        outcome.retry_within(recheck);
     }
 }
 
@@ -236,11 +236,7 @@ pub(crate) fn keep_unreleased(
     if let Some((group, problem)) = unreleased {
         outcome.group.get_or_insert(group);
         outcome.problem.get_or_insert(problem);
-        outcome.retry = Some(
-            outcome
-                .retry
-                .map_or(UNRELEASED_RETRY, |r| r.min(UNRELEASED_RETRY)),
-        );
+        outcome.retry_within(UNRELEASED_RETRY);
     }
 }
 

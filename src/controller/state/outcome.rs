@@ -67,6 +67,11 @@ impl Scaled {
 }
 
 impl Outcome {
+    /// Looked at again within `wait` at the latest (sooner where it already is).
+    pub(crate) fn retry_within(&mut self, wait: Duration) {
+        self.retry = Some(self.retry.map_or(wait, |r| r.min(wait)));
+    }
+
     /// The workload as observed, nothing else to say.
     pub(crate) fn observed(workload: std::result::Result<Observed, Missing>) -> Outcome {
         Outcome {

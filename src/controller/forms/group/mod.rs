@@ -204,15 +204,12 @@ fn looked_again(
     ordered: Option<&order::Ordered>,
     out: &mut Outcome,
 ) {
-    let sooner = |out: &mut Outcome, wait: Duration| {
-        out.retry = Some(out.retry.map_or(wait, |r| r.min(wait)));
-    };
     if let Some(retry) = ordered.and_then(|o| o.retry()) {
-        sooner(out, retry);
+        out.retry_within(retry);
     }
     let name = group.tdset.name_any();
     if !keda::watched(&name, group.members, done).is_empty() {
-        sooner(out, SCALED_OBJECT_LOOK);
+        out.retry_within(SCALED_OBJECT_LOOK);
     }
     let (tdset, ctx) = (group.tdset, group.ctx);
     let kinds = (group.kinds, all_listed);
@@ -511,7 +508,7 @@ impl Written {
                 // So is the pause of a ScaledObject, once its workload's record landed.
                 let asleep_recorded = w.why == Why::Record && w.record.is_some();
                 if w.record.as_ref().is_some_and(|r| r.previous.is_some()) || asleep_recorded {
-                    self.retry = Some(self.retry.map_or(TIDY_RETRY, |r| r.min(TIDY_RETRY)));
+                    self.retry_in(TIDY_RETRY);
                 }
                 match w.why {
                     Why::ChangedElsewhere { .. } | Why::Schedule => {
