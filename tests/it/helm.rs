@@ -724,7 +724,8 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
     // The release's RBAC is enough for the operator: the built binary's controller, with the
     // release's ServiceAccount token, reconciles a TDSet in another namespace.
     let apps = TestNamespace::new(&client, "helm-apps").await;
-    works_as_the_release_service_account(kc, &client, &apps.name, None).await;
+    let sa_name = "tdset-tdset-operator";
+    works_as_the_release_service_account(kc, &client, (ns, sa_name), &apps.name, None).await;
 
     // Upgrade with changed values: the Deployment follows; revision 2.
     succeeded(
@@ -874,7 +875,9 @@ async fn install_upgrade_uninstall_and_reinstall_on_a_cluster_of_its_own() {
     assert_eq!(can_as(proxy, "watch", &["-n", "default"]), "no");
     assert_eq!(can_as(sa, "list", &["-n", "tdset-system"]), "yes");
     assert_eq!(can_as(sa, "patch", &["-n", "tdset-system"]), "no");
-    works_as_the_release_service_account(kc, &client, &apps.name, Some("web2")).await;
+    works_as_the_release_service_account(kc, &client, (ns, sa_name), &apps.name, Some("web2"))
+        .await;
+    a_second_release_beside_it(kc, &client, &chart, &apps.name).await;
     succeeded(
         "helm uninstall",
         helm(kc, &["uninstall", release, "-n", ns]),
@@ -1211,29 +1214,138 @@ async fn release_gone(kubeconfig: &Path, release: &str) {
                 ],
             ),
         );
-        // Only the kept CRDs (TDSet, TDCalendar) remain.
-        (left.trim().is_empty()
-            && cluster_scoped_of(kubeconfig, release).len() == 2
-            && found.is_empty())
-        .then_some(())
+        // Only the kept CRDs (TDSet, TDCalendar), where this release installed them, remain.
+        let kept = cluster_scoped_of(kubeconfig, release)
+            .iter()
+            .all(|name| name.starts_with("customresourcedefinition"));
+        (left.trim().is_empty() && kept && found.is_empty()).then_some(())
     })
     .await;
 }
 
 /// `helm install tdset` into tdset-system, waiting for the operator's pods.
 fn install(kubeconfig: &Path, chart: &str, extra: &[&str]) {
+    succeeded(
+        &format!("helm install {extra:?}"),
+        install_as(kubeconfig, ("tdset", "tdset-system"), chart, extra),
+    );
+}
+
+/// `helm install` of `release` into its namespace, waiting for its pods; Helm's answer.
+fn install_as(
+    kubeconfig: &Path,
+    (release, namespace): (&str, &str),
+    chart: &str,
+    extra: &[&str],
+) -> std::process::Output {
     let mut args = vec![
         "install",
-        "tdset",
+        release,
         chart,
         "-n",
-        "tdset-system",
+        namespace,
         "--wait",
         "--timeout",
         "2m",
     ];
     args.extend_from_slice(extra);
-    succeeded(&format!("helm install {extra:?}"), helm(kubeconfig, &args));
+    helm(kubeconfig, &args)
+}
+
+/// Beside the release `tdset` (watching `theirs` alone), a second release: refused where it
+/// would reconcile the same TDSets (every namespace, or `theirs`), installed where it watches
+/// a namespace of its own. There both operators work, and neither one's EndpointSlice policy
+/// refuses the other's operator (a cluster-wide policy would: it admits its own operator only).
+async fn a_second_release_beside_it(kc: &Path, client: &kube::Client, chart: &str, theirs: &str) {
+    let other = ("other", "tdset-other");
+    let not_twice = ["--create-namespace", "--set", "crds.install=false"];
+    let said = format!(
+        "release tdset (namespace tdset-system) already reconciles the TDSets of namespace {theirs}"
+    );
+    for (scope, would) in [
+        (None, "every namespace".to_string()),
+        (Some(theirs), format!("namespace {theirs}")),
+    ] {
+        let mut args = not_twice.to_vec();
+        let watch = scope.map(|ns| format!("watchNamespace={ns}"));
+        if let Some(watch) = &watch {
+            args.extend(["--set", watch]);
+        }
+        let out = install_as(kc, other, chart, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "a release over {would} was installed"
+        );
+        assert!(
+            stderr.contains(&said) && stderr.contains(&format!("would reconcile those of {would}")),
+            "{stderr}"
+        );
+    }
+    let left = succeeded(
+        "listing the refused release's objects",
+        kubectl_at(
+            kc,
+            &[
+                "get",
+                "clusterroles,deployments",
+                "-A",
+                "-l",
+                "app.kubernetes.io/instance=other",
+                "-o",
+                "name",
+            ],
+        ),
+    );
+    assert_eq!(left.trim(), "", "a refused release wrote nothing");
+
+    let mine = TestNamespace::new(client, "helm-other").await;
+    let watch = format!("watchNamespace={}", mine.name);
+    let mut args = not_twice.to_vec();
+    args.extend(["--set", &watch]);
+    succeeded("helm install other", install_as(kc, other, chart, &args));
+    let operator = |ns: &str| format!("system:serviceaccount:{ns}:other-tdset-operator");
+    let slice = std::env::temp_dir().join(format!("tdset-slice-{}.yaml", unique_suffix()));
+    std::fs::write(
+        &slice,
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-wake\n  \
+             namespace: {}\n  labels:\n    endpointslice.kubernetes.io/managed-by: tdset.schedule.rs\n    \
+             kubernetes.io/service-name: web\naddressType: IPv4\nendpoints: []\n",
+            mine.name
+        ),
+    )
+    .unwrap();
+    let write_as = |who: &str| {
+        let slice = slice.to_string_lossy();
+        kubectl_at(
+            kc,
+            &["create", "--dry-run=server", "-f", &slice, "--as", who],
+        )
+    };
+    succeeded(
+        "the second operator writing its slice in its namespace",
+        write_as(&operator(other.1)),
+    );
+    let theirs_there = write_as("system:serviceaccount:tdset-system:tdset-tdset-operator");
+    assert!(
+        !theirs_there.status.success(),
+        "the first operator may not write in the second's namespace"
+    );
+    let _ = std::fs::remove_file(&slice);
+    works_as_the_release_service_account(
+        kc,
+        client,
+        (other.1, "other-tdset-operator"),
+        &mine.name,
+        Some("web3"),
+    )
+    .await;
+    succeeded(
+        "helm uninstall other",
+        helm(kc, &["uninstall", other.0, "-n", other.1]),
+    );
+    release_gone(kc, other.0).await;
 }
 
 /// Runs the operator's controller in-process with the release's ServiceAccount token
@@ -1241,14 +1353,14 @@ fn install(kubeconfig: &Path, chart: &str, extra: &[&str]) {
 async fn works_as_the_release_service_account(
     kubeconfig: &Path,
     admin: &kube::Client,
+    (sa_namespace, sa): (&str, &str),
     namespace: &str,
     scoped_name: Option<&str>,
 ) {
-    let (sa_client, _) =
-        service_account_client_at(kubeconfig, "tdset-system", "tdset-tdset-operator").await;
+    let (sa_client, _) = service_account_client_at(kubeconfig, sa_namespace, sa).await;
     let lease = LeaseOptions {
         name: format!("helm-test-{}", unique_suffix()),
-        namespace: "tdset-system".into(),
+        namespace: sa_namespace.into(),
         duration: std::time::Duration::from_secs(10),
         shard_selector: None,
     };

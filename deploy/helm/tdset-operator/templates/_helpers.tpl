@@ -47,3 +47,27 @@ app.kubernetes.io/component: wake-proxy
 {{- define "tdset-operator.wakeProxyName" -}}
 {{- printf "%s-wake-proxy" (include "tdset-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* Two releases that would reconcile the same TDSets, or whose slice policies would refuse
+   each other's operator, are refused: each release's ClusterRole says what it watches (every
+   namespace "*", or one). Seen where Helm may look (install, upgrade); `helm template` sees
+   none, and a release with rbac.create false makes no ClusterRole to be seen by. */}}
+{{- define "tdset-operator.refuseOverlappingReleases" -}}
+{{- $mine := .Values.watchNamespace | default "*" }}
+{{- $roles := lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" "" }}
+{{- range $role := ($roles.items | default list) }}
+{{- $labels := $role.metadata.labels | default dict }}
+{{- $notes := $role.metadata.annotations | default dict }}
+{{- if and (eq (get $labels "app.kubernetes.io/part-of") "tdset-operator") (hasKey $notes "schedule.rs/watch-namespace") }}
+{{- $release := get $notes "meta.helm.sh/release-name" }}
+{{- $releaseNs := get $notes "meta.helm.sh/release-namespace" }}
+{{- if not (and (eq $release $.Release.Name) (eq $releaseNs $.Release.Namespace)) }}
+{{- $theirs := get $notes "schedule.rs/watch-namespace" }}
+{{- if or (eq $mine "*") (eq $theirs "*") (eq $mine $theirs) }}
+{{- $say := dict "*" "every namespace" }}
+{{- fail (printf "release %s (namespace %s) already reconciles the TDSets of %s, and this one would reconcile those of %s: two operators would write the same workloads, and each one's EndpointSlice policy would refuse the other's. Give each release a watchNamespace of its own (and the second crds.install=false), or uninstall the other first" $release $releaseNs (get $say $theirs | default (printf "namespace %s" $theirs)) (get $say $mine | default (printf "namespace %s" $mine))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
