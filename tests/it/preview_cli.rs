@@ -101,7 +101,8 @@ fn chart_draws_a_day() {
 
 #[test]
 fn invalid_manifest_says_what_and_where_and_fails() {
-    let dir = std::env::temp_dir().join(format!("tdset-preview-{}", std::process::id()));
+    // Its own directory: removing the one `manifest` writes to raced the tests beside it.
+    let dir = std::env::temp_dir().join(format!("tdset-preview-invalid-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cases = [
         (
