@@ -274,7 +274,7 @@ wait_node_ready() {
   for n in $(seq 1 240); do
     kill -0 "$(cat "$dir/pids/node")" 2>/dev/null || { tail -n 5 "$dir/logs/node.log" >&2; return 1; }
     if "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" get node "$NODE_NAME" \
-      -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True; then
+      -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -x True >/dev/null; then
       return 0
     fi
     sleep 0.5
@@ -291,7 +291,7 @@ stop_node() {
   [[ -f "$dir/pids/node" ]] && kill -KILL "$(cat "$dir/pids/node")" 2>/dev/null || true
   rm -f "$dir/pids/node"
   # The namespace's processes die with its first one; wait until the kernel has reaped them.
-  if ip netns list | awk '{print $1}' | grep -qx "$ns"; then
+  if ip netns list | awk '{print $1}' | grep -x "$ns" >/dev/null; then
     for n in $(seq 1 100); do [[ -z "$(ip netns pids "$ns" 2>/dev/null)" ]] && break; sleep 0.1; done
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
   fi

@@ -234,6 +234,14 @@ pub struct RunArgs {
     /// requests of one reconcile.
     #[arg(long, env = "TDSET_GROUP_MAX_WORKLOADS", default_value_t = 2000)]
     pub group_max_workloads: usize,
+    /// Prometheus's base URL, where `spec.idle` reads traffic (one query per distinct text
+    /// per interval, for every TDSet). Unset: no signal can answer, and idleness puts nothing
+    /// to sleep.
+    #[arg(long, env = "TDSET_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+    /// How often `spec.idle`'s queries are asked, in seconds.
+    #[arg(long, env = "TDSET_IDLE_READ_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub idle_read_interval: u64,
     /// Run as this shard: reconcile only the TDSets `--shard-selector` matches, holding the
     /// Lease `<lease-name>-<shard>` (leader election is always on for a shard: its Lease is
     /// how the other shards know whether it is alive).

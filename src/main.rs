@@ -6,7 +6,7 @@ use clap::Parser;
 use tdset_operator::cli::{Cli, Command, RunArgs, WakeProxyArgs, crd_yaml_of, run_preview};
 use tdset_operator::clock::SystemClock;
 use tdset_operator::controller::{
-    self, LeaseOptions, RunOptions, ShardOptions, WakeOptions, WakeProxyRef,
+    self, LeaseOptions, RunOptions, ShardOptions, TrafficOptions, WakeOptions, WakeProxyRef,
 };
 use tdset_operator::http::{self, Health};
 use tdset_operator::plugin::PluginCli;
@@ -210,6 +210,10 @@ async fn operate(args: RunArgs) -> Result<()> {
         report_calendar_usage: args.namespace.is_none() && shard.is_none(),
         shard,
         wake_proxy,
+        traffic: args.prometheus_url.clone().map(|url| TrafficOptions {
+            url,
+            every: Duration::from_secs(args.idle_read_interval),
+        }),
     };
     let result = controller::run(
         clients,

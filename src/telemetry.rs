@@ -78,6 +78,9 @@ pub struct Metrics {
     /// Reports of the wake proxy by outcome (written, extended-already, refused, forbidden,
     /// unauthenticated, invalid, error).
     pub wake_reports: IntCounterVec,
+    /// Traffic queries for `spec.idle`, by outcome, and their durations.
+    pub idle_queries: IntCounterVec,
+    pub idle_query_duration: Histogram,
     tdsets: Arc<Mutex<Option<Store<Cached<TDSet>>>>>,
     /// Replica-seconds saved per TDSet ("ns/name"), integrated at each reconcile.
     saved: Arc<Mutex<std::collections::HashMap<String, SavedClock>>>,
@@ -119,6 +122,22 @@ impl Metrics {
                 "Requests the wake proxy reported to the wake endpoint, by outcome",
             ),
             &["outcome"],
+        )?;
+        let idle_queries = IntCounterVec::new(
+            Opts::new(
+                "tdset_idle_queries_total",
+                "Traffic queries asked of Prometheus for spec.idle (one per distinct query per interval), by outcome (ok, error)",
+            ),
+            &["outcome"],
+        )?;
+        let idle_query_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "tdset_idle_query_duration_seconds",
+                "Time one traffic query for spec.idle took, its answer read",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
         )?;
         let reconcile_duration = Histogram::with_opts(
             HistogramOpts::new(
@@ -229,6 +248,8 @@ impl Metrics {
         registry.register(Box::new(warm_up_early.clone()))?;
         registry.register(Box::new(tier_timeouts.clone()))?;
         registry.register(Box::new(wake_reports.clone()))?;
+        registry.register(Box::new(idle_queries.clone()))?;
+        registry.register(Box::new(idle_query_duration.clone()))?;
         #[cfg(target_os = "linux")]
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -240,6 +261,9 @@ impl Metrics {
         }
         for kind in crate::error::Error::METRIC_LABELS {
             reconcile_errors.with_label_values(&[kind]);
+        }
+        for outcome in ["ok", "error"] {
+            idle_queries.with_label_values(&[outcome]);
         }
         for outcome in WAKE_OUTCOMES {
             wake_reports.with_label_values(&[outcome]);
@@ -273,9 +297,17 @@ impl Metrics {
             shard_others_indexed,
             shard_index_fills,
             wake_reports,
+            idle_queries,
+            idle_query_duration,
             tdsets,
             saved: Default::default(),
         })
+    }
+
+    /// One traffic query asked (`spec.idle`): its outcome and how long it took.
+    pub fn idle_query(&self, outcome: &str, seconds: f64) {
+        self.idle_queries.with_label_values(&[outcome]).inc();
+        self.idle_query_duration.observe(seconds);
     }
 
     /// Adds what a TDSet saved since its last reconcile (`replicas` saved from `now` on), to

@@ -34,13 +34,16 @@
 //!                                                and held connections,
 //!                                                ingress (only when named; root, a real node):
 //!                                                wake on request behind Traefik, timed,
-//!                                                and a steady load through it)
+//!                                                and a steady load through it,
+//!                                                idle (only when named; Debian's prometheus):
+//!                                                10 000 TDSets quiet over 1000 Services sharing
+//!                                                one query (TDSET_BENCH_IDLE_N), then asleep)
 //!   TDSET_BENCH_STEADY_SECS=60 ...               a shorter steady-state window (default 300)
 //!
 //! Rooms: this file (the run, its report in BENCHMARKS.md), `fixtures` (what the scenarios
 //! create; the operator through the test support's launcher), `measure` (CPU, memory, the API
 //! server's counters, lags), and the scenarios: `boundary`, `steady`, `group`, `status_cost`,
-//! `fleet`, `warm_up`, `wake`, `wake_pile`, `ingress`.
+//! `fleet`, `warm_up`, `wake`, `wake_pile`, `ingress`, `idle`.
 
 #[path = "../../tests/it/support/mod.rs"]
 mod support;
@@ -64,6 +67,7 @@ mod boundary;
 mod fixtures;
 mod fleet;
 mod group;
+mod idle;
 mod ingress;
 mod measure;
 mod status_cost;
@@ -259,6 +263,10 @@ fn main() {
         }
         if args.iter().any(|a| a == "ingress") {
             b.ingress().await;
+        }
+        if args.iter().any(|a| a == "idle") {
+            let n = std::env::var("TDSET_BENCH_IDLE_N").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+            b.idle(n, 1000).await;
         }
         if args.iter().any(|a| a == "fleet") {
             b.fleet().await;

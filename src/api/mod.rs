@@ -5,10 +5,12 @@
 use std::fmt;
 
 mod group;
+mod idle;
 mod selector;
 mod source;
 mod wake;
 pub use group::*;
+pub use idle::*;
 pub use selector::Selector;
 pub use source::Source;
 pub use wake::*;
@@ -98,6 +100,18 @@ pub const MAX_REPLICAS: i32 = 10_000;
         "reason": "FieldValueForbidden"
     },
     {
+        "rule": "!has(self.idle) || has(self.wakeOnRequest) || (has(self.idle.during) && self.idle.during != 'RequestWakeUps')",
+        "message": "spec.idle.during RequestWakeUps (its default) ends request wake-ups early, which needs spec.wakeOnRequest; for a TDSet no request wakes, set spec.idle.during to OutsideWindows, Always or Windows",
+        "fieldPath": ".idle",
+        "reason": "FieldValueRequired"
+    },
+    {
+        "rule": "!has(self.idle) || has(self.wakeOnRequest) || self.idle.signals.all(s, !has(s.prometheus) || has(s.prometheus.service))",
+        "message": "a prometheus signal's service defaults to the Services of spec.wakeOnRequest: without it, name the Service (spec.idle.signals[].prometheus.service)",
+        "fieldPath": ".idle",
+        "reason": "FieldValueRequired"
+    },
+    {
         "rule": "!has(self.onDelete) || has(self.scaleTargetRef)",
         "message": "spec.onDelete applies to spec.scaleTargetRef only; an owned Deployment is deleted with its TDSet",
         "fieldPath": ".onDelete",
@@ -184,6 +198,10 @@ pub struct TDSetSpec {
     /// them for a while (see docs/wake-on-request.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_on_request: Option<WakeOnRequest>,
+    /// Asleep when nobody comes: idleness, read from the cluster's own metrics, within the
+    /// calendar (see docs/idle.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<Idle>,
     /// IANA time zone in which window times are wall-clock times. Default "UTC".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
@@ -805,6 +823,9 @@ pub struct TDSetStatus {
     /// With `spec.warmUp`: the lead the next scale-up is written with, and what it comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_up: Option<WarmUpStatus>,
+    /// With `spec.idle`: where idleness stands, and each signal's last reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleStatus>,
     /// The last changes of the workload's count, newest first (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_HISTORY))]

@@ -34,9 +34,7 @@ impl<'a> Source<'a> {
         ) {
             (Some(c), None, None, None) => Ok(Source::Container(c)),
             (None, Some(t), None, None) => Ok(Source::Template(t.as_ref())),
-            (None, None, Some(r), None) if r.is_hpa() => Ok(Source::HpaFloor(r)),
-            (None, None, Some(r), None) if r.is_scaled_object() => Ok(Source::ScaledObject(r)),
-            (None, None, Some(r), None) => Ok(Source::Scale(r)),
+            (None, None, Some(r), None) => Ok(Source::referencing(r)),
             (None, None, None, Some(s)) => Ok(Source::Group(s)),
             _ => Err(SpecError {
                 field: "spec".into(),
@@ -45,9 +43,32 @@ impl<'a> Source<'a> {
         }
     }
 
+    /// The form of a `scaleTargetRef` to `r`, by the kind it names.
+    pub fn referencing(r: &'a ScaleTargetRef) -> Source<'a> {
+        if r.is_hpa() {
+            Source::HpaFloor(r)
+        } else if r.is_scaled_object() {
+            Source::ScaledObject(r)
+        } else {
+            Source::Scale(r)
+        }
+    }
+
     /// Whether the operator owns the Deployment (and may own a Service).
     pub fn is_owned(self) -> bool {
         matches!(self, Source::Container(_) | Source::Template(_))
+    }
+
+    /// The form's short name, as `kubectl tdset` lists it.
+    pub fn form_name(self) -> &'static str {
+        match self {
+            Source::Container(_) => "container",
+            Source::Template(_) => "template",
+            Source::Scale(_) => "scaleTargetRef",
+            Source::HpaFloor(_) => "hpa",
+            Source::ScaledObject(_) => "keda",
+            Source::Group(_) => "group",
+        }
     }
 
     /// The referenced object, for the modes that reference one.

@@ -161,8 +161,8 @@ async fn reconcile_inner(
     }
     if tdset.meta().deletion_timestamp.is_some() {
         // Owned objects go with the garbage collector; a referenced target may be restored.
-        // Kept (looked at again) while letting go is not over: KEDA not yet running a
-        // ScaledObject's workload again.
+        // Kept (looked at again) while letting go is not over: an autoscaler not yet running
+        // its workload again.
         return release::on_delete(tdset, ctx, &ns, events).await;
     }
     let resolved = match resolve::resolve(tdset, ctx)? {
@@ -182,7 +182,7 @@ async fn reconcile_inner(
     // reconcile began).
     let previous = release::previous(tdset, ctx, &ns, resolved.source, events).await?;
     if let Some(wait) = previous.wait {
-        // The previous target is not let go of yet (KEDA not yet running a ScaledObject's
+        // The previous target is not let go of yet (an autoscaler not yet running its
         // workload again): nothing is written for the new one, nor a status that would lose
         // the record of the old one, until it is.
         return Ok(Some(wait));
@@ -190,11 +190,10 @@ async fn reconcile_inner(
     // Before the form's turn: the proxy is in the path before a count goes to 0.
     let intercepted = intercept::intercept(tdset, ctx, &ns, &resolved).await?;
     let hold = intercepted.holds();
-    let mut outcome = apply::apply(tdset, ctx, &ns, &resolved, hold, events).await?;
+    let outcome = apply::apply(tdset, ctx, &ns, &resolved, hold, events).await?;
     drop(turn);
-    report::keep_unreleased(&mut outcome, previous.unreleased);
-    report::keep_intercepted(&mut outcome, &intercepted);
-    let next = report::report(tdset, ctx, &ns, resolved, outcome, events).await?;
+    let (done, unreleased) = ((resolved, outcome), previous.unreleased);
+    let next = report::report(tdset, ctx, &ns, done, &intercepted, unreleased, events).await?;
     let mut wait = next.wait;
     if next.failed {
         // Some writes failed and others landed: reported as a success (the status says what

@@ -199,11 +199,14 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
                 tdset.status.as_ref().and_then(|s| s.request_wake.as_ref()),
                 now,
             );
+            // So does the quiet the operator last read (`spec.idle`).
+            let idle = tdset.status.as_ref().and_then(|s| s.idle.as_ref());
+            let quiet = idle.and_then(crate::status::idle::quiet_since);
+            let schedule = schedule.with_idle(&tdset.spec, quiet);
             let mut out = run_preview_of(&args, now, &schedule, &tdset)?;
-            if args.output != crate::cli::Output::Json
-                && let Some(note) = request_wake_note(&tdset, now)
-            {
-                out.push_str(&note);
+            if args.output != crate::cli::Output::Json {
+                out.extend(request_wake_note(&tdset, now));
+                out.extend(idle_note(&tdset, &schedule, now));
             }
             if tdset.spec.scale_target_selector.is_some() {
                 // A group: its workloads, and what each gets at the next transition.
@@ -492,15 +495,7 @@ pub fn savings_table(tdsets: &[TDSet]) -> String {
     let mut rows: Vec<[String; 6]> = tdsets
         .iter()
         .map(|t| {
-            let form = match crate::workload::Source::of(&t.spec) {
-                Ok(crate::workload::Source::Container(_)) => "container",
-                Ok(crate::workload::Source::Template(_)) => "template",
-                Ok(crate::workload::Source::Scale(_)) => "scaleTargetRef",
-                Ok(crate::workload::Source::HpaFloor(_)) => "hpa",
-                Ok(crate::workload::Source::ScaledObject(_)) => "keda",
-                Ok(crate::workload::Source::Group(_)) => "group",
-                Err(_) => "?",
-            };
+            let form = crate::workload::Source::of(&t.spec).map_or("?", |s| s.form_name());
             let s = t.status.as_ref().and_then(|s| s.savings.as_ref());
             if let Some(s) = s {
                 total.0 += s.replicas;
@@ -692,6 +687,39 @@ impl PluginCli {
             })
             .unwrap_or(false)
     }
+}
+
+/// A line on idleness (`spec.idle`) as the operator last read it, and when it would put the
+/// workloads to sleep if nothing comes, for `preview NAME`.
+fn idle_note(
+    tdset: &TDSet,
+    schedule: &crate::schedule::Schedule,
+    now: DateTime<Utc>,
+) -> Option<String> {
+    tdset.spec.idle.as_ref()?;
+    let Some(idle) = tdset.status.as_ref().and_then(|s| s.idle.as_ref()) else {
+        return Some("note: idle: not read yet\n".into());
+    };
+    if idle.phase == crate::api::IdlePhase::Unknown {
+        return Some(format!(
+            "note: idle: Unknown ({}): a signal cannot answer, idleness puts nothing to sleep\n",
+            idle.reason.as_deref().unwrap_or("no reason given")
+        ));
+    }
+    if idle.phase == crate::api::IdlePhase::Active {
+        return Some("note: idle: Active: traffic came within idle.after\n".into());
+    }
+    let since = idle
+        .quiet_since
+        .as_deref()
+        .map(|s| format!(" since {s}"))
+        .unwrap_or_default();
+    let sleep = match schedule.idle_sleeps_at(now) {
+        Some(at) if at <= now => format!("asleep by idleness since {}", rfc3339(at)),
+        Some(at) => format!("asleep by idleness from {} if nothing comes", rfc3339(at)),
+        None => "idleness puts nothing to sleep before the schedule's look-ahead ends".into(),
+    };
+    Some(format!("note: idle: {:?}{since}; {sleep}\n", idle.phase))
 }
 
 /// A line on the request wake-up in force, for `preview NAME`.

@@ -14,6 +14,7 @@
 
 mod calendar;
 pub mod ics;
+pub mod idle;
 mod lead;
 mod ramp;
 mod validate;
@@ -107,6 +108,8 @@ pub struct Schedule {
     lookahead_until: Option<DateTime<Utc>>,
     /// A wake-up by a request (`status.requestWake`), added by `with_request_wake`.
     woken: Option<wake::Woken>,
+    /// Idleness (`spec.idle`, quiet since an instant), added by `with_idle`.
+    idle: Option<idle::Idled>,
 }
 
 #[derive(Clone, Debug)]
@@ -120,6 +123,16 @@ struct CompiledWindow {
     /// start on a holiday. A window without `days` has every bit.
     days: u8,
     label: String,
+}
+
+impl CompiledWindow {
+    /// `days` as a bitmask: every bit when absent.
+    fn days_of(days: Option<&[crate::api::Day]>) -> u8 {
+        match days {
+            None => u8::MAX,
+            Some(days) => days.iter().fold(0u8, |m, d| m | 1 << d.index()),
+        }
+    }
 }
 
 /// What the schedule says at one instant.
@@ -149,6 +162,8 @@ pub struct Evaluation {
     /// Woken by a request until this instant (`spec.wakeOnRequest`): the schedule had the
     /// workloads asleep, and `level` is the count the request wakes them to.
     pub woken_until: Option<DateTime<Utc>>,
+    /// Asleep by idleness (`spec.idle`): no traffic since this instant.
+    pub idle_since: Option<DateTime<Utc>>,
     /// The count the schedule sets at this instant, `R(t)`: `replicas` before a rise written
     /// ahead replaced it (`ahead_of`). What follows the schedule rather than the lead reads
     /// it (a group's CronJobs: their suspend is no capacity to warm up).
@@ -174,6 +189,12 @@ impl Evaluation {
             "defaultReplica applies"
         };
         let level = match (&self.override_label, &self.window_label) {
+            _ if self.idle_since.is_some() => format!(
+                "idle: no traffic since {}",
+                self.idle_since
+                    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                    .unwrap_or_default()
+            ),
             _ if self.woken_until.is_some() => format!(
                 "woken by a request until {}",
                 self.woken_until
@@ -266,6 +287,8 @@ struct Level {
     holiday: bool,
     /// Woken by a request: the wake-up's end.
     woken_until: Option<DateTime<Utc>>,
+    /// Asleep by idleness: quiet since then.
+    idle_since: Option<DateTime<Utc>>,
 }
 
 impl Schedule {
@@ -335,10 +358,7 @@ impl Schedule {
                 end: w.end_time.minute_of_day(),
                 replicas: w.replica,
                 ceiling: w.max_replica,
-                days: match &w.days {
-                    None => u8::MAX,
-                    Some(days) => days.iter().fold(0u8, |m, d| m | 1 << d.index()),
-                },
+                days: CompiledWindow::days_of(w.days.as_deref()),
                 label: w.label(),
             })
             .collect();
@@ -373,6 +393,7 @@ impl Schedule {
             reach,
             lookahead_until,
             woken: None,
+            idle: None,
         })
     }
 
@@ -402,11 +423,21 @@ impl Schedule {
             ceiling: level.ceiling,
             ahead_of: None,
             woken_until: level.woken_until,
+            idle_since: level.idle_since,
             scheduled: replicas,
         }
     }
 
     fn level_at(&self, at: DateTime<Utc>) -> Level {
+        let level = self.unidled_level_at(at);
+        match &self.idle {
+            Some(idle) => self.idled(idle, level, at, self.last_rise(idle.since, at)),
+            None => level,
+        }
+    }
+
+    /// The level with a request wake-up, before idleness.
+    fn unidled_level_at(&self, at: DateTime<Utc>) -> Level {
         let level = self.scheduled_level_at(at);
         match &self.woken {
             Some(w) if w.covers(at) && level.override_.is_none() && level.replicas == 0 => Level {
@@ -439,6 +470,7 @@ impl Schedule {
                 override_: Some(i),
                 holiday,
                 woken_until: None,
+                idle_since: None,
             };
         }
         Level {
@@ -448,6 +480,7 @@ impl Schedule {
             override_: None,
             holiday,
             woken_until: None,
+            idle_since: None,
         }
     }
 
@@ -463,10 +496,15 @@ impl Schedule {
 
     /// First window in list order that is active at this local wall-clock time.
     fn active_at_local(&self, local: NaiveDateTime) -> Option<usize> {
+        self.active_in(&self.windows, local)
+    }
+
+    /// First of `windows` in list order that is active at this local wall-clock time.
+    fn active_in(&self, windows: &[CompiledWindow], local: NaiveDateTime) -> Option<usize> {
         let minute = (local.hour() * 60 + local.minute()) as u16;
         let today = local.date();
         let yesterday = today.pred_opt().unwrap_or(NaiveDate::MIN);
-        self.windows.iter().position(|w| {
+        windows.iter().position(|w| {
             if w.start < w.end {
                 w.start <= minute && minute < w.end && self.starts_on(w, today)
             } else {
@@ -480,6 +518,11 @@ impl Schedule {
 
     /// Whether the level (and the ceiling) can never change.
     fn level_is_constant(&self) -> bool {
+        self.idle.is_none() && self.spec_level_is_constant()
+    }
+
+    /// Whether the level before idleness can never change.
+    fn spec_level_is_constant(&self) -> bool {
         self.woken.is_none()
             && self
                 .windows
@@ -523,15 +566,40 @@ impl Schedule {
     /// zone's UTC offset changes (DST), which can jump local time over a boundary or back
     /// before one, and the starts and ends of overrides.
     fn next_level_change(&self, now: DateTime<Utc>) -> Option<LevelChange> {
-        if self.level_is_constant() {
+        self.next_change(now, self.idle.as_ref(), None)
+    }
+
+    /// The next change after `now` of the level before idleness, up to `until` at most.
+    fn next_change_unidled(&self, now: DateTime<Utc>, until: DateTime<Utc>) -> Option<LevelChange> {
+        self.next_change(now, None, Some(until))
+    }
+
+    /// The next change of the level after `now`, with `idle` (then its own edges are walked
+    /// too: the instant a quiet has lasted `after`), up to `until` when given. The schedule's
+    /// last rise is carried along the walk rather than looked for at each instant.
+    fn next_change(
+        &self,
+        now: DateTime<Utc>,
+        idle: Option<&idle::Idled>,
+        until: Option<DateTime<Utc>>,
+    ) -> Option<LevelChange> {
+        if self.spec_level_is_constant() && idle.is_none() {
             return None;
         }
-        let now_level = self.level_at(now);
+        let mut rise = idle.map(|i| self.last_rise(i.since, now));
+        let level_of =
+            |unidled: Level, t: DateTime<Utc>, rise: Option<DateTime<Utc>>| match (idle, rise) {
+                (Some(i), Some(r)) => self.idled(i, unidled, t, r),
+                _ => unidled,
+            };
+        let mut before = self.unidled_level_at(now);
+        let now_level = level_of(before, now, rise);
         let current = now_level.replicas;
         let limit = match self.lookahead_until {
             Some(until) => (now + HORIZON).max(until.min(now + MAX_LOOKAHEAD)),
             None => now + HORIZON,
         };
+        let limit = until.map_or(limit, |u| limit.min(u));
         let mut t = now;
         while t < limit {
             let local = t.with_timezone(&self.tz).naive_local();
@@ -541,18 +609,28 @@ impl Schedule {
                 Some(change) => change,
                 None => boundary_instant,
             };
+            let idle_edge = idle.zip(rise).map(|(i, r)| i.sleep_from(r));
             if let Some(edge) = self
                 .overrides
                 .iter()
                 .flat_map(|o| [o.start, o.end])
                 .chain(self.woken.iter().flat_map(|w| [w.start, w.end]))
+                .chain(idle_edge)
                 .filter(|&e| e > t)
                 .min()
             {
                 next = next.min(edge);
             }
             t = next;
-            let level = self.level_at(t);
+            if until.is_some_and(|u| t > u) {
+                return None;
+            }
+            let unidled = self.unidled_level_at(t);
+            if idle::rises(before.replicas, unidled.replicas) {
+                rise = rise.map(|r| r.max(t));
+            }
+            before = unidled;
+            let level = level_of(unidled, t, rise);
             // A ceiling changes what the HPA form writes, as a count does.
             if level.replicas != current || level.ceiling != now_level.ceiling {
                 return Some(LevelChange {

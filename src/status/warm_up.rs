@@ -61,6 +61,36 @@ impl Rise {
     }
 }
 
+/// A scale-up ready later than this after its transition is reported as late.
+pub const LATE_GRACE: Duration = Duration::seconds(5);
+
+/// The Warning a scale-up ready late (past `LATE_GRACE`) brings: by how much, and what
+/// would write it ahead (`warm_up`: the status's warm-up, with the lead now in force).
+pub fn late_warning(r: &Rise, warm_up: Option<&WarmUpStatus>) -> Option<String> {
+    let late = r.late();
+    if late <= LATE_GRACE {
+        return None;
+    }
+    let lead = match warm_up {
+        Some(w) => format!(
+            "; the next scale-up is written {} ahead ({:?})",
+            w.lead, w.basis
+        ),
+        None => "; spec.warmUp can write scale-ups ahead of their transition, by a lead fixed \
+                 or measured"
+            .to_string(),
+    };
+    Some(format!(
+        "{} replicas were ready {} after their transition at {} (written at {}, {} after the \
+         write){lead}",
+        r.to,
+        duration(late),
+        crate::preview::rfc3339(r.at),
+        crate::preview::rfc3339(r.applied_at),
+        duration(r.took()),
+    ))
+}
+
 /// A scale-up in `entry` that has landed and is not yet seen ready: its `(at, applied_at,
 /// from, to)`.
 fn awaited(entry: &HistoryEntry) -> Option<(DateTime<Utc>, DateTime<Utc>, i32, i32)> {

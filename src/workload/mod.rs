@@ -20,6 +20,7 @@ pub mod owned;
 mod quantity;
 pub mod savings;
 pub mod target;
+pub mod traffic;
 
 pub use crate::api::Source;
 

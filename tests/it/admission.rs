@@ -921,3 +921,154 @@ async fn wake_on_request_is_checked_at_admission_naming_the_field() {
     }
     ns.cleanup().await;
 }
+
+/// `spec.idle`: its bounds, its forms and what it needs beside it, each refusal naming the
+/// field.
+#[tokio::test]
+async fn idle_is_checked_at_admission_naming_the_field() {
+    let (_, ns) = setup("adm-idle").await;
+    let wake = "  wakeOnRequest: {services: [{name: web}]}";
+    let idle = |line: &str| format!("{}\n  idle: {line}", variant("", wake).trim_end());
+    let alone = |line: &str| variant("", &format!("  idle: {line}"));
+    let ok = [
+        idle("{after: 30m, signals: [{prometheus: {template: traefik}}]}"),
+        idle(
+            "{after: 1m, during: Always, belowRequestsPerSecond: '0.5', signals: [{prometheus: {template: ingress-nginx, service: web}}, {cpu: {busyAbove: 20%}}]}",
+        ),
+        idle(
+            "{after: 24h, during: Windows, windows: [{startTime: '12:00', endTime: 14, days: [Mon, Fri]}], signals: [{prometheus: {query: 'sum by (namespace, service) (rate(my_requests_total[2m]))'}}]}",
+        ),
+        // No request wakes it: a form other than RequestWakeUps, and the Service named.
+        alone(
+            "{after: 30m, during: OutsideWindows, signals: [{prometheus: {template: istio, service: web}}]}",
+        ),
+    ];
+    for (i, spec) in ok.iter().enumerate() {
+        let (accepted, out) = apply(&manifest(&ns.name, spec));
+        assert!(accepted, "valid case {i} was rejected:\n{spec}\n{out}");
+    }
+    let traefik = "signals: [{prometheus: {template: traefik}}]";
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "after 30s",
+            idle(&format!("{{after: 30s, {traefik}}}")),
+            "spec.idle.after",
+        ),
+        (
+            "after 25h",
+            idle(&format!("{{after: 25h, {traefik}}}")),
+            "spec.idle.after",
+        ),
+        (
+            "after not a duration",
+            idle(&format!("{{after: later, {traefik}}}")),
+            "spec.idle.after",
+        ),
+        (
+            "no after",
+            idle(&format!("{{{traefik}}}")),
+            "spec.idle.after",
+        ),
+        (
+            "an unknown during",
+            idle(&format!("{{after: 5m, during: Sometimes, {traefik}}}")),
+            "spec.idle.during",
+        ),
+        (
+            "windows without during: Windows",
+            idle(&format!(
+                "{{after: 5m, windows: [{{startTime: 1, endTime: 2}}], {traefik}}}"
+            )),
+            "spec.idle.windows",
+        ),
+        (
+            "during: Windows without windows",
+            idle(&format!("{{after: 5m, during: Windows, {traefik}}}")),
+            "spec.idle.windows",
+        ),
+        (
+            "no signals",
+            idle("{after: 5m, signals: []}"),
+            "spec.idle.signals",
+        ),
+        (
+            "only the cpu veto",
+            idle("{after: 5m, signals: [{cpu: {busyAbove: 20%}}]}"),
+            "spec.idle.signals: Required value",
+        ),
+        (
+            "five signals",
+            idle(
+                "{after: 5m, signals: [{prometheus: {template: traefik}}, {prometheus: {template: envoy}}, {prometheus: {template: istio}}, {prometheus: {template: linkerd}}, {cpu: {busyAbove: 5%}}]}",
+            ),
+            "spec.idle.signals: Too many",
+        ),
+        (
+            "a signal with both",
+            idle("{after: 5m, signals: [{prometheus: {template: traefik}, cpu: {busyAbove: 5%}}]}"),
+            "spec.idle.signals[0]",
+        ),
+        (
+            "an unknown template",
+            idle("{after: 5m, signals: [{prometheus: {template: haproxy}}]}"),
+            "spec.idle.signals[0].prometheus.template",
+        ),
+        (
+            "a template and a query",
+            idle(
+                "{after: 5m, signals: [{prometheus: {template: traefik, query: 'sum by (namespace, service) (x)'}}]}",
+            ),
+            "spec.idle.signals[0].prometheus",
+        ),
+        (
+            "a query without namespace and service",
+            idle("{after: 5m, signals: [{prometheus: {query: 'sum(rate(x[1m]))'}}]}"),
+            "spec.idle.signals[0].prometheus.query",
+        ),
+        (
+            "a Service name that is no DNS label",
+            idle("{after: 5m, signals: [{prometheus: {template: traefik, service: Web_1}}]}"),
+            "spec.idle.signals[0].prometheus.service",
+        ),
+        (
+            "busyAbove 0%",
+            idle(
+                "{after: 5m, signals: [{prometheus: {template: traefik}}, {cpu: {busyAbove: 0%}}]}",
+            ),
+            "spec.idle.signals[1].cpu.busyAbove",
+        ),
+        (
+            "busyAbove 101%",
+            idle(
+                "{after: 5m, signals: [{prometheus: {template: traefik}}, {cpu: {busyAbove: 101%}}]}",
+            ),
+            "spec.idle.signals[1].cpu.busyAbove",
+        ),
+        (
+            "a threshold that is no number",
+            idle(&format!(
+                "{{after: 5m, belowRequestsPerSecond: 'a few', {traefik}}}"
+            )),
+            "spec.idle.belowRequestsPerSecond",
+        ),
+        (
+            "RequestWakeUps with no request to wake it",
+            alone("{after: 5m, signals: [{prometheus: {template: traefik, service: web}}]}"),
+            "spec.idle: Required value: spec.idle.during RequestWakeUps",
+        ),
+        (
+            "no Service to read without wakeOnRequest",
+            alone("{after: 5m, during: Always, signals: [{prometheus: {template: traefik}}]}"),
+            "spec.idle: Required value: a prometheus signal's service",
+        ),
+    ];
+    for (what, spec, field) in cases {
+        let (accepted, out) = apply(&manifest(&ns.name, &spec));
+        assert!(!accepted, "{what}: accepted:\n{spec}");
+        assert!(
+            out.contains(field),
+            "{what}: the message does not name {field}:\n{out}"
+        );
+    }
+    ns.cleanup().await;
+}

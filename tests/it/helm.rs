@@ -196,6 +196,8 @@ async fn every_option_renders_objects_the_api_server_accepts() {
             &format!("grafanaDashboard.namespace={}", watched.name),
         ],
     );
+    // By default no Prometheus is read: spec.idle's signals are Unknown, nothing idles.
+    assert!(!defaults.contains("TDSET_PROMETHEUS_URL"), "{defaults}");
     for (what, yaml) in [("defaults", &defaults), ("every option", &every)] {
         let out = kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], yaml);
         succeeded(&format!("kubectl apply --dry-run=server ({what})"), out);
@@ -323,6 +325,11 @@ async fn every_option_renders_objects_the_api_server_accepts() {
         ("TDSET_LOG", "tdset_operator=debug,kube=info"),
         ("TDSET_LOG_FORMAT", "text"),
         ("TDSET_METRICS_ADDR", "0.0.0.0:9090"),
+        (
+            "TDSET_PROMETHEUS_URL",
+            "http://prometheus-operated.monitoring.svc:9090",
+        ),
+        ("TDSET_IDLE_READ_INTERVAL", "15"),
         ("RUST_BACKTRACE", "1"),
     ] {
         assert!(

@@ -210,3 +210,70 @@ async fn kubectl_tdset_says_when_it_may_not() {
     let _ = std::fs::remove_file(kubeconfig);
     ns.cleanup().await;
 }
+
+/// `kubectl tdset preview NAME` says where idleness stands as the operator last read it, and
+/// when it would put the workloads to sleep if nothing comes.
+#[tokio::test]
+async fn kubectl_tdset_preview_says_when_idleness_would_sleep() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "plugin-idle").await;
+    let dir = plugin_dir();
+    let spec = json!({
+        "container": {"image": "nginx:1.27", "port": 8080},
+        "schedulingConfig": [],
+        "defaultReplica": 2,
+        "idle": {"after": "30m", "during": "OutsideWindows",
+                 "signals": [{"prometheus": {"query": "sum by (namespace, service) (rate(x[1m]))", "service": "web"}}]}
+    });
+    create_tdset(&client, &ns.name, &tdset("web", spec)).await;
+    let preview = || {
+        let (ok, out, err) = kubectl_tdset(&dir, &["preview", "web", "-n", &ns.name]);
+        assert!(ok, "{err}");
+        out
+    };
+    assert!(
+        preview().contains("note: idle: not read yet"),
+        "{}",
+        preview()
+    );
+    let set_idle = |idle: serde_json::Value| {
+        let patch = json!({"status": {"idle": idle}}).to_string();
+        let out = kubectl(&[
+            "-n",
+            &ns.name,
+            "patch",
+            "tdset",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // Quiet for 5 minutes of the 30: asleep 25 minutes from now if nothing comes.
+    let since = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let fmt =
+        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    set_idle(json!({"phase": "Quiet", "quietSince": fmt(since)}));
+    let out = preview();
+    let expected = format!(
+        "note: idle: Quiet since {}; asleep by idleness from {} if nothing comes",
+        fmt(since),
+        fmt(since + chrono::Duration::minutes(30))
+    );
+    assert!(out.contains(&expected), "{expected}\n{out}");
+    // Blind: nothing sleeps, and it says why.
+    set_idle(json!({"phase": "Unknown", "reason": "PrometheusUnreachable"}));
+    let out = preview();
+    assert!(
+        out.contains("note: idle: Unknown (PrometheusUnreachable): a signal cannot answer, idleness puts nothing to sleep"),
+        "{out}"
+    );
+    ns.cleanup().await;
+}

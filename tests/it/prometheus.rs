@@ -635,3 +635,163 @@ async fn every_dashboard_query_returns_the_series_it_shows() {
     drop(op);
     ns.cleanup().await;
 }
+
+/// An application's own request counter, served on `/metrics` for Prometheus to scrape: the
+/// test sends requests by adding to it. Stopped when dropped.
+struct Exporter {
+    addr: String,
+    requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Exporter {
+    fn start(ns: &str) -> Exporter {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (count, done, ns) = (requests.clone(), stop.clone(), ns.to_string());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                let _ = conn.set_nonblocking(false);
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let body = format!(
+                    "# TYPE app_requests_total counter\napp_requests_total{{namespace=\"{ns}\",service=\"web\"}} {}\n",
+                    count.load(Ordering::SeqCst)
+                );
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Exporter {
+            addr,
+            requests,
+            stop,
+        }
+    }
+
+    /// One more request seen by the application.
+    fn request(&self) {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `spec.idle` read from the real Prometheus: while requests come the TDSet is Active; once
+/// they stop it is Quiet, then asleep `after` later (inside its window: `during: Always`);
+/// with Prometheus gone every signal is Unknown and idleness sleeps nothing (the window's
+/// count comes back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idleness_read_from_prometheus_sleeps_once_nobody_comes_and_never_blind() {
+    use tdset_operator::api::{IdlePhase, TDSetStatus};
+    let (client, ns) = setup("prom-idle").await;
+    let app = Exporter::start(&ns.name);
+    let prom = Prometheus::start(&app.addr);
+    let series = format!(r#"app_requests_total{{namespace="{}"}}"#, ns.name);
+    eventually(GUARD, "Prometheus scraping the application", || async {
+        prom.value(&series).map(|_| ())
+    })
+    .await;
+    let clock = tdset_operator::clock::SystemClock::starting_at(utc("2026-05-01T10:00:00Z"));
+    let url = prom.url.clone();
+    let _op = Operator::start_configured(&client, &ns.name, clock, |o| {
+        o.traffic = Some(tdset_operator::controller::TrafficOptions {
+            url,
+            every: Duration::from_secs(2),
+        });
+    });
+    let query = "sum by (namespace, service) (rate(app_requests_total[10s]))";
+    create_tdset(
+        &client,
+        &ns.name,
+        &tdset(
+            "web",
+            json!({
+                "container": {"image": "nginx", "port": 80},
+                "defaultReplica": 0,
+                "schedulingConfig": [{"startTime": "09:00", "endTime": "17:00", "replica": 2}],
+                "wakeOnRequest": {"services": [{"name": "web"}]},
+                "idle": {"after": "1m", "during": "Always",
+                         "signals": [{"prometheus": {"query": query}}]}
+            }),
+        ),
+    )
+    .await;
+    let status = || crate::wake::status(&client, &ns.name);
+    let phase = |s: &TDSetStatus| s.idle.as_ref().map(|i| i.phase);
+
+    // Requests come: Active, and the window's count.
+    let sending = eventually(GUARD, "Active while requests come", || async {
+        for _ in 0..5 {
+            app.request();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let s = status().await?;
+        (phase(&s) == Some(IdlePhase::Active)).then_some(s)
+    })
+    .await;
+    assert!(sending.idle.unwrap().signals[0].value.is_some());
+    deployment_at(&client, &ns.name, "web", 2).await;
+
+    // They stop: Quiet from the reading that saw it, then asleep `after` later.
+    let quiet = eventually(GUARD, "Quiet once requests stop", || async {
+        let s = status().await?;
+        (phase(&s) == Some(IdlePhase::Quiet)).then_some(s)
+    })
+    .await;
+    let idle = quiet.idle.unwrap();
+    let (since, sleeps_at) = (
+        utc(idle.quiet_since.as_deref().unwrap()),
+        utc(idle.sleeps_at.as_deref().unwrap()),
+    );
+    assert_eq!(sleeps_at - since, chrono::Duration::minutes(1));
+    eventually(Duration::from_secs(180), "asleep once idle", || async {
+        let d: k8s_openapi::api::apps::v1::Deployment =
+            kube::Api::namespaced(client.clone(), &ns.name)
+                .get("web")
+                .await
+                .ok()?;
+        (replicas(&d) == Some(0)).then_some(())
+    })
+    .await;
+    // Its status follows the scale write.
+    let asleep = eventually(GUARD, "status.idle Idle", || async {
+        let s = status().await?;
+        (phase(&s) == Some(IdlePhase::Idle)).then_some(s)
+    })
+    .await;
+    let entry = asleep.history.first().cloned().unwrap();
+    assert_eq!(entry.to, Some(0), "{:?}", asleep.history);
+    assert!(entry.reason.contains("idle"), "{entry:?}");
+
+    // Prometheus gone: Unknown, and idleness sleeps nothing: the window's count again.
+    drop(prom);
+    let blind = eventually(GUARD, "Unknown with Prometheus gone", || async {
+        let s = status().await?;
+        (phase(&s) == Some(IdlePhase::Unknown)).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        blind.idle.unwrap().reason.as_deref(),
+        Some("PrometheusUnreachable")
+    );
+    deployment_at(&client, &ns.name, "web", 2).await;
+    ns.cleanup().await;
+}

@@ -57,7 +57,8 @@ fn report(addr: &str, token: Option<&str>, ns: &str, tdset: &str, service: &str)
     (code.parse().unwrap_or(0), body.to_string())
 }
 
-async fn status(client: &Client, ns: &str) -> Option<TDSetStatus> {
+/// TDSet `web`'s status as stored.
+pub(crate) async fn status(client: &Client, ns: &str) -> Option<TDSetStatus> {
     Api::<TDSet>::namespaced(client.clone(), ns)
         .get_status("web")
         .await
@@ -451,5 +452,50 @@ async fn the_operator_killed_as_a_wake_up_is_recorded_finishes_it_from_status() 
         .filter(|e| e.reason.contains("woken by a request"))
         .count();
     assert_eq!(wake_ups, 1, "{history:#?}");
+    ns.cleanup().await;
+}
+
+/// `spec.idle` with no source of traffic signals: every signal is Unknown, said by the
+/// `IdleSignal` condition and `status.idle`, and idleness puts nothing to sleep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idleness_with_no_signal_to_read_is_unknown_and_sleeps_nothing() {
+    let (client, ns) = setup("idle-unknown").await;
+    let clock = SystemClock::starting_at(utc("2026-05-01T10:00:00Z"));
+    let _op = Operator::start(&client, &ns.name, clock, None, "test");
+    let mut t = asleep_at_night();
+    t.spec.idle = Some(
+        serde_json::from_value(json!({
+            "after": "1m",
+            "during": "Always",
+            "signals": [{"prometheus": {"template": "traefik"}}]
+        }))
+        .unwrap(),
+    );
+    create_tdset(&client, &ns.name, &t).await;
+    deployment_at(&client, &ns.name, "web", 2).await;
+    let s = eventually(GUARD, "status.idle Unknown", || async {
+        let s = status(&client, &ns.name).await?;
+        (s.idle.as_ref()?.phase == tdset_operator::api::IdlePhase::Unknown).then_some(s)
+    })
+    .await;
+    let idle = s.idle.clone().unwrap();
+    assert_eq!(idle.reason.as_deref(), Some("NoSignalSource"));
+    assert_eq!((idle.quiet_since, idle.sleeps_at), (None, None));
+    assert_eq!(idle.signals.len(), 1);
+    assert_eq!(idle.signals[0].signal, "prometheus/traefik");
+    let condition = (s.conditions.iter())
+        .find(|c| c.type_ == "IdleSignal")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("Unknown", "NoSignalSource")
+    );
+    assert!(
+        condition.message.contains("idleness puts nothing to sleep"),
+        "{condition:?}"
+    );
+    // The window's count stands.
+    deployment_at(&client, &ns.name, "web", 2).await;
     ns.cleanup().await;
 }

@@ -1,5 +1,6 @@
 //! The owned form (`container` or `template`): the Deployment the TDSet runs, then its Service,
-//! each written only when it differs; deleted when the TDSet takes another form.
+//! each written only when it differs (the release stage deletes them when the TDSet takes
+//! another form).
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
@@ -286,46 +287,6 @@ async fn ensure_service(tdset: &TDSet, ctx: &Context, ns: &str, events: &mut Eve
                 ));
             }
         }
-    }
-    Ok(())
-}
-
-/// A TDSet that now references a target instead of running its own Deployment (its form
-/// changed from `container`/`template` to `scaleTargetRef`): the Deployment and Service it
-/// owns are deleted, so nothing it no longer describes keeps running.
-pub(crate) async fn remove_owned(
-    tdset: &TDSet,
-    ctx: &Context,
-    ns: &str,
-    events: &mut Events,
-) -> Result<()> {
-    let name = tdset.name_any();
-    let deployment = ctx
-        .deployments
-        .get(&ObjectRef::new(&name).within(ns))
-        .map(|c| c.object())
-        .transpose()?;
-    let service = ctx
-        .services
-        .get(&ObjectRef::new(&name).within(ns))
-        .map(|c| c.object())
-        .transpose()?;
-    let mut removed = vec![];
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
-    if delete_owned(ctx, tdset, &deployments, "deployments", deployment).await? {
-        removed.push("Deployment");
-    }
-    let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-    if delete_owned(ctx, tdset, &services, "services", service).await? {
-        removed.push("Service");
-    }
-    if !removed.is_empty() {
-        events.push(note(tdset, EventType::Normal,
-            "OwnedDeleted",
-            format!(
-                "deleted {} {ns}/{name}: the TDSet now scales spec.scaleTargetRef and runs nothing of its own",
-                removed.join(" and ")
-            )));
     }
     Ok(())
 }

@@ -40,9 +40,8 @@ pub(crate) async fn write_target_now(
 
 /// Writes `status` past the bookkeeping lane's queue and returns once the API server has it.
 async fn write_now(tdset: &TDSet, ctx: &Context, status: TDSetStatus) -> Result<()> {
-    ctx.lane
-        .write_now(tdset, status_write(tdset, status)?)
-        .await
+    let write = status_write(tdset, status)?;
+    ctx.lane.write_now(tdset, write).await
 }
 
 /// Makes `status.group` durable before a group's first workload write, and each custom kind in
@@ -72,7 +71,8 @@ pub(crate) async fn write_group_now(tdset: &TDSet, ctx: &Context, kinds: &[Strin
 
 /// Queues `status` on the lane (sent after the workload writes, coalesced per TDSet).
 pub(crate) async fn queue_status(tdset: &TDSet, ctx: &Context, status: TDSetStatus) -> Result<()> {
-    ctx.lane.status(tdset, status_write(tdset, status)?).await;
+    let write = status_write(tdset, status)?;
+    ctx.lane.status(tdset, write).await;
     Ok(())
 }
 

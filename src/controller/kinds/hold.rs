@@ -5,13 +5,15 @@
 
 use std::time::Duration;
 
-use super::Turn;
+use kube::ResourceExt;
+
 use super::claims;
-use super::record::{Record, problem_outcome, target_status};
+use super::record::{Record, Unread, target_status, unread};
+use super::{Part, Turn};
 use crate::api::{ScaleTargetRef, TDSet, TargetStatus};
 use crate::controller::state::{Answer, Context, Outcome};
 use crate::error::Result;
-use crate::status::{Missing, Problem};
+use crate::status::Problem;
 
 /// A kind of object a `scaleTargetRef` holds: what `hold` asks of it, step by step.
 pub(crate) trait Held {
@@ -20,28 +22,19 @@ pub(crate) trait Held {
     /// What one read of the object (and what it needs beside it) gave.
     type Read;
 
-    /// The TDSet schedules the object (again): what a let-go in progress kept is over.
-    fn scheduled(_turn: &Turn<'_>) {}
+    /// What a let-go in progress keeps among the TDSet's contests: forgotten when the TDSet
+    /// schedules the object (again), since that let-go is over.
+    const LETTING_GO: &'static [Part] = &[];
 
-    /// Not to be read yet (a cache the kind decides from is not synced): why, and when to look
-    /// again. Nothing is written meanwhile; the record is kept.
-    fn not_yet(_turn: &Turn<'_>) -> Option<(Missing, Duration)> {
-        None
-    }
+    /// Gone, the workload this TDSet put to sleep through it is woken: nobody else would.
+    const WAKE_WHEN_GONE: bool = false;
 
-    /// Reads it; `Err`: why it cannot be held now (gone, forbidden, not served).
-    async fn read(turn: &Turn<'_>, r: &ScaleTargetRef) -> Answer<Self::Read>;
-
-    /// It could not be read (`p`): what is owed all the same (a workload left asleep through
-    /// an object that is gone is woken), with the record as it will be reported.
-    async fn unread(
-        _turn: &mut Turn<'_>,
-        _r: &ScaleTargetRef,
-        _p: &Problem,
-        _record: &mut Record,
-    ) -> Result<()> {
-        Ok(())
-    }
+    /// Reads it; `Err`: why it is not held now (not to be read yet, gone, forbidden, not
+    /// served).
+    async fn read(
+        turn: &Turn<'_>,
+        r: &ScaleTargetRef,
+    ) -> Result<std::result::Result<Self::Read, Unread>>;
 
     /// A group holds the object (its record on it): left to the group, nothing recorded.
     fn held_by_group(_turn: &Turn<'_>, _r: &ScaleTargetRef, _read: &Self::Read) -> Option<Problem> {
@@ -105,11 +98,12 @@ impl Letting<'_> {
 pub(crate) struct LetGo {
     /// What was done, if anything.
     pub(crate) done: Option<String>,
-    /// Not over yet (KEDA not yet running the workload again): look again after this; the
-    /// TDSet is kept until then.
+    /// Not over yet (the workload's autoscaler not yet running it again): look again after
+    /// this; the TDSet is kept until then.
     pub(crate) wait: Option<Duration>,
-    /// What KEDA did not do within its bound (the TDSet goes all the same).
-    pub(crate) not_resumed: Option<String>,
+    /// What the autoscaler did not do within its bound (the TDSet goes all the same): the
+    /// Warning's reason and message.
+    pub(crate) not_resumed: Option<(&'static str, String)>,
 }
 
 impl LetGo {
@@ -124,29 +118,16 @@ impl LetGo {
 /// Holds `r` as kind `K` for one reconcile.
 pub(crate) async fn hold<K: Held>(mut turn: Turn<'_>, r: &ScaleTargetRef) -> Result<Outcome> {
     let (tdset, ctx, ns) = (turn.tdset, turn.ctx, turn.ns);
-    K::scheduled(&turn);
+    let key = format!("{ns}/{}", tdset.name_any());
+    for part in K::LETTING_GO {
+        ctx.forget_contest(&part.key(&key));
+    }
     if let Some(p) = claims::held_elsewhere(tdset, ctx, ns, r) {
         return claims::claimed_outcome(tdset, ctx, ns, p, r).await;
     }
-    if let Some((missing, retry)) = K::not_yet(&turn) {
-        return Ok(Outcome {
-            // Keep what status remembers (the original count), as every other path does.
-            target: Some(
-                target_status(tdset, ctx, ns, r, K::FIELD, None)
-                    .await?
-                    .status,
-            ),
-            retry: Some(retry),
-            ..Outcome::missing(missing, None)
-        });
-    }
     let read = match K::read(&turn, r).await? {
         Ok(read) => read,
-        Err(p) => {
-            let mut recorded = target_status(tdset, ctx, ns, r, K::FIELD, None).await?;
-            K::unread(&mut turn, r, &p, &mut recorded).await?;
-            return Ok(problem_outcome(p, r, recorded.status));
-        }
+        Err(why) => return unread(&mut turn, r, K::FIELD, K::WAKE_WHEN_GONE, why).await,
     };
     if let Some(p) = K::held_by_group(&turn, r, &read) {
         return Ok(claims::held_outcome(tdset, ctx, p, r));

@@ -10,7 +10,7 @@ use super::claims;
 use super::events::record_scale;
 use super::hold::{Held, LetGo, Letting};
 use super::record::{
-    Record, ensure_durable, problem_outcome, wake_asleep, wake_left, wake_left_behind,
+    Record, Unread, ensure_durable, problem_outcome, wake_asleep, wake_left, wake_left_behind,
 };
 use crate::api::{Asleep, ScaleTargetRef, TargetStatus};
 use crate::controller::io::target::{
@@ -53,8 +53,11 @@ impl Held for Hpa {
     const FIELD: &'static str = FIELD;
     type Read = HpaRead;
 
-    async fn read(turn: &Turn<'_>, r: &ScaleTargetRef) -> Answer<HpaRead> {
-        read_hpa(turn.ctx, turn.ns, r).await
+    async fn read(
+        turn: &Turn<'_>,
+        r: &ScaleTargetRef,
+    ) -> Result<std::result::Result<HpaRead, Unread>> {
+        Ok(read_hpa(turn.ctx, turn.ns, r).await?.map_err(Unread::from))
     }
 
     fn observed(

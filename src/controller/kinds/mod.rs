@@ -3,7 +3,8 @@
 //! writes it needs, through `io`.
 //!
 //! - `hold`: the protocol every kind is held by, written once (`Held`: what each says);
-//! - `let_go`: letting go of a target, its kind picked from the record;
+//! - `list`: the kinds' list: which room holds a `scaleTargetRef`'s object, and lets go of
+//!   one a record names;
 //! - `scale`: a kind with `/scale`;
 //! - `hpa`: an HPA, the schedule as its floor (and ceiling);
 //! - `scaled_object`: a KEDA ScaledObject: paused, floored, checked, let go of;
@@ -15,7 +16,7 @@ pub(crate) mod claims;
 pub(crate) mod events;
 pub(crate) mod hold;
 pub(crate) mod hpa;
-pub(crate) mod let_go;
+pub(crate) mod list;
 pub(crate) mod record;
 pub(crate) mod scale;
 pub(crate) mod scaled_object;

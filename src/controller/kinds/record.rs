@@ -148,26 +148,16 @@ pub(crate) async fn target_status(
     field: &str,
     observed: Option<(i32, Option<&str>)>,
 ) -> Result<Record> {
-    let uid = observed.and_then(|(_, uid)| uid);
-    let same = |t: &TargetStatus| {
-        t.names(r)
-            && t.field == field
-            && match (t.uid.as_deref(), uid) {
-                (Some(recorded), Some(seen)) => recorded == seen,
-                _ => true,
-            }
-    };
-    let recorded = |target: Option<&TargetStatus>| {
-        target
-            .filter(|t| same(t) && t.original_replicas.is_some())
-            .cloned()
+    let seen = Seen {
+        r,
+        field,
+        uid: observed.and_then(|(_, uid)| uid),
     };
     // A record only queued in the lane is known, not durable: a crash loses it.
     let durable = ctx.statuses.durable(tdset).and_then(|s| s.target);
-    let mut found = recorded(durable.as_ref());
-    let mut live = None;
-    if found.is_none() {
-        live = Api::<TDSet>::namespaced(ctx.client.clone(), ns)
+    let live = match durable.as_ref().is_some_and(|t| seen.records(t)) {
+        true => None,
+        false => Api::<TDSet>::namespaced(ctx.client.clone(), ns)
             .get(&tdset.name_any())
             .await
             .map_err(Error::kube(format!(
@@ -175,65 +165,89 @@ pub(crate) async fn target_status(
                 tdset.name_any()
             )))?
             .status
-            .and_then(|s| s.target);
-        found = recorded(live.as_ref());
-    }
+            .and_then(|s| s.target),
+    };
     let current = ctx.statuses.current(tdset).and_then(|s| s.target);
-    let queued = recorded(current.as_ref());
-    Ok(match (found, queued) {
-        // What this operator decided last, not yet known durable, differs from the durable
-        // record (a field set and cleared since, `originalMaxReplicas` or `asleep`, when the
-        // cache is older than the last write and a newer status is queued): the decision
-        // holds, and is written again before the next change that needs it.
-        (Some(t), Some(q)) if q != t => Record {
+    Ok(seen.choose(observed.map(|(count, _)| count), [current, durable, live]))
+}
+
+/// The object a record is looked up for: a record names it if it names the reference and the
+/// field, and the same uid where both know one.
+struct Seen<'a> {
+    r: &'a ScaleTargetRef,
+    field: &'a str,
+    uid: Option<&'a str>,
+}
+
+impl Seen<'_> {
+    /// Whether `t` is a record of this object with its original count.
+    fn records(&self, t: &TargetStatus) -> bool {
+        t.names(self.r)
+            && t.field == self.field
+            && match (t.uid.as_deref(), self.uid) {
+                (Some(recorded), Some(seen)) => recorded == seen,
+                _ => true,
+            }
+            && t.original_replicas.is_some()
+    }
+
+    fn recorded(&self, target: Option<&TargetStatus>) -> Option<TargetStatus> {
+        target.filter(|t| self.records(t)).cloned()
+    }
+
+    /// The record to go on from the queued (`current`), the durable and the live status, the
+    /// newest first; `observed` is the original when none records one.
+    fn choose(
+        &self,
+        observed: Option<i32>,
+        [current, durable, live]: [Option<TargetStatus>; 3],
+    ) -> Record {
+        let found = self
+            .recorded(durable.as_ref())
+            .or_else(|| self.recorded(live.as_ref()));
+        let queued = self.recorded(current.as_ref());
+        let kept = |t: TargetStatus, durable: bool| Record {
             status: TargetStatus {
-                uid: q.uid.clone().or(uid.map(String::from)),
-                ..q
-            },
-            durable: false,
-            asleep_floor: None,
-        },
-        (Some(t), _) => Record {
-            status: TargetStatus {
-                uid: t.uid.clone().or(uid.map(String::from)),
+                uid: t.uid.clone().or(self.uid.map(String::from)),
                 ..t
             },
-            durable: true,
+            durable,
             asleep_floor: None,
-        },
-        // Recorded before this operator changed anything, not yet written: still the original.
-        (None, Some(t)) => Record {
-            status: TargetStatus {
-                uid: t.uid.clone().or(uid.map(String::from)),
-                ..t
-            },
-            durable: false,
-            asleep_floor: None,
-        },
-        (None, None) => {
-            // The newest record first: what this operator decided last.
-            let left = [current, durable, live]
-                .iter()
-                .flatten()
-                .find_map(|old| left_asleep(old, r, field, uid));
-            let (asleep, asleep_floor) = left.unzip();
-            Record {
-                status: TargetStatus {
-                    api_version: r.api_version.clone(),
-                    kind: r.kind.clone(),
-                    name: r.name.clone(),
-                    uid: uid.map(String::from),
-                    field: field.into(),
-                    original_replicas: observed.map(|(count, _)| count),
-                    original_max_replicas: None,
-                    asleep,
-                    original_pause: None,
-                },
-                durable: false,
-                asleep_floor: asleep_floor.flatten(),
+        };
+        match (found, queued) {
+            // What this operator decided last, not yet known durable, differs from the durable
+            // record (a field set and cleared since, `originalMaxReplicas` or `asleep`, when the
+            // cache is older than the last write and a newer status is queued): the decision
+            // holds, and is written again before the next change that needs it.
+            (Some(t), Some(q)) if q != t => kept(q, false),
+            (Some(t), _) => kept(t, true),
+            // Recorded before this operator changed anything, not yet written: still the original.
+            (None, Some(t)) => kept(t, false),
+            (None, None) => {
+                // The newest record first: what this operator decided last.
+                let left = [current, durable, live]
+                    .iter()
+                    .flatten()
+                    .find_map(|old| left_asleep(old, self.r, self.field, self.uid));
+                let (asleep, asleep_floor) = left.unzip();
+                Record {
+                    status: TargetStatus {
+                        api_version: self.r.api_version.clone(),
+                        kind: self.r.kind.clone(),
+                        name: self.r.name.clone(),
+                        uid: self.uid.map(String::from),
+                        field: self.field.into(),
+                        original_replicas: observed,
+                        original_max_replicas: None,
+                        asleep,
+                        original_pause: None,
+                    },
+                    durable: false,
+                    asleep_floor: asleep_floor.flatten(),
+                }
             }
         }
-    })
+    }
 }
 
 /// Makes the original count durable before the first write that changes the field, with the
@@ -258,6 +272,56 @@ pub(crate) fn is_watched(r: &ScaleTargetRef) -> bool {
     r.is_hpa()
         || (r.group() == "apps"
             && matches!(r.kind.as_str(), "Deployment" | "StatefulSet" | "ReplicaSet"))
+}
+
+/// Why a kind's object is not read this turn (see `Held::read`).
+#[derive(Debug)]
+pub(crate) enum Unread {
+    /// Not to be read yet (a cache the kind decides from is not synced): why, and when to look
+    /// again. Nothing is written meanwhile; the record is kept.
+    NotYet(Missing, Duration),
+    /// It cannot be held now (gone, forbidden, not served).
+    Problem(Problem),
+}
+
+impl From<Problem> for Unread {
+    fn from(p: Problem) -> Unread {
+        Unread::Problem(p)
+    }
+}
+
+/// A target not read this turn (`why`): the outcome, with what status remembers of it (its
+/// original count) kept as every other path keeps it. Gone, the workload left asleep through it
+/// is woken where nobody else would (`wake_when_gone`), and taken off the record.
+pub(crate) async fn unread(
+    turn: &mut Turn<'_>,
+    r: &ScaleTargetRef,
+    field: &str,
+    wake_when_gone: bool,
+    why: Unread,
+) -> Result<Outcome> {
+    let recorded = target_status(turn.tdset, turn.ctx, turn.ns, r, field, None).await?;
+    let p = match why {
+        Unread::NotYet(missing, retry) => {
+            return Ok(Outcome {
+                target: Some(recorded.status),
+                retry: Some(retry),
+                ..Outcome::missing(missing, None)
+            });
+        }
+        Unread::Problem(p) => p,
+    };
+    let gone = wake_when_gone && matches!(p, Problem::TargetNotFound(_));
+    let left = recorded.status.asleep.clone().filter(|_| gone);
+    let to = recorded.status.original_replicas.unwrap_or(1).max(1);
+    let mut outcome = problem_outcome(p, r, recorded.status);
+    if let Some(left) = left
+        && wake_left(turn, &left, to, format!("{} {} is gone", r.kind, r.name)).await?
+        && let Some(target) = outcome.target.as_mut()
+    {
+        target.asleep = None;
+    }
+    Ok(outcome)
 }
 
 /// A target that cannot be read or scaled: the problem reported, what status records of it

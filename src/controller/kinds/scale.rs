@@ -12,7 +12,7 @@ use super::Turn;
 use super::claims;
 use super::events::record_scale;
 use super::hold::{Held, LetGo, Letting};
-use super::record::{Record, ensure_durable, problem_outcome};
+use super::record::{Record, Unread, ensure_durable, problem_outcome};
 use crate::api::ScaleTargetRef;
 use crate::controller::io::target::{hpas_in, resolve_and_read, write};
 use crate::controller::state::{Answer, Outcome, Resolved, Scaled, Write};
@@ -32,25 +32,22 @@ impl Held for Scale {
     const FIELD: &'static str = FIELD;
     type Read = (Resolved, ScaleView);
 
-    fn not_yet(turn: &Turn<'_>) -> Option<(Missing, Duration)> {
+    async fn read(
+        turn: &Turn<'_>,
+        r: &ScaleTargetRef,
+    ) -> Result<std::result::Result<Self::Read, Unread>> {
         // Until the HPA cache holds a full list, a conflicting HPA could be missed: write
         // nothing yet and look again in a moment.
-        turn.ctx
-            .hpas
-            .wait_until_ready()
-            .now_or_never()
-            .is_none()
-            .then(|| {
-                let missing = Missing {
-                    reason: reason::TARGET_MISSING,
-                    message: "waiting for the HorizontalPodAutoscaler cache to sync".into(),
-                };
-                (missing, Duration::from_secs(1))
-            })
-    }
-
-    async fn read(turn: &Turn<'_>, r: &ScaleTargetRef) -> Answer<Self::Read> {
-        resolve_and_read(turn.ctx, turn.ns, r).await
+        if turn.ctx.hpas.wait_until_ready().now_or_never().is_none() {
+            let missing = Missing {
+                reason: reason::TARGET_MISSING,
+                message: "waiting for the HorizontalPodAutoscaler cache to sync".into(),
+            };
+            return Ok(Err(Unread::NotYet(missing, Duration::from_secs(1))));
+        }
+        Ok(resolve_and_read(turn.ctx, turn.ns, r)
+            .await?
+            .map_err(Unread::from))
     }
 
     fn held_by_group(

@@ -4,7 +4,7 @@
 use super::resolve::Resolved;
 use crate::api::TDSet;
 use crate::controller::forms::{group, owned};
-use crate::controller::kinds::{Turn, hold as kind, hpa, scale, scaled_object};
+use crate::controller::kinds::{self, Turn};
 use crate::controller::lane::Events;
 use crate::controller::state::{Context, Outcome, Write};
 use crate::error::Result;
@@ -35,10 +35,7 @@ pub(crate) async fn apply(
         events,
     };
     match resolved.source {
-        source if let Some(refused) = ctx.pod_forms.refuse(source, ns) => {
-            owned::refused(turn, refused)
-        }
-        Source::Group(_) if let Some(refused) = ctx.group_form.refuse_group(ns) => {
+        Source::Group(_) if let Some(refused) = resolved.refused.clone() => {
             // Nothing written, and nothing forgotten: what the group holds (status.group, its
             // kinds), and a target it took over, stay in status for when it is allowed again,
             // deleted, or given another form (each gives back what it holds).
@@ -56,10 +53,10 @@ pub(crate) async fn apply(
                 )
             })
         }
+        _ if let Some(refused) = resolved.refused.clone() => owned::refused(turn, refused),
         Source::Container(_) | Source::Template(_) => owned::reconcile(turn).await,
-        Source::Scale(target) => kind::hold::<scale::Scale>(turn, target).await,
-        Source::HpaFloor(r) => kind::hold::<hpa::Hpa>(turn, r).await,
-        Source::ScaledObject(so) => kind::hold::<scaled_object::ScaledObject>(turn, so).await,
         Source::Group(sel) => group::reconcile(turn, sel).await,
+        // One object held, by its kind's room (the kinds' list).
+        referenced => kinds::list::hold(turn, referenced).await,
     }
 }

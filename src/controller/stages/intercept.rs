@@ -19,7 +19,6 @@ use crate::controller::io::intercept as io;
 use crate::controller::state::Context;
 use crate::error::Result;
 use crate::schedule::wake;
-use crate::status::Problem;
 use crate::workload::intercept::{
     Marks, Mesh, MeshSeen, PlanFor, ProxyConfig, Refusal, SERVICE_NAME_LABEL, ServicePlan,
     ServiceSeen, TDSET_LABEL, black_hole, contested, leaving, plan_service, retired_at,
@@ -55,31 +54,14 @@ pub(crate) struct Intercepted {
 }
 
 impl Intercepted {
-    /// A refusal, as Degraded says it (the schedule goes on).
-    pub(crate) fn problem(&self) -> Option<Problem> {
-        if !self.unguarded.is_empty() {
-            return Some(Problem::NoWakeProxy(format!(
-                "wakeOnRequest: no wake proxy pod is ready to stand in for {}: the workload is \
-                 left as it is, not put to sleep where no request could wake it, until one is; \
-                 see the wake proxy's pods and their readiness (the operator's wake endpoint \
-                 must answer them)",
-                self.unguarded.join(", ")
-            )));
-        }
-        (!self.refused.is_empty()).then(|| {
-            Problem::WakeRefused(format!(
-                "wakeOnRequest: {}; requests to it do not wake the workload",
-                self.refused.join("; ")
-            ))
-        })
-    }
-
     /// Whether this turn must leave the workload as it is (not put it to sleep).
     pub(crate) fn holds(&self) -> bool {
         !self.unguarded.is_empty()
     }
 }
 
+/// Puts the wake proxy in front of the Services of a workload this turn puts to sleep, and
+/// takes it out of the path of the rest; what it did, for the report.
 pub(crate) async fn intercept(
     tdset: &TDSet,
     ctx: &Context,
@@ -105,7 +87,7 @@ pub(crate) async fn intercept(
     };
     // Asleep only if this turn writes the 0: suspended (or refused), the workload runs on,
     // and a slice in front of it would send every request through the proxy.
-    let writes = resolved.writes(tdset, ctx, ns);
+    let writes = resolved.writes(tdset);
     let asleep = resolved.eval.replicas == 0 && writes;
     // Awake with nothing of the operator's in the path: nothing to read or write (most
     // reconciles of a TDSet awake by its schedule).
@@ -196,6 +178,7 @@ async fn write_leaving(
     plan: ServicePlan,
     done: &mut Intercepted,
 ) -> Result<()> {
+    done.retiring = soonest(done.retiring, plan.retiring);
     for slice in &plan.apply {
         io::apply(&ctx.client, slice).await?;
         info!(service, slice = %slice.name_any(), "wake proxy out of the path: its slice retired, its ports kept a while");
@@ -204,7 +187,6 @@ async fn write_leaving(
         io::remove(&ctx.client, ns, gone).await?;
         info!(service, slice = %gone, "retired slice removed: its ports are free");
     }
-    done.retiring = soonest(done.retiring, plan.retiring);
     Ok(())
 }
 

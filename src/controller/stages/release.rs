@@ -9,17 +9,21 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info, warn};
 
 use crate::api::{GroupStatus, OnDelete, ScaleTargetRef, TDSet, TargetStatus};
-use crate::controller::forms::{group, owned};
+use crate::controller::forms::group;
 use crate::controller::io::intercept;
+use crate::controller::io::owned::delete_owned;
 use crate::controller::io::tdset::{RESTORE_FINALIZER, set_finalizer};
 use crate::controller::kinds;
-use crate::controller::kinds::claims;
 use crate::controller::kinds::hold::Letting;
-use crate::controller::kinds::let_go::let_go_writes;
+use crate::controller::kinds::list::let_go_writes;
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::Context;
 use crate::error::Result;
@@ -57,7 +61,7 @@ async fn release_group(
 ) -> Result<group::Release> {
     let sel = tdset.spec.scale_target_selector.as_ref();
     let release = group::release_all(tdset, ctx, ns, sel, events).await?;
-    // Tried again every few seconds while KEDA is waited for: said once.
+    // Tried again every few seconds while an autoscaler is waited for: said once.
     let said = if release.repeated {
         &[][..]
     } else {
@@ -116,13 +120,18 @@ pub(crate) async fn previous(
     if previous.wait.is_some() {
         return Ok(previous);
     }
-    if matches!(
-        source,
-        Source::Scale(_) | Source::HpaFloor(_) | Source::ScaledObject(_) | Source::Group(_)
-    ) {
-        owned::remove_owned(tdset, ctx, ns, events).await?;
+    // Decided before anything is removed (nothing removed changes it).
+    let finalizer = wants_finalizer(tdset) || held_group(tdset, ctx);
+    // Every form but the two that own their Deployment: what they owned goes.
+    if !source.is_owned() {
+        remove_owned(tdset, ctx, ns, events).await?;
     }
-    ensure(tdset, ctx, ns).await?;
+    // Adds the finalizer when `onDelete: Restore` asks for it, removes it when it no longer
+    // does. A group left for another form keeps it while its status still holds the group
+    // (not every workload had its own count back): a deletion then still gives them back.
+    if finalizer != has_finalizer(tdset) {
+        set_finalizer(tdset, ctx, ns, finalizer).await?;
+    }
     Ok(previous)
 }
 
@@ -133,14 +142,37 @@ pub(crate) struct Previous {
     pub(crate) wait: Option<std::time::Duration>,
 }
 
-/// Adds the finalizer when `onDelete: Restore` asks for it, removes it when it no longer does.
-/// A group left for another form keeps it while its status still holds the group (not every
-/// workload had its own count back): a deletion then still gives them back.
-async fn ensure(tdset: &TDSet, ctx: &Context, ns: &str) -> Result<()> {
-    let want = wants_finalizer(tdset) || held_group(tdset, ctx);
-    let have = has_finalizer(tdset);
-    if want != have {
-        set_finalizer(tdset, ctx, ns, want).await?;
+/// A TDSet that now references a target instead of running its own Deployment (its form
+/// changed from `container`/`template` to `scaleTargetRef`): the Deployment and Service it
+/// owns are deleted, so nothing it no longer describes keeps running.
+async fn remove_owned(tdset: &TDSet, ctx: &Context, ns: &str, events: &mut Events) -> Result<()> {
+    let name = tdset.name_any();
+    let deployment = ctx
+        .deployments
+        .get(&ObjectRef::new(&name).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    let service = ctx
+        .services
+        .get(&ObjectRef::new(&name).within(ns))
+        .map(|c| c.object())
+        .transpose()?;
+    let mut removed = vec![];
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    if delete_owned(ctx, tdset, &deployments, "deployments", deployment).await? {
+        removed.push("Deployment");
+    }
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    if delete_owned(ctx, tdset, &services, "services", service).await? {
+        removed.push("Service");
+    }
+    if !removed.is_empty() {
+        events.push(note(tdset, EventType::Normal,
+            "OwnedDeleted",
+            format!(
+                "deleted {} {ns}/{name}: the TDSet now scales spec.scaleTargetRef and runs nothing of its own",
+                removed.join(" and ")
+            )));
     }
     Ok(())
 }
@@ -292,7 +324,7 @@ async fn release_previous(
 
 /// Puts `recorded` back as `onDelete` asks (and wakes what the schedule left asleep through
 /// it), reporting what was done, or why not, in an Event. Returns how soon to look again where
-/// letting go is not over yet (a ScaledObject KEDA does not run again yet): the TDSet is kept
+/// letting go is not over yet (an autoscaler not yet running the workload again): the TDSet is kept
 /// until then.
 async fn let_go(
     tdset: &TDSet,
@@ -307,23 +339,6 @@ async fn let_go(
         kind: recorded.kind.clone(),
         name: recorded.name.clone(),
     };
-    // Held by another TDSet now (an older claim took it over while this one waited) that
-    // recorded the same own count (and ceiling): its count is that one's to write, and it
-    // gives the own count back when it lets go.
-    if let Some(holder) = recorded.original_replicas.and_then(|original| {
-        claims::holder_with_same_original(
-            tdset,
-            ctx,
-            ns,
-            &r,
-            recorded.uid.as_deref(),
-            original,
-            recorded.original_max_replicas,
-        )
-    }) {
-        info!(%holder, why, "left the target to its holder");
-        return Ok(None);
-    }
     let letting = Letting {
         tdset,
         ctx,
@@ -337,11 +352,11 @@ async fn let_go(
     } else {
         "let go of"
     };
-    match kinds::let_go::let_go(&letting, &r).await? {
+    match kinds::list::let_go(&letting, &r).await? {
         Ok(go) => {
-            if let Some(what) = go.not_resumed {
-                warn!(%what, why, "KEDA did not run the workload again");
-                events.push(note(tdset, EventType::Warning, "KedaNotResumed", what));
+            if let Some((reason, what)) = go.not_resumed {
+                warn!(%what, why, "the workload's autoscaler did not run it again");
+                events.push(note(tdset, EventType::Warning, reason, what));
             }
             if let Some(done) = go.done {
                 info!(%done, why, "let go of the target");

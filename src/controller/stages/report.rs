@@ -8,14 +8,15 @@ use std::time::Duration;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info};
 
+use super::intercept::Intercepted;
 use super::resolve::Resolved;
 use crate::api::{HistoryEntry, TDSet, TDSetStatus};
 use crate::controller::io::tdset::queue_status;
 use crate::controller::lane::{EventType, Events, note};
 use crate::controller::state::{Context, Outcome};
 use crate::error::Result;
-use crate::status::warm_up::{self, Readiness, Rise};
-use crate::status::{self, DEGRADED, Inputs, Problem};
+use crate::status::warm_up::{Readiness, Rise};
+use crate::status::{self, Inputs, Problem};
 use crate::workload::Source;
 
 /// How soon a group that could not give every workload back after a change of form tries again.
@@ -27,9 +28,6 @@ const READY_POLL: Duration = Duration::from_secs(5);
 const READY_POLL_MAX: Duration = Duration::from_secs(30);
 const READY_WATCH_FOR: Duration = Duration::from_secs(600);
 
-/// A scale-up ready later than this after its transition is reported as late.
-const LATE_GRACE: chrono::Duration = chrono::Duration::seconds(5);
-
 /// When to look at the TDSet again, and whether some of its writes failed (then the driver
 /// backs off as for a failed reconcile).
 pub(crate) struct Next {
@@ -37,15 +35,30 @@ pub(crate) struct Next {
     pub failed: bool,
 }
 
-/// Reports `outcome`, and says when to look again.
+/// Reports `outcome`, and says when to look again. A Service `wakeOnRequest` cannot
+/// intercept is reported (unless the workload has a worse problem), and slices waiting for the
+/// workload's own endpoints are looked at again soon; a group left behind with workloads not
+/// yet given back stays in the status (and is tried again) until every one is.
 pub(crate) async fn report(
     tdset: &TDSet,
     ctx: &Context,
     ns: &str,
-    resolved: Resolved<'_>,
-    outcome: Outcome,
+    (resolved, mut outcome): (Resolved<'_>, Outcome),
+    intercepted: &Intercepted,
+    unreleased: Option<(crate::api::GroupStatus, Problem)>,
     events: &mut Events,
 ) -> Result<Next> {
+    if let Some((group, problem)) = unreleased {
+        outcome.group.get_or_insert(group);
+        outcome.problem.get_or_insert(problem);
+        outcome.retry_within(UNRELEASED_RETRY);
+    }
+    if let Some(problem) = intercept_problem(intercepted) {
+        outcome.problem.get_or_insert(problem);
+    }
+    if let Some(recheck) = intercepted.recheck {
+        outcome.retry_within(recheck);
+    }
     if let Some(saved) = outcome.saved {
         ctx.metrics.saved(
             &format!("{ns}/{}", tdset.name_any()),
@@ -54,36 +67,53 @@ pub(crate) async fn report(
         );
     }
     let change = change(ctx, &resolved, &outcome, tdset.spec.is_suspended());
-    let recorded = change.is_some();
-    let mut new_status = next_status(tdset, ctx, &resolved, &outcome, change);
     // The scale-ups the workload now serves: how long they took, and how late they were.
     let readiness = match &outcome.workload {
         Ok(o) => o.ready.map_or(Readiness::NotReported, Readiness::Reported),
         Err(_) => Readiness::Unknown,
     };
-    let seen = warm_up::Seen {
+    let reported = status::reported(
+        inputs(tdset, ctx, &resolved, &outcome, change),
+        &tdset.spec,
         readiness,
-        written_now: recorded,
-        since: ctx.leading_since,
-        now: ctx.clock.now(),
-    };
-    let risen = warm_up::settle(&tdset.spec, &mut new_status, seen);
-    let relearnt = risen.iter().any(|r| r.sampled)
-        && new_status.warm_up.as_ref().map(|w| &w.lead)
-            != (resolved.previous.as_ref())
-                .and_then(|p| p.warm_up.as_ref())
-                .map(|w| &w.lead);
-    let awaiting = warm_up::awaiting(&new_status);
-    report_risen(tdset, ctx, &new_status, &risen, events);
-    write_status(tdset, ctx, resolved.previous.as_ref(), new_status, events).await?;
-
-    let wait = wait(tdset, &resolved, &outcome, relearnt, (awaiting, readiness));
+        ctx.leading_since,
+        ctx.clock.now(),
+    );
+    report_risen(tdset, ctx, &reported.risen, events);
+    let wait = wait(
+        tdset,
+        &resolved,
+        &outcome,
+        reported.relearnt,
+        (reported.awaiting, readiness),
+    );
+    let (previous, new) = (resolved.previous.as_ref(), reported.status);
+    write_status(tdset, ctx, previous, new, reported.degraded, events).await?;
     // The wait is logged by the driver, which may shorten it (some writes failed).
     let eval = &resolved.eval;
     debug!(replicas = eval.replicas, window = ?eval.window_label, next = ?resolved.next.map(|n| n.at), "reconciled");
     Ok(Next {
         wait,
         failed: outcome.failed,
+    })
+}
+
+/// What the intercept stage refused, as Degraded says it (the schedule goes on).
+fn intercept_problem(done: &Intercepted) -> Option<Problem> {
+    if !done.unguarded.is_empty() {
+        return Some(Problem::NoWakeProxy(format!(
+            "wakeOnRequest: no wake proxy pod is ready to stand in for {}: the workload is \
+             left as it is, not put to sleep where no request could wake it, until one is; \
+             see the wake proxy's pods and their readiness (the operator's wake endpoint \
+             must answer them)",
+            done.unguarded.join(", ")
+        )));
+    }
+    (!done.refused.is_empty()).then(|| {
+        Problem::WakeRefused(format!(
+            "wakeOnRequest: {}; requests to it do not wake the workload",
+            done.refused.join("; ")
+        ))
     })
 }
 
@@ -103,6 +133,7 @@ fn change(
         let lag = (ctx.clock.now() - due).num_milliseconds().max(0) as f64 / 1000.0;
         ctx.metrics.transition_lag.observe(lag);
     }
+    let at = eval.ahead_of.map(|t| t.at).or(due).unwrap_or(now);
     let Some(s) = outcome.scaled.clone() else {
         // Nothing written, nothing in the way, and the count differs from the one on record:
         // the write landed before a restart, its status did not.
@@ -116,7 +147,7 @@ fn change(
                     resolved.previous.as_ref(),
                     eval.count().replicas(),
                     eval.why(),
-                    eval.ahead_of.map(|t| t.at).or(due).unwrap_or(now),
+                    at,
                     ctx.clock.now(),
                 )
             })
@@ -126,7 +157,7 @@ fn change(
         .filter(|s| s.landed || due.is_some())
         .map(|s| HistoryEntry {
             // A rise written ahead is recorded at its transition, applied before it.
-            at: crate::preview::rfc3339(eval.ahead_of.map(|t| t.at).or(due).unwrap_or(now)),
+            at: crate::preview::rfc3339(at),
             // Milliseconds: how late a change landed is usually well under a second.
             applied_at: s.landed.then(|| {
                 ctx.clock
@@ -142,17 +173,18 @@ fn change(
         })
 }
 
-/// The next status (pure: `status::next_status`) from what was resolved and observed.
-fn next_status(
+/// What the next status is made of (pure: `status::reported`), from what was resolved and
+/// observed.
+fn inputs<'a>(
     tdset: &TDSet,
-    ctx: &Context,
-    resolved: &Resolved<'_>,
-    outcome: &Outcome,
+    ctx: &'a Context,
+    resolved: &'a Resolved<'_>,
+    outcome: &'a Outcome,
     change: Option<HistoryEntry>,
-) -> TDSetStatus {
+) -> Inputs<'a> {
     // A calendar that does not exist is reported, unless the workload has a worse problem.
-    let problem = (outcome.problem.clone()).or(resolved.calendar_problem.clone());
-    status::next_status(&Inputs {
+    let problem = (outcome.problem.as_ref()).or(resolved.calendar_problem.as_ref());
+    Inputs {
         previous: resolved.previous.as_ref(),
         generation: tdset.meta().generation,
         evaluation: Some(&resolved.eval),
@@ -164,14 +196,15 @@ fn next_status(
         target: outcome.target.as_ref(),
         group: outcome.group.as_ref(),
         saved: outcome.saved,
-        problem: problem.as_ref(),
+        problem,
         suspended: tdset.spec.is_suspended(),
         change,
         ceiling: outcome.ceiling.or(resolved.eval.ceiling),
         shard: ctx.shard.as_ref().map(|s| s.name()),
         requested: resolved.requested,
+        idle: resolved.idle.as_ref(),
         now: resolved.now,
-    })
+    }
 }
 
 /// How long until the TDSet is looked at again: until what is written changes next (at most
@@ -216,30 +249,6 @@ fn wait(
     wait
 }
 
-/// A Service `wakeOnRequest` cannot intercept is reported (unless the workload has a worse
-/// problem), and slices waiting for the workload's own endpoints are looked at again soon.
-pub(crate) fn keep_intercepted(outcome: &mut Outcome, intercepted: &super::intercept::Intercepted) {
-    if let Some(problem) = intercepted.problem() {
-        outcome.problem.get_or_insert(problem);
-    }
-    if let Some(recheck) = intercepted.recheck {
-        outcome.retry_within(recheck);
-    }
-}
-
-/// A group left behind with workloads not yet given back stays in the status (and is tried
-/// again) until every one is.
-pub(crate) fn keep_unreleased(
-    outcome: &mut Outcome,
-    unreleased: Option<(crate::api::GroupStatus, Problem)>,
-) {
-    if let Some((group, problem)) = unreleased {
-        outcome.group.get_or_insert(group);
-        outcome.problem.get_or_insert(problem);
-        outcome.retry_within(UNRELEASED_RETRY);
-    }
-}
-
 /// Records a failed reconcile: Degraded=True (ReconcileError), the rest of status kept as the
 /// last successful reconcile left it (it is still the best knowledge there is).
 pub(crate) async fn failure(
@@ -255,32 +264,26 @@ pub(crate) async fn failure(
         problem,
         ctx.clock.now(),
     );
-    write_status(tdset, ctx, previous.as_ref(), new_status, events).await
+    let degraded = status::degraded_warning(previous.as_ref(), &new_status);
+    write_status(tdset, ctx, previous.as_ref(), new_status, degraded, events).await
 }
 
-/// Patches status only when it differs from `previous` (from `StatusMemo::current`), and
-/// publishes a Warning when Degraded's reason or message changes (so a persisting problem is
-/// reported once, not every reconcile).
+/// Patches status only when it differs from `previous` (from `StatusMemo::current`), then
+/// publishes the Warning a change of Degraded brings (`status::degraded_warning`).
 async fn write_status(
     tdset: &TDSet,
     ctx: &Context,
     previous: Option<&TDSetStatus>,
     new: TDSetStatus,
+    degraded: Option<(String, String)>,
     events: &mut Events,
 ) -> Result<()> {
     if previous == Some(&new) {
         return Ok(());
     }
-    let old_degraded = status::find(previous, DEGRADED)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
-    let new_degraded = status::find(Some(&new), DEGRADED)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
     debug!(old = ?previous, new = ?new, "status differs; queued");
     queue_status(tdset, ctx, new).await?;
-    if old_degraded != new_degraded
-        && let Some((state, reason, message)) = new_degraded
-        && (state == "True" || reason != status::reason::AS_EXPECTED)
-    {
+    if let Some((reason, message)) = degraded {
         events.push(note(tdset, EventType::Warning, &reason, message));
     }
     Ok(())
@@ -291,12 +294,11 @@ async fn write_status(
 fn report_risen(
     tdset: &TDSet,
     ctx: &Context,
-    status: &TDSetStatus,
-    risen: &[Rise],
+    risen: &[(Rise, Option<String>)],
     events: &mut Events,
 ) {
     let mode = format!("{:?}", tdset.spec.warm_up_mode());
-    for r in risen {
+    for (r, late_warning) in risen {
         let late = r.late();
         ctx.metrics
             .scale_up_lateness
@@ -315,31 +317,9 @@ fn report_risen(
             late_ms = late.num_milliseconds(),
             "scale-up ready"
         );
-        if late <= LATE_GRACE {
-            continue;
+        if let Some(message) = late_warning {
+            let reason = status::reason::SCALE_UP_LATE;
+            events.push(note(tdset, EventType::Warning, reason, message.clone()));
         }
-        let lead = match &status.warm_up {
-            Some(w) => format!(
-                "; the next scale-up is written {} ahead ({:?})",
-                w.lead, w.basis
-            ),
-            None => "; spec.warmUp can write scale-ups ahead of their transition, by a lead \
-                     fixed or measured"
-                .to_string(),
-        };
-        events.push(note(
-            tdset,
-            EventType::Warning,
-            status::reason::SCALE_UP_LATE,
-            format!(
-                "{} replicas were ready {} after their transition at {} (written at {}, {} \
-                 after the write){lead}",
-                r.to,
-                warm_up::duration(late),
-                crate::preview::rfc3339(r.at),
-                crate::preview::rfc3339(r.applied_at),
-                warm_up::duration(r.took()),
-            ),
-        ));
     }
 }

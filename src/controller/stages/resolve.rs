@@ -3,6 +3,7 @@
 //! next change (pure), the workload's form, and the change that was due, if its instant has
 //! passed (what the transition lag and the history are measured from).
 
+use kube::ResourceExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,13 +12,13 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::warn;
 
-use crate::api::{Holiday, TDCalendar, TDSet, TDSetSpec, TDSetStatus};
+use crate::api::{Holiday, IdleStatus, TDCalendar, TDSet, TDSetSpec, TDSetStatus};
 use crate::controller::state::{Answer, Context, IcsDates};
 use crate::error::Error;
 use crate::schedule::{
     Evaluation, Schedule, SharedHolidays, Transition, Warning, unreadable, wake,
 };
-use crate::status::Problem;
+use crate::status::{self, Problem};
 use crate::workload::Source;
 
 /// A TDSet as the stages after this one see it.
@@ -43,6 +44,11 @@ pub(crate) struct Resolved<'a> {
     pub calendar_problem: Option<Problem>,
     /// With `spec.wakeOnRequest` and a request wake-up on record: whether it is in force.
     pub requested: Option<bool>,
+    /// Why the form may not run in this namespace (`--pod-forms-in`, `--group-form-in`), if
+    /// it may not: nothing is written to the workload then.
+    pub refused: Option<String>,
+    /// With `spec.idle`: where idleness stands (what the schedule counted it from).
+    pub idle: Option<IdleStatus>,
 }
 
 impl Resolved<'_> {
@@ -50,12 +56,8 @@ impl Resolved<'_> {
     /// suspended, nor while its form is refused in its namespace. What depends on the count
     /// being written (the wake proxy put in front of a workload going to 0) asks this, not the
     /// schedule alone.
-    pub(crate) fn writes(&self, tdset: &TDSet, ctx: &Context, ns: &str) -> bool {
-        let refused = match self.source {
-            Source::Group(_) => ctx.group_form.refuse_group(ns).is_some(),
-            source => ctx.pod_forms.refuse(source, ns).is_some(),
-        };
-        !tdset.spec.is_suspended() && !refused
+    pub(crate) fn writes(&self, tdset: &TDSet) -> bool {
+        !tdset.spec.is_suspended() && self.refused.is_none()
     }
 }
 
@@ -63,10 +65,155 @@ impl Resolved<'_> {
 /// problem says why); the workload is then left as it is.
 pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a>> {
     let now = ctx.clock.now();
+    // A TDSet with `spec.idle` is woken by the traffic loop when what it reads changes.
     let interval = tdset.spec.check_interval();
 
     // Schedule: the level now and the next change (pure), with the named calendars' dates.
-    let (found, missing_calendars) = calendars(&ctx.calendars, &tdset.spec);
+    let calendars = match read_calendars(ctx, &tdset.spec, now) {
+        Ok(read) => read,
+        Err(pending) => return Ok(Err(pending)),
+    };
+    let schedule = match Schedule::compile_with(&tdset.spec, &holidays(&calendars.found)) {
+        Ok(s) => s,
+        Err(errors) => {
+            let message = format!(
+                "{}; the workload is left as it is until the spec is fixed",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            warn!(%message, "invalid spec");
+            return Ok(Err(Problem::InvalidSpec(message)));
+        }
+    };
+    let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
+    // A request wake-up is read from the TDSet as stored (the wake endpoint writes it), not
+    // from the operator's own record of its status.
+    let recorded = tdset.status.as_ref().and_then(|s| s.request_wake.as_ref());
+    // On record and in force (`Some(true)`), or over (`Some(false)`: ended, or
+    // `spec.wakeOnRequest` removed meanwhile).
+    let requested = recorded
+        .is_some_and(|r| r.until.is_some())
+        .then(|| wake::span(&tdset.spec, recorded, now).is_some());
+    let schedule = wake::woken(schedule, &tdset.spec, recorded, now);
+    let previous = ctx.statuses.current(tdset);
+    let (schedule, idle) = idled(schedule, tdset, ctx, previous.as_ref(), now);
+    // Measured: from the samples the status keeps (a restart learns nothing again).
+    let lead = crate::status::warm_up::lead_at(&tdset.spec, previous.as_ref(), now);
+    let (eval, next, next_write) = schedule.led_at(now, lead);
+    let warnings = schedule.warnings();
+
+    // A write due: a rise's (ahead of its transition), or any transition's.
+    let due = previous
+        .as_ref()
+        .and_then(|s| {
+            s.next_write_time
+                .as_deref()
+                .or(s.next_transition_time.as_deref())
+        })
+        .and_then(crate::preview::parse_rfc3339)
+        .filter(|t| *t <= now);
+    let calendar_problem = calendar_problem(&calendars.unreadable, &calendars.missing);
+    let ns = tdset.namespace().unwrap_or_default();
+    let refused = match source {
+        Source::Group(_) => ctx.group_form.refuse_group(&ns),
+        source => ctx.pod_forms.refuse(source, &ns),
+    };
+    Ok(Ok(Resolved {
+        now,
+        interval,
+        source,
+        eval,
+        next,
+        next_write,
+        warnings,
+        previous,
+        due,
+        calendar_problem,
+        requested,
+        refused,
+        idle,
+    }))
+}
+
+/// `schedule` with the idleness `tdset` reads now (`spec.idle`), and where idleness stands,
+/// with when it would sleep if nothing comes.
+fn idled(
+    schedule: crate::schedule::Schedule,
+    tdset: &TDSet,
+    ctx: &Context,
+    previous: Option<&TDSetStatus>,
+    now: DateTime<Utc>,
+) -> (crate::schedule::Schedule, Option<IdleStatus>) {
+    let mut idle = observe_idle(tdset, ctx, previous, now);
+    let schedule = schedule.with_idle(
+        &tdset.spec,
+        idle.as_ref().and_then(status::idle::quiet_since),
+    );
+    if let Some(idle) = idle.as_mut() {
+        idle.sleeps_at = schedule.idle_sleeps_at(now).map(crate::preview::rfc3339);
+    }
+    (schedule, idle)
+}
+
+/// Where idleness stands for `tdset` (`spec.idle`) at `now`, from what the traffic loop last
+/// read (with no Prometheus configured every signal is Unknown, and idleness sleeps nothing).
+fn observe_idle(
+    tdset: &TDSet,
+    ctx: &Context,
+    previous: Option<&TDSetStatus>,
+    now: DateTime<Utc>,
+) -> Option<IdleStatus> {
+    let idle = tdset.spec.idle.as_ref()?;
+    let ns = tdset.namespace().unwrap_or_default();
+    let services: Vec<&str> = (tdset.spec.wake_on_request.iter())
+        .flat_map(|w| w.services.iter().map(|s| s.name.as_str()))
+        .collect();
+    let readings = match &ctx.traffic {
+        None => status::idle::without_source(idle, now),
+        Some((_, traffic)) => (idle.signals.iter())
+            .map(|s| {
+                let answer = s
+                    .prometheus
+                    .as_ref()
+                    .and_then(|p| traffic.answer(p.query.as_deref()?));
+                let answered = answer.as_ref().map(|a| {
+                    let rates = match &a.rates {
+                        Ok(r) => Ok(&**r),
+                        Err((reason, message)) => Err((*reason, message.as_str())),
+                    };
+                    (a.at, rates)
+                });
+                status::idle::reading_of(s, answered, &ns, &services, now)
+            })
+            .collect(),
+    };
+    let before = previous.and_then(|p| p.idle.as_ref());
+    // The wake proxy's own counts are traffic: the last request it reported.
+    let traffic_at = (tdset.status.as_ref())
+        .and_then(|s| s.request_wake.as_ref())
+        .and_then(|w| w.extended_at.as_deref().or(w.since.as_deref()))
+        .and_then(crate::preview::parse_rfc3339);
+    Some(status::idle::observe(
+        idle, &readings, before, traffic_at, now,
+    ))
+}
+
+/// The calendars a spec names, as `read_calendars` read them.
+struct Named {
+    /// Found and readable, with their dates.
+    found: Vec<Found>,
+    /// With dates the operator cannot read, and why.
+    unreadable: Vec<(Arc<TDCalendar>, Vec<String>)>,
+    /// The names of those that do not exist.
+    missing: Vec<String>,
+}
+
+/// The calendars `spec` names, with their dates. `Err`: an iCalendar document is not read yet.
+fn read_calendars(ctx: &Context, spec: &TDSetSpec, now: DateTime<Utc>) -> Result<Named, Problem> {
+    let (found, missing_calendars) = calendars(&ctx.calendars, spec);
     // A calendar with a date the operator cannot read (stored before the schema checked its
     // dates) is left out, as a missing one is: it must not freeze every TDSet that names it.
     // So is one whose iCalendar document gives no dates (missing, unreadable, refused); one
@@ -94,72 +241,22 @@ pub(crate) fn resolve<'a>(tdset: &'a TDSet, ctx: &Context) -> Answer<Resolved<'a
         })
         .partition(|(_, bad)| bad.is_empty());
     if !pending.is_empty() {
-        return Ok(Err(Problem::CalendarInvalid(format!(
+        return Err(Problem::CalendarInvalid(format!(
             "the iCalendar document of TDCalendar {} is not read yet; the workload is left as \
              it is until it is",
             pending.join(", ")
-        ))));
+        )));
     }
     let found: Vec<Found> = found.into_iter().map(|(c, _)| c).collect();
     let unreadable: Vec<(Arc<TDCalendar>, Vec<String>)> = unreadable
         .into_iter()
         .map(|((c, _), bad)| (c, bad))
         .collect();
-    let schedule = match Schedule::compile_with(&tdset.spec, &holidays(&found)) {
-        Ok(s) => s,
-        Err(errors) => {
-            let message = format!(
-                "{}; the workload is left as it is until the spec is fixed",
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
-            warn!(%message, "invalid spec");
-            return Ok(Err(Problem::InvalidSpec(message)));
-        }
-    };
-    let source = Source::of(&tdset.spec).map_err(|e| Error::InvalidSpec(vec![e]))?;
-    // A request wake-up is read from the TDSet as stored (the wake endpoint writes it), not
-    // from the operator's own record of its status.
-    let recorded = tdset.status.as_ref().and_then(|s| s.request_wake.as_ref());
-    // On record and in force (`Some(true)`), or over (`Some(false)`: ended, or
-    // `spec.wakeOnRequest` removed meanwhile).
-    let requested = recorded
-        .is_some_and(|r| r.until.is_some())
-        .then(|| wake::span(&tdset.spec, recorded, now).is_some());
-    let schedule = wake::woken(schedule, &tdset.spec, recorded, now);
-    let previous = ctx.statuses.current(tdset);
-    // Measured: from the samples the status keeps (a restart learns nothing again).
-    let lead = crate::status::warm_up::lead_at(&tdset.spec, previous.as_ref(), now);
-    let (eval, next, next_write) = schedule.led_at(now, lead);
-    let warnings = schedule.warnings();
-
-    // A write due: a rise's (ahead of its transition), or any transition's.
-    let due = previous
-        .as_ref()
-        .and_then(|s| {
-            s.next_write_time
-                .as_deref()
-                .or(s.next_transition_time.as_deref())
-        })
-        .and_then(crate::preview::parse_rfc3339)
-        .filter(|t| *t <= now);
-    let calendar_problem = calendar_problem(&unreadable, &missing_calendars);
-    Ok(Ok(Resolved {
-        now,
-        interval,
-        source,
-        eval,
-        next,
-        next_write,
-        warnings,
-        previous,
-        due,
-        calendar_problem,
-        requested,
-    }))
+    Ok(Named {
+        found,
+        unreadable,
+        missing: missing_calendars,
+    })
 }
 
 /// The calendars a spec names: those found, and the names of those that are not.

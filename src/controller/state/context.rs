@@ -52,7 +52,7 @@ pub struct Context {
     /// Every TDCalendar.
     pub calendars: Store<crate::api::TDCalendar>,
     /// The iCalendar documents calendars take dates from (`spec.ics`).
-    pub ics: Arc<super::IcsSources>,
+    pub ics: Arc<super::ics_sources::IcsSources>,
     /// Failed reconciles per TDSet ("ns/name") for the error backoff: how many counted, and
     /// until when another failure does not count (see `backoff::Failures`).
     pub failures: std::sync::Mutex<std::collections::HashMap<String, super::backoff::Failures>>,
@@ -73,10 +73,12 @@ pub struct Context {
     pub leading_since: chrono::DateTime<chrono::Utc>,
     /// Where the wake proxy runs (`wakeOnRequest`); `None`: no proxy, nothing intercepted.
     pub wake_proxy: Option<WakeProxyRef>,
+    /// Where `spec.idle` reads traffic, and what it last read; `None`: nowhere.
+    pub traffic: Option<(super::traffic::TrafficOptions, Arc<super::traffic::Traffic>)>,
     /// The operator's own EndpointSlices (wake on request), cluster-wide.
     pub wake_slices: Store<EndpointSlice>,
     /// Proxy ports handed out and not yet, perhaps, in `wake_slices`.
-    pub ports_handed_out: Arc<super::PortsHandedOut>,
+    pub ports_handed_out: Arc<super::ports::PortsHandedOut>,
 }
 
 /// The wake proxy, as the operator finds it: its Service (whose slices list its pods) and the

@@ -14,6 +14,7 @@ mod ports;
 mod shard_scope;
 mod sharding;
 mod target_index;
+mod traffic;
 mod wakeups;
 
 pub(crate) use backoff::{after as backoff_after, api_backoff, jitter};
@@ -27,4 +28,5 @@ pub use ports::PortsHandedOut;
 pub use sharding::{ShardOptions, Sharding};
 pub(crate) use sharding::{fill_loop, let_go_loop};
 pub(crate) use target_index::{TargetIndex, claimed};
+pub use traffic::{Answer as TrafficAnswer, Traffic, TrafficOptions};
 pub(crate) use wakeups::Wakeups;

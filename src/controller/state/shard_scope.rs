@@ -35,7 +35,8 @@ use std::sync::Mutex;
 use kube::ResourceExt;
 use prometheus::{IntCounter, IntGauge};
 
-use super::{GroupIndex, TargetIndex};
+use super::group_index::GroupIndex;
+use super::target_index::TargetIndex;
 use crate::api::TDSet;
 use crate::cache::{TDSetRef, tdset_ref_named};
 

@@ -13,9 +13,10 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::group_index::GroupIndex;
 use super::shard_scope::Scope;
+use super::target_index::TargetIndex;
 use super::wakeups::Wakeups;
-use super::{GroupIndex, TargetIndex};
 use crate::api::{TDSet, TDSetStatus};
 use crate::cache::{Cached, tdset_ref_named};
 use crate::controller::lane::Lane;

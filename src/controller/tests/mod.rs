@@ -347,6 +347,7 @@ impl Operator {
         let ctx = Arc::new(Context {
             leading_since: now,
             wake_proxy: proxy,
+            traffic: None,
             wake_slices,
             ports_handed_out: Default::default(),
             client: client.clone(),

@@ -334,3 +334,22 @@ fn extreme_counts_in_status_do_not_overflow() {
     );
     assert!(risen[0].early_replica_seconds() > 0.0);
 }
+
+#[test]
+fn a_scale_up_late_past_the_grace_brings_a_warning_that_says_by_how_much_and_what_writes_ahead() {
+    let rise = |ready_at: &str| Rise {
+        at: t("2026-12-03T08:00:00Z"),
+        applied_at: t("2026-12-03T08:00:00Z"),
+        ready_at: t(ready_at),
+        from: 0,
+        to: 3,
+        sampled: true,
+    };
+    assert_eq!(late_warning(&rise("2026-12-03T08:00:05Z"), None), None);
+    let said = late_warning(&rise("2026-12-03T08:00:40Z"), None).unwrap_or_default();
+    assert!(
+        said.starts_with("3 replicas were ready 40s after their transition"),
+        "{said}"
+    );
+    assert!(said.ends_with("by a lead fixed or measured"), "{said}");
+}

@@ -88,6 +88,7 @@ impl Operator {
             report_calendar_usage: namespace.is_none(),
             shard: None,
             wake_proxy: None,
+            traffic: None,
         }
     }
 

@@ -36,13 +36,14 @@ pub(crate) async fn let_go(
     out
 }
 
-/// What a let-go in progress keeps in memory (its writes made once, since when it waits).
+/// What a let-go in progress keeps in memory (`part::LETTING_GO`).
 fn resume_keys(tdset_key: &str) -> [String; 2] {
-    [part::RESUME, part::RESUME_UNPAUSE].map(|p| p.key(tdset_key))
+    part::LETTING_GO.map(|p| p.key(tdset_key))
 }
 
-/// Forgets a let-go in progress: it is over, or the TDSet schedules the ScaledObject again.
-pub(super) fn forget_resume(ctx: &Context, tdset_key: &str) {
+/// Forgets a let-go in progress: it is over (`Held::LETTING_GO` says the other case: the
+/// TDSet schedules the ScaledObject again).
+fn forget_resume(ctx: &Context, tdset_key: &str) {
     for key in resume_keys(tdset_key) {
         ctx.forget_contest(&key);
     }
@@ -76,19 +77,12 @@ async fn let_go_once(
             .await?
             .map(LetGo::done));
     }
-    let mut done = Vec::new();
     // Pointed elsewhere since: the workload it put to sleep is woken, and the ScaledObject let
     // go whatever that wake came to (its pause left behind would hold the new target at 0).
-    let mut wake_failed = None;
-    let retargeted = (recorded.asleep.as_ref()).filter(|a| !asleep_is(a, &so.view.target, None));
-    if let Some(left) = retargeted {
-        let to = recorded.original_replicas.unwrap_or(1).max(1);
-        match wake_asleep(ctx, ns, left, to).await? {
-            Ok(Some(woke)) => done.push(woke),
-            Ok(None) => {}
-            Err(p) => wake_failed = Some(p),
-        }
-    }
+    let (woke, wake_failed) = match wake_retargeted(ctx, ns, recorded, &so).await? {
+        Ok(woke) => (woke, None),
+        Err(p) => (None, Some(p)),
+    };
     let originals = Originals::of(recorded);
     // Written once: while KEDA is waited for, what a user sets meanwhile stands.
     let [resume_key, _] = resume_keys(tdset_key);
@@ -113,6 +107,34 @@ async fn let_go_once(
     if let Some(p) = wake_failed {
         return Ok(Err(p));
     }
+    let done = said(r, &plan, woke);
+    let mut out = match resumed(ctx, ns, tdset_key, r, &so, recorded).await? {
+        Ok(out) => out,
+        Err(p) => return Ok(Err(p)),
+    };
+    out.done = done;
+    Ok(Ok(out))
+}
+
+/// Wakes the workload a ScaledObject pointed elsewhere since had put to sleep: what it did
+/// (nothing when it was not retargeted), or why it could not.
+async fn wake_retargeted(
+    ctx: &Context,
+    ns: &str,
+    recorded: &TargetStatus,
+    so: &ScaledObjectRead,
+) -> Answer<Option<String>> {
+    let retargeted = (recorded.asleep.as_ref()).filter(|a| !asleep_is(a, &so.view.target, None));
+    let Some(left) = retargeted else {
+        return Ok(Ok(None));
+    };
+    let to = recorded.original_replicas.unwrap_or(1).max(1);
+    wake_asleep(ctx, ns, left, to).await
+}
+
+/// What a let-go did, for the Event: the workload woken, then what it gave back.
+fn said(r: &ScaleTargetRef, plan: &Plan, woke: Option<String>) -> Option<String> {
+    let mut done: Vec<String> = woke.into_iter().collect();
     if let Some(p) = &plan.pause {
         done.push(if p.pauses() {
             "gave back its own pause".to_string()
@@ -126,17 +148,11 @@ async fn let_go_once(
     if let Some(min) = plan.min {
         done.push(format!("restored minReplicaCount {min}"));
     }
-    let done = match (plan.writes(), done.is_empty()) {
+    match (plan.writes(), done.is_empty()) {
         (true, _) => Some(format!("ScaledObject {}: {}", r.name, done.join(", "))),
         (false, false) => Some(done.join("; ")),
         (false, true) => None,
-    };
-    let mut out = match resumed(ctx, ns, tdset_key, r, &so, recorded).await? {
-        Ok(out) => out,
-        Err(p) => return Ok(Err(p)),
-    };
-    out.done = done;
-    Ok(Ok(out))
+    }
 }
 
 /// Whether KEDA runs the workload of a ScaledObject let go of again (see `keda::resume`):
@@ -247,12 +263,15 @@ async fn gave_up(
         None => String::new(),
     };
     Ok(Ok(LetGo {
-        not_resumed: Some(format!(
-            "KEDA {what} {}s after ScaledObject {} was let go of{woke}. Is KEDA's operator \
-             running? `kubectl describe scaledobject {}`",
-            (KEDA_GRACE * 2).as_secs(),
-            r.name,
-            r.name
+        not_resumed: Some((
+            "KedaNotResumed",
+            format!(
+                "KEDA {what} {}s after ScaledObject {} was let go of{woke}. Is KEDA's operator \
+                 running? `kubectl describe scaledobject {}`",
+                (KEDA_GRACE * 2).as_secs(),
+                r.name,
+                r.name
+            ),
         )),
         ..LetGo::default()
     }))

@@ -5,7 +5,6 @@
 mod let_go;
 mod write;
 
-use let_go::forget_resume;
 #[cfg(test)]
 pub(crate) use write::PARTS;
 use write::write_plan;
@@ -15,12 +14,10 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
-use super::Turn;
 use super::events::record_scale;
 use super::hold::{Held, LetGo, Letting};
-use super::record::{
-    Record, asleep_is, ensure_durable, problem_outcome, wake_left, wake_left_behind,
-};
+use super::record::{Record, Unread, asleep_is, ensure_durable, problem_outcome, wake_left_behind};
+use super::{Part, Turn};
 use crate::api::{Asleep, KedaPause, ScaleTargetRef, TargetStatus};
 use crate::controller::io::keda::{self as io, ScaledObjectRead};
 use crate::controller::io::target::resolve_and_read;
@@ -53,30 +50,16 @@ impl Held for ScaledObject {
     type Read = ScaledObjectRead;
 
     /// Scheduled again (a retarget undone before it was over): no let-go is in progress.
-    fn scheduled(turn: &Turn<'_>) {
-        forget_resume(turn.ctx, &format!("{}/{}", turn.ns, turn.tdset.name_any()));
-    }
+    const LETTING_GO: &'static [Part] = &part::LETTING_GO;
 
-    async fn read(turn: &Turn<'_>, r: &ScaleTargetRef) -> Answer<ScaledObjectRead> {
-        io::read(turn.ctx, turn.ns, r).await
-    }
+    /// Gone, KEDA's finalizer leaves the workload at the paused count.
+    const WAKE_WHEN_GONE: bool = true;
 
-    /// Gone (KEDA's finalizer leaves the workload at the paused count): the workload this
-    /// TDSet put to sleep through it is woken, since nobody else would.
-    async fn unread(
-        turn: &mut Turn<'_>,
+    async fn read(
+        turn: &Turn<'_>,
         r: &ScaleTargetRef,
-        p: &Problem,
-        recorded: &mut Record,
-    ) -> Result<()> {
-        if let (Problem::TargetNotFound(_), Some(left)) = (p, recorded.status.asleep.clone()) {
-            let to = recorded.status.original_replicas.unwrap_or(1).max(1);
-            let why = format!("ScaledObject {} is gone", r.name);
-            if wake_left(turn, &left, to, why).await? {
-                recorded.status.asleep = None;
-            }
-        }
-        Ok(())
+    ) -> Result<std::result::Result<ScaledObjectRead, Unread>> {
+        Ok(io::read(turn.ctx, turn.ns, r).await?.map_err(Unread::from))
     }
 
     fn observed(_: &Turn<'_>, _: &ScaleTargetRef, so: &ScaledObjectRead) -> (i32, Option<String>) {

@@ -76,6 +76,8 @@ pub(crate) mod part {
     pub(crate) const RESUME: Part = Part("keda-resume");
     /// Letting go: KEDA's documented unpause written (once).
     pub(crate) const RESUME_UNPAUSE: Part = Part("keda-resume-unpause");
+    /// What a let-go in progress keeps in memory (its writes made once, since when it waits).
+    pub(crate) const LETTING_GO: [Part; 2] = [RESUME, RESUME_UNPAUSE];
 }
 
 /// Every part (each has a key of its own, tested).
