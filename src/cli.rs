@@ -242,6 +242,12 @@ pub struct RunArgs {
     /// How often `spec.idle`'s queries are asked, in seconds.
     #[arg(long, env = "TDSET_IDLE_READ_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub idle_read_interval: u64,
+    /// The seconds the templates' rates are taken over (PromQL's `rate(...[N s])`): at least
+    /// four of Prometheus's scrape intervals, so one request is seen; a request stops counting
+    /// this long after it. Never less than an answer counts (three `--idle-read-interval`s, at
+    /// least 60 s): it is raised to that.
+    #[arg(long, env = "TDSET_IDLE_RATE_WINDOW", default_value_t = 120, value_parser = clap::value_parser!(u64).range(10..=3600))]
+    pub idle_rate_window: u64,
     /// Run as this shard: reconcile only the TDSets `--shard-selector` matches, holding the
     /// Lease `<lease-name>-<shard>` (leader election is always on for a shard: its Lease is
     /// how the other shards know whether it is alive).

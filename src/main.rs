@@ -210,9 +210,17 @@ async fn operate(args: RunArgs) -> Result<()> {
         report_calendar_usage: args.namespace.is_none() && shard.is_none(),
         shard,
         wake_proxy,
-        traffic: args.prometheus_url.clone().map(|url| TrafficOptions {
-            url,
-            every: Duration::from_secs(args.idle_read_interval),
+        traffic: args.prometheus_url.clone().map(|url| {
+            let every = Duration::from_secs(args.idle_read_interval);
+            let o = TrafficOptions::new(url, every, args.idle_rate_window);
+            if o.window_secs != args.idle_rate_window {
+                tracing::warn!(
+                    asked = args.idle_rate_window,
+                    used = o.window_secs,
+                    "--idle-rate-window is shorter than two reads (--idle-read-interval): raised, or a request could fall between two reads unseen"
+                );
+            }
+            o
         }),
     };
     let result = controller::run(

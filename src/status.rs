@@ -84,6 +84,8 @@ pub mod reason {
     pub const NOT_READ_YET: &str = "NotReadYet";
     /// A signal this operator does not read yet (a template, the CPU).
     pub const SIGNAL_NOT_READ: &str = "SignalNotRead";
+    /// The last answer is older than a few reads: the reads have fallen behind, or stopped.
+    pub const SIGNAL_STALE: &str = "SignalStale";
 }
 
 /// Why the operator could not do its job this time (Degraded=True).

@@ -181,9 +181,14 @@ pub struct CpuSignal {
 #[serde(rename_all = "camelCase")]
 pub struct IdleStatus {
     pub phase: IdlePhase,
-    /// Since when no signal has seen traffic (Quiet and Idle).
+    /// Since when no signal has seen traffic (Quiet and Idle; Unknown, the quiet that had
+    /// made it Idle before a signal could no longer answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quiet_since: Option<String>,
+    /// Since when a signal cannot answer (Unknown): the TDSet stays as it was then (a sleep by
+    /// idleness begun before holds; none begins after).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_since: Option<String>,
     /// When idleness would put it to sleep if nothing comes, where `during` lets it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleeps_at: Option<String>,

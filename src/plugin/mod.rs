@@ -201,8 +201,8 @@ pub async fn run(cli: PluginCli, now: DateTime<Utc>) -> Result<String> {
             );
             // So does the quiet the operator last read (`spec.idle`).
             let idle = tdset.status.as_ref().and_then(|s| s.idle.as_ref());
-            let quiet = idle.and_then(crate::status::idle::quiet_since);
-            let schedule = schedule.with_idle(&tdset.spec, quiet);
+            let idleness = idle.and_then(crate::status::idle::idleness);
+            let schedule = schedule.with_idle(&tdset.spec, idleness);
             let mut out = run_preview_of(&args, now, &schedule, &tdset)?;
             if args.output != crate::cli::Output::Json {
                 out.extend(request_wake_note(&tdset, now));

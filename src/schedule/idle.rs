@@ -36,6 +36,8 @@ pub(super) struct Idled {
     during: During,
     /// Since when no signal has seen traffic.
     pub(super) since: DateTime<Utc>,
+    /// Since when a signal cannot answer: a sleep begun by then holds, none begins after.
+    pub(super) blind_from: Option<DateTime<Utc>>,
 }
 
 /// `after`, or its default (the schema bounds it; an unreadable one is the default).
@@ -64,11 +66,16 @@ fn during(idle: &Idle) -> During {
 }
 
 impl Schedule {
-    /// This schedule with the idleness the signals read: quiet since `quiet_since` (`None`:
-    /// traffic now, or a signal that cannot answer, so never idle). Without `spec.idle` it is
-    /// the schedule as it was.
-    pub fn with_idle(mut self, spec: &TDSetSpec, quiet_since: Option<DateTime<Utc>>) -> Schedule {
-        let (Some(idle), Some(since)) = (&spec.idle, quiet_since) else {
+    /// This schedule with the idleness the signals read (`status::idle::idleness`): quiet
+    /// since an instant, and since when a signal cannot answer (then the workloads stay as they
+    /// were: a sleep begun by then holds, none begins after); `None`: traffic now, or blind
+    /// with no quiet, so never idle. Without `spec.idle` it is the schedule as it was.
+    pub fn with_idle(
+        mut self,
+        spec: &TDSetSpec,
+        idleness: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
+    ) -> Schedule {
+        let (Some(idle), Some((since, blind_from))) = (&spec.idle, idleness) else {
             return self;
         };
         let during = during(idle);
@@ -83,6 +90,7 @@ impl Schedule {
             after: after(idle),
             during,
             since,
+            blind_from,
         });
         self
     }
@@ -98,11 +106,42 @@ impl Schedule {
         at: DateTime<Utc>,
         rise: DateTime<Utc>,
     ) -> Level {
+        if let Some(b) = idle.blind_from.filter(|b| at > *b) {
+            return self.held(idle, b, level, at);
+        }
         if level.replicas != 0
             && level.override_.is_none()
             && at >= idle.sleep_from(rise)
             && self.lets_sleep(idle, &level, at)
         {
+            Level {
+                replicas: 0,
+                idle_since: Some(idle.since),
+                ..level
+            }
+        } else {
+            level
+        }
+    }
+
+    /// `level` at `at`, the signals blind since `b`: asleep only if idleness had the workloads
+    /// asleep at `b` and the sleep has gone on unbroken since (the level idleness would give,
+    /// had the signals answered, unchanged through `(b, at]`): the TDSet stays as it was, no
+    /// sleep begins blind.
+    fn held(&self, idle: &Idled, b: DateTime<Utc>, level: Level, at: DateTime<Utc>) -> Level {
+        let seeing = Idled {
+            blind_from: None,
+            ..idle.clone()
+        };
+        let then = self.idled(
+            &seeing,
+            self.unidled_level_at(b),
+            b,
+            self.last_rise(idle.since, b),
+        );
+        let unbroken =
+            then.idle_since.is_some() && self.next_change(b, Some(&seeing), Some(at)).is_none();
+        if unbroken && level.replicas != 0 && level.override_.is_none() {
             Level {
                 replicas: 0,
                 idle_since: Some(idle.since),
@@ -171,6 +210,12 @@ impl Idled {
     /// The instant from which idleness sleeps, the schedule's last rise being `rise`.
     pub(super) fn sleep_from(&self, rise: DateTime<Utc>) -> DateTime<Utc> {
         self.since.max(rise) + self.after
+    }
+
+    /// Whether the sleep that follows `rise` may begin: always, unless the signals went blind
+    /// before it would have.
+    pub(super) fn began(&self, rise: DateTime<Utc>) -> bool {
+        self.blind_from.is_none_or(|b| self.sleep_from(rise) <= b)
     }
 }
 

@@ -609,7 +609,9 @@ impl Schedule {
                 Some(change) => change,
                 None => boundary_instant,
             };
-            let idle_edge = idle.zip(rise).map(|(i, r)| i.sleep_from(r));
+            let idle_edge = (idle.zip(rise))
+                .filter(|(i, r)| i.began(*r))
+                .map(|(i, r)| i.sleep_from(r));
             if let Some(edge) = self
                 .overrides
                 .iter()

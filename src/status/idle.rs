@@ -1,6 +1,8 @@
 //! Where idleness stands (`status.idle`), from what each signal read: pure. Every signal that
-//! answers must say quiet; one that cannot answer makes it Unknown, which is never idle and
-//! forgets the quiet (nobody knows what came meanwhile).
+//! answers must say quiet; one that cannot answer makes it Unknown, which is never idle: the
+//! TDSet stays as it was (a quiet not yet long enough is forgotten, nobody knows what came
+//! meanwhile; a sleep by idleness holds, so a Prometheus that restarts wakes nothing, and a
+//! request through the wake proxy still wakes it).
 
 use chrono::{DateTime, Utc};
 
@@ -61,6 +63,14 @@ pub fn template_name(t: TrafficTemplate) -> &'static str {
     }
 }
 
+/// How long an answer counts, reads every `every`: three reads, and at least a minute (a slow
+/// Prometheus makes a read take up to its timeout). The rates' window is never shorter
+/// (`TrafficOptions::new`), so two answers that count leave no request between them unseen.
+pub fn fresh_for(every: std::time::Duration) -> chrono::Duration {
+    let three = chrono::Duration::from_std(every * 3).unwrap_or(chrono::Duration::MAX);
+    three.max(chrono::Duration::minutes(1))
+}
+
 /// What each of `idle`'s signals reads where no source of signals is configured: Unknown.
 pub fn without_source(idle: &Idle, now: DateTime<Utc>) -> Vec<Read> {
     (idle.signals.iter())
@@ -80,11 +90,12 @@ pub fn without_source(idle: &Idle, now: DateTime<Utc>) -> Vec<Read> {
 pub type Answered<'a> = (DateTime<Utc>, Result<&'a Rates, (&'static str, &'a str)>);
 
 /// What `signal` reads of the Services `services` in `ns` (its own `service`, else these),
-/// from `answer`, its query's last answer (`None`: not asked yet). A Service with no series
-/// cannot answer: never seen is not idle.
+/// from `answer`, its query's last answer (`None`: not asked yet), which counts only while no
+/// older than `fresh_for`. A Service with no series cannot answer: never seen is not idle.
 pub fn reading_of(
     signal: &IdleSignal,
     answer: Option<Answered<'_>>,
+    fresh_for: chrono::Duration,
     ns: &str,
     services: &[&str],
     now: DateTime<Utc>,
@@ -100,16 +111,27 @@ pub fn reading_of(
             now,
         );
     };
-    if p.query.is_none() {
+    if !crate::workload::traffic::readable(p) {
+        let t = p.template.map_or("?", template_name);
         return unknown(
             reason::SIGNAL_NOT_READ,
-            "templates are not read yet: give the query instead".into(),
+            format!("the {t} template is not read yet: give the query instead"),
             now,
         );
     }
     let Some((at, rates)) = answer else {
         return unknown(reason::NOT_READ_YET, "not asked yet".into(), now);
     };
+    if now - at > fresh_for {
+        return unknown(
+            reason::SIGNAL_STALE,
+            format!(
+                "the last answer is from {}: the reads have fallen behind",
+                rfc3339(at)
+            ),
+            at,
+        );
+    }
     let rates = match rates {
         Ok(rates) => rates,
         Err((reason, message)) => return unknown(reason, message.to_string(), at),
@@ -117,7 +139,7 @@ pub fn reading_of(
     let own = p.service.as_deref().map(|s| vec![s]);
     let mut sum = 0.0;
     for service in own.as_deref().unwrap_or(services) {
-        match rates.get(&(ns.to_string(), service.to_string())) {
+        match rates.get(ns, service) {
             Some(r) => sum += r,
             None => {
                 return unknown(
@@ -221,9 +243,39 @@ fn observe_now(
         });
     }
     if let Some(reason) = unknown {
+        // Blind since the oldest reading that could not answer (a stale answer's own instant).
+        let blind = (idle.signals.iter().enumerate())
+            .filter_map(|(i, _)| readings.get(i))
+            .filter(|r| matches!(r.reading, Reading::Unknown { .. }))
+            .map(|r| r.at.min(now))
+            .min()
+            .unwrap_or(now);
+        // The quiet that had the workloads asleep is kept while the sleep holds (the schedule
+        // holds it, and begins none); a request the proxy saw since, or a sleep that broke,
+        // ends it.
+        let asleep = |p: &IdleStatus| {
+            (p.sleeps_at.as_deref())
+                .and_then(parse_rfc3339)
+                .is_some_and(|s| s <= now)
+        };
+        let (quiet_since, unknown_since) = match previous {
+            Some(p) if p.phase == IdlePhase::Unknown => (
+                p.quiet_since.clone().filter(|_| asleep(p)),
+                p.unknown_since.clone(),
+            ),
+            Some(p) if p.phase == IdlePhase::Idle && asleep(p) => {
+                (p.quiet_since.clone(), Some(rfc3339(blind)))
+            }
+            _ => (None, Some(rfc3339(blind))),
+        };
+        let requested =
+            |q: &String| parse_rfc3339(q).is_some_and(|q| traffic_at.is_some_and(|t| t > q));
+        let quiet_since = quiet_since.filter(|q| !requested(q));
         return IdleStatus {
             phase: IdlePhase::Unknown,
             reason: Some(reason.to_string()),
+            quiet_since,
+            unknown_since,
             signals,
             ..IdleStatus::default()
         };
@@ -235,8 +287,9 @@ fn observe_now(
             ..IdleStatus::default()
         };
     }
-    // Quiet: since the quiet on record began, if it went on unbroken; else from now. Never
-    // before the last request the proxy saw.
+    // Quiet: since the quiet on record began, if it went on unbroken (or was kept through a
+    // blind spell: what came meanwhile through the wake proxy is a rise the schedule counts
+    // from, or the request below); else from now. Never before the last request the proxy saw.
     let kept = previous.and_then(quiet_since).map(|t| t.min(now));
     let read_at = readings.iter().map(|r| r.at.min(now)).max().unwrap_or(now);
     let since = kept.unwrap_or(read_at);
@@ -254,13 +307,25 @@ fn observe_now(
     }
 }
 
-/// The instant the quiet on record began, where it is one (Quiet or Idle): what the schedule
-/// counts idleness from.
+/// The instant the quiet on record began, where there is one (Quiet, Idle, or Unknown after
+/// Idle).
 pub fn quiet_since(status: &IdleStatus) -> Option<DateTime<Utc>> {
-    matches!(status.phase, IdlePhase::Quiet | IdlePhase::Idle)
-        .then(|| status.quiet_since.as_deref())
-        .flatten()
-        .and_then(parse_rfc3339)
+    status.quiet_since.as_deref().and_then(parse_rfc3339)
+}
+
+/// What the schedule counts idleness from (`Schedule::with_idle`): the quiet on record and,
+/// Unknown, since when it is blind.
+pub fn idleness(status: &IdleStatus) -> Option<(DateTime<Utc>, Option<DateTime<Utc>>)> {
+    let since = quiet_since(status)?;
+    match status.phase {
+        IdlePhase::Quiet | IdlePhase::Idle => Some((since, None)),
+        IdlePhase::Unknown => {
+            let blind = status.unknown_since.as_deref().and_then(parse_rfc3339);
+            // Blind since an instant no one wrote: as blind as the quiet's start.
+            Some((since, Some(blind.unwrap_or(since))))
+        }
+        IdlePhase::Active => None,
+    }
 }
 
 #[cfg(test)]
@@ -282,6 +347,10 @@ mod tests {
             ]
         }))
         .unwrap()
+    }
+
+    fn fresh() -> chrono::Duration {
+        fresh_for(std::time::Duration::from_secs(30))
     }
 
     /// `observe` of one reading of each signal at `at` (`now` as well), after `previous`.
@@ -347,10 +416,17 @@ mod tests {
         ))
         .unwrap();
         let mut rates = Rates::new();
-        rates.insert(("dev".into(), "web".into()), 0.25);
-        rates.insert(("dev".into(), "api".into()), 0.5);
+        rates.insert("dev", "web", 0.25);
+        rates.insert("dev", "api", 0.5);
         let at = t("2026-05-01T10:00:00Z");
-        let both = reading_of(&signal, Some((at, Ok(&rates))), "dev", &["web", "api"], at);
+        let both = reading_of(
+            &signal,
+            Some((at, Ok(&rates))),
+            fresh(),
+            "dev",
+            &["web", "api"],
+            at,
+        );
         assert_eq!(
             both,
             Read {
@@ -358,7 +434,14 @@ mod tests {
                 at
             }
         );
-        let unseen = reading_of(&signal, Some((at, Ok(&rates))), "dev", &["web", "docs"], at);
+        let unseen = reading_of(
+            &signal,
+            Some((at, Ok(&rates))),
+            fresh(),
+            "dev",
+            &["web", "docs"],
+            at,
+        );
         assert!(
             matches!(
                 unseen.reading,
@@ -372,6 +455,7 @@ mod tests {
         let failed = reading_of(
             &signal,
             Some((at, Err((reason::PROMETHEUS_UNREACHABLE, "refused")))),
+            fresh(),
             "dev",
             &["web"],
             at,
@@ -383,7 +467,7 @@ mod tests {
                 ..
             }
         ));
-        let unasked = reading_of(&signal, None, "dev", &["web"], at);
+        let unasked = reading_of(&signal, None, fresh(), "dev", &["web"], at);
         assert!(matches!(
             unasked.reading,
             Reading::Unknown {
@@ -391,6 +475,26 @@ mod tests {
                 ..
             }
         ));
+        // An answer older than three reads (and a minute) is no reading: the loop fell behind.
+        assert_eq!(fresh(), chrono::Duration::seconds(90));
+        let old = reading_of(
+            &signal,
+            Some((at, Ok(&rates))),
+            fresh(),
+            "dev",
+            &["web", "api"],
+            at + chrono::Duration::seconds(91),
+        );
+        assert!(
+            matches!(
+                old.reading,
+                Reading::Unknown {
+                    reason: reason::SIGNAL_STALE,
+                    ..
+                }
+            ),
+            "{old:?}"
+        );
     }
 
     #[test]
@@ -443,7 +547,7 @@ mod tests {
     }
 
     #[test]
-    fn a_signal_that_cannot_answer_is_unknown_and_forgets_the_quiet() {
+    fn a_signal_that_cannot_answer_is_unknown_and_forgets_a_quiet_not_yet_idle() {
         let quiet = seen(0.0, 0.0, "2026-05-01T10:00:00Z", None);
         let mut reads = read(0.0, 0.0, "2026-05-01T10:30:00Z");
         reads[0].reading = Reading::Unknown {
@@ -463,7 +567,8 @@ mod tests {
         );
         assert_eq!(s.reason.as_deref(), Some("PrometheusUnreachable"));
         assert_eq!(s.signals[0].unknown.as_deref(), Some("connection refused"));
-        assert_eq!(quiet_since(&s), None, "the schedule counts nothing from it");
+        assert_eq!(idleness(&s), None, "the schedule counts nothing from it");
+        assert_eq!(s.unknown_since.as_deref(), Some("2026-05-01T10:30:00Z"));
         // A signal not read at all (fewer readings than signals) cannot answer either.
         let short = observe(
             &idle(),
@@ -485,5 +590,68 @@ mod tests {
             (none.phase, none.reason.as_deref()),
             (IdlePhase::Unknown, Some(reason::NO_SIGNAL_SOURCE))
         );
+    }
+
+    #[test]
+    fn blind_while_asleep_by_idleness_keeps_the_quiet_until_a_request_or_a_break() {
+        let quiet = seen(0.0, 0.0, "2026-05-01T10:00:00Z", None);
+        let mut idle_now = seen(0.0, 0.0, "2026-05-01T10:11:00Z", Some(&quiet));
+        assert_eq!(idle_now.phase, IdlePhase::Idle);
+        // As the schedule said: asleep by idleness since 10:10.
+        idle_now.sleeps_at = Some("2026-05-01T10:10:00Z".into());
+        let mut reads = read(0.0, 0.0, "2026-05-01T10:20:00Z");
+        reads[0].reading = Reading::Unknown {
+            reason: "PrometheusUnreachable",
+            message: "connection refused".into(),
+        };
+        let blind_at = |previous: &IdleStatus, traffic: Option<&str>, now: &str| {
+            let mut s = observe(&idle(), &reads, Some(previous), traffic.map(t), t(now));
+            // The schedule's answer, as resolve writes it: still asleep since 10:10 where kept.
+            s.sleeps_at = idleness(&s).map(|_| "2026-05-01T10:10:00Z".to_string());
+            s
+        };
+        let blind = blind_at(&idle_now, None, "2026-05-01T10:20:00Z");
+        assert_eq!(blind.phase, IdlePhase::Unknown);
+        assert_eq!(
+            idleness(&blind),
+            Some((t("2026-05-01T10:00:00Z"), Some(t("2026-05-01T10:20:00Z")))),
+            "the quiet kept, blind from the reading that could not answer"
+        );
+        let still = blind_at(&blind, None, "2026-05-01T10:25:00Z");
+        assert_eq!(still, blind, "blind on: nothing to write");
+        // A request the wake proxy saw while blind ends the kept quiet.
+        let woken = blind_at(&blind, Some("2026-05-01T10:24:00Z"), "2026-05-01T10:25:00Z");
+        assert_eq!(idleness(&woken), None);
+        // So does a sleep that broke while blind (the schedule says none any more).
+        let mut broke = blind.clone();
+        broke.sleeps_at = None;
+        let after = observe(
+            &idle(),
+            &reads,
+            Some(&broke),
+            None,
+            t("2026-05-01T10:26:00Z"),
+        );
+        assert_eq!(idleness(&after), None);
+        // Idle but not asleep when it went blind (`during` kept it awake): nothing is kept.
+        let mut awake = idle_now.clone();
+        awake.sleeps_at = None;
+        let unkept = observe(
+            &idle(),
+            &reads,
+            Some(&awake),
+            None,
+            t("2026-05-01T10:20:00Z"),
+        );
+        assert_eq!(idleness(&unkept), None);
+        // It answers again, quiet: the quiet goes on from where it was, Idle at once.
+        let back = seen(0.0, 0.0, "2026-05-01T10:30:00Z", Some(&still));
+        assert_eq!(
+            (back.phase, back.quiet_since.as_deref(), back.unknown_since),
+            (IdlePhase::Idle, Some("2026-05-01T10:00:00Z"), None)
+        );
+        // Or with traffic: Active.
+        let busy = seen(2.0, 0.0, "2026-05-01T10:30:00Z", Some(&still));
+        assert_eq!((busy.phase, idleness(&busy)), (IdlePhase::Active, None));
     }
 }

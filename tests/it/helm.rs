@@ -330,6 +330,7 @@ async fn every_option_renders_objects_the_api_server_accepts() {
             "http://prometheus-operated.monitoring.svc:9090",
         ),
         ("TDSET_IDLE_READ_INTERVAL", "15"),
+        ("TDSET_IDLE_RATE_WINDOW", "60"),
         ("RUST_BACKTRACE", "1"),
     ] {
         assert!(

@@ -696,10 +696,10 @@ impl Drop for Exporter {
 
 /// `spec.idle` read from the real Prometheus: while requests come the TDSet is Active; once
 /// they stop it is Quiet, then asleep `after` later (inside its window: `during: Always`);
-/// with Prometheus gone every signal is Unknown and idleness sleeps nothing (the window's
-/// count comes back).
+/// with Prometheus gone every signal is Unknown and the TDSet stays as it is (asleep; the
+/// tests in wake.rs have a blind one that never sleeps).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idleness_read_from_prometheus_sleeps_once_nobody_comes_and_never_blind() {
+async fn idleness_read_from_prometheus_sleeps_once_nobody_comes_and_blind_stays_as_it_is() {
     use tdset_operator::api::{IdlePhase, TDSetStatus};
     let (client, ns) = setup("prom-idle").await;
     let app = Exporter::start(&ns.name);
@@ -715,6 +715,7 @@ async fn idleness_read_from_prometheus_sleeps_once_nobody_comes_and_never_blind(
         o.traffic = Some(tdset_operator::controller::TrafficOptions {
             url,
             every: Duration::from_secs(2),
+            window_secs: 10,
         });
     });
     let query = "sum by (namespace, service) (rate(app_requests_total[10s]))";
@@ -781,17 +782,28 @@ async fn idleness_read_from_prometheus_sleeps_once_nobody_comes_and_never_blind(
     assert_eq!(entry.to, Some(0), "{:?}", asleep.history);
     assert!(entry.reason.contains("idle"), "{entry:?}");
 
-    // Prometheus gone: Unknown, and idleness sleeps nothing: the window's count again.
+    // Prometheus gone: Unknown, and the TDSet stays as it is: asleep (a monitoring restart
+    // wakes nothing), the quiet that slept it kept, blind since the first failed read.
     drop(prom);
     let blind = eventually(GUARD, "Unknown with Prometheus gone", || async {
         let s = status().await?;
         (phase(&s) == Some(IdlePhase::Unknown)).then_some(s)
     })
     .await;
+    let idle = blind.idle.unwrap();
+    assert_eq!(idle.reason.as_deref(), Some("PrometheusUnreachable"));
     assert_eq!(
-        blind.idle.unwrap().reason.as_deref(),
-        Some("PrometheusUnreachable")
+        idle.quiet_since.map(|s| utc(&s)),
+        Some(since),
+        "the quiet kept"
     );
-    deployment_at(&client, &ns.name, "web", 2).await;
+    assert!(idle.unknown_since.is_some());
+    // Several reads later (every 2 s), still asleep.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let d: k8s_openapi::api::apps::v1::Deployment = kube::Api::namespaced(client.clone(), &ns.name)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(replicas(&d), Some(0), "blind, it stays asleep");
     ns.cleanup().await;
 }

@@ -97,7 +97,11 @@ async fn the_chart_and_its_image_run_for_real_on_a_real_node() {
 
     // The chart, with that image; `--wait` returns once both pods pass their real probes.
     let t = Instant::now();
-    install_chart_on_node(&kc, &[]);
+    // Everything at its default but where idleness reads traffic (the node's Prometheus) and
+    // the rates' window: 90 s, as long as an answer counts (three reads of 30 s, the default),
+    // not 120 s, so the idle test below waits less.
+    let prometheus = format!("idle.prometheusUrl={}", node_prometheus_url(&dir));
+    install_chart_on_node(&kc, &[&prometheus, "idle.rateWindow=90"]);
     eprintln!(
         "helm install --wait: both operator pods Ready in {:.1}s",
         t.elapsed().as_secs_f64()
@@ -1099,6 +1103,133 @@ async fn woken_through_an_ingress_controller(
         );
         woken_through_traefik(dir, &s, &host, &proxies).await;
     }
+    asleep_again_once_nobody_comes(client, apps, dir).await;
+}
+
+/// Idle sleep read from the cluster's own metrics (`spec.idle`, the Traefik template): the real
+/// Prometheus scrapes the real Traefik. A request through Traefik wakes the Service; one request
+/// a minute keeps it awake (idle `after` 2m: were they not seen, it would sleep within 3 min of
+/// the first); once they stop it sleeps `after` the quiet began (behind the proxy's slice
+/// again), and a request through Traefik wakes it again.
+async fn asleep_again_once_nobody_comes(client: &kube::Client, apps: &str, dir: &Path) {
+    use tdset_operator::api::IdlePhase;
+    let prometheus = NodePrometheus::start(dir);
+    let name = "sleeper-quiet";
+    let s = Sleeper::new(
+        client,
+        apps,
+        probed_web(name, 1),
+        json!({"wakeFor": "30m", "hold": "45s"}),
+    )
+    .await;
+    Api::<TDSet>::namespaced(client.clone(), apps)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"idle": {
+                "after": "2m", "signals": [{"prometheus": {"template": "traefik"}}]}}})),
+        )
+        .await
+        .expect("spec.idle");
+    let host = ingress_to(client, apps, name).await;
+    s.asleep_with_the_proxy_in_its_path(dir).await;
+    traefik_on_the_proxy(dir, &s).await;
+    let through_traefik = |host: String| {
+        let d = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            curl_on_node(
+                &d,
+                &format!("http://{WEB}/"),
+                &["-H", &format!("Host: {host}")],
+            )
+        })
+    };
+    let deployment = || async {
+        Api::<Deployment>::namespaced(client.clone(), apps)
+            .get(name)
+            .await
+            .ok()
+            .as_ref()
+            .and_then(replicas)
+    };
+    let body = through_traefik(host.clone()).await.expect("curl's thread");
+    assert_eq!(body.as_deref(), Ok("ok\n"), "woken through Traefik");
+    let woken = Instant::now();
+    let series =
+        format!(r#"traefik_service_requests_total{{service="{apps}-{name}-80@kubernetes"}}"#);
+    eventually(
+        GUARD,
+        "Prometheus has Traefik's counter for the Service",
+        || async {
+            prometheus
+                .value(dir, &format!("sum({series})"))
+                .filter(|v| *v >= 1.0)
+        },
+    )
+    .await;
+    // One request a minute: awake throughout.
+    for minute in 1..=3 {
+        while woken.elapsed() < Duration::from_secs(60 * minute) {
+            assert_eq!(
+                deployment().await,
+                Some(1),
+                "awake while a request comes every minute ({:?} after the first): {:?}",
+                woken.elapsed(),
+                s.status_now().await.and_then(|s| s.idle)
+            );
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let body = through_traefik(host.clone()).await.expect("curl's thread");
+        assert_eq!(
+            body.as_deref(),
+            Ok("ok\n"),
+            "minute {minute}: the application's answer"
+        );
+        // Read as traffic. (The request that woke it is the proxy's to count: Traefik's
+        // counter for the Service starts with it, so no rate shows that one.)
+        if minute == 1 {
+            eventually(GUARD, "status.idle Active: a request was read", || async {
+                let idle = s.status_now().await?.idle?;
+                (idle.phase == IdlePhase::Active).then_some(())
+            })
+            .await;
+        }
+    }
+    let last = Instant::now();
+    // Then nobody comes: asleep once quiet for `after`, and the history says why.
+    eventually(Duration::from_secs(420), "asleep by idleness", || async {
+        (deployment().await == Some(0)).then_some(())
+    })
+    .await;
+    let slept = last.elapsed();
+    // Its status follows the scale write, at the API server's pace.
+    let status = eventually(GUARD, "the idle sleep in the history", || async {
+        let status = s.status_now().await?;
+        let entry = status.history.first()?;
+        (entry.to == Some(0) && entry.reason.contains("idle")).then_some(status)
+    })
+    .await;
+    eprintln!(
+        "idle sleep through Traefik's counters: awake through {} s of one request a minute; asleep {:.0} s after the last (after 2m, rates over 90 s, read every 30 s); status.idle: {:?}",
+        last.duration_since(woken).as_secs(),
+        slept.as_secs_f64(),
+        status.idle
+    );
+    // Asleep behind the proxy's slice, and a request through Traefik wakes it again.
+    s.asleep_with_the_proxy_in_its_path(dir).await;
+    traefik_on_the_proxy(dir, &s).await;
+    let body = through_traefik(host.clone()).await.expect("curl's thread");
+    assert_eq!(
+        body.as_deref(),
+        Ok("ok\n"),
+        "woken again after the idle sleep"
+    );
+    eventually(
+        GUARD,
+        "the second request wake-up in the history",
+        || async { (s.request_wake_ups().await == 2).then_some(()) },
+    )
+    .await;
 }
 
 /// Zero failed requests: a steady load (20 requests a second, each counted) from before a

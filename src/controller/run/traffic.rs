@@ -16,7 +16,7 @@ use crate::cache::Cached;
 use crate::controller::io::prometheus::{self, QueryError};
 use crate::controller::state::{Context, TrafficAnswer};
 use crate::status::reason;
-use crate::workload::traffic::rates;
+use crate::workload::traffic::{Source, rates, source};
 
 /// The most distinct queries asked per interval: past it the rest are not asked (their
 /// signals stay Unknown), so tenants' queries cannot make the operator flood Prometheus.
@@ -40,18 +40,18 @@ fn says(answer: Option<&TrafficAnswer>, user: &User) -> Result<Vec<Option<bool>>
     match &answer.rates {
         Ok(rates) => Ok((user.services.iter())
             .map(|s| {
-                let rate = rates.get(&(user.ns.clone(), s.clone()))?;
-                Some(crate::status::idle::is_traffic(user.below, *rate))
+                let rate = rates.get(&user.ns, s)?;
+                Some(crate::status::idle::is_traffic(user.below, rate))
             })
             .collect()),
         Err((reason, _)) => Err(reason),
     }
 }
 
-/// The distinct queries of every TDSet with `spec.idle` in `tdsets`, at most `MAX_QUERIES`,
-/// each with the TDSets that ask it.
-fn wanted(tdsets: &Store<Cached<TDSet>>) -> BTreeMap<String, Vec<User>> {
-    let mut wanted: BTreeMap<String, Vec<User>> = BTreeMap::new();
+/// The distinct queries (a template's, one text) of every TDSet with `spec.idle` in `tdsets`,
+/// at most `MAX_QUERIES`, each with the TDSets that ask it; templates over `window_secs`.
+fn wanted(tdsets: &Store<Cached<TDSet>>, window_secs: u64) -> BTreeMap<Source, Vec<User>> {
+    let mut wanted: BTreeMap<Source, Vec<User>> = BTreeMap::new();
     for cached in tdsets.state() {
         let Ok(tdset) = cached.object() else { continue };
         let Some(idle) = &tdset.spec.idle else {
@@ -64,11 +64,13 @@ fn wanted(tdsets: &Store<Cached<TDSet>>) -> BTreeMap<String, Vec<User>> {
             .flat_map(|w| w.services.iter().map(|s| s.name.clone()))
             .collect();
         for p in idle.signals.iter().filter_map(|s| s.prometheus.as_ref()) {
-            let Some(q) = &p.query else { continue };
-            if wanted.len() >= MAX_QUERIES && !wanted.contains_key(q) {
+            let Some(q) = source(p, window_secs) else {
+                continue;
+            };
+            if wanted.len() >= MAX_QUERIES && !wanted.contains_key(&q) {
                 continue;
             }
-            wanted.entry(q.clone()).or_default().push(User {
+            wanted.entry(q).or_default().push(User {
                 ns: ns.clone(),
                 name: name.clone(),
                 services: p.service.clone().map_or_else(|| wake.clone(), |s| vec![s]),
@@ -89,12 +91,13 @@ pub(super) async fn read_traffic(ctx: Arc<Context>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let wanted = wanted(&ctx.tdsets);
+        let wanted = wanted(&ctx.tdsets, opts.window_secs);
         traffic.retain(&wanted.keys().cloned().collect::<BTreeSet<_>>());
-        for (query, users) in &wanted {
+        for (asked, users) in &wanted {
+            let query = &asked.query;
             let started = std::time::Instant::now();
             let answer = match prometheus::query(&http, &opts.url, query).await {
-                Ok(body) => rates(&body)
+                Ok(body) => rates(&body, asked.keys)
                     .map(Arc::new)
                     .map_err(|m| (reason::QUERY_FAILED, m)),
                 Err(QueryError::Unreachable(m)) => Err((reason::PROMETHEUS_UNREACHABLE, m)),
@@ -114,8 +117,8 @@ pub(super) async fn read_traffic(ctx: Arc<Context>) {
                 at: ctx.clock.now(),
                 rates: answer,
             };
-            let before = traffic.answer(query);
-            traffic.set(query, answer.clone());
+            let before = traffic.answer(asked);
+            traffic.set(asked, answer.clone());
             // Only those to whom it says something new are looked at now.
             for user in users {
                 if says(before.as_ref(), user) != says(Some(&answer), user) {
@@ -150,7 +153,7 @@ mod tests {
         let mut rates = Rates::new();
         for (s, r) in [("web", web), ("api", api)] {
             if let Some(r) = r {
-                rates.insert(("dev".into(), s.into()), r);
+                rates.insert("dev", s, r);
             }
         }
         TrafficAnswer {

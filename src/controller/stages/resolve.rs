@@ -148,10 +148,7 @@ fn idled(
     now: DateTime<Utc>,
 ) -> (crate::schedule::Schedule, Option<IdleStatus>) {
     let mut idle = observe_idle(tdset, ctx, previous, now);
-    let schedule = schedule.with_idle(
-        &tdset.spec,
-        idle.as_ref().and_then(status::idle::quiet_since),
-    );
+    let schedule = schedule.with_idle(&tdset.spec, idle.as_ref().and_then(status::idle::idleness));
     if let Some(idle) = idle.as_mut() {
         idle.sleeps_at = schedule.idle_sleeps_at(now).map(crate::preview::rfc3339);
     }
@@ -173,12 +170,11 @@ fn observe_idle(
         .collect();
     let readings = match &ctx.traffic {
         None => status::idle::without_source(idle, now),
-        Some((_, traffic)) => (idle.signals.iter())
+        Some((opts, traffic)) => (idle.signals.iter())
             .map(|s| {
-                let answer = s
-                    .prometheus
-                    .as_ref()
-                    .and_then(|p| traffic.answer(p.query.as_deref()?));
+                let answer = (s.prometheus.as_ref())
+                    .and_then(|p| crate::workload::traffic::source(p, opts.window_secs))
+                    .and_then(|asked| traffic.answer(&asked));
                 let answered = answer.as_ref().map(|a| {
                     let rates = match &a.rates {
                         Ok(r) => Ok(&**r),
@@ -186,7 +182,8 @@ fn observe_idle(
                     };
                     (a.at, rates)
                 });
-                status::idle::reading_of(s, answered, &ns, &services, now)
+                let fresh_for = status::idle::fresh_for(opts.every);
+                status::idle::reading_of(s, answered, fresh_for, &ns, &services, now)
             })
             .collect(),
     };

@@ -42,7 +42,7 @@ fn quiet(spec: &TDSetSpec, quiet: &str, woken: Option<(&str, &str)>) -> Schedule
         }
         None => schedule,
     };
-    schedule.with_idle(spec, Some(t(quiet)))
+    schedule.with_idle(spec, Some((t(quiet), None)))
 }
 
 fn count(s: &Schedule, at: &str) -> Count {
@@ -68,6 +68,74 @@ fn a_request_wake_up_ends_once_nobody_has_come_for_after() {
         s.idle_sleeps_at(t("2026-05-01T22:06:00Z")),
         Some(t("2026-05-01T22:15:00Z"))
     );
+}
+
+#[test]
+fn blind_signals_leave_it_as_it_was_a_sleep_begun_holds_none_begins() {
+    // `Always` inside the 09:00-17:00 window, after 10m, quiet since 10:00.
+    let spec = spec(0, idle("Always", "10m"));
+    let blind = |from: &str| {
+        Schedule::compile(&spec)
+            .unwrap()
+            .with_idle(&spec, Some((t("2026-05-01T10:00:00Z"), Some(t(from)))))
+    };
+    // Blind from 10:20, asleep since 10:10: it stays asleep, and no transition wakes it.
+    let s = blind("2026-05-01T10:20:00Z");
+    assert_eq!(count(&s, "2026-05-01T12:00:00Z"), Count::Replicas(0));
+    // Blind from 10:05, before the sleep would have begun: awake, and none begins.
+    let s = blind("2026-05-01T10:05:00Z");
+    assert_eq!(count(&s, "2026-05-01T10:30:00Z"), Count::Replicas(3));
+    assert_eq!(s.idle_sleeps_at(t("2026-05-01T10:06:00Z")), None);
+    let next = s.next_transition(t("2026-05-01T10:06:00Z")).unwrap();
+    assert_eq!(
+        (next.at, next.replicas),
+        (t("2026-05-01T17:00:00Z"), 0),
+        "the window's end"
+    );
+    // A request wake-up while blind (a rise after it) is not ended by idleness.
+    let status = RequestWakeStatus {
+        since: Some("2026-05-01T22:00:00Z".into()),
+        until: Some("2026-05-01T22:30:00Z".into()),
+        ..Default::default()
+    };
+    let woken = wake::woken(
+        Schedule::compile(&spec).unwrap(),
+        &spec,
+        Some(&status),
+        t("2026-05-01T22:00:00Z"),
+    )
+    .with_idle(
+        &spec,
+        Some((t("2026-05-01T10:00:00Z"), Some(t("2026-05-01T10:20:00Z")))),
+    );
+    assert_eq!(count(&woken, "2026-05-01T22:20:00Z"), Count::Replicas(3));
+}
+
+#[test]
+fn blind_no_sleep_begins_where_during_only_later_lets_it_and_a_broken_one_is_not_taken_up_again() {
+    // OutsideWindows, awake all day (default 3), the window 09:00-17:00 too; quiet since 12:00.
+    let spec = spec(3, idle("OutsideWindows", "30m"));
+    let at = |quiet: &str, blind: &str| {
+        Schedule::compile(&spec)
+            .unwrap()
+            .with_idle(&spec, Some((t(quiet), Some(t(blind)))))
+    };
+    // Blind from 13:00, awake then (inside the window): at 17:00 the window ends, and it stays
+    // awake (seeing, it would have slept).
+    let s = at("2026-05-01T12:00:00Z", "2026-05-01T13:00:00Z");
+    assert_eq!(count(&s, "2026-05-01T17:30:00Z"), Count::Replicas(3));
+    let seeing = Schedule::compile(&spec)
+        .unwrap()
+        .with_idle(&spec, Some((t("2026-05-01T12:00:00Z"), None)));
+    assert_eq!(count(&seeing, "2026-05-01T17:30:00Z"), Count::Replicas(0));
+    // Asleep by idleness at night when blind from 02:00: asleep on; the window's start at 09:00
+    // wakes it, and at 17:00 it does not sleep again blind.
+    let s = at("2026-05-01T00:00:00Z", "2026-05-01T02:00:00Z");
+    assert_eq!(count(&s, "2026-05-01T05:00:00Z"), Count::Replicas(0));
+    assert_eq!(count(&s, "2026-05-01T10:00:00Z"), Count::Replicas(3));
+    assert_eq!(count(&s, "2026-05-01T18:00:00Z"), Count::Replicas(3));
+    let next = s.next_transition(t("2026-05-01T05:00:00Z")).unwrap();
+    assert_eq!((next.at, next.replicas), (t("2026-05-01T09:00:00Z"), 3));
 }
 
 #[test]
@@ -282,7 +350,7 @@ proptest! {
     fn the_idle_level_is_the_oracles_and_changes_only_at_announced_transitions(
         (spec, quiet, dt) in arbitrary()
     ) {
-        let s = Schedule::compile(&spec).unwrap().with_idle(&spec, Some(quiet));
+        let s = Schedule::compile(&spec).unwrap().with_idle(&spec, Some((quiet, None)));
         let at = quiet + Duration::minutes(dt);
         prop_assert_eq!(s.evaluate(at).replicas, oracle(&spec, quiet, at));
         if let Some(next) = s.next_transition(at) {
@@ -300,7 +368,7 @@ proptest! {
     #[test]
     fn idleness_only_puts_to_sleep((spec, quiet, dt) in arbitrary()) {
         let plain = Schedule::compile(&spec).unwrap();
-        let s = plain.clone().with_idle(&spec, Some(quiet));
+        let s = plain.clone().with_idle(&spec, Some((quiet, None)));
         let at = quiet + Duration::minutes(dt);
         let (idled, scheduled) = (s.evaluate(at).replicas, plain.evaluate(at).replicas);
         prop_assert!(idled == scheduled || idled == 0, "{idled} vs {scheduled}");

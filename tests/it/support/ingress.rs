@@ -73,6 +73,10 @@ impl Traefik {
                 "--api.insecure=true",
                 "--ping=true",
                 "--providers.kubernetesingress=true",
+                // Its request counters on its API's /metrics, by service (`spec.idle`'s template).
+                "--metrics.prometheus=true",
+                "--metrics.prometheus.entryPoint=traefik",
+                "--metrics.prometheus.addServicesLabels=true",
                 "--global.checkNewVersion=false",
                 "--global.sendAnonymousUsage=false",
                 "--log.level=INFO",
@@ -120,6 +124,70 @@ impl Traefik {
             .collect();
         v.sort();
         Some(v)
+    }
+}
+
+/// Where the node's Prometheus (`NodePrometheus`) answers, as the operator's pods reach it: the
+/// node's own address.
+pub fn node_prometheus_url(dir: &Path) -> String {
+    let index = std::fs::read_to_string(dir.join("node/index")).expect("the node's index");
+    format!("http://10.99.{}.2:19090", index.trim())
+}
+
+/// The Prometheus the cluster has (Debian's, as the test command installs it), run in the
+/// node's network namespace: it scrapes Traefik's counters every 5 s and answers at
+/// `node_prometheus_url`. Stopped when dropped.
+pub struct NodePrometheus {
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl NodePrometheus {
+    pub fn start(dir: &Path) -> NodePrometheus {
+        let state = dir.join("prometheus");
+        std::fs::create_dir_all(&state).expect("Prometheus's directory");
+        let config = json!({
+            "global": {"scrape_interval": "5s"},
+            "scrape_configs": [{"job_name": "traefik", "static_configs": [{"targets": [API]}]}]
+        });
+        // JSON is YAML.
+        let config_path = state.join("prometheus.yml");
+        std::fs::write(&config_path, config.to_string()).expect("Prometheus's config");
+        let url = node_prometheus_url(dir);
+        let listen = url.trim_start_matches("http://").to_string();
+        let log = std::fs::File::create(dir.join("prometheus.log")).expect("Prometheus's log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &node_netns(dir), "prometheus"])
+            .arg(format!("--config.file={}", config_path.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                state.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={listen}"))
+            .stdout(Stdio::from(log.try_clone().expect("Prometheus's log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("starting Prometheus on the node (apt-get install prometheus)");
+        NodePrometheus { child, dir: state }
+    }
+
+    /// The value of an instant query that gives one series, asked from the node.
+    pub fn value(&self, dir: &Path, query: &str) -> Option<f64> {
+        let url = format!("{}/api/v1/query", node_prometheus_url(dir));
+        let q = format!("query={query}");
+        let body = curl_on_node(dir, &url, &["-m", "5", "-G", "--data-urlencode", &q]).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let result = v["data"]["result"].as_array()?;
+        (result.len() == 1).then_some(())?;
+        result[0]["value"][1].as_str()?.parse().ok()
+    }
+}
+
+impl Drop for NodePrometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
