@@ -12,7 +12,7 @@
 //! it). Envoy and Linkerd name no Service in their counters (a route's cluster, a pod's
 //! workload): not read yet, and their signals are Unknown, never idle.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::Deserialize;
 
@@ -94,8 +94,9 @@ fn template(t: TrafficTemplate, window_secs: u64) -> Option<Source> {
 pub struct Rates {
     /// By (namespace, Service).
     exact: HashMap<(String, String), f64>,
-    /// By Traefik's service name, sorted: a Service's are found by their prefix.
-    traefik: BTreeMap<String, f64>,
+    /// By Traefik's service name without its port and provider (`<namespace>-<service>`):
+    /// the port has no dash, so the name is cut at its last one.
+    traefik: HashMap<String, f64>,
 }
 
 impl Rates {
@@ -117,11 +118,7 @@ impl Rates {
         let mut found = (self.exact)
             .get(&(ns.to_string(), service.to_string()))
             .copied();
-        let prefix = format!("{ns}-{service}-");
-        let named = (self.traefik.range(prefix.clone()..))
-            .take_while(|(name, _)| name.starts_with(&prefix))
-            .filter(|(name, _)| traefik_port(&name[prefix.len()..]));
-        for (_, r) in named {
+        if let Some(r) = self.traefik.get(&format!("{ns}-{service}")) {
             *found.get_or_insert(0.0) += r;
         }
         found
@@ -137,24 +134,22 @@ impl Rates {
     }
 }
 
-/// Whether `rest` is what follows `<namespace>-<service>-` in a Traefik service name of the
-/// Kubernetes providers: the Ingress backend's port (a number, or a Service port's name) and
-/// the provider. A port name with a dash is not taken: `web-api-80` is Service `web-api`'s port
-/// 80, never Service `web`'s port `api-80` (a Service whose Ingress names such a port is never
-/// seen, so Unknown, never idle).
-fn traefik_port(rest: &str) -> bool {
-    let Some(port) =
-        (rest.strip_suffix("@kubernetes")).or_else(|| rest.strip_suffix("@kubernetescrd"))
-    else {
-        return false;
-    };
+/// A Traefik service name of the Kubernetes providers without its port and provider
+/// (`<namespace>-<service>`), where it is one: the Ingress backend's port is a number or a
+/// Service port's name. A port name with a dash is not taken: `web-api-80` is Service
+/// `web-api`'s port 80, never Service `web`'s port `api-80` (a Service whose Ingress names
+/// such a port is never seen, so Unknown, never idle).
+fn traefik_service(name: &str) -> Option<&str> {
+    let rest =
+        (name.strip_suffix("@kubernetes")).or_else(|| name.strip_suffix("@kubernetescrd"))?;
+    let (service, port) = rest.rsplit_once('-')?;
     let number = (1..=5).contains(&port.len()) && port.bytes().all(|b| b.is_ascii_digit());
-    let name = (1..=15).contains(&port.len())
+    let named = (1..=15).contains(&port.len())
         && port
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         && port.bytes().any(|b| b.is_ascii_lowercase());
-    number || name
+    (number || named).then_some(service)
 }
 
 #[derive(Deserialize)]
@@ -271,7 +266,11 @@ pub fn rates(body: &[u8], keys: Keys) -> Result<Rates, String> {
             Key::Exact(ns, service) => {
                 *rates.exact.entry((ns, service)).or_default() += value;
             }
-            Key::Traefik(name) => *rates.traefik.entry(name).or_default() += value,
+            Key::Traefik(name) => {
+                if let Some(service) = traefik_service(&name) {
+                    *rates.traefik.entry(service.to_string()).or_default() += value;
+                }
+            }
         }
     }
     Ok(rates)
