@@ -109,19 +109,8 @@ impl Schedule {
         if let Some(b) = idle.blind_from.filter(|b| at > *b) {
             return self.held(idle, b, level, at);
         }
-        if level.replicas != 0
-            && level.override_.is_none()
-            && at >= idle.sleep_from(rise)
-            && self.lets_sleep(idle, &level, at)
-        {
-            Level {
-                replicas: 0,
-                idle_since: Some(idle.since),
-                ..level
-            }
-        } else {
-            level
-        }
+        let due = at >= idle.sleep_from(rise) && self.lets_sleep(idle, &level, at);
+        idle.asleep_if(due, level)
     }
 
     /// `level` at `at`, the signals blind since `b`: asleep only if idleness had the workloads
@@ -141,15 +130,7 @@ impl Schedule {
         );
         let unbroken =
             then.idle_since.is_some() && self.next_change(b, Some(&seeing), Some(at)).is_none();
-        if unbroken && level.replicas != 0 && level.override_.is_none() {
-            Level {
-                replicas: 0,
-                idle_since: Some(idle.since),
-                ..level
-            }
-        } else {
-            level
-        }
+        idle.asleep_if(unbroken, level)
     }
 
     /// Whether `during` lets idleness decide at `at`, where the schedule gives `level`.
@@ -210,6 +191,20 @@ impl Idled {
     /// The instant from which idleness sleeps, the schedule's last rise being `rise`.
     pub(super) fn sleep_from(&self, rise: DateTime<Utc>) -> DateTime<Utc> {
         self.since.max(rise) + self.after
+    }
+
+    /// `level` asleep by this idleness where `sleeps` says so and the level leaves it to
+    /// idleness (awake, no override).
+    fn asleep_if(&self, sleeps: bool, level: Level) -> Level {
+        if sleeps && level.replicas != 0 && level.override_.is_none() {
+            Level {
+                replicas: 0,
+                idle_since: Some(self.since),
+                ..level
+            }
+        } else {
+            level
+        }
     }
 
     /// Whether the sleep that follows `rise` may begin: always, unless the signals went blind
